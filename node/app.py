@@ -1,0 +1,80 @@
+"""The aiohttp application: context, middlewares, the journal's lifecycle, and every API area."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+from nacl.signing import SigningKey
+
+from eventstore.keys import load_or_create_key
+from eventstore.store import EventStore
+from node.api import entries, health
+from node.auth import ROUTE_SCOPES, TOKENS, TokenTable, auth_middleware
+from node.config import Config
+from node.context import CONTEXT, NodeContext
+from node.errors import problem_middleware
+from node.metrics import NodeMetrics
+from projections.base import Projections
+from projections.entries import Findings, Logs
+from projections.journals import Journals
+
+JOURNAL_DIR = "journal"
+# Each area module adds its routes (and, if it has any, projections and lifecycle).
+AREAS = (health, entries)
+
+
+def open_store(config: Config, key: SigningKey) -> EventStore:
+    return EventStore(
+        config.data_path / JOURNAL_DIR,
+        key,
+        config.node.name,
+        map_size=config.node.map_size_mb << 20,
+    )
+
+
+def core_projections() -> Projections:
+    return Projections([Journals(), Logs(), Findings()])
+
+
+def build_app(config: Config, *, key: SigningKey | None = None) -> web.Application:
+    config.data_path.mkdir(parents=True, exist_ok=True)
+    key = key or load_or_create_key(config.data_path)
+    ctx = NodeContext(
+        config=config,
+        key=key,
+        store=open_store(config, key),
+        projections=core_projections(),
+        metrics=NodeMetrics(a.name for a in config.agents),
+    )
+    app = web.Application(
+        middlewares=[timing_middleware, problem_middleware, auth_middleware],
+        client_max_size=config.node.max_body_kb * 1024,
+    )
+    app[CONTEXT] = ctx
+    app[TOKENS] = TokenTable(config.auth)
+    app[ROUTE_SCOPES] = {}
+    app.cleanup_ctx.append(journal_lifecycle)
+    for area in AREAS:
+        area.setup(app)
+    return app
+
+
+async def journal_lifecycle(app: web.Application) -> AsyncIterator[None]:
+    """Rebuild every read model from the journal, then fold live commits as they land."""
+    ctx = app[CONTEXT]
+    ctx.projections.apply(ctx.store.iter_all(ctx.projections.position))
+    ctx.store.add_commit_listener(ctx.projections.apply)
+    ctx.store.start()
+    yield
+    await ctx.store.close()
+
+
+@web.middleware
+async def timing_middleware(request: web.Request, handler) -> web.StreamResponse:
+    started = time.perf_counter()
+    response = await handler(request)
+    if response.content_type != "text/event-stream":
+        request.app[CONTEXT].metrics.request_duration.observe(time.perf_counter() - started)
+    return response

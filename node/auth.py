@@ -1,0 +1,95 @@
+"""Bearer tokens with scopes: hashes only in memory, constant-time comparison, 401 vs 403."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from node.config import AuthSection
+from node.errors import problem_response
+
+Scopes = tuple[str, ...]
+PUBLIC: Scopes = ()
+ROUTE_SCOPES: web.AppKey[dict[web.AbstractRoute, Scopes]] = web.AppKey("route_scopes", dict)
+TOKENS: web.AppKey[TokenTable] = web.AppKey("tokens", object)
+IDENTITY = "identity"
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    name: str
+    scopes: frozenset[str]
+
+    def allows(self, needed: Scopes) -> bool:
+        return "admin" in self.scopes or any(scope in self.scopes for scope in needed)
+
+
+class TokenTable:
+    def __init__(self, auth: AuthSection) -> None:
+        self._entries = [
+            (
+                bytes.fromhex(t.token_sha256) if t.token_sha256 else token_digest(t.token or ""),
+                Identity(t.name, frozenset(t.scopes)),
+            )
+            for t in auth.tokens
+        ]
+
+    def identify(self, token: str) -> Identity | None:
+        """Compare against every entry so timing tells nothing about which one matched."""
+        digest = token_digest(token)
+        found = None
+        for stored, identity in self._entries:
+            if hmac.compare_digest(stored, digest):
+                found = identity
+        return found
+
+
+def token_digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode()).digest()
+
+
+def new_token() -> str:
+    return "an_" + secrets.token_urlsafe(32)
+
+
+def add_route(
+    app: web.Application, method: str, path: str, handler, scopes: Scopes | str
+) -> web.AbstractRoute:
+    """Every route states who may call it; one without a statement needs `admin`."""
+    route = app.router.add_route(method, path, handler)
+    app[ROUTE_SCOPES][route] = (scopes,) if isinstance(scopes, str) else scopes
+    return route
+
+
+def _unauthorized(detail: str) -> web.Response:
+    return problem_response(401, detail, headers={"WWW-Authenticate": 'Bearer realm="agent-node"'})
+
+
+@web.middleware
+async def auth_middleware(request: web.Request, handler) -> web.StreamResponse:
+    route = request.match_info.route
+    needed = request.app[ROUTE_SCOPES].get(route)
+    if needed is None:
+        if not request.path.startswith("/api/"):
+            return await handler(request)  # unknown paths outside the API: a plain 404
+        needed = ("admin",) if request.match_info.http_exception is None else ("read",)
+    if needed == PUBLIC:
+        return await handler(request)
+    header = request.headers.get("Authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return _unauthorized("send Authorization: Bearer <token>")
+    identity = request.app[TOKENS].identify(token.strip())
+    if identity is None:
+        return _unauthorized("the bearer token is not valid")
+    if not identity.allows(needed):
+        return problem_response(
+            403,
+            f"token {identity.name!r} lacks the scope for this call (one of: {', '.join(needed)})",
+        )
+    request[IDENTITY] = identity
+    return await handler(request)

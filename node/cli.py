@@ -1,0 +1,202 @@
+"""`agent-node`: run a node, manage its identity and tokens, and audit or replay its journal."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import logging
+import sys
+import time
+from collections.abc import Sequence
+
+from eventstore.audit import verify_journals
+from eventstore.keys import KEY_FILE, KeyFileError, load_or_create_key, public_key_multibase
+from node.config import SCOPES, Config, ConfigError, load_config
+from node.keyring import key_resolver
+from node.version import __version__
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not hasattr(args, "func"):
+        parser.print_help()
+        return 2
+    try:
+        return args.func(args)
+    except (ConfigError, KeyFileError) as exc:
+        print(f"agent-node: {exc}", file=sys.stderr)
+        return 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="agent-node", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"agent-node {__version__}")
+    sub = parser.add_subparsers(metavar="COMMAND")
+
+    def command(name: str, func, help: str, config: bool = True) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help, description=help)
+        if config:
+            p.add_argument("--config", default="runtime.toml", help="path of runtime.toml")
+        p.set_defaults(func=func)
+        return p
+
+    command("run", cmd_run, "run the node until SIGTERM or SIGINT")
+    command("keygen", cmd_keygen, "create the node key in data_dir (if absent) and show it")
+
+    token = sub.add_parser("token", help="manage API tokens").add_subparsers(metavar="ACTION")
+    new = token.add_parser("new", help="make a token and print the config lines for it")
+    new.add_argument("name", help="the identity recorded with this token's decisions")
+    new.add_argument(
+        "--scopes", nargs="+", default=["read"], help=f"any of {', '.join(SCOPES)} (default read)"
+    )
+    new.set_defaults(func=cmd_token_new)
+
+    audit = sub.add_parser("audit", help="check the journals").add_subparsers(metavar="ACTION")
+    verify = audit.add_parser("verify", help="verify hashes, chains and signatures")
+    verify.add_argument("--config", default="runtime.toml")
+    verify.add_argument("--agent", help="only this journal")
+    verify.set_defaults(func=cmd_audit_verify)
+
+    command("replay", cmd_replay, "rebuild every projection from the journal and report counts")
+
+    journal = sub.add_parser("journal", help="read journals").add_subparsers(metavar="ACTION")
+    export = journal.add_parser("export", help="write one journal as JSON Lines")
+    export.add_argument("--config", default="runtime.toml")
+    export.add_argument("--agent", required=True, help="journal (agent) name")
+    export.add_argument("--output", "-o", help="file to write (default: standard output)")
+    export.set_defaults(func=cmd_journal_export)
+    return parser
+
+
+def _progress(label: str):
+    started = time.monotonic()
+
+    def report(count: int) -> None:
+        rate = count / max(time.monotonic() - started, 1e-9)
+        print(f"{label}: {count:,} envelopes ({rate:,.0f}/s)", file=sys.stderr, flush=True)
+
+    return report
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from node.server import serve
+
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    config = load_config(args.config)
+    asyncio.run(serve(config))
+    return 0
+
+
+def cmd_keygen(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    existed = (config.data_path / KEY_FILE).exists()
+    key = load_or_create_key(config.data_path)
+    print(f"{'existing' if existed else 'new'} key: {config.data_path / KEY_FILE}")
+    print(f'public_key = "{public_key_multibase(key.verify_key)}"')
+    return 0
+
+
+def cmd_token_new(args: argparse.Namespace) -> int:
+    from node.auth import new_token, token_digest
+
+    scopes = [s for value in args.scopes for s in value.split(",") if s]
+    unknown = [s for s in scopes if s not in SCOPES]
+    if unknown:
+        print(
+            f"agent-node: unknown scope(s) {', '.join(unknown)}; use {', '.join(SCOPES)}",
+            file=sys.stderr,
+        )
+        return 2
+    token = new_token()
+    print(f"token: {token}")
+    print("# add to runtime.toml (only the hash is stored):")
+    print("[[auth.tokens]]")
+    print(f'name = "{args.name}"')
+    print(f'token_sha256 = "{token_digest(token).hex()}"')
+    print(f"scopes = {json.dumps(scopes)}")
+    return 0
+
+
+def _open_offline(config: Config):
+    from node.app import open_store
+
+    key = load_or_create_key(config.data_path)
+    return key, open_store(config, key)
+
+
+def cmd_audit_verify(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    key, store = _open_offline(config)
+    try:
+        streams = [args.agent] if args.agent else None
+        report = verify_journals(
+            store, key_resolver(config, key, store), streams, _progress("verified")
+        )
+    finally:
+        store.close_sync()
+    if report.failure:
+        print(f"audit FAILED at {report.failure}", file=sys.stderr)
+        return 1
+    print(f"audit ok: {report.streams} journal(s), {report.envelopes} envelope(s) verified")
+    return 0
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from node.app import build_app
+    from node.context import CONTEXT
+
+    config = load_config(args.config)
+    ctx = build_app(config)[CONTEXT]
+    started = time.monotonic()
+    report = _progress("replayed")
+    try:
+        count = 0
+        for envelope in ctx.store.iter_all():
+            ctx.projections.apply((envelope,))
+            count += 1
+            if count % 50_000 == 0:
+                report(count)
+    finally:
+        ctx.store.close_sync()
+    elapsed = time.monotonic() - started
+    print(
+        f"replayed {count} envelope(s) in {elapsed:.2f}s up to position {ctx.projections.position}"
+    )
+    for name, state in ctx.projections.snapshot().items():
+        size = len(state) if isinstance(state, list | dict) else state
+        print(f"  {name}: {size}")
+    return 0
+
+
+def cmd_journal_export(args: argparse.Namespace) -> int:
+    import msgspec
+
+    config = load_config(args.config)
+    _key, store = _open_offline(config)
+    out = open(args.output, "w") if args.output else sys.stdout  # noqa: SIM115
+    try:
+        if store.head(args.agent) is None:
+            print(f"agent-node: no journal named {args.agent!r}", file=sys.stderr)
+            return 1
+        for envelope in store.iter_stream(args.agent):
+            record = {
+                **envelope.as_read(),
+                "position": envelope.position,
+                "payload": base64.b64encode(envelope.payload).decode(),
+                "event": msgspec.to_builtins(envelope.event),
+            }
+            out.write(json.dumps(record, separators=(",", ":")) + "\n")
+    finally:
+        store.close_sync()
+        if out is not sys.stdout:
+            out.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,205 @@
+"""runtime.toml, validated once at start-up: a bad key stops the node with a message naming it."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Annotated, Literal
+
+import msgspec
+
+AGENT_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+AGENT_NAME_RE = re.compile(AGENT_NAME)
+SCOPES = ("read", "operate", "publish", "sync", "admin")
+Scope = Literal["read", "operate", "publish", "sync", "admin"]
+AgentName = Annotated[str, msgspec.Meta(pattern=AGENT_NAME)]
+PositiveInt = Annotated[int, msgspec.Meta(gt=0)]
+NonNegative = Annotated[float, msgspec.Meta(ge=0)]
+
+
+class ConfigError(Exception):
+    """The configuration cannot be used; the message names the file and the key."""
+
+
+class _Section(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    pass
+
+
+class NodeSection(_Section, kw_only=True):
+    name: AgentName
+    listen: str = "127.0.0.1:8080"
+    data_dir: str = "data"
+    public_url: str | None = None
+    # Operations knobs (docs/configuration.md); the defaults are what the spec fixes.
+    sse_keepalive_secs: Annotated[float, msgspec.Meta(gt=0)] = 15.0
+    sse_queue_max: PositiveInt = 10_000
+    shutdown_drain_secs: NonNegative = 1.0
+    max_upload_mb: PositiveInt = 64
+    max_body_kb: PositiveInt = 1024
+    map_size_mb: PositiveInt = 64
+
+
+class TokenEntry(_Section, kw_only=True):
+    name: AgentName
+    token: str | None = None
+    token_sha256: Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{64}$")] | None = None
+    scopes: list[Scope]
+
+
+class AuthSection(_Section, kw_only=True):
+    tokens: list[TokenEntry] = []
+
+
+class Peer(_Section, kw_only=True):
+    name: AgentName
+    url: str
+    token: str
+    public_key: str | None = None
+
+
+class InferenceSection(_Section, kw_only=True):
+    local_url: str | None = None
+    cloud_url: str | None = None
+    cloud_api_key_env: str | None = None
+    default_route: Literal["local", "cloud"] = "local"
+    local_model: str = "local"
+    cloud_model: str = "default"
+    timeout_secs: Annotated[float, msgspec.Meta(gt=0)] = 120.0
+
+
+class GrantsSection(_Section, kw_only=True):
+    domains: list[str] = []
+
+
+class HttpSection(_Section, kw_only=True):
+    allow_hosts: list[str] = []
+
+
+class AgentConfig(_Section, kw_only=True):
+    name: AgentName
+    component: str
+    description: str = ""
+    tick_interval_ms: PositiveInt = 1000
+    mcp: bool = False
+    fuel_per_tick: PositiveInt | None = None
+    memory_limit_mb: PositiveInt = 64
+    tick_timeout_ms: PositiveInt = 10_000
+    capabilities: dict[str, bool] = {}
+    # capability → gated, plus the integer `timeout_secs` (checked in `_check_agent`)
+    approval: dict[str, bool | int] = {}
+    grants: GrantsSection = msgspec.field(default_factory=GrantsSection)
+    http: HttpSection = msgspec.field(default_factory=HttpSection)
+
+    @property
+    def approval_timeout_secs(self) -> int:
+        value = self.approval.get("timeout_secs", 300)
+        return int(value)
+
+    def is_gated(self, capability: str) -> bool:
+        return capability != "timeout_secs" and self.approval.get(capability) is True
+
+
+class ActionSection(_Section, kw_only=True):
+    url: str
+    timeout_secs: Annotated[float, msgspec.Meta(gt=0)] = 10.0
+
+
+class Config(_Section, kw_only=True):
+    node: NodeSection
+    auth: AuthSection = msgspec.field(default_factory=AuthSection)
+    peers: list[Peer] = []
+    inference: InferenceSection = msgspec.field(default_factory=InferenceSection)
+    agents: list[AgentConfig] = []
+    actions: dict[str, ActionSection] = {}
+    secrets: dict[str, dict[str, str]] = {}
+    # Where the file was read from; relative paths in it are relative to its folder.
+    base_dir: str = "."
+
+    def path(self, relative: str) -> Path:
+        return (Path(self.base_dir) / relative).resolve()
+
+    @property
+    def data_path(self) -> Path:
+        return self.path(self.node.data_dir)
+
+    def agent(self, name: str) -> AgentConfig | None:
+        return next((a for a in self.agents if a.name == name), None)
+
+    @property
+    def public_url(self) -> str:
+        return (self.node.public_url or f"http://{self.node.listen}").rstrip("/")
+
+
+def load_config(path: str | Path) -> Config:
+    """Read and validate runtime.toml; every problem raises ConfigError naming file and key."""
+    path = Path(path)
+    try:
+        raw = tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    if "base_dir" in raw:
+        raise ConfigError(f"{path}: unknown key `base_dir`")
+    raw["base_dir"] = str(path.resolve().parent)
+    return parse_config(raw, str(path))
+
+
+def parse_config(raw: dict, source: str = "runtime.toml") -> Config:
+    try:
+        config = msgspec.convert(raw, Config)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"{source}: {_readable(str(exc))}") from exc
+    _check(config, source)
+    return config
+
+
+def _readable(message: str) -> str:
+    """msgspec says `$.agents[0].foo`; operators think in TOML keys: `agents[0].foo`."""
+    return message.replace("`$.", "`").replace("at `$`", "at the top level")
+
+
+def _check(config: Config, source: str) -> None:
+    names = [a.name for a in config.agents]
+    for name in {n for n in names if names.count(n) > 1}:
+        raise ConfigError(f"{source}: agents: the name {name!r} is used twice")
+    for i, agent in enumerate(config.agents):
+        _check_agent(agent, f"{source}: agents[{i}]")
+    token_names = [t.name for t in config.auth.tokens]
+    for i, token in enumerate(config.auth.tokens):
+        where = f"{source}: auth.tokens[{i}]"
+        if (token.token is None) == (token.token_sha256 is None):
+            raise ConfigError(f"{where}: give exactly one of `token` or `token_sha256`")
+        if token.token is not None and len(token.token) < 16:
+            raise ConfigError(f"{where}.token: must be at least 16 characters")
+        if token_names.count(token.name) > 1:
+            raise ConfigError(f"{where}.name: {token.name!r} is used twice")
+        if not token.scopes:
+            raise ConfigError(f"{where}.scopes: give at least one scope")
+    peer_names = [p.name for p in config.peers]
+    for i, peer in enumerate(config.peers):
+        if peer.name == config.node.name or peer_names.count(peer.name) > 1:
+            raise ConfigError(f"{source}: peers[{i}].name: {peer.name!r} is not unique")
+        if not re.match(r"^https?://", peer.url):
+            raise ConfigError(f"{source}: peers[{i}].url: must start with http:// or https://")
+    host, _, port = config.node.listen.rpartition(":")
+    if not host or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ConfigError(f"{source}: node.listen: expected HOST:PORT, got {config.node.listen!r}")
+
+
+def _check_agent(agent: AgentConfig, where: str) -> None:
+    for key, value in agent.approval.items():
+        if key == "timeout_secs":
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ConfigError(f"{where}.approval.timeout_secs: expected a positive integer")
+        elif not isinstance(value, bool):
+            raise ConfigError(f"{where}.approval.{key}: expected a boolean")
+    for capability in agent.capabilities:
+        if capability == "timeout_secs":
+            raise ConfigError(f"{where}.capabilities.timeout_secs: not a capability name")
+
+
+def listen_address(config: Config) -> tuple[str, int]:
+    host, _, port = config.node.listen.rpartition(":")
+    return host.strip("[]"), int(port)

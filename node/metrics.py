@@ -1,0 +1,59 @@
+"""The eight metric families of the spec, in a registry of the node's own."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
+
+from node.version import __version__, build_commit
+
+disable_created_metrics()
+
+
+class NodeMetrics:
+    def __init__(self, agents: Iterable[str] = ()) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.build_info = Gauge(
+            "svc_build_info", "Build metadata", ["version", "commit"], registry=r
+        )
+        self.agents_total = Gauge("svc_agents_total", "Number of loaded agents", registry=r)
+        self.agent_restarts = Counter(
+            "svc_agent_restarts", "Restart count per agent", ["agent"], registry=r
+        )
+        self.inference_requests = Counter(
+            "svc_inference_requests", "Inference requests by route", ["route"], registry=r
+        )
+        self.fuel_consumed = Counter(
+            "svc_fuel_consumed", "WASM fuel consumed", ["agent"], registry=r
+        )
+        self.sync_envelopes = Counter(
+            "svc_sync_envelopes", "Sync envelopes sent and received", registry=r
+        )
+        self.approvals_pending = Gauge(
+            "svc_approvals_pending", "Pending approval requests", registry=r
+        )
+        self.request_duration = Histogram(
+            "svc_http_request_duration_seconds", "API request latency", registry=r
+        )
+        self.build_info.labels(version=__version__, commit=build_commit()).set(1)
+        for route in ("local", "cloud"):
+            self.inference_requests.labels(route=route)
+        for agent in agents:
+            self.add_agent(agent)
+
+    def add_agent(self, agent: str) -> None:
+        """Per-agent families show a 0 sample for every configured agent from the start."""
+        self.agent_restarts.labels(agent=agent)
+        self.fuel_consumed.labels(agent=agent)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,39 @@
+"""Serve the app until SIGTERM/SIGINT; then 503 on health, drain, finish appends, exit 0."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+from aiohttp import web
+
+from node.app import build_app
+from node.config import Config, listen_address
+from node.context import CONTEXT
+
+log = logging.getLogger("agent-node")
+
+
+async def serve(config: Config) -> None:
+    app = build_app(config)
+    runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=30)
+    await runner.setup()
+    host, port = listen_address(config)
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    log.info("node %s listening on http://%s:%d", config.node.name, host, port)
+    try:
+        await stop.wait()
+    finally:
+        app[CONTEXT].shutting_down = True
+        log.info(
+            "shutting down: health answers 503, draining for %ss", config.node.shutdown_drain_secs
+        )
+        await asyncio.sleep(config.node.shutdown_drain_secs)
+        await runner.cleanup()
+        log.info("stopped cleanly")

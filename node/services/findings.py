@@ -1,0 +1,33 @@
+"""Commands on logs and findings: validate, journal, and answer with the projection's seq."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import msgspec
+
+from node.config import AGENT_NAME
+from node.context import NodeContext
+from node.services.journal import ensure_local
+
+Severity = Literal["info", "low", "medium", "high", "critical"]
+
+
+class NewFinding(msgspec.Struct, forbid_unknown_fields=True):
+    agent: Annotated[str, msgspec.Meta(pattern=AGENT_NAME)]
+    severity: Severity
+    title: Annotated[str, msgspec.Meta(min_length=1, max_length=1000)]
+    detail: Annotated[str, msgspec.Meta(max_length=65_536)] = ""
+
+
+async def report_finding(ctx: NodeContext, finding: NewFinding) -> int:
+    """Journal the finding in the reporter's journal; returns its finding seq."""
+    ensure_local(ctx, finding.agent)
+    envelope = await ctx.store.append(
+        finding.agent,
+        "finding",
+        {"severity": finding.severity, "title": finding.title, "detail": finding.detail},
+    )
+    seq = ctx.projections["findings"].seq_at(envelope.position)
+    assert seq is not None, "the findings projection folds before append returns"
+    return seq

@@ -1,0 +1,19 @@
+from __future__ import annotations
+
+import pytest
+from aiohttp.test_utils import TestClient
+
+from node.app import build_app
+from node.config import Config
+from tests.support import make_config
+
+
+@pytest.fixture
+def config(tmp_path) -> Config:
+    return make_config(tmp_path)
+
+
+@pytest.fixture
+async def client(aiohttp_client, config) -> TestClient:
+    """The node's app on aiohttp's test server, with a fresh LMDB journal in tmp_path."""
+    return await aiohttp_client(build_app(config))
