@@ -19,7 +19,7 @@ HASH_PREFIX = "sha256:"
 SIG_PREFIX = "ed25519:"
 
 
-class Event(msgspec.Struct, frozen=True):
+class Event(msgspec.Struct, frozen=True, gc=False):
     """The signed payload: what happened, when, on which node, after which envelope."""
 
     type: str
@@ -29,7 +29,7 @@ class Event(msgspec.Struct, frozen=True):
     data: dict[str, Any]
 
 
-class Envelope(msgspec.Struct, frozen=True):
+class Envelope(msgspec.Struct, frozen=True, gc=False):
     """One stored (or received) event with everything needed to verify it."""
 
     stream: str

@@ -111,19 +111,23 @@ def _event_key(stream: str, seq: int) -> bytes:
     return stream.encode() + b"\0" + seq.to_bytes(8, "big")
 
 
-def _split_event_key(key: bytes) -> tuple[str, int]:
-    return key[:-9].decode(), int.from_bytes(key[-8:], "big")
-
-
 @dataclass(slots=True)
 class _Request:
     """One caller's unit of work; all its events commit together or not at all."""
 
+    future: asyncio.Future[Any] | concurrent.futures.Future[Any]
     appends: Sequence[NewEvent] = ()
     imports: Sequence[tuple[ForeignEnvelope, Event, bytes]] = ()
-    done: Callable[[Any, BaseException | None], None] = lambda result, error: None
     result: list[Any] = field(default_factory=list)
     error: BaseException | None = None
+
+    def finish(self) -> None:
+        if self.future.done():  # the caller gave up waiting; the write stands
+            return
+        if self.error is not None:
+            self.future.set_exception(self.error)
+        else:
+            self.future.set_result(self.result)
 
 
 _STOP = object()
@@ -159,8 +163,11 @@ class EventStore:
         self._resizing = False
         self._gate = threading.Condition()
         self._listeners: list[CommitListener] = []
+        self._stream_names: dict[bytes, str] = {}
+        self._valid_streams: set[str] = set()
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._writer: threading.Thread | None = None
+        self._signer = concurrent.futures.ThreadPoolExecutor(1, "eventstore-signer")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
         self._waiters: list[asyncio.Future[None]] = []
@@ -198,6 +205,7 @@ class EventStore:
         self._close_env()
 
     def _close_env(self) -> None:
+        self._signer.shutdown()
         self._env.close()
         with _open_paths_lock:
             _open_paths.discard(self._real)
@@ -213,33 +221,31 @@ class EventStore:
 
     # ----------------------------------------------------------------- writes
     async def append(self, stream: str, type: str, data: dict[str, Any]) -> Envelope:
-        (envelope,) = await self.append_many([NewEvent(stream, type, data)])
+        (envelope,) = await self.append_many((NewEvent(stream, type, data),))
         return envelope
 
     async def append_many(self, events: Sequence[NewEvent]) -> list[Envelope]:
         """Append atomically: all events commit in one transaction or none does."""
-        for event in events:
-            validate_stream_name(event.stream)
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[list[Envelope]] = loop.create_future()
-        self._submit(_Request(appends=events, done=_resolver(future)))
+        self._check_streams(events)
+        future: asyncio.Future[list[Envelope]] = asyncio.get_running_loop().create_future()
+        self._submit(_Request(future, appends=events))
         return await future
 
     def append_blocking(
         self, stream: str, type: str, data: dict[str, Any], timeout: float | None = None
     ) -> Envelope:
         """For worker threads (never the loop): returns once durable and folded."""
-        validate_stream_name(stream)
+        events = (NewEvent(stream, type, data),)
+        self._check_streams(events)
         future: concurrent.futures.Future[list[Envelope]] = concurrent.futures.Future()
-
-        def done(result: Any, error: BaseException | None) -> None:
-            if error is not None:
-                future.set_exception(error)
-            else:
-                future.set_result(result)
-
-        self._submit(_Request(appends=[NewEvent(stream, type, data)], done=done))
+        self._submit(_Request(future, appends=events))
         return future.result(timeout)[0]
+
+    def _check_streams(self, events: Sequence[NewEvent]) -> None:
+        for event in events:
+            if event.stream not in self._valid_streams:
+                validate_stream_name(event.stream)
+                self._valid_streams.add(event.stream)
 
     async def import_envelopes(
         self, items: Sequence[ForeignEnvelope], key_for_origin: KeyLookup
@@ -257,7 +263,7 @@ class EventStore:
         verified = [r for r in checked if not isinstance(r, ImportResult)]
         if verified:
             future: asyncio.Future[list[ImportResult]] = loop.create_future()
-            self._submit(_Request(imports=verified, done=_resolver(future)))
+            self._submit(_Request(future, imports=verified))
             stored = iter(await future)
             results = [r if r is not None else next(stored) for r in results]
         return [r for r in results if r is not None]
@@ -302,8 +308,8 @@ class EventStore:
         self._deliver(batch, envelopes)
 
     def _write_batch(self, batch: list[_Request]) -> list[Envelope]:
-        envelopes: list[Envelope] = []
         position = self._next_position
+        ts = utc_now()  # one commit, one instant
         with self._env.begin(write=True) as txn:
             heads: dict[str, Head | None] = {}
 
@@ -313,47 +319,78 @@ class EventStore:
                     heads[stream] = Head(*_head_decoder.decode(raw)) if raw else None
                 return heads[stream]
 
+            plan: list[tuple[_Request, list[Envelope]]] = []
             for request in batch:
                 request.result = []
                 request.error = None
                 try:
                     staged = (
-                        self._stage_appends(request, head_of)
+                        self._stage_appends(request, head_of, ts, position)
                         if request.appends
-                        else self._stage_imports(request, head_of, txn)
+                        else self._stage_imports(request, head_of, txn, position)
                     )
                 except Exception as exc:
                     request.error = exc
                     continue
                 for envelope in staged:
-                    envelope = msgspec.structs.replace(envelope, position=position)
+                    heads[envelope.stream] = Head(envelope.seq, envelope.digest)
+                position += len(staged)
+                plan.append((request, staged))
+            self._sign_appends(plan)
+            envelopes: list[Envelope] = []
+            for request, staged in plan:
+                for envelope in staged:
                     key = _event_key(envelope.stream, envelope.seq)
-                    record = (position, envelope.payload, envelope.digest, envelope.signature)
+                    record = (
+                        envelope.position, envelope.payload, envelope.digest, envelope.signature
+                    )
                     if not txn.put(
                         key, _record_encoder.encode(record), db=self._events, overwrite=False
                     ):
                         raise RuntimeError(f"{envelope.stream}#{envelope.seq} already stored")
-                    txn.put(position.to_bytes(8, "big"), key, db=self._all, append=True)
-                    txn.put(
-                        envelope.stream.encode(),
-                        _record_encoder.encode((envelope.seq, envelope.digest)),
-                        db=self._heads,
-                    )
-                    heads[envelope.stream] = Head(envelope.seq, envelope.digest)
-                    position += 1
+                    txn.put(envelope.position.to_bytes(8, "big"), key, db=self._all, append=True)
                     envelopes.append(envelope)
-                    if request.appends:
-                        request.result.append(envelope)
+                if request.appends:
+                    request.result = staged
+            for stream, head in heads.items():
+                if head is not None:
+                    txn.put(stream.encode(), _record_encoder.encode(head), db=self._heads)
         self._next_position = position
         return envelopes
 
+    def _sign_appends(self, plan: list[tuple[_Request, list[Envelope]]]) -> None:
+        """Sign every staged append; big batches are split over two threads, since
+        libsodium releases the GIL and signing is most of an append's cost."""
+        unsigned = [
+            (staged, i) for request, staged in plan if request.appends for i in range(len(staged))
+        ]
+
+        def sign_part(part: list[tuple[list[Envelope], int]]) -> None:
+            key = self._key
+            for staged, i in part:
+                e = staged[i]
+                staged[i] = msgspec.structs.replace(
+                    e, signature=sign(key, e.stream, e.seq, e.digest)
+                )
+
+        if len(unsigned) < 16:
+            sign_part(unsigned)
+            return
+        half = len(unsigned) // 2
+        other = self._signer.submit(sign_part, unsigned[:half])
+        sign_part(unsigned[half:])
+        other.result()
+
     def _stage_appends(
-        self, request: _Request, head_of: Callable[[str], Head | None]
+        self,
+        request: _Request,
+        head_of: Callable[[str], Head | None],
+        ts: str,
+        position: int,
     ) -> list[Envelope]:
-        """Build and sign the request's envelopes; nothing is written if any of them fails."""
+        """Build the request's envelopes (signed later, together); all or none of them."""
         staged: list[Envelope] = []
         overlay: dict[str, Head] = {}
-        ts = utc_now()
         for stream, type_, data in request.appends:
             head = overlay.get(stream) or head_of(stream)
             seq = head.seq + 1 if head else 1
@@ -361,13 +398,17 @@ class EventStore:
             event = Event(type=type_, ts=ts, origin=self.origin, prev=prev, data=data)
             payload = encode_event(event)
             digest = digest_of(payload)
-            signature = sign(self._key, stream, seq, digest)
-            staged.append(Envelope(stream, seq, payload, digest, signature, event))
+            staged.append(Envelope(stream, seq, payload, digest, b"", event, position))
+            position += 1
             overlay[stream] = Head(seq, digest)
         return staged
 
     def _stage_imports(
-        self, request: _Request, head_of: Callable[[str], Head | None], txn: lmdb.Transaction
+        self,
+        request: _Request,
+        head_of: Callable[[str], Head | None],
+        txn: lmdb.Transaction,
+        position: int,
     ) -> list[Envelope]:
         staged: list[Envelope] = []
         overlay: dict[str, Head] = {}
@@ -392,8 +433,10 @@ class EventStore:
                 )
                 continue
             envelope = Envelope(
-                foreign.stream, foreign.seq, foreign.payload, digest, foreign.signature, event
+                foreign.stream, foreign.seq, foreign.payload, digest, foreign.signature, event,
+                position,
             )
+            position += 1
             staged.append(envelope)
             overlay[foreign.stream] = Head(foreign.seq, digest)
             request.result.append(ImportResult(ImportStatus.ACCEPTED, envelope))
@@ -422,22 +465,7 @@ class EventStore:
                     if not waiter.done():
                         waiter.set_result(None)
             for request in batch:
-                if request.error is not None:
-                    request.done(None, request.error)
-                elif request.imports:
-                    # the envelope of an accepted import now carries its position
-                    by_key = {(e.stream, e.seq): e for e in envelopes}
-                    request.done(
-                        [
-                            r._replace(envelope=by_key[(r.envelope.stream, r.envelope.seq)])
-                            if r.envelope
-                            else r
-                            for r in request.result
-                        ],
-                        None,
-                    )
-                else:
-                    request.done(request.result, None)
+                request.finish()
 
         loop = self._loop
         if loop is not None and not loop.is_closed():
@@ -509,19 +537,27 @@ class EventStore:
     def read_all(self, after_position: int = 0, limit: int = 1000) -> list[Envelope]:
         """Envelopes of every journal with position > after_position, in the total order."""
         out: list[Envelope] = []
+        append, get, events = out.append, None, self._events
+        decode_record, names = _record_decoder.decode, self._stream_names
         with self._read() as txn:
+            get = txn.get
             cursor = txn.cursor(db=self._all)
             if not cursor.set_range((after_position + 1).to_bytes(8, "big")):
                 return out
             for _position, key in cursor:
                 if len(out) >= limit:
                     break
-                stream, seq = _split_event_key(key)
-                out.append(self._load(stream, seq, txn.get(key, db=self._events)))
+                prefix = key[:-9]
+                stream = names.get(prefix) or names.setdefault(prefix, prefix.decode())
+                position, payload, digest, signature = decode_record(get(key, db=events))
+                event = decode_event(payload)
+                seq = int.from_bytes(key[-8:], "big")
+                append(Envelope(stream, seq, payload, digest, signature, event, position))
         return out
 
-    def iter_all(self, after_position: int = 0, chunk: int = 5000) -> Iterator[Envelope]:
-        """Every envelope after a position, read in chunks so no read transaction lives long."""
+    def iter_all(self, after_position: int = 0, chunk: int = 256) -> Iterator[Envelope]:
+        """Every envelope after a position, in small chunks: no read transaction lives long,
+        and short-lived chunks keep a full replay twice as fast as one big list."""
         while True:
             envelopes = self.read_all(after_position, chunk)
             yield from envelopes
@@ -565,18 +601,6 @@ class EventStore:
 def decode_record(raw: bytes) -> tuple[int, bytes, bytes, bytes]:
     """A stored record → (position, payload, digest, signature)."""
     return _record_decoder.decode(raw)
-
-
-def _resolver(future: asyncio.Future[Any]) -> Callable[[Any, BaseException | None], None]:
-    def done(result: Any, error: BaseException | None) -> None:
-        if future.done():
-            return
-        if error is not None:
-            future.set_exception(error)
-        else:
-            future.set_result(result)
-
-    return done
 
 
 def _precheck(

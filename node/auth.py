@@ -16,16 +16,24 @@ Scopes = tuple[str, ...]
 PUBLIC: Scopes = ()
 ROUTE_SCOPES: web.AppKey[dict[web.AbstractRoute, Scopes]] = web.AppKey("route_scopes", dict)
 TOKENS: web.AppKey[TokenTable] = web.AppKey("tokens", object)
-IDENTITY = "identity"
 
 
 @dataclass(frozen=True, slots=True)
 class Identity:
+    """Who called: the token's name (recorded as the operator) and what it may do."""
+
     name: str
     scopes: frozenset[str]
 
     def allows(self, needed: Scopes) -> bool:
         return "admin" in self.scopes or any(scope in self.scopes for scope in needed)
+
+
+IDENTITY: web.RequestKey[Identity] = web.RequestKey("identity", Identity)
+
+
+def identity_of(request: web.Request) -> Identity | None:
+    return request.get(IDENTITY)
 
 
 class TokenTable:

@@ -156,11 +156,16 @@ def cmd_replay(args: argparse.Namespace) -> int:
     report = _progress("replayed")
     try:
         count = 0
-        for envelope in ctx.store.iter_all():
-            ctx.projections.apply((envelope,))
-            count += 1
-            if count % 50_000 == 0:
-                report(count)
+
+        def counted():
+            nonlocal count
+            for envelope in ctx.store.iter_all():
+                count += 1
+                if count % 50_000 == 0:
+                    report(count)
+                yield envelope
+
+        ctx.projections.rebuild(counted())
     finally:
         ctx.store.close_sync()
     elapsed = time.monotonic() - started

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import tomllib
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -58,6 +58,18 @@ class Peer(_Section, kw_only=True):
     public_key: str | None = None
 
 
+class SyncSection(_Section, kw_only=True):
+    """Replicator tuning (docs/mesh.md); the defaults suit a LAN mesh."""
+
+    batch_size: PositiveInt = 500
+    batch_max_kb: PositiveInt = 512
+    backoff_initial_secs: Annotated[float, msgspec.Meta(gt=0)] = 0.5
+    backoff_max_secs: Annotated[float, msgspec.Meta(gt=0)] = 30.0
+    heartbeat_secs: Annotated[float, msgspec.Meta(gt=0)] = 10.0
+    request_timeout_secs: Annotated[float, msgspec.Meta(gt=0)] = 30.0
+    ack_flush_secs: NonNegative = 0.2
+
+
 class InferenceSection(_Section, kw_only=True):
     local_url: str | None = None
     cloud_url: str | None = None
@@ -85,9 +97,9 @@ class AgentConfig(_Section, kw_only=True):
     fuel_per_tick: PositiveInt | None = None
     memory_limit_mb: PositiveInt = 64
     tick_timeout_ms: PositiveInt = 10_000
-    capabilities: dict[str, bool] = {}
+    capabilities: dict[str, Any] = {}
     # capability → gated, plus the integer `timeout_secs` (checked in `_check_agent`)
-    approval: dict[str, bool | int] = {}
+    approval: dict[str, Any] = {}
     grants: GrantsSection = msgspec.field(default_factory=GrantsSection)
     http: HttpSection = msgspec.field(default_factory=HttpSection)
 
@@ -109,10 +121,11 @@ class Config(_Section, kw_only=True):
     node: NodeSection
     auth: AuthSection = msgspec.field(default_factory=AuthSection)
     peers: list[Peer] = []
+    sync: SyncSection = msgspec.field(default_factory=SyncSection)
     inference: InferenceSection = msgspec.field(default_factory=InferenceSection)
     agents: list[AgentConfig] = []
     actions: dict[str, ActionSection] = {}
-    secrets: dict[str, dict[str, str]] = {}
+    secrets: dict[str, dict[str, Any]] = {}
     # Where the file was read from; relative paths in it are relative to its folder.
     base_dir: str = "."
 
@@ -177,6 +190,10 @@ def _check(config: Config, source: str) -> None:
             raise ConfigError(f"{where}.name: {token.name!r} is used twice")
         if not token.scopes:
             raise ConfigError(f"{where}.scopes: give at least one scope")
+    for domain, values in config.secrets.items():
+        for key, value in values.items():
+            if not isinstance(value, str):
+                raise ConfigError(f"{source}: secrets.{domain}.{key}: expected a string")
     peer_names = [p.name for p in config.peers]
     for i, peer in enumerate(config.peers):
         if peer.name == config.node.name or peer_names.count(peer.name) > 1:
@@ -195,9 +212,11 @@ def _check_agent(agent: AgentConfig, where: str) -> None:
                 raise ConfigError(f"{where}.approval.timeout_secs: expected a positive integer")
         elif not isinstance(value, bool):
             raise ConfigError(f"{where}.approval.{key}: expected a boolean")
-    for capability in agent.capabilities:
+    for capability, value in agent.capabilities.items():
         if capability == "timeout_secs":
             raise ConfigError(f"{where}.capabilities.timeout_secs: not a capability name")
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}.capabilities.{capability}: expected a boolean")
 
 
 def listen_address(config: Config) -> tuple[str, int]:

@@ -6,7 +6,8 @@ position 0, and both must end in the same state (tests/test_projections.py prove
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import gc
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from eventstore.envelope import Envelope
@@ -14,6 +15,8 @@ from eventstore.envelope import Envelope
 
 class Projection(Protocol):
     name: str
+    # Optional class attribute `handles`: the event types it folds (absent: every envelope).
+    # It lets the registry skip calls that would do nothing, which matters on replay.
 
     def apply(self, envelope: Envelope) -> None:
         """Fold one envelope; must be deterministic and must not raise on unknown types."""
@@ -27,6 +30,7 @@ class Projections:
 
     def __init__(self, projections: Iterable[Projection] = ()) -> None:
         self._projections: dict[str, Projection] = {}
+        self._by_type: dict[str, tuple[Callable[[Envelope], None], ...]] = {}
         self.position = 0
         for projection in projections:
             self.register(projection)
@@ -35,6 +39,7 @@ class Projections:
         if projection.name in self._projections:
             raise ValueError(f"projection {projection.name!r} registered twice")
         self._projections[projection.name] = projection
+        self._by_type.clear()
 
     def __getitem__(self, name: str) -> Any:
         return self._projections[name]
@@ -42,15 +47,42 @@ class Projections:
     def __iter__(self):
         return iter(self._projections.values())
 
+    def _appliers(self, event_type: str) -> tuple[Callable[[Envelope], None], ...]:
+        appliers = self._by_type.get(event_type)
+        if appliers is None:
+            appliers = tuple(
+                p.apply
+                for p in self._projections.values()
+                if getattr(p, "handles", None) is None or event_type in p.handles
+            )
+            self._by_type[event_type] = appliers
+        return appliers
+
     def apply(self, envelopes: Iterable[Envelope]) -> None:
         """Fold envelopes newer than the current position (older ones were folded already)."""
-        projections = tuple(self._projections.values())
+        position = self.position
+        by_type = self._by_type
         for envelope in envelopes:
-            if envelope.position <= self.position:
+            if envelope.position <= position:
                 continue
-            for projection in projections:
-                projection.apply(envelope)
-            self.position = envelope.position
+            appliers = by_type.get(envelope.event.type) or self._appliers(envelope.event.type)
+            for apply in appliers:
+                apply(envelope)
+            position = self.position = envelope.position
+
+    def rebuild(self, envelopes: Iterable[Envelope]) -> None:
+        """Bulk fold (start-up, `replay`): with the cyclic GC paused, since read models only
+        grow here, then frozen so later collections do not rescan them."""
+        gc.disable()
+        try:
+            self.apply(envelopes)
+        finally:
+            gc.enable()
+            gc.freeze()
+
+    def fresh(self) -> Projections:
+        """Empty instances of the same projections (they take no constructor arguments)."""
+        return Projections(type(p)() for p in self._projections.values())
 
     def snapshot(self) -> dict[str, Any]:
         return {name: p.snapshot() for name, p in self._projections.items()}

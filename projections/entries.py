@@ -13,7 +13,7 @@ LOG_LEVELS = ("trace", "debug", "info", "warn", "error")
 SEVERITIES = ("info", "low", "medium", "high", "critical")
 
 
-class LogEntry(msgspec.Struct, frozen=True):
+class LogEntry(msgspec.Struct, frozen=True, gc=False):
     seq: int
     ts: str
     level: str
@@ -21,7 +21,7 @@ class LogEntry(msgspec.Struct, frozen=True):
     message: str
 
 
-class Finding(msgspec.Struct, frozen=True):
+class Finding(msgspec.Struct, frozen=True, gc=False):
     seq: int
     ts: str
     agent: str
@@ -74,6 +74,7 @@ class _SeqLog:
 class Logs(_SeqLog):
     name = "logs"
     event_type = "log"
+    handles = frozenset({"log"})
 
     def make(self, seq: int, envelope: Envelope) -> LogEntry | None:
         data = envelope.event.data
@@ -89,6 +90,7 @@ class Logs(_SeqLog):
 class Findings(_SeqLog):
     name = "findings"
     event_type = "finding"
+    handles = frozenset({"finding"})
 
     def make(self, seq: int, envelope: Envelope) -> Finding | None:
         data = envelope.event.data

@@ -1,0 +1,20 @@
+"""The peer of the findings benchmark: aiohttp parsing the same JSON and answering 201."""
+
+import sys
+
+from aiohttp import web
+
+
+async def bare(request: web.Request) -> web.Response:
+    body = await request.json()
+    return web.json_response({"seq": len(body)}, status=201)
+
+
+async def health(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+app = web.Application()
+app.router.add_post("/api/v1/findings", bare)
+app.router.add_get("/api/v1/health", health)
+web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None, access_log=None)

@@ -1,0 +1,98 @@
+"""Shared bench helpers: an HTTP load generator and servers in subprocesses.
+
+The machine is shared and noisy, so every figure is reported next to a peer measured in the
+same run (a raw limit or a bare handler) and compared as a ratio.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import aiohttp
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def http_load(
+    url: str,
+    *,
+    concurrency: int,
+    requests: int,
+    method: str = "POST",
+    body: Callable[[int], dict] | None = None,
+    headers: dict[str, str] | None = None,
+    expect: int = 201,
+) -> dict[str, float]:
+    """`requests` calls spread over `concurrency` keep-alive workers; returns rate and latency."""
+    latencies: list[float] = []
+    counter = iter(range(requests))
+    failures = 0
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    async with aiohttp.ClientSession(connector=connector, headers=headers) as session:
+
+        async def worker() -> None:
+            nonlocal failures
+            for i in counter:
+                started = time.perf_counter()
+                async with session.request(method, url, json=body(i) if body else None) as r:
+                    await r.read()
+                    if r.status != expect:
+                        failures += 1
+                latencies.append(time.perf_counter() - started)
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        elapsed = time.perf_counter() - started
+    return {
+        "requests_per_s": round(requests / elapsed, 1),
+        "p50_ms": round(percentile(latencies, 0.5) * 1000, 2),
+        "p99_ms": round(percentile(latencies, 0.99) * 1000, 2),
+        "failures": failures,
+    }
+
+
+def start_process(args: list[str], health_url: str, timeout: float = 30) -> subprocess.Popen:
+    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + timeout
+    import httpx
+
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(proc.stderr.read().decode() if proc.stderr else "exited")
+        try:
+            httpx.get(health_url, timeout=1)
+            return proc
+        except httpx.HTTPError:
+            time.sleep(0.05)
+    proc.kill()
+    raise TimeoutError(health_url)
+
+
+def stop_process(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def report(figures: dict) -> None:
+    """The last line of every bench: one JSON object."""
+    print(json.dumps(figures, separators=(", ", ": ")))
+
+
+def median_of(runs: int, fn: Callable[[], float]) -> float:
+    return statistics.median(fn() for _ in range(runs))

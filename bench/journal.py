@@ -1,0 +1,166 @@
+"""Journal throughput and replay speed, each next to its raw limit measured in the same run.
+
+(a) durable signed appends/s through the group-commit writer, 64 concurrent producers, vs the
+    raw limit: msgspec encode + sha256 + ed25519 sign + LMDB put, 1000 per txn, one fsync each;
+(b) projection rebuild events/s vs a raw LMDB scan + decode of the same journal;
+(c) POST /api/v1/findings requests/s at concurrency 64 vs a bare aiohttp handler.
+
+Run: .venv/bin/python bench/journal.py [--events 30000] [--requests 6000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import lmdb
+import msgspec
+from nacl.signing import SigningKey
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import http_load, report, start_process, stop_process
+from eventstore.envelope import Event, decode_event, encode_event, sign, utc_now
+from eventstore.store import EventStore
+from node.app import core_projections
+from tests.support import ADMIN_TOKEN, auth, free_port, write_config
+
+KEY = SigningKey(b"\7" * 32)
+DATA = {"severity": "low", "title": "disk almost full", "detail": "92% used on /var"}
+
+
+def raw_append_limit(directory: Path, count: int) -> float:
+    """What one thread can do with no queue at all: the ceiling for the writer."""
+    env = lmdb.open(str(directory), map_size=1 << 30, max_dbs=4)
+    db = env.open_db(b"events")
+    record = msgspec.msgpack.Encoder()
+    prev = ""
+    started = time.perf_counter()
+    for start in range(0, count, 1000):
+        with env.begin(write=True, db=db) as txn:
+            for seq in range(start + 1, min(start + 1000, count) + 1):
+                payload = encode_event(Event("finding", utc_now(), "bench", prev, DATA))
+                digest = hashlib.sha256(payload).digest()
+                signature = sign(KEY, "bench", seq, digest)
+                txn.put(b"bench\0" + seq.to_bytes(8, "big"), record.encode((seq, payload, digest, signature)))
+                prev = "sha256:" + digest.hex()
+    elapsed = time.perf_counter() - started
+    env.close()
+    return count / elapsed
+
+
+async def group_commit_rate(directory: Path, count: int, producers: int = 64) -> float:
+    store = EventStore(directory, KEY, "bench")
+    projections = core_projections()
+    store.add_commit_listener(projections.apply)
+    store.start()
+    per_producer = count // producers
+
+    async def producer(n: int) -> None:
+        stream = f"agent{n % 8}"
+        for _ in range(per_producer):
+            await store.append(stream, "finding", DATA)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(producer(n) for n in range(producers)))
+    elapsed = time.perf_counter() - started
+    await store.close()
+    return per_producer * producers / elapsed
+
+
+def raw_scan_rate(directory: Path) -> tuple[float, int]:
+    """Read every envelope in global order and decode it, with nothing else on top."""
+    env = lmdb.open(str(directory), readonly=True, max_dbs=4, lock=False)
+    all_db, events_db = env.open_db(b"all", create=False), env.open_db(b"events", create=False)
+    decoder = msgspec.msgpack.Decoder(tuple[int, bytes, bytes, bytes])
+    count = 0
+    started = time.perf_counter()
+    with env.begin() as txn:
+        for _position, key in txn.cursor(db=all_db):
+            _pos, payload, _digest, _sig = decoder.decode(txn.get(key, db=events_db))
+            decode_event(payload)
+            count += 1
+    elapsed = time.perf_counter() - started
+    env.close()
+    return count / elapsed, count
+
+
+def replay_rate(directory: Path) -> float:
+    store = EventStore(directory, KEY, "bench")
+    projections = core_projections()
+    started = time.perf_counter()
+    projections.rebuild(store.iter_all())
+    elapsed = time.perf_counter() - started
+    count = projections.position
+    store.close_sync()
+    return count / elapsed
+
+
+async def findings_http(tmp: Path, requests: int) -> dict:
+    body = lambda i: {"agent": f"bench{i % 8}", "severity": "low", "title": f"t{i}"}  # noqa: E731
+    port = free_port()
+    bare = start_process([sys.executable, "bench/bare_server.py", str(port)], f"http://127.0.0.1:{port}/api/v1/health")
+    try:
+        await http_load(f"http://127.0.0.1:{port}/api/v1/findings", concurrency=64, requests=500, body=body)
+        bare_figures = await http_load(
+            f"http://127.0.0.1:{port}/api/v1/findings", concurrency=64, requests=requests, body=body
+        )
+    finally:
+        stop_process(bare)
+    port = free_port()
+    config = write_config(tmp / "node", port=port)
+    node = start_process(
+        [sys.executable, "-m", "node", "run", "--config", str(config)], f"http://127.0.0.1:{port}/api/v1/health"
+    )
+    try:
+        url = f"http://127.0.0.1:{port}/api/v1/findings"
+        await http_load(url, concurrency=64, requests=500, body=body, headers=auth(ADMIN_TOKEN))
+        node_figures = await http_load(url, concurrency=64, requests=requests, body=body, headers=auth(ADMIN_TOKEN))
+    finally:
+        stop_process(node)
+    return {"node": node_figures, "bare": bare_figures}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--events", type=int, default=30_000)
+    parser.add_argument("--requests", type=int, default=6_000)
+    args = parser.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="bench-journal-"))
+    try:
+        limit = raw_append_limit(tmp / "raw", args.events)
+        appends = asyncio.run(group_commit_rate(tmp / "store", args.events))
+        print(f"(a) appends/s {appends:,.0f} vs raw limit {limit:,.0f}: {appends / limit:.2f}")
+        scan, count = raw_scan_rate(tmp / "store")
+        replay = replay_rate(tmp / "store")
+        print(f"(b) replay {replay:,.0f} events/s vs raw scan {scan:,.0f}/s over {count:,}: {replay / scan:.2f}")
+        http = asyncio.run(findings_http(tmp, args.requests))
+        node_rps, bare_rps = http["node"]["requests_per_s"], http["bare"]["requests_per_s"]
+        print(f"(c) POST findings {node_rps:,.0f} req/s vs bare {bare_rps:,.0f}: {node_rps / bare_rps:.2f}")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    report(
+        {
+            "bench": "journal",
+            "appends_per_s": round(appends),
+            "limit_per_s": round(limit),
+            "append_ratio": round(appends / limit, 2),
+            "replay_per_s": round(replay),
+            "raw_scan_per_s": round(scan),
+            "replay_ratio": round(replay / scan, 2),
+            "findings_rps": node_rps,
+            "findings_p99_ms": http["node"]["p99_ms"],
+            "bare_rps": bare_rps,
+            "findings_ratio": round(node_rps / bare_rps, 2),
+        }
+    )
+
+
+if __name__ == "__main__":
+    main()

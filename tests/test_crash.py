@@ -1,0 +1,84 @@
+"""kill -9 loses no acknowledged write; SIGTERM drains and exits 0 (real subprocesses)."""
+
+import threading
+import time
+
+import httpx
+
+from tests.support import ADMIN_TOKEN, NodeProcess, auth, run_cli, write_config
+
+
+def burst(url: str, acked: list[str], stop: threading.Event, worker: int) -> None:
+    with httpx.Client(base_url=url, headers=auth(ADMIN_TOKEN), timeout=10) as client:
+        i = 0
+        while not stop.is_set():
+            title = f"w{worker}-{i}"
+            try:
+                response = client.post(
+                    "/api/v1/findings", json={"agent": f"burst{worker % 3}", "severity": "low", "title": title}
+                )
+            except httpx.HTTPError:
+                return
+            if response.status_code == 201:
+                acked.append(title)
+            i += 1
+
+
+def all_titles(node: NodeProcess) -> set[str]:
+    titles: set[str] = set()
+    since = 0
+    with node.client() as client:
+        while True:
+            page = client.get("/api/v1/findings", params={"since": since, "limit": 1000}).json()
+            titles.update(f["title"] for f in page["findings"])
+            if not page["findings"]:
+                return titles
+            since = page["next_seq"]
+
+
+def test_kill_9_during_a_burst_loses_no_acknowledged_finding(tmp_path):
+    path = write_config(tmp_path)
+    node = NodeProcess(path).start()
+    acked: list[str] = []
+    stop = threading.Event()
+    workers = [threading.Thread(target=burst, args=(node.url, acked, stop, n)) for n in range(16)]
+    for w in workers:
+        w.start()
+    time.sleep(1.5)
+    node.kill()
+    stop.set()
+    for w in workers:
+        w.join(15)
+    assert len(acked) > 50
+
+    verify = run_cli("audit", "verify", "--config", str(path))
+    assert verify.returncode == 0, verify.stderr
+
+    with NodeProcess(path) as restarted:
+        stored = all_titles(restarted)
+    missing = set(acked) - stored
+    assert not missing, f"{len(missing)} acknowledged findings lost"
+
+
+def test_sigterm_answers_503_finishes_in_flight_work_and_exits_0(tmp_path):
+    path = write_config(tmp_path)
+    path.write_text(path.read_text().replace("shutdown_drain_secs = 0.3", "shutdown_drain_secs = 1.5"))
+    node = NodeProcess(path).start()
+    acked: list[str] = []
+    stop = threading.Event()
+    workers = [threading.Thread(target=burst, args=(node.url, acked, stop, n)) for n in range(4)]
+    for w in workers:
+        w.start()
+    time.sleep(0.5)
+    node.proc.send_signal(15)
+    time.sleep(0.3)
+    health = httpx.get(node.url + "/api/v1/health", timeout=5)
+    assert health.status_code == 503 and health.json() == {"status": "shutting_down"}
+    assert node.proc.wait(30) == 0
+    stop.set()
+    for w in workers:
+        w.join(15)
+    with NodeProcess(path) as restarted:
+        stored = all_titles(restarted)
+    assert set(acked) <= stored
+    assert "stopped cleanly" in node.log_path.read_text()

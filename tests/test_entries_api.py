@@ -1,0 +1,123 @@
+"""Logs and findings over HTTP: polling by seq, validation, and nothing written on bad input."""
+
+import pytest
+
+from node.context import CONTEXT
+from tests.support import OPERATE_TOKEN, READ_TOKEN, auth
+
+
+async def post_finding(client, body, token=OPERATE_TOKEN):
+    return await client.post("/api/v1/findings", json=body, headers=auth(token))
+
+
+async def test_post_then_poll_findings(client):
+    seqs = []
+    for i in range(5):
+        response = await post_finding(
+            client, {"agent": "scanner", "severity": "high", "title": f"t{i}", "detail": "d"}
+        )
+        assert response.status == 201
+        seqs.append((await response.json())["seq"])
+    assert seqs == [1, 2, 3, 4, 5]
+
+    response = await client.get("/api/v1/findings?since=0&limit=2", headers=auth(READ_TOKEN))
+    page = await response.json()
+    assert page["next_seq"] == 2
+    assert [f["title"] for f in page["findings"]] == ["t0", "t1"]
+    first = page["findings"][0]
+    assert set(first) == {"seq", "ts", "agent", "severity", "title", "detail"}
+    assert first["agent"] == "scanner" and first["ts"].endswith("Z")
+
+    page = await (await client.get("/api/v1/findings?since=2", headers=auth(READ_TOKEN))).json()
+    assert [f["seq"] for f in page["findings"]] == [3, 4, 5] and page["next_seq"] == 5
+    page = await (await client.get("/api/v1/findings?since=5", headers=auth(READ_TOKEN))).json()
+    assert page == {"next_seq": 5, "findings": []}
+
+
+async def test_finding_detail_defaults_to_empty_and_lands_in_the_agents_journal(client):
+    response = await post_finding(client, {"agent": "ext.scanner-1", "severity": "info", "title": "x"})
+    assert response.status == 201
+    store = client.app[CONTEXT].store
+    (envelope,) = store.read_stream("ext.scanner-1")
+    assert envelope.event.type == "finding"
+    assert envelope.event.data == {"severity": "info", "title": "x", "detail": ""}
+
+
+async def test_findings_default_limit_is_50_and_max_is_1000(client):
+    store = client.app[CONTEXT].store
+    for i in range(60):
+        await store.append("a", "finding", {"severity": "low", "title": str(i), "detail": ""})
+    page = await (await client.get("/api/v1/findings", headers=auth(READ_TOKEN))).json()
+    assert len(page["findings"]) == 50
+    page = await (await client.get("/api/v1/findings?limit=99999", headers=auth(READ_TOKEN))).json()
+    assert len(page["findings"]) == 60
+
+
+async def test_logs_are_polled_by_their_own_seq(client):
+    store = client.app[CONTEXT].store
+    for i in range(3):
+        await store.append("worker", "log", {"level": "info", "message": f"m{i}"})
+        await store.append("worker", "finding", {"severity": "low", "title": "f", "detail": ""})
+    response = await client.get("/api/v1/logs", headers=auth(READ_TOKEN))
+    page = await response.json()
+    assert [(e["seq"], e["message"]) for e in page["logs"]] == [(1, "m0"), (2, "m1"), (3, "m2")]
+    assert page["next_seq"] == 3
+    assert set(page["logs"][0]) == {"seq", "ts", "level", "agent", "message"}
+    page = await (await client.get("/api/v1/logs?since=1&limit=1", headers=auth(READ_TOKEN))).json()
+    assert [e["seq"] for e in page["logs"]] == [2] and page["next_seq"] == 2
+
+
+BAD_BODIES = [
+    (b"{not json", "malformed JSON"),
+    (b"[]", "invalid body"),
+    (b'{"agent": "a", "severity": "high"}', "title"),
+    (b'{"agent": "a", "severity": "urgent", "title": "t"}', "severity"),
+    (b'{"agent": 5, "severity": "high", "title": "t"}', "agent"),
+    (b'{"agent": "a", "severity": "high", "title": "t", "detail": 3}', "detail"),
+    (b'{"agent": "-bad name", "severity": "high", "title": "t"}', "agent"),
+    (b'{"agent": "a", "severity": "high", "title": ""}', "title"),
+    (b'{"agent": "a", "severity": "high", "title": "t", "extra": 1}', "extra"),
+    (b"", "JSON body"),
+]
+
+
+@pytest.mark.parametrize(("body", "mentions"), BAD_BODIES)
+async def test_bad_finding_bodies_are_400_and_write_nothing(client, body, mentions):
+    store = client.app[CONTEXT].store
+    before = store.last_position
+    response = await client.post(
+        "/api/v1/findings",
+        data=body,
+        headers={**auth(OPERATE_TOKEN), "Content-Type": "application/json"},
+    )
+    assert response.status == 400
+    assert response.content_type == "application/problem+json"
+    problem = await response.json()
+    assert problem["status"] == 400 and problem["title"] == "Bad Request"
+    assert mentions in problem["detail"]
+    assert store.last_position == before
+
+
+@pytest.mark.parametrize("path", ["/api/v1/logs", "/api/v1/findings"])
+@pytest.mark.parametrize("query", ["since=-1", "since=abc", "limit=-5", "limit=1.5", "since=1e3"])
+async def test_bad_since_or_limit_is_400(client, path, query):
+    response = await client.get(f"{path}?{query}", headers=auth(READ_TOKEN))
+    assert response.status == 400
+    assert (await response.json())["detail"].startswith("query parameter")
+
+
+async def test_oversized_body_is_413(client):
+    body = {"agent": "a", "severity": "low", "title": "t", "detail": "x" * (2 << 20)}
+    response = await post_finding(client, body)
+    assert response.status == 413
+    assert response.content_type == "application/problem+json"
+
+
+async def test_scopes(client):
+    body = {"agent": "a", "severity": "low", "title": "t"}
+    assert (await post_finding(client, body, READ_TOKEN)).status == 403
+    assert (await client.post("/api/v1/findings", json=body)).status == 401
+    bad = await client.get("/api/v1/findings", headers={"Authorization": "Bearer nope-nope"})
+    assert bad.status == 401
+    basic = await client.get("/api/v1/findings", headers={"Authorization": "Basic abc"})
+    assert basic.status == 401
