@@ -520,6 +520,11 @@ class EventStore:
             raw = txn.get(_event_key(stream, seq), db=self._events)
             return self._load(stream, seq, raw) if raw else None
 
+    def at(self, position: int) -> Envelope | None:
+        """The envelope at a global position."""
+        found = self.read_all(position - 1, 1)
+        return found[0] if found and found[0].position == position else None
+
     def read_stream(self, stream: str, after_seq: int = 0, limit: int = 100) -> list[Envelope]:
         """Envelopes of one journal with seq > after_seq, oldest first."""
         out: list[Envelope] = []

@@ -32,6 +32,7 @@ class Projections:
         self._projections: dict[str, Projection] = {}
         self._by_type: dict[str, tuple[Callable[[Envelope], None], ...]] = {}
         self.position = 0
+        self.last_digest = b""  # of the envelope at `position`, to check a checkpoint against
         for projection in projections:
             self.register(projection)
 
@@ -69,6 +70,7 @@ class Projections:
             for apply in appliers:
                 apply(envelope)
             position = self.position = envelope.position
+            self.last_digest = envelope.digest
 
     def rebuild(self, envelopes: Iterable[Envelope]) -> None:
         """Bulk fold (start-up, `replay`): with the cyclic GC paused, since read models only
