@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import AsyncIterator
 
@@ -10,19 +11,36 @@ from nacl.signing import SigningKey
 
 from eventstore.keys import load_or_create_key
 from eventstore.store import EventStore
-from node.api import entries, health
+from node import checkpoint
+from node.api import a2a, approvals, discovery, entries, grants, health, openapi, registry
 from node.auth import ROUTE_SCOPES, TOKENS, TokenTable, auth_middleware
 from node.config import Config
 from node.context import CONTEXT, NodeContext
 from node.errors import problem_middleware
 from node.metrics import NodeMetrics
+from node.runtime import area as runtime_area
+from node.streams import api as streams
+from node.sync import api as sync
 from projections.base import Projections
 from projections.entries import Findings, Logs
 from projections.journals import Journals
 
+log = logging.getLogger(__name__)
 JOURNAL_DIR = "journal"
 # Each area module adds its routes (and, if it has any, projections and lifecycle).
-AREAS = (health, entries)
+AREAS = (
+    health,
+    entries,
+    approvals,
+    registry,
+    grants,  # before the runtime: configured grants exist before an agent asks for a secret
+    discovery,
+    streams,
+    a2a,  # after streams: its own GET /api/v1/a2a/events is only a fallback
+    sync,
+    runtime_area,  # last: its agents stop first, before the services they call close
+    openapi,  # after every route exists: the document is built from the router
+)
 
 
 def open_store(config: Config, key: SigningKey) -> EventStore:
@@ -64,11 +82,14 @@ def build_app(config: Config, *, key: SigningKey | None = None) -> web.Applicati
 async def journal_lifecycle(app: web.Application) -> AsyncIterator[None]:
     """Rebuild every read model from the journal, then fold live commits as they land."""
     ctx = app[CONTEXT]
-    ctx.projections.apply(ctx.store.iter_all(ctx.projections.position))
+    if checkpoint.restore(ctx.projections, ctx.store, ctx.config.data_path):
+        log.info("projections restored from checkpoint at position %d", ctx.projections.position)
+    ctx.projections.rebuild(ctx.store.iter_all(ctx.projections.position))
     ctx.store.add_commit_listener(ctx.projections.apply)
     ctx.store.start()
     yield
     await ctx.store.close()
+    checkpoint.save(ctx.projections, ctx.config.data_path)
 
 
 @web.middleware

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -137,3 +138,113 @@ class NodeProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.kill()
+
+
+class SseStream:
+    """A real SSE client (httpx + httpx-sse) over HTTP; a reader task queues what arrives, so a
+    read that times out loses nothing and leaves the connection usable."""
+
+    def __init__(self, base_url: str, path: str, token: str = ADMIN_TOKEN, **headers: str):
+        self.url = base_url.rstrip("/") + path
+        self.headers = {**auth(token), **headers}
+        self.client = httpx.AsyncClient(timeout=httpx.Timeout(30, read=None))
+        self.response: httpx.Response | None = None
+        self.ended = False  # the server ended the stream (or the connection broke)
+        self._queue = None
+        self._reader = None
+
+    async def __aenter__(self) -> SseStream:
+        import asyncio
+
+        from httpx_sse import EventSource
+
+        request = self.client.build_request("GET", self.url, headers=self.headers)
+        self.response = await self.client.send(request, stream=True)
+        self._queue = asyncio.Queue()
+        if self.response.status_code == 200:
+            source = EventSource(self.response)
+            self._reader = asyncio.create_task(self._read(source))
+        return self
+
+    async def _read(self, source) -> None:
+        try:
+            async for event in source.aiter_sse():
+                self._queue.put_nowait(event)
+        except httpx.HTTPError:
+            pass
+        finally:
+            self.ended = True
+            self._queue.put_nowait(None)
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        import asyncio
+
+        if self._reader is not None:
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError, httpx.HTTPError):
+                await self._reader
+        if self.response is not None:
+            with contextlib.suppress(httpx.HTTPError):
+                await self.response.aclose()
+        await self.client.aclose()
+
+    async def next(self, timeout: float = 5.0, *, skip_keepalive: bool = True):
+        """The next event (a httpx_sse.ServerSentEvent); TimeoutError if none comes,
+        EOFError once the stream has ended."""
+        import asyncio
+
+        assert self._queue is not None and self._reader is not None, self.response
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError
+            event = await asyncio.wait_for(self._queue.get(), left)
+            if event is None:
+                self._queue.put_nowait(None)
+                raise EOFError("the stream ended")
+            if not (skip_keepalive and event.event == "keepalive"):
+                return event
+
+    async def take(self, count: int, timeout: float = 5.0) -> list:
+        return [await self.next(timeout) for _ in range(count)]
+
+
+# ----------------------------------------------------------------- replicas and components
+def replicate(store, stream: str, type: str, data: dict, *, origin: str = "node-b"):
+    """Import one event of `stream` signed by another node, as a mesh peer's push would.
+
+    Returns a coroutine resolving to the import results; the journal's home becomes `origin`.
+    """
+    from nacl.signing import SigningKey
+
+    from eventstore.envelope import Event, digest_of, encode_event, sign, utc_now
+    from eventstore.store import ForeignEnvelope
+
+    key = SigningKey(bytes([7]) * 32)
+    head = store.head(stream)
+    seq = head.seq + 1 if head else 1
+    prev = head.payload_hash if head else ""
+    payload = encode_event(Event(type=type, ts=utc_now(), origin=origin, prev=prev, data=data))
+    signature = sign(key, stream, seq, digest_of(payload))
+    return store.import_envelopes(
+        [ForeignEnvelope(stream, seq, payload, signature)],
+        lambda name: key.verify_key if name == origin else None,
+    )
+
+
+def tiny_component(path: Path | None = None) -> bytes:
+    """A minimal valid WebAssembly component (with a core module), optionally written out."""
+    import wasmtime
+
+    wasm = bytes(
+        wasmtime.wat2wasm(
+            '(component (core module $m (func (export "f"))) (core instance $i (instantiate $m)))'
+        )
+    )
+    if path is not None:
+        path.write_bytes(wasm)
+    return wasm

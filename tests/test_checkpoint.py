@@ -26,7 +26,7 @@ async def run_node(aiohttp_client, config, findings: int):
 async def test_clean_shutdown_writes_a_checkpoint_that_the_next_start_uses(aiohttp_client, config):
     _, before = await run_node(aiohttp_client, config, 5)
     assert (config.data_path / checkpoint.CHECKPOINT_FILE).exists()
-    ctx, after = await run_node(aiohttp_client, config, 3)
+    _ctx, after = await run_node(aiohttp_client, config, 3)
     assert len(after["findings"]) == 8
     assert after["findings"][:5] == before["findings"]
 

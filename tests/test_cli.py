@@ -22,7 +22,9 @@ def seed_journal(config_path, streams=("a", "b"), per_stream=5):
         store.start()
         for i in range(per_stream):
             for stream in streams:
-                await store.append(stream, "finding", {"severity": "low", "title": f"title-{i}", "detail": ""})
+                await store.append(
+                    stream, "finding", {"severity": "low", "title": f"title-{i}", "detail": ""}
+                )
                 await store.append(stream, "log", {"level": "info", "message": f"m{i}"})
         await store.close()
 

@@ -48,9 +48,18 @@ api_key = "s3cret"
     ("extra", "mentions"),
     [
         ('[[agents]]\nname = "a"\ncomponent = "x.wasm"\nfule_per_tick = 5\n', "fule_per_tick"),
-        ('[[agents]]\nname = "a"\ncomponent = "x.wasm"\ntick_interval_ms = "fast"\n', "tick_interval_ms"),
-        ('[[agents]]\nname = "a"\ncomponent = "x.wasm"\n[agents.approval]\ntimeout_secs = "x"\n', "timeout_secs"),
-        ('[[agents]]\nname = "a"\ncomponent = "x.wasm"\n[agents.approval]\nspend = 3\n', "approval.spend"),
+        (
+            '[[agents]]\nname = "a"\ncomponent = "x.wasm"\ntick_interval_ms = "fast"\n',
+            "tick_interval_ms",
+        ),
+        (
+            '[[agents]]\nname = "a"\ncomponent = "x.wasm"\n[agents.approval]\ntimeout_secs = "x"\n',
+            "timeout_secs",
+        ),
+        (
+            '[[agents]]\nname = "a"\ncomponent = "x.wasm"\n[agents.approval]\nspend = 3\n',
+            "approval.spend",
+        ),
         ('[[agents]]\nname = "bad name"\ncomponent = "x.wasm"\n', "name"),
         ("[surprise]\nx = 1\n", "surprise"),
         ('[[peers]]\nname = "node-b"\nurl = "ftp://x"\ntoken = "t"\n', "peers[0].url"),

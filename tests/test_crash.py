@@ -15,7 +15,8 @@ def burst(url: str, acked: list[str], stop: threading.Event, worker: int) -> Non
             title = f"w{worker}-{i}"
             try:
                 response = client.post(
-                    "/api/v1/findings", json={"agent": f"burst{worker % 3}", "severity": "low", "title": title}
+                    "/api/v1/findings",
+                    json={"agent": f"burst{worker % 3}", "severity": "low", "title": title},
                 )
             except httpx.HTTPError:
                 return
@@ -62,7 +63,9 @@ def test_kill_9_during_a_burst_loses_no_acknowledged_finding(tmp_path):
 
 def test_sigterm_answers_503_finishes_in_flight_work_and_exits_0(tmp_path):
     path = write_config(tmp_path)
-    path.write_text(path.read_text().replace("shutdown_drain_secs = 0.3", "shutdown_drain_secs = 1.5"))
+    path.write_text(
+        path.read_text().replace("shutdown_drain_secs = 0.3", "shutdown_drain_secs = 1.5")
+    )
     node = NodeProcess(path).start()
     acked: list[str] = []
     stop = threading.Event()

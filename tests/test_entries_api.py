@@ -35,7 +35,9 @@ async def test_post_then_poll_findings(client):
 
 
 async def test_finding_detail_defaults_to_empty_and_lands_in_the_agents_journal(client):
-    response = await post_finding(client, {"agent": "ext.scanner-1", "severity": "info", "title": "x"})
+    response = await post_finding(
+        client, {"agent": "ext.scanner-1", "severity": "info", "title": "x"}
+    )
     assert response.status == 201
     store = client.app[CONTEXT].store
     (envelope,) = store.read_stream("ext.scanner-1")

@@ -1,6 +1,7 @@
 """The journal: durable group commit, no gaps, verified imports, growth, reopen."""
 
 import asyncio
+import itertools
 import threading
 
 import pytest
@@ -66,7 +67,7 @@ async def test_concurrent_appends_from_coroutines_and_threads_never_gap(store):
     for n in range(4):
         journal = store.read_stream(f"s{n}", 0, 10_000)
         assert [e.seq for e in journal] == list(range(1, len(journal) + 1))
-        for before, after in zip(journal, journal[1:], strict=False):
+        for before, after in itertools.pairwise(journal):
             assert after.event.prev == before.payload_hash
 
 

@@ -1,0 +1,281 @@
+"""Benchmarks of the WASM runtime, on real Python-built agents.
+
+1. Tick overhead: the runtime's tick (worker loop, fuel and deadline, host → `tick` → one host
+   call → hooks) next to a bare wasmtime call of `tick` on the same component, same run.
+2. Cold start of N Python-built agents, without and then with the compiled-component cache.
+3. Approval resume latency inside the runtime: from an operator's decision (an Event set on
+   another thread) to the agent running again after `invoke` returned (p50/p99).
+4. The same end to end in a node: from sending POST /api/v1/approvals/{id} to the moment
+   `invoke` returns to the payer, i.e. its `action.performed` is committed: HTTP, the
+   decision's durable append, the gate waking the agent's thread, the action's append.
+
+Run: .venv/bin/python bench/runtime.py [--agents 10] [--seconds 2] [--approvals 200]
+[--parts cold,tick,approval,e2e] (builds the agents first through scripts/build-agents; uses a
+fresh compiled cache, so `cold` compiles every Python agent: about a minute on 2 cores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import wasmtime
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from node.runtime import AgentRuntime, AgentSpec, RuntimeOptions  # noqa: E402
+from node.runtime.bindings import make_linker  # noqa: E402
+from node.runtime.engine import AgentEngine  # noqa: E402
+from node.runtime.memhost import MemoryHost  # noqa: E402
+
+PYTHON_AGENTS = ["hello", "payer", "task_worker", "mcp_tools", "secrets_reader", "inference",
+                 "sandbox_probe"]
+
+
+def build() -> dict[str, Path]:
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "build-agents"), "--json"],
+                         check=True, capture_output=True, text=True)
+    return {k: Path(v) for k, v in json.loads(out.stdout).items()}
+
+
+def pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
+
+def bench_tick(wasm: Path, cache: Path, seconds: float) -> dict[str, float]:
+    engine = AgentEngine(cache_dir=cache)
+    component = engine.load(wasm).component
+    # Bare: one store, trivial host functions, call `tick` in a loop.
+    host = MemoryHost("bare")
+    host.log = lambda level, message: None  # type: ignore[method-assign]
+    linker = make_linker(engine.engine, host, engine.deadline_ticks(10_000))
+    store = wasmtime.Store(engine.engine)
+    store.set_wasi(wasmtime.WasiConfig())
+    store.set_fuel(1 << 62)
+    store.set_epoch_deadline(1 << 40)
+    instance = linker.instantiate(store, component)
+    tick = instance.get_func(store, "tick")
+    assert tick is not None
+    for _ in range(50):
+        tick(store)
+    n, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        tick(store)
+        n += 1
+    bare_us = (time.perf_counter() - start) / n * 1e6
+    del tick, instance
+    store.close()
+    engine.close()
+
+    # Runtime: a worker ticking back to back (tick_interval_ms=0), MemoryHost recording.
+    def factory(spec: AgentSpec, stopping: threading.Event) -> tuple[MemoryHost, MemoryHost]:
+        h = MemoryHost(spec.name)
+        return h, h
+
+    runtime = AgentRuntime([AgentSpec("hello", wasm, tick_interval_ms=0)], factory,
+                           RuntimeOptions(cache_dir=cache))
+    runtime.start()
+    worker = runtime.worker("hello")
+    while worker.status().runs < 50:
+        time.sleep(0.01)
+    runs0, start = worker.status().runs, time.perf_counter()
+    time.sleep(seconds)
+    runs1, elapsed = worker.status().runs, time.perf_counter() - start
+    fuel = worker.status().fuel_consumed / max(1, runs1)
+    runtime.stop()
+    return {"bare_tick_us": bare_us, "runtime_tick_us": elapsed / (runs1 - runs0) * 1e6,
+            "fuel_per_tick": fuel}
+
+
+def bench_cold_start(agents: dict[str, Path], count: int, cache: Path) -> dict[str, float]:
+    names = [PYTHON_AGENTS[i % len(PYTHON_AGENTS)] for i in range(count)]
+    specs = [AgentSpec(f"{name}-{i}", agents[name], tick_interval_ms=60_000)
+             for i, name in enumerate(names)]
+    hosts: dict[str, MemoryHost] = {}
+
+    def factory(spec: AgentSpec, stopping: threading.Event) -> tuple[MemoryHost, MemoryHost]:
+        hosts[spec.name] = MemoryHost(spec.name)
+        return hosts[spec.name], hosts[spec.name]
+
+    start = time.perf_counter()
+    runtime = AgentRuntime(specs, factory, RuntimeOptions(cache_dir=cache))
+    runtime.start()
+    while not all(h.of_type("run.finished") for h in list(hosts.values())):
+        time.sleep(0.005)
+    elapsed = time.perf_counter() - start
+    compiles = runtime.engine.compiles
+    runtime.stop()
+    return {"seconds": elapsed, "compiles": compiles, "distinct": len(set(names))}
+
+
+def bench_approval(wasm: Path, cache: Path, rounds: int) -> dict[str, float]:
+    decided = threading.Event()
+    waiting = threading.Event()
+    latencies: list[float] = []
+    decided_at = [0.0]
+
+    stopping = threading.Event()
+
+    def decide(capability: str, request: str) -> str:
+        waiting.set()
+        while not decided.wait(0.05):
+            if stopping.is_set():  # as a real host does: give up when the agent stops
+                return "timeout"
+        decided.clear()
+        return "approve"
+
+    host = MemoryHost("payer", capabilities={"spend"}, gated={"spend"}, decide=decide)
+    original_state_set = host.state_set
+
+    def state_set(key: str, value: str) -> None:  # the agent's first call after invoke returns
+        if key == "next_invoice":
+            latencies.append(time.perf_counter() - decided_at[0])
+        original_state_set(key, value)
+
+    host.state_set = state_set  # type: ignore[method-assign]
+    def factory(spec: AgentSpec, stop: threading.Event) -> tuple[MemoryHost, MemoryHost]:
+        nonlocal stopping
+        stopping = stop
+        return host, host
+
+    runtime = AgentRuntime([AgentSpec("payer", wasm, tick_interval_ms=0)], factory,
+                           RuntimeOptions(cache_dir=cache))
+    runtime.start()
+    for _ in range(rounds):
+        waiting.wait()
+        waiting.clear()
+        time.sleep(0.002)  # the operator thinks
+        decided_at[0] = time.perf_counter()
+        decided.set()
+    while len(latencies) < rounds:
+        time.sleep(0.001)
+    runtime.stop()
+    ms = [v * 1000 for v in latencies]
+    return {"p50_ms": statistics.median(ms), "p99_ms": pct(ms, 99), "max_ms": max(ms)}
+
+
+NODE_TOML = """
+[node]
+name = "bench"
+listen = "127.0.0.1:{port}"
+data_dir = "data"
+
+[[auth.tokens]]
+name = "operator"
+token = "bench-operator-token-000001"
+scopes = ["admin"]
+
+[[agents]]
+name = "payer"
+component = "{wasm}"
+tick_interval_ms = 1
+[agents.capabilities]
+spend = true
+[agents.approval]
+spend = true
+timeout_secs = 60
+"""
+
+
+async def bench_approval_http(wasm: Path, cache: Path, rounds: int) -> dict[str, float]:
+    import os
+    import socket
+
+    import aiohttp
+    from aiohttp import web
+
+    from node.api import a2a, approvals, grants
+    from node.app import AREAS, build_app
+    from node.config import load_config
+    from node.context import CONTEXT
+    from node.runtime import area
+
+    os.environ[area.COMPILED_CACHE_ENV] = str(cache)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with tempfile.TemporaryDirectory(prefix="bench-node-") as tmp:
+        path = Path(tmp) / "runtime.toml"
+        path.write_text(NODE_TOML.format(port=port, wasm=wasm))
+        app = build_app(load_config(path))
+        for extra in (approvals, grants, a2a, area):
+            if extra not in AREAS:
+                extra.setup(app)
+        ctx = app[CONTEXT]
+        resumed: list[float] = []
+        ctx.store.add_commit_listener(lambda envs: [
+            resumed.append(time.perf_counter()) for e in envs
+            if e.event.type == "action.performed"])
+        runner = web.AppRunner(app)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        headers = {"Authorization": "Bearer bench-operator-token-000001"}
+        latencies: list[float] = []
+        async with aiohttp.ClientSession(f"http://127.0.0.1:{port}", headers=headers) as http:
+            for _ in range(rounds):
+                while not (pending := ctx.projections["approvals"].list()):
+                    await asyncio.sleep(0.001)
+                await asyncio.sleep(0.002)  # the operator thinks
+                before = len(resumed)
+                start = time.perf_counter()
+                async with http.post(f"/api/v1/approvals/{pending[0].id}",
+                                     json={"decision": "approve"}) as response:
+                    assert response.status == 200, await response.text()
+                while len(resumed) == before:
+                    await asyncio.sleep(0.0005)
+                latencies.append((resumed[before] - start) * 1000)
+        await runner.cleanup()
+    return {"p50_ms": statistics.median(latencies), "p99_ms": pct(latencies, 99),
+            "max_ms": max(latencies)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--agents", type=int, default=10)
+    parser.add_argument("--seconds", type=float, default=2.0)
+    parser.add_argument("--approvals", type=int, default=200)
+    parser.add_argument("--parts", default="cold,tick,approval,e2e")
+    args = parser.parse_args()
+    parts = set(args.parts.split(","))
+    agents = build()
+    with tempfile.TemporaryDirectory(prefix="bench-runtime-") as tmp:
+        cache = Path(tmp)
+        if "cold" in parts:
+            cold = bench_cold_start(agents, args.agents, cache)
+            warm = bench_cold_start(agents, args.agents, cache)
+            print(f"cold start, {args.agents} agents ({cold['distinct']} distinct components):")
+            print(f"  without compiled cache: {cold['seconds']:.2f} s "
+                  f"({cold['compiles']} compiles)")
+            print(f"  with compiled cache:    {warm['seconds']:.3f} s "
+                  f"({warm['compiles']} compiles)")
+        if "tick" in parts:
+            tick = bench_tick(agents["hello"], cache, args.seconds)
+            print(f"tick (hello: tick -> host log + stdout line), "
+                  f"{tick['fuel_per_tick']:.0f} fuel:")
+            print(f"  bare wasmtime call:     {tick['bare_tick_us']:.0f} us")
+            print(f"  runtime tick:           {tick['runtime_tick_us']:.0f} us "
+                  f"(overhead {tick['runtime_tick_us'] - tick['bare_tick_us']:.0f} us)")
+        if "approval" in parts:
+            approval = bench_approval(agents["payer"], cache, args.approvals)
+            print(f"approval resume in the runtime ({args.approvals} rounds): "
+                  f"p50 {approval['p50_ms']:.3f} ms, p99 {approval['p99_ms']:.3f} ms, "
+                  f"max {approval['max_ms']:.3f} ms")
+        if "e2e" in parts:
+            e2e = asyncio.run(bench_approval_http(agents["payer"], cache, args.approvals))
+            print(f"approval end to end, POST decision -> invoke returns "
+                  f"({args.approvals} rounds): p50 {e2e['p50_ms']:.2f} ms, "
+                  f"p99 {e2e['p99_ms']:.2f} ms, max {e2e['max_ms']:.2f} ms")
+
+
+if __name__ == "__main__":
+    main()

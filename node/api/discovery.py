@@ -1,0 +1,115 @@
+"""The public discovery documents: A2A agent card, DID document (did:web), agents.md.
+
+They are built from the config, the node key and the version module only, so they cost
+nothing to serve and never need the journal.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+from aiohttp import web
+
+from eventstore.keys import public_key_multibase
+from node.api.params import json_response
+from node.auth import PUBLIC, add_route
+from node.context import NodeContext, context_of
+from node.version import __version__
+
+DID_CONTEXT = "https://www.w3.org/ns/did/v1"
+API_PREFIX = "/api/v1"
+
+
+def did_web(public_url: str) -> str:
+    """did:web of a URL: host with the port's colon as %3A, path segments joined by colons."""
+    parts = urlsplit(public_url)
+    host = parts.hostname or "localhost"
+    if ":" in host:  # an IPv6 literal
+        host = f"[{host}]"
+    authority = quote(host if parts.port is None else f"{host}:{parts.port}", safe="[]")
+    segments = [quote(s, safe="") for s in parts.path.split("/") if s]
+    return ":".join(["did:web", authority, *segments])
+
+
+def agent_card(ctx: NodeContext) -> dict[str, Any]:
+    base = ctx.config.public_url
+    return {
+        "name": ctx.name,
+        "description": f"Agent runtime node {ctx.name}: "
+        + (", ".join(a.name for a in ctx.config.agents) or "no agents"),
+        "url": base,
+        "version": __version__,
+        "capabilities": {"streaming": True, "pushNotifications": False},
+        "defaultInputModes": ["application/json"],
+        "defaultOutputModes": ["application/json"],
+        "skills": [
+            {
+                "id": agent.name,
+                "name": agent.name,
+                "description": agent.description or f"Agent {agent.name}",
+                "tags": sorted(c for c, on in agent.capabilities.items() if on)
+                + (["mcp"] if agent.mcp else []),
+            }
+            for agent in ctx.config.agents
+        ],
+    }
+
+
+def did_document(ctx: NodeContext) -> dict[str, Any]:
+    did = did_web(ctx.config.public_url)
+    key_id = f"{did}#key-1"
+    return {
+        "@context": DID_CONTEXT,
+        "id": did,
+        "verificationMethod": [
+            {
+                "id": key_id,
+                "type": "Ed25519VerificationKey2020",
+                "controller": did,
+                "publicKeyMultibase": public_key_multibase(ctx.key.verify_key),
+            }
+        ],
+        "authentication": [key_id],
+        "assertionMethod": [key_id],
+    }
+
+
+def agents_markdown(ctx: NodeContext) -> str:
+    api = ctx.config.public_url + API_PREFIX
+    lines = [f"# {ctx.name}", "", f"Runtime version: agent-node {__version__}", "", "## Agents", ""]
+    if ctx.config.agents:
+        lines += [f"- **{a.name}**: {a.description or 'no description'}" for a in ctx.config.agents]
+    else:
+        lines.append("- (no agents are hosted on this node)")
+    lines += [
+        "",
+        "## API",
+        "",
+        f"- Base URL: {api}",
+        f"- A2A tasks: {api}/a2a/tasks",
+        f"- OpenAPI document: {api}/openapi.json",
+        f"- Agent card: {ctx.config.public_url}/.well-known/agent-card.json",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+async def get_agent_card(request: web.Request) -> web.Response:
+    return json_response(agent_card(context_of(request)))
+
+
+async def get_did(request: web.Request) -> web.Response:
+    return json_response(did_document(context_of(request)))
+
+
+async def get_agents_md(request: web.Request) -> web.Response:
+    return web.Response(
+        text=agents_markdown(context_of(request)), content_type="text/markdown", charset="utf-8"
+    )
+
+
+def setup(app: web.Application) -> None:
+    add_route(app, "GET", "/.well-known/agent-card.json", get_agent_card, PUBLIC)
+    add_route(app, "GET", "/.well-known/did.json", get_did, PUBLIC)
+    add_route(app, "GET", "/.well-known/agents.md", get_agents_md, PUBLIC)

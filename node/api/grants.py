@@ -1,0 +1,47 @@
+"""Secrets-broker grants: GET the list, POST revoke and restore of one (agent, domain)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+
+from node.api.params import json_response
+from node.auth import add_route
+from node.context import CONTEXT, context_of
+from node.services.grants import GrantService
+from projections.grants import Grants
+
+
+def grants_of(request: web.Request) -> GrantService:
+    return context_of(request).services["grants"]
+
+
+async def list_grants(request: web.Request) -> web.Response:
+    return json_response(grants_of(request).projection.list())
+
+
+async def revoke(request: web.Request) -> web.Response:
+    agent, domain = request.match_info["agent"], request.match_info["domain"]
+    return json_response(await grants_of(request).revoke(agent, domain))
+
+
+async def restore(request: web.Request) -> web.Response:
+    agent, domain = request.match_info["agent"], request.match_info["domain"]
+    return json_response(await grants_of(request).restore(agent, domain))
+
+
+async def lifecycle(app: web.Application) -> AsyncIterator[None]:
+    """Grant what the config grants before any agent can ask for a secret."""
+    await app[CONTEXT].services["grants"].create_configured()
+    yield
+
+
+def setup(app: web.Application) -> None:
+    ctx = app[CONTEXT]
+    ctx.projections.register(Grants())
+    ctx.services["grants"] = GrantService(ctx)
+    app.cleanup_ctx.append(lifecycle)
+    add_route(app, "GET", "/api/v1/broker/grants", list_grants, "read")
+    add_route(app, "POST", "/api/v1/broker/grants/{agent}/{domain}/revoke", revoke, "operate")
+    add_route(app, "POST", "/api/v1/broker/grants/{agent}/{domain}/restore", restore, "operate")

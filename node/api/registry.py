@@ -1,0 +1,119 @@
+"""Registry: GET packages, GET one package with its versions, POST a multipart publish."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+from aiohttp import BodyPartReader, web
+
+from node.api.params import json_response
+from node.auth import add_route
+from node.context import CONTEXT, context_of
+from node.errors import Problem
+from node.services.registry import RegistryService, StagedUpload
+from projections.registry import Registry
+
+TEXT_PARTS = ("id", "version", "description")
+MAX_TEXT_PART = 8192
+MULTIPART_SLACK = 1 << 20  # room for the text parts and the multipart framing
+
+
+def registry_of(request: web.Request) -> RegistryService:
+    return context_of(request).services["registry"]
+
+
+async def list_packages(request: web.Request) -> web.Response:
+    return json_response(registry_of(request).projection.list())
+
+
+async def read_package(request: web.Request) -> web.Response:
+    package_id = request.match_info["package_id"]
+    package = registry_of(request).projection.read(package_id)
+    if package is None:
+        raise Problem(404, f"no package with id {package_id!r}")
+    return json_response(package)
+
+
+async def publish(request: web.Request) -> web.Response:
+    registry = registry_of(request)
+    if request.content_type != "multipart/form-data":
+        raise Problem(
+            415,
+            "publish with Content-Type multipart/form-data (parts: id, version, description, wasm)",
+        )
+    length = request.content_length
+    if length is not None and length > registry.max_bytes + MULTIPART_SLACK:
+        raise Problem(
+            413,
+            f"the upload is larger than this node's limit of {registry.max_bytes >> 20} MiB"
+            " (node.max_upload_mb)",
+        )
+    with registry.staging() as upload:
+        fields = await _read_parts(request, upload)
+        for name in ("id", "version"):
+            if name not in fields:
+                raise Problem(400, f"the multipart body has no `{name}` part")
+        if "wasm" not in fields:
+            raise Problem(400, "the multipart body has no `wasm` part (the component file)")
+        published = await registry.publish(
+            fields["id"], fields["version"], fields.get("description", ""), upload
+        )
+    return json_response(published, status=201)
+
+
+async def _read_parts(request: web.Request, upload: StagedUpload) -> dict[str, str]:
+    """Text parts into a dict; the `wasm` part streamed into `upload` (marked by "wasm": "")."""
+    fields: dict[str, str] = {}
+    try:
+        reader = await request.multipart()
+        while (part := await reader.next()) is not None:
+            if not isinstance(part, BodyPartReader):
+                raise Problem(400, "nested multipart bodies are not accepted")
+            name = part.name or ""
+            if name in fields:
+                raise Problem(400, f"the multipart body has more than one `{name}` part")
+            if name == "wasm":
+                while chunk := await part.read_chunk(1 << 16):
+                    upload.write(chunk)
+                fields[name] = ""
+            elif name in TEXT_PARTS:
+                fields[name] = await _read_text(part, name)
+            else:
+                raise Problem(
+                    400,
+                    f"unexpected multipart part {name!r}; expected id, version, description, wasm",
+                )
+    except (ValueError, AssertionError, LookupError) as exc:
+        raise Problem(400, f"malformed multipart body: {exc or type(exc).__name__}") from None
+    return fields
+
+
+async def _read_text(part: BodyPartReader, name: str) -> str:
+    raw = bytearray()
+    while chunk := await part.read_chunk(4096):
+        raw += chunk
+        if len(raw) > MAX_TEXT_PART:
+            raise Problem(400, f"the `{name}` part is longer than {MAX_TEXT_PART} bytes")
+    try:
+        return raw.decode(part.get_charset("utf-8"))
+    except UnicodeDecodeError:
+        raise Problem(400, f"the `{name}` part is not valid UTF-8") from None
+
+
+async def lifecycle(app: web.Application) -> AsyncIterator[None]:
+    registry = app[CONTEXT].services["registry"]
+    registry.start()
+    yield
+    # waits for a compile in progress: off the loop
+    await asyncio.get_running_loop().run_in_executor(None, registry.close)
+
+
+def setup(app: web.Application) -> None:
+    ctx = app[CONTEXT]
+    ctx.projections.register(Registry())
+    ctx.services["registry"] = RegistryService(ctx)
+    app.cleanup_ctx.append(lifecycle)
+    add_route(app, "GET", "/api/v1/registry/packages", list_packages, "read")
+    add_route(app, "POST", "/api/v1/registry/packages", publish, "publish")
+    add_route(app, "GET", "/api/v1/registry/packages/{package_id}", read_package, "read")

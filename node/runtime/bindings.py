@@ -1,0 +1,88 @@
+"""Binds an `AgentHost` to the WIT imports of `agent-runtime:agent/host@0.1.0`.
+
+Each import is wrapped so that: a `HostError` becomes the WIT `host-error` case; time spent
+blocked in the call does not count against the run's epoch deadline (it is re-armed when the
+call returns); and no Python exception ever unwinds into wasmtime-py, whose exception
+hand-off is a process-wide global and so not safe with one thread per agent. A host failure
+in a call that has no error channel (log, state-set, ...) traps the agent instead of being
+swallowed, so lost journal writes are never silent.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import wasmtime
+from wasmtime import _ffi as ffi
+from wasmtime import component as cm
+
+from node.runtime.hostapi import AgentHost, HostError
+
+log = logging.getLogger(__name__)
+
+HOST_INTERFACE = "agent-runtime:agent/host@0.1.0"
+
+_RESULT_FUNCS = {
+    "invoke": "invoke",
+    "get-secret": "get_secret",
+    "infer": "infer",
+    "create-task": "create_task",
+}
+_PLAIN_FUNCS = {
+    "log": "log",
+    "report-finding": "report_finding",
+    "task-progress": "task_progress",
+    "state-get": "state_get",
+    "state-set": "state_set",
+}
+
+
+def _rearm(ctx: Any, ticks: int) -> None:
+    ffi.wasmtime_context_set_epoch_deadline(ctx._context(), ticks)
+
+
+def _result_func(name: str, fn: Callable[..., str], ticks: int) -> Callable[..., Any]:
+    """`result<string, host-error>`: ok is a plain str, err a Variant of host-error."""
+
+    def call(ctx: Any, *args: Any) -> Any:
+        try:
+            value = fn(*args)
+            if not isinstance(value, str):
+                raise TypeError(f"{name} returned {type(value).__name__}, not str")
+            return value
+        except HostError as e:
+            return cm.Variant(e.kind, e.message)
+        except Exception as e:
+            log.exception("host call %s failed", name)
+            return cm.Variant("failed", f"host error in {name}: {type(e).__name__}")
+        finally:
+            _rearm(ctx, ticks)
+
+    return call
+
+
+def _plain_func(name: str, fn: Callable[..., Any], ticks: int) -> Callable[..., Any]:
+    def call(ctx: Any, *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except Exception as e:
+            log.exception("host call %s failed", name)
+            raise wasmtime.WasmtimeError(f"host call {name} failed: {e}") from None
+        finally:
+            _rearm(ctx, ticks)
+
+    return call
+
+
+def make_linker(engine: wasmtime.Engine, host: AgentHost, deadline_ticks: int) -> cm.Linker:
+    """A linker with WASI p2 (the Store's WasiConfig grants nothing) and `host` bound."""
+    linker = cm.Linker(engine)
+    linker.add_wasip2()
+    with linker.root() as root, root.add_instance(HOST_INTERFACE) as iface:
+        for wit_name, attr in _RESULT_FUNCS.items():
+            iface.add_func(wit_name, _result_func(wit_name, getattr(host, attr), deadline_ticks))
+        for wit_name, attr in _PLAIN_FUNCS.items():
+            iface.add_func(wit_name, _plain_func(wit_name, getattr(host, attr), deadline_ticks))
+    return linker

@@ -1,0 +1,98 @@
+"""What `invoke` performs once a capability is allowed (and approved, if gated).
+
+`http_fetch` is built in: request {url, method?, headers?, body?} → {status, headers, body},
+only to hosts in the agent's `allow_hosts`, never following redirects (a redirect could leave
+the allowed hosts). Any other capability is an action: POSTed as {agent, capability,
+request} to `[actions.<capability>] url` when configured, else only journaled. These
+coroutines run on the event loop; agent threads reach them through the host.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import urlsplit
+
+import aiohttp
+
+from node.config import ActionSection
+from node.runtime.hostapi import HostError
+
+MAX_BODY = 1 << 20
+FETCH_TIMEOUT = 30.0
+_METHODS = {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
+
+
+def host_allowed(url: str, allow_hosts: list[str]) -> bool:
+    """`allow_hosts` entries are host names or addresses, optionally with `:port`."""
+    parts = urlsplit(url)
+    host = (parts.hostname or "").lower()
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        return False
+    for entry in allow_hosts:
+        entry = entry.lower().strip()
+        if entry in (host, f"{host}:{port}", f"[{host}]:{port}"):
+            return True
+    return False
+
+
+class Capabilities:
+    def __init__(self, session: aiohttp.ClientSession, actions: dict[str, ActionSection]) -> None:
+        self.session = session
+        self.actions = actions
+
+    async def http_fetch(self, request: Any, allow_hosts: list[str]) -> dict[str, Any]:
+        if not isinstance(request, dict) or not isinstance(request.get("url"), str):
+            raise HostError("failed", "http_fetch needs a request object with a string `url`")
+        url = request["url"]
+        if urlsplit(url).scheme not in ("http", "https"):
+            raise HostError("failed", "http_fetch supports http:// and https:// URLs only")
+        if not host_allowed(url, allow_hosts):
+            raise HostError("not-permitted", f"host of {url} is not in this agent's allow_hosts")
+        method = str(request.get("method", "GET")).upper()
+        if method not in _METHODS:
+            raise HostError("failed", f"unsupported method {method}")
+        headers = request.get("headers") or {}
+        body = request.get("body")
+        if not isinstance(headers, dict) or not (body is None or isinstance(body, str)):
+            raise HostError("failed", "`headers` must be an object and `body` a string")
+        try:
+            async with self.session.request(
+                method, url, headers={str(k): str(v) for k, v in headers.items()},
+                data=body.encode() if body is not None else None, allow_redirects=False,
+                timeout=aiohttp.ClientTimeout(total=FETCH_TIMEOUT),
+            ) as response:
+                raw = await response.content.read(MAX_BODY + 1)
+                return {
+                    "status": response.status,
+                    "headers": {k.lower(): v for k, v in response.headers.items()},
+                    "body": raw[:MAX_BODY].decode("utf-8", "replace"),
+                    "truncated": len(raw) > MAX_BODY,
+                }
+        except (TimeoutError, aiohttp.ClientError, ValueError) as e:
+            raise HostError("failed", f"fetch of {url} failed: {type(e).__name__}: {e}") from e
+
+    async def action(self, agent: str, capability: str, request: Any) -> dict[str, Any]:
+        target = self.actions.get(capability)
+        if target is None:
+            return {"status": "recorded"}
+        payload = {"agent": agent, "capability": capability, "request": request}
+        try:
+            async with self.session.post(
+                target.url, json=payload, allow_redirects=False,
+                timeout=aiohttp.ClientTimeout(total=target.timeout_secs),
+            ) as response:
+                text = (await response.content.read(MAX_BODY)).decode("utf-8", "replace")
+        except (TimeoutError, aiohttp.ClientError) as e:
+            raise HostError("failed",
+                            f"{capability} endpoint unreachable: {type(e).__name__}") from e
+        if response.status >= 400:
+            raise HostError("failed", f"{capability} endpoint answered {response.status}: "
+                                      f"{text[:200]}")
+        try:
+            body: Any = json.loads(text) if text else None
+        except ValueError:
+            body = text
+        return {"status": response.status, "body": body}

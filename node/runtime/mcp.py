@@ -1,0 +1,131 @@
+"""MCP over JSON-RPC 2.0 for one agent: `tools/list` → `list-tools`, `tools/call` → `call-tool`.
+
+Also `initialize`, `ping` and notifications, so the official `mcp` SDK client can connect.
+Tool failures (the agent's `err`) are results with `isError: true`; JSON-RPC errors are for
+protocol faults: -32700 unparsable JSON, -32600 not a request, -32601 unknown method,
+-32602 bad params or unknown tool, -32603 the agent trapped or is unavailable. Transport-free:
+the HTTP route hands the body in and sends back what comes out (None: 202, no body).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from node.runtime.hostapi import Tool
+from node.runtime.runtime import AgentRuntime
+from node.version import __version__
+
+log = logging.getLogger(__name__)
+
+LATEST_PROTOCOL = "2025-11-25"
+KNOWN_PROTOCOLS = ("2024-11-05", "2025-03-26", "2025-06-18", LATEST_PROTOCOL)
+
+PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR = (
+    -32700, -32600, -32601, -32602, -32603)
+
+
+class RpcError(Exception):
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def _error(id_: Any, code: int, message: str) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": id_, "error": {"code": code, "message": message}}
+
+
+def tool_json(tool: Tool) -> dict[str, Any]:
+    try:
+        schema = json.loads(tool.input_schema)
+    except ValueError:
+        schema = None
+    if not isinstance(schema, dict):
+        schema = {}
+    schema.setdefault("type", "object")
+    schema.setdefault("properties", {})
+    schema.setdefault("required", [])
+    return {"name": tool.name, "description": tool.description, "inputSchema": schema}
+
+
+class McpServer:
+    """Answers JSON-RPC messages for the agents of `runtime` (the route checks `mcp = true`)."""
+
+    def __init__(self, runtime: AgentRuntime, publish: Any = None) -> None:
+        self.runtime = runtime
+        self.publish = publish or (lambda agent, event, data: None)
+
+    async def handle(self, agent: str, body: bytes) -> dict[str, Any] | None:
+        try:
+            message = json.loads(body)
+        except (ValueError, UnicodeDecodeError):
+            return _error(None, PARSE_ERROR, "the body is not JSON")
+        if not isinstance(message, dict) or message.get("jsonrpc") != "2.0" \
+                or not isinstance(message.get("method"), str):
+            id_ = message.get("id") if isinstance(message, dict) else None
+            return _error(id_ if _valid_id(id_) else None, INVALID_REQUEST,
+                          "expected a JSON-RPC 2.0 request object")
+        if "id" not in message:
+            return None  # a notification: accepted, never answered
+        id_ = message["id"]
+        if not _valid_id(id_):
+            return _error(None, INVALID_REQUEST, "`id` must be a string or an integer")
+        params = message.get("params", {})
+        if params is None:
+            params = {}
+        try:
+            if not isinstance(params, dict):
+                raise RpcError(INVALID_PARAMS, "`params` must be an object")
+            result = await self._dispatch(agent, message["method"], params)
+        except RpcError as e:
+            return _error(id_, e.code, e.message)
+        return {"jsonrpc": "2.0", "id": id_, "result": result}
+
+    async def _dispatch(self, agent: str, method: str, params: dict[str, Any]) -> Any:
+        if method == "initialize":
+            asked = params.get("protocolVersion")
+            return {
+                "protocolVersion": asked if asked in KNOWN_PROTOCOLS else LATEST_PROTOCOL,
+                "capabilities": {"tools": {"listChanged": False}},
+                "serverInfo": {"name": agent, "version": __version__},
+            }
+        if method == "ping":
+            return {}
+        if method == "tools/list":
+            return {"tools": [tool_json(t) for t in await self._tools(agent)]}
+        if method == "tools/call":
+            return await self._call(agent, params)
+        raise RpcError(METHOD_NOT_FOUND, f"method {method!r} not found")
+
+    async def _tools(self, agent: str) -> list[Tool]:
+        try:
+            return await self.runtime.list_tools(agent)
+        except Exception as e:
+            raise RpcError(INTERNAL_ERROR, f"agent {agent} could not list its tools: {e}") from e
+
+    async def _call(self, agent: str, params: dict[str, Any]) -> dict[str, Any]:
+        name, arguments = params.get("name"), params.get("arguments", {})
+        if arguments is None:
+            arguments = {}
+        if not isinstance(name, str) or not name:
+            raise RpcError(INVALID_PARAMS, "`name` must be a non-empty string")
+        if not isinstance(arguments, dict):
+            raise RpcError(INVALID_PARAMS, "`arguments` must be an object")
+        if name not in {t.name for t in await self._tools(agent)}:
+            raise RpcError(INVALID_PARAMS, f"unknown tool {name!r}")
+        self.publish(agent, "tool_call_start", {"agent": agent, "tool": name, "args": arguments})
+        try:
+            result = await self.runtime.call_tool(agent, name, json.dumps(arguments))
+        except Exception as e:
+            self.publish(agent, "tool_call_end", {"agent": agent, "tool": name,
+                                                  "result": f"error: {e}"})
+            raise RpcError(INTERNAL_ERROR, f"agent {agent} failed: {e}") from e
+        self.publish(agent, "tool_call_end", {"agent": agent, "tool": name,
+                                              "result": result.text})
+        return {"content": [{"type": "text", "text": result.text}], "isError": not result.ok}
+
+
+def _valid_id(id_: Any) -> bool:
+    return isinstance(id_, str) or (isinstance(id_, int) and not isinstance(id_, bool))

@@ -1,0 +1,138 @@
+"""An agent host that keeps everything in memory: no journal, no HTTP, no operators.
+
+It is a real implementation of `AgentHost` and `AgentHooks`, used to run the engine on its
+own (tests of the engine, the runtime benchmark, trying an agent out). Decisions that the
+node takes from operators (approvals) or the broker (grants) come from plain attributes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from node.runtime.hostapi import AgentFault, HostError, Run, RunResult, Task
+
+Decide = Callable[[str, str], str]  # (capability, request) -> "approve" | "deny" | "timeout"
+
+
+@dataclass
+class MemoryHost:
+    agent: str
+    capabilities: set[str] = field(default_factory=set)
+    gated: set[str] = field(default_factory=set)
+    decide: Decide = lambda capability, request: "approve"
+    secrets: dict[tuple[str, str], str] = field(default_factory=dict)
+    granted: set[str] = field(default_factory=set)
+    infer_reply: str = "ok"
+    state: dict[str, str] = field(default_factory=dict)
+    events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    tasks: deque[Task] = field(default_factory=deque)
+    threads: set[str] = field(default_factory=set)  # threads that called this host
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _ids: Any = field(default_factory=lambda: itertools.count(1))
+
+    def record(self, type_: str, **data: Any) -> None:
+        with self._lock:
+            self.events.append((type_, {"ts": time.monotonic(), **data}))
+            self.threads.add(threading.current_thread().name)
+
+    def of_type(self, type_: str) -> list[dict[str, Any]]:
+        with self._lock:
+            return [data for t, data in self.events if t == type_]
+
+    # ---- AgentHost -----------------------------------------------------------------------
+
+    def log(self, level: str, message: str) -> None:
+        self.record("log", level=level, message=message)
+
+    def report_finding(self, severity: str, title: str, detail: str) -> None:
+        self.record("finding", severity=severity, title=title, detail=detail)
+
+    def invoke(self, capability: str, request: str) -> str:
+        if capability not in self.capabilities:
+            raise HostError("not-permitted", f"capability {capability} is not enabled")
+        if capability in self.gated:
+            self.record("approval.requested", capability=capability, detail=request)
+            decision = self.decide(capability, request)
+            self.record("approval.decided", capability=capability, decision=decision)
+            if decision == "deny":
+                raise HostError("approval-denied", f"{capability} denied by operator")
+            if decision == "timeout":
+                raise HostError("approval-timeout", f"no decision on {capability}")
+        self.record("action", capability=capability, request=request)
+        return '{"status": "done"}'
+
+    def get_secret(self, domain: str, key: str) -> str:
+        if domain not in self.granted:
+            raise HostError("not-permitted", f"no active grant for {domain}")
+        try:
+            value = self.secrets[(domain, key)]
+        except KeyError:
+            raise HostError("failed", f"no secret {domain}/{key}") from None
+        self.record("secret.accessed", domain=domain, key=key)
+        return value
+
+    def infer(self, request: str) -> str:
+        self.record("inference", request=request)
+        return self.infer_reply
+
+    def create_task(self, to: str, input: str) -> str:
+        task_id = f"task-{next(self._ids)}"
+        self.record("task.created", id=task_id, to=to, input=input)
+        return task_id
+
+    def task_progress(self, task_id: str, progress: str) -> None:
+        self.record("task.progress", id=task_id, progress=progress)
+
+    def state_get(self, key: str) -> str | None:
+        with self._lock:
+            return self.state.get(key)
+
+    def state_set(self, key: str, value: str) -> None:
+        with self._lock:
+            self.state[key] = value
+        self.record("state.set", key=key, value=value)
+
+    # ---- AgentHooks ----------------------------------------------------------------------
+
+    def agent_started(self, restart_count: int) -> None:
+        self.record("agent.started", restart_count=restart_count)
+
+    def agent_errored(self, fault: AgentFault, retry_in_ms: int) -> None:
+        self.record("agent.errored", kind=fault.kind, error=fault.reason,
+                    retry_in_ms=retry_in_ms)
+
+    def agent_stopped(self) -> None:
+        self.record("agent.stopped")
+
+    def status_changed(self, status: str) -> None:
+        self.record("status", status=status)
+
+    def run_started(self, run: Run) -> None:
+        self.record("run.started", run_id=run.run_id, kind=run.kind, detail=run.detail)
+
+    def run_finished(self, run: Run, result: RunResult) -> None:
+        self.record("run.finished", run_id=run.run_id, kind=run.kind,
+                    duration_ms=result.duration_ms, fuel=result.fuel_consumed,
+                    error=result.error)
+
+    def output(self, stream: str, line: str) -> None:
+        self.record("output", stream=stream, line=line)
+
+    def next_task(self) -> Task | None:
+        with self._lock:
+            return self.tasks.popleft() if self.tasks else None
+
+    def task_started(self, task: Task) -> None:
+        self.record("task.started", id=task.id)
+
+    def task_completed(self, task: Task, output: str) -> None:
+        self.record("task.completed", id=task.id, output=output)
+
+    def task_failed(self, task: Task, error: str) -> None:
+        self.record("task.failed", id=task.id, error=error)

@@ -1,0 +1,121 @@
+"""Captures an agent's stdout/stderr as lines, bounded, for `log` events.
+
+WASI writes the agent's stdout and stderr to two files of its own (a fresh pair per
+instance); the worker reads what is new after each run. Files rather than WasiConfig's
+Python callbacks: those run on wasmtime's I/O threads and cost ~0.2 ms per write in thread
+hand-offs, and must not outlive the interpreter. A chatty or hostile agent cannot grow memory
+or disk without bound: each read takes at most `max_bytes` (the rest is skipped), read
+ranges are released with FALLOC_FL_PUNCH_HOLE, long lines are cut and excess lines dropped,
+with a note saying so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import itertools
+import os
+from collections import deque
+from pathlib import Path
+from typing import Literal
+
+import wasmtime
+
+Stream = Literal["stdout", "stderr"]
+STREAMS: tuple[Stream, Stream] = ("stdout", "stderr")
+_FALLOC_PUNCH_HOLE = 0x01 | 0x02  # FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]
+_ids = itertools.count(1)
+
+
+class _File:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.touch(mode=0o600)
+        self.fd = os.open(path, os.O_RDONLY)
+        self.offset = 0
+        self.partial = bytearray()
+
+    def read(self, limit: int) -> tuple[bytes, int]:
+        """New bytes (at most `limit`) and how many more were skipped."""
+        end = os.fstat(self.fd).st_size
+        take = min(end - self.offset, limit)
+        data = os.pread(self.fd, take, self.offset) if take > 0 else b""
+        skipped = max(0, end - self.offset - take)
+        if end > self.offset:
+            with contextlib.suppress(Exception):  # only frees disk; fine where unsupported
+                _libc.fallocate(self.fd, _FALLOC_PUNCH_HOLE, 0, end)
+        self.offset = end
+        return data, skipped
+
+    def close(self) -> None:
+        os.close(self.fd)
+        self.path.unlink(missing_ok=True)
+
+
+class OutputCapture:
+    def __init__(self, directory: Path, name: str, max_line: int = 4096,
+                 max_lines: int = 200, max_bytes: int = 1 << 20) -> None:
+        self.directory = directory
+        self.name = name
+        self.max_line = max_line
+        self.max_lines = max_lines
+        self.max_bytes = max_bytes
+        self._files: dict[Stream, _File] = {}
+        self._lines: deque[tuple[Stream, str]] = deque()
+        self._dropped_lines = 0
+        self._skipped_bytes = 0
+        self.stderr_tail: deque[str] = deque(maxlen=5)
+
+    def attach(self, wasi: wasmtime.WasiConfig) -> None:
+        """Point a new instance's stdout/stderr at fresh files (the old ones are read first)."""
+        self.detach()
+        self.stderr_tail.clear()
+        self.directory.mkdir(parents=True, exist_ok=True)
+        n = next(_ids)
+        for stream in STREAMS:
+            f = _File(self.directory / f"{self.name}.{n}.{stream}")
+            self._files[stream] = f
+            setattr(wasi, f"{stream}_file", str(f.path))
+
+    def detach(self) -> None:
+        """Collect what is left, close and delete the files."""
+        self.collect(flush_partial=True)
+        for f in self._files.values():
+            f.close()
+        self._files.clear()
+
+    def collect(self, flush_partial: bool = False) -> None:
+        """Read what the agent wrote since the last call into complete lines."""
+        for stream, f in self._files.items():
+            data, skipped = f.read(self.max_bytes)
+            self._skipped_bytes += skipped
+            f.partial += data
+            while (end := f.partial.find(b"\n")) >= 0:
+                self._add(stream, bytes(f.partial[:end]))
+                del f.partial[: end + 1]
+            if len(f.partial) > self.max_line or (flush_partial and f.partial):
+                self._add(stream, bytes(f.partial))
+                f.partial.clear()
+
+    def _add(self, stream: Stream, raw: bytes) -> None:
+        line = raw.decode("utf-8", "replace").rstrip("\r")
+        if len(line) > self.max_line:
+            line = line[: self.max_line] + " [cut]"
+        if stream == "stderr" and line.strip():
+            self.stderr_tail.append(line)
+        if len(self._lines) >= self.max_lines:
+            self._dropped_lines += 1
+            return
+        self._lines.append((stream, line))
+
+    def drain(self) -> list[tuple[Stream, str]]:
+        """Collected lines, oldest first, plus a note if any output was dropped."""
+        lines = list(self._lines)
+        self._lines.clear()
+        if self._dropped_lines or self._skipped_bytes:
+            lines.append(("stderr", f"[output dropped: {self._dropped_lines} lines, "
+                                    f"{self._skipped_bytes} bytes]"))
+            self._dropped_lines = self._skipped_bytes = 0
+        return lines

@@ -1,0 +1,115 @@
+"""The agents of a node: one engine, one worker per agent, and the calls the API needs.
+
+The async methods are for aiohttp handlers: they hand the work to the agent's worker thread
+and await its future, so the event loop never runs wasm.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import logging
+import shutil
+import tempfile
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+from pathlib import Path
+
+from node.runtime.engine import AgentEngine
+from node.runtime.hostapi import AgentHooks, AgentHost, Tool, ToolResult
+from node.runtime.instance import AgentInstance
+from node.runtime.spec import AgentSpec, RuntimeOptions
+from node.runtime.status import AgentStatus
+from node.runtime.worker import AgentWorker, Resolver
+
+log = logging.getLogger(__name__)
+
+# Builds the node side of one agent; `stopping` is set when the agent is being stopped, so
+# a host call blocked on an approval or a fetch can give up.
+HostFactory = Callable[[AgentSpec, threading.Event], tuple[AgentHost, AgentHooks]]
+
+
+class UnknownAgentError(KeyError):
+    pass
+
+
+class AgentRuntime:
+    def __init__(self, specs: Iterable[AgentSpec], host_factory: HostFactory,
+                 options: RuntimeOptions | None = None, resolve: Resolver | None = None) -> None:
+        options = options or RuntimeOptions()
+        self._own_output_dir = options.output_dir is None
+        if options.output_dir is None:
+            options = replace(options, output_dir=Path(tempfile.mkdtemp(prefix="agent-output-")))
+        self.options = options
+        self.engine = AgentEngine(self.options.cache_dir, self.options.epoch_interval_ms)
+        self.workers: dict[str, AgentWorker] = {}
+        for spec in specs:
+            if spec.name in self.workers:
+                raise ValueError(f"agent {spec.name} is configured twice")
+            stopping = threading.Event()
+            host, hooks = host_factory(spec, stopping)
+            self.workers[spec.name] = AgentWorker(spec, self.engine, host, hooks,
+                                                  self.options, stopping, resolve)
+
+    def start(self) -> None:
+        """Start every worker; each loads its component on its own thread."""
+        for worker in self.workers.values():
+            worker.start()
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """Stop all agents (in parallel), then free the engine. Blocking: run in a thread."""
+        for worker in self.workers.values():
+            worker.request_stop()
+        for worker in self.workers.values():
+            if not worker.stop(timeout):
+                log.error("agent %s did not stop within %.0f s", worker.spec.name, timeout)
+        self.engine.close()
+        gc.collect()  # free what is left of the stores now, not at interpreter exit
+        if self._own_output_dir and self.options.output_dir is not None:
+            shutil.rmtree(self.options.output_dir, ignore_errors=True)
+
+    def worker(self, name: str) -> AgentWorker:
+        try:
+            return self.workers[name]
+        except KeyError:
+            raise UnknownAgentError(name) from None
+
+    def status(self, name: str | None = None) -> list[AgentStatus]:
+        if name is not None:
+            return [self.worker(name).status()]
+        return [w.status() for w in self.workers.values()]
+
+    def statuses(self) -> list[AgentStatus]:
+        """Every agent's status (what the AG-UI snapshot reads)."""
+        return self.status()
+
+    def notify_task(self, name: str) -> None:
+        """A task was assigned to `name`: deliver it now, not at the next tick."""
+        self.worker(name).wake()
+
+    async def list_tools(self, name: str) -> list[Tool]:
+        future = self.worker(name).submit("list-tools", "", _list_tools)
+        return await asyncio.wrap_future(future)
+
+    async def call_tool(self, name: str, tool: str, arguments: str) -> ToolResult:
+        """Call an MCP tool; a tool's own failure is ToolResult(ok=False), a trap raises."""
+        json.loads(arguments)  # JSON text is the contract; reject bad input before wasm runs
+        future = self.worker(name).submit("tool", tool,
+                                          lambda inst: _call_tool(inst, tool, arguments))
+        return await asyncio.wrap_future(future)
+
+
+def _list_tools(instance: AgentInstance) -> list[Tool]:
+    if "list-tools" not in instance.funcs:
+        return []
+    return [Tool(t.name, t.description, getattr(t, "input-schema"))
+            for t in instance.call("list-tools")]
+
+
+def _call_tool(instance: AgentInstance, tool: str, arguments: str) -> ToolResult:
+    if "call-tool" not in instance.funcs:
+        return ToolResult(False, f"agent offers no tools (no `call-tool` export); asked {tool}")
+    result = instance.call("call-tool", tool, arguments)
+    return ToolResult(result.tag == "ok", result.payload)

@@ -1,0 +1,356 @@
+"""One agent's worker thread: loads it, ticks it, serves its tasks and MCP calls, restarts it.
+
+Everything that touches the agent's Store happens on this thread, so a host call that
+blocks (an approval wait) holds up this agent only, and wasm never runs on the asyncio loop.
+Other threads talk to the worker through a queue: `submit` for MCP calls, `wake` for new
+tasks, `stop`. A fault (trap, err, fuel, deadline, memory) puts the agent in `error`; it is
+restarted with exponential backoff, its store and memory freed in between.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import wasmtime
+from wasmtime import component as cm
+
+from node.runtime.bindings import make_linker
+from node.runtime.engine import AgentEngine
+from node.runtime.hostapi import (
+    AgentFault,
+    AgentHooks,
+    AgentHost,
+    Run,
+    RunKind,
+    RunResult,
+    Task,
+)
+from node.runtime.instance import AgentFaultError, AgentInstance, MissingExportError
+from node.runtime.memory import MemoryMeter
+from node.runtime.output import OutputCapture
+from node.runtime.spec import REGISTRY_PREFIX, AgentSpec, RuntimeOptions
+from node.runtime.status import AgentStatus, State
+
+log = logging.getLogger(__name__)
+
+
+class AgentUnavailableError(Exception):
+    """The agent cannot take a call now (stopped, or in error awaiting restart)."""
+
+
+@dataclass
+class _Call:
+    kind: RunKind
+    detail: str
+    fn: Callable[[AgentInstance], Any]
+    future: Future[Any] = field(default_factory=Future)
+
+
+_WAKE = object()
+# "registry:ID@VERSION" → the package's component file; LookupError when unknown.
+Resolver = Callable[[str], Path]
+
+
+def _tick(instance: AgentInstance) -> None:
+    err = instance.call("tick")
+    if err is not None:  # tick returned err(string): a fault like a trap, per the design
+        raise AgentFaultError(AgentFault("err", f"tick returned err: {err}"))
+
+
+class AgentWorker:
+    def __init__(self, spec: AgentSpec, engine: AgentEngine, host: AgentHost,
+                 hooks: AgentHooks, options: RuntimeOptions,
+                 stopping: threading.Event | None = None,
+                 resolve: Resolver | None = None) -> None:
+        self.spec = spec
+        self.resolve = resolve
+        self.engine = engine
+        self.host = host
+        self.hooks = hooks
+        self.options = options
+        self.meter = MemoryMeter()
+        assert options.output_dir is not None, "AgentRuntime gives each worker an output_dir"
+        self.output = OutputCapture(options.output_dir, spec.name, options.max_output_line,
+                                    options.max_output_lines_per_run,
+                                    options.max_output_bytes_per_run)
+        self.stopping = stopping or threading.Event()
+        self.load_seconds: float | None = None  # time of the last component load
+        self.load_cache_hit: bool | None = None
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._instance: AgentInstance | None = None
+        self._linker: cm.Linker | None = None
+        self._state: State = "idle"
+        self._started_at = time.monotonic()
+        self._last_activity = self._started_at
+        self._restart_count = 0
+        self._failures = 0  # consecutive faults, for the backoff
+        self._retry_at = 0.0
+        self._last_error: str | None = None
+        self._fuel_remaining: int | None = spec.fuel_per_tick
+        self._fuel_consumed = 0
+        self._runs = 0
+        self._next_tick = 0.0
+        self._thread = threading.Thread(target=self._main, name=f"agent-{spec.name}",
+                                        daemon=True)
+
+    # ---- other threads -------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float | None = None) -> bool:
+        """Ask the worker to stop; True once its thread has ended (within `timeout`)."""
+        self.request_stop()
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def request_stop(self) -> None:
+        self.stopping.set()
+        self._queue.put(_WAKE)
+
+    def wake(self) -> None:
+        """Look for new tasks now rather than at the next tick."""
+        self._queue.put(_WAKE)
+
+    def submit(self, kind: RunKind, detail: str,
+               fn: Callable[[AgentInstance], Any]) -> Future[Any]:
+        """Run `fn` with the agent's instance on the worker thread (an MCP call, say)."""
+        call = _Call(kind, detail, fn)
+        if self.stopping.is_set():
+            call.future.set_exception(AgentUnavailableError(f"agent {self.spec.name} stopped"))
+        else:
+            self._queue.put(call)
+        return call.future
+
+    def status(self) -> AgentStatus:
+        now = time.monotonic()
+        with self._lock:
+            state = self._state
+            return AgentStatus(
+                name=self.spec.name,
+                status=state,
+                uptime_ms=0 if state == "stopped" else int((now - self._started_at) * 1000),
+                last_activity_ms_ago=(0 if state == "running"
+                                      else int((now - self._last_activity) * 1000)),
+                restart_count=self._restart_count,
+                heap_bytes=self.meter.heap_bytes(),
+                fuel_remaining=self._fuel_remaining if self.spec.fuel_per_tick else None,
+                last_error=self._last_error,
+                fuel_consumed=self._fuel_consumed,
+                runs=self._runs,
+            )
+
+    # ---- the worker thread ---------------------------------------------------------------
+
+    def _main(self) -> None:
+        try:
+            while not self.stopping.is_set():
+                if self._instance is None:
+                    self._wait_for_retry()
+                    if self.stopping.is_set() or not self._start_instance():
+                        continue
+                self._serve_once()
+        except Exception as e:  # a bug here must not take the node down silently
+            log.exception("agent %s worker crashed", self.spec.name)
+            self._last_error = f"worker crashed: {e!r}"
+        finally:
+            self._shutdown()
+
+    def _wait_for_retry(self) -> None:
+        """Sit out the backoff after a fault; calls arriving meanwhile are refused."""
+        while not self.stopping.is_set() and (left := self._retry_at - time.monotonic()) > 0:
+            try:
+                item = self._queue.get(timeout=left)
+            except queue.Empty:
+                return
+            if isinstance(item, _Call):
+                item.future.set_exception(AgentUnavailableError(
+                    f"agent {self.spec.name} is in error ({self._last_error}); "
+                    f"restarting in {int(left * 1000)} ms"))
+
+    def _start_instance(self) -> bool:
+        restarting = self._failures > 0
+        try:
+            loaded = self.engine.load(self._component_path())
+            self.load_seconds, self.load_cache_hit = loaded.seconds, loaded.cache_hit
+            if self._linker is None:
+                ticks = self.engine.deadline_ticks(self.spec.tick_timeout_ms)
+                self._linker = make_linker(self.engine.engine, self.host, ticks)
+            instance = AgentInstance(self.engine, loaded.component, self._linker, self.spec,
+                                     self.meter, self.output)
+        except AgentFaultError as e:
+            self._fail(e.fault)
+            return False
+        except (OSError, LookupError, wasmtime.WasmtimeError) as e:
+            self._fail(AgentFault("load", f"cannot load {self.spec.component}: {e}"))
+            return False
+        now = time.monotonic()
+        with self._lock:
+            self._instance = instance
+            self._started_at = self._last_activity = now
+            self._fuel_remaining = instance.fuel_remaining
+            if restarting:
+                self._restart_count += 1
+        self._next_tick = now  # first tick right away
+        self._emit_output()
+        self.hooks.agent_started(self._restart_count)
+        self._set_state("idle", force=True)
+        return True
+
+    def _set_state(self, state: State, force: bool = False) -> None:
+        with self._lock:
+            changed = force or state != self._state
+            self._state = state
+        if changed:
+            self.hooks.status_changed(state)
+
+    def _component_path(self) -> Path:
+        """The component file; a registry reference is resolved at every (re)start."""
+        component = self.spec.component
+        if isinstance(component, Path):
+            return component
+        if not component.startswith(REGISTRY_PREFIX):
+            return Path(component)
+        if self.resolve is None:
+            raise LookupError("no package registry on this node")
+        return self.resolve(component)
+
+    def _serve_once(self) -> None:
+        """Run waiting calls, then tasks, then the tick if due; else wait for one of them."""
+        while self._instance is not None:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(item, _Call):
+                self._run_call(item)
+        while self._instance is not None and not self.stopping.is_set():
+            task = self.hooks.next_task()
+            if task is None:
+                break
+            self._run_task(task)
+        if self._instance is None or self.stopping.is_set():
+            return
+        wait = self._next_tick - time.monotonic()
+        if wait <= 0:
+            self._run_tick()
+            self._next_tick = time.monotonic() + self.spec.tick_interval_ms / 1000
+            return
+        try:
+            item = self._queue.get(timeout=wait)
+        except queue.Empty:
+            return
+        if isinstance(item, _Call):
+            self._run_call(item)
+
+    def _run_tick(self) -> None:
+        try:
+            self._execute("tick", "", _tick)
+        except AgentFaultError:
+            return
+        self._failures = 0  # healthy again: the next fault starts the backoff afresh
+
+    def _run_task(self, task: Task) -> None:
+        self.hooks.task_started(task)
+        wit_task = cm.Record()
+        wit_task.id, wit_task.input = task.id, task.input
+        setattr(wit_task, "from", task.from_)
+        try:
+            result = self._execute("task", task.id,
+                                   lambda inst: inst.call("handle-task", wit_task))
+        except MissingExportError as e:
+            self.hooks.task_failed(task, str(e))
+            return
+        except AgentFaultError as e:
+            self.hooks.task_failed(task, f"agent failed: {e.fault.reason}")
+            return
+        if result.tag == "ok":
+            self.hooks.task_completed(task, result.payload)
+        else:
+            self.hooks.task_failed(task, result.payload)
+
+    def _run_call(self, call: _Call) -> None:
+        if not call.future.set_running_or_notify_cancel():
+            return
+        try:
+            call.future.set_result(self._execute(call.kind, call.detail, call.fn))
+        except BaseException as e:
+            call.future.set_exception(e)
+
+    def _execute(self, kind: RunKind, detail: str, fn: Callable[[AgentInstance], Any]) -> Any:
+        """One entry into wasm, framed by run hooks; a fault fails the agent and re-raises."""
+        instance = self._instance
+        assert instance is not None
+        run = Run(self.spec.name, uuid.uuid4().hex, kind, detail)
+        self._set_state("running")
+        self.hooks.run_started(run)
+        start = time.monotonic()
+        fault: AgentFault | None = None
+        instance.fuel_used = 0
+        try:
+            return fn(instance)
+        except AgentFaultError as e:
+            fault = e.fault
+            raise
+        finally:
+            end = time.monotonic()
+            with self._lock:
+                self._last_activity = end
+                self._fuel_remaining = instance.fuel_remaining
+                self._fuel_consumed += instance.fuel_used
+                self._runs += 1
+            if fault is None:
+                self._set_state("idle")
+            self._emit_output()
+            self.hooks.run_finished(run, RunResult(int((end - start) * 1000),
+                                                   instance.fuel_used,
+                                                   fault.reason if fault else None))
+            if fault is not None:
+                self._fail(fault)
+
+    def _fail(self, fault: AgentFault) -> None:
+        self._failures += 1
+        delay_ms = min(self.options.restart_backoff_ms * 2 ** (self._failures - 1),
+                       self.options.restart_backoff_max_ms)
+        self._close_instance()
+        self._emit_output()
+        with self._lock:
+            self._last_error = fault.reason
+        self._set_state("error")
+        self._retry_at = time.monotonic() + delay_ms / 1000
+        log.warning("agent %s: %s; restart in %d ms", self.spec.name, fault.reason, delay_ms)
+        self.hooks.agent_errored(fault, delay_ms)
+
+    def _emit_output(self) -> None:
+        self.output.collect()
+        for stream, line in self.output.drain():
+            self.hooks.output(stream, line)
+
+    def _close_instance(self) -> None:
+        if self._instance is not None:
+            self._instance.close()
+            self._instance = None
+
+    def _shutdown(self) -> None:
+        self._close_instance()
+        self._linker = None
+        self._emit_output()
+        self._set_state("stopped")
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(item, _Call):
+                item.future.set_exception(AgentUnavailableError(f"agent {self.spec.name} stopped"))
+        self.hooks.agent_stopped()

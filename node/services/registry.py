@@ -1,0 +1,315 @@
+"""The package registry: validated WASM components stored by content, published as events.
+
+On disk, under `data_dir/registry/`:
+  tmp/                       uploads being received (emptied at start)
+  blobs/sha256/<hex>.wasm    the exact uploaded bytes, named by their sha256
+  refs/<id>/<version>        the checksum of a published version: a cache of the journal that
+                             lets `resolve_component` work from a bare Config
+
+A publish writes (and fsyncs) the blob and its ref before it appends `package.published`, and
+removes what it wrote if the append fails; at start, blobs and refs no event refers to (left by
+a crash between the two) are removed, so nothing half-written outlives a restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import os
+import shutil
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import wasmtime
+import wasmtime.component
+
+from node.config import Config
+from node.context import NodeContext
+from node.errors import Problem
+from projections.registry import (
+    PACKAGE_ID,
+    PACKAGE_ID_RE,
+    REGISTRY_STREAM,
+    Registry,
+    is_semver,
+)
+
+log = logging.getLogger(__name__)
+REGISTRY_DIR = "registry"
+REF_PREFIX = "registry:"
+WASM_MAGIC = b"\0asm"
+CORE_MODULE_VERSION = b"\x01\x00\x00\x00"
+COMPONENT_VERSION = b"\x0d\x00\x01\x00"  # version 0x0d, layer 1: the component model
+MAX_DESCRIPTION = 4096
+
+
+class RegistryError(LookupError):
+    """A `registry:` reference that cannot be resolved to a stored component."""
+
+
+class StagedUpload:
+    """A WASM upload streamed to a temporary file, hashed on the way, refused past the limit."""
+
+    def __init__(self, path: Path, limit: int) -> None:
+        self.path = path
+        self.limit = limit
+        self.size = 0
+        self.head = b""
+        self._hash = hashlib.sha256()
+        self._file = open(path, "wb")  # noqa: SIM115 - closed by close()/finish()
+
+    def write(self, chunk: bytes) -> None:
+        self.size += len(chunk)
+        if self.size > self.limit:
+            raise Problem(
+                413,
+                f"the wasm part is larger than this node's limit of {self.limit >> 20} MiB"
+                " (node.max_upload_mb)",
+            )
+        if len(self.head) < 8:
+            self.head += chunk[: 8 - len(self.head)]
+        self._hash.update(chunk)
+        self._file.write(chunk)
+
+    @property
+    def hex_digest(self) -> str:
+        return self._hash.hexdigest()
+
+    def finish(self) -> None:
+        """Flush and fsync the bytes (blocking: run in a thread)."""
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()
+
+    def close(self) -> None:
+        if not self._file.closed:
+            self._file.close()
+
+
+class RegistryService:
+    def __init__(self, ctx: NodeContext) -> None:
+        self.ctx = ctx
+        self.root = registry_root(ctx.config)
+        self.blobs = self.root / "blobs" / "sha256"
+        self.refs = self.root / "refs"
+        self.tmp = self.root / "tmp"
+        self.max_bytes = ctx.config.node.max_upload_mb << 20
+        self._lock = asyncio.Lock()
+        # compiling a component is heavy (seconds, all cores): one at a time
+        self._compiler = ThreadPoolExecutor(1, thread_name_prefix="registry-validate")
+        self._engine: wasmtime.Engine | None = None
+
+    @property
+    def projection(self) -> Registry:
+        return self.ctx.projections["registry"]
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        """Create the folders and remove whatever no `package.published` event refers to."""
+        for folder in (self.blobs, self.refs, self.tmp):
+            folder.mkdir(parents=True, exist_ok=True)
+        for leftover in self.tmp.iterdir():
+            _remove(leftover)
+        referenced = self.projection.checksums()
+        for blob in self.blobs.iterdir():
+            if f"sha256:{blob.name.removesuffix('.wasm')}" not in referenced:
+                log.warning("removing unpublished registry blob %s", blob.name)
+                _remove(blob)
+        for package_dir in self.refs.iterdir():
+            for ref in package_dir.iterdir() if package_dir.is_dir() else ():
+                if not self.projection.has(package_dir.name, ref.name):
+                    _remove(ref)
+        for package_id, versions in self.projection.packages.items():
+            for version, package in versions.items():
+                ref = self.refs / package_id / version
+                if not ref.is_file() or ref.read_text() != package.checksum:
+                    _write_atomic(ref, package.checksum)
+                if not self.blob_path(package.checksum).is_file():
+                    log.error("registry blob of %s@%s is missing", package_id, version)
+
+    def close(self) -> None:
+        self._compiler.shutdown(wait=True, cancel_futures=True)
+
+    # ------------------------------------------------------------------ publish
+    @contextlib.contextmanager
+    def staging(self) -> Iterator[StagedUpload]:
+        """A temporary file for one upload, removed on exit unless `publish` moved it away."""
+        self.tmp.mkdir(parents=True, exist_ok=True)
+        path = self.tmp / f"upload-{os.urandom(8).hex()}"
+        upload = StagedUpload(path, self.max_bytes)
+        try:
+            yield upload
+        finally:
+            upload.close()
+            path.unlink(missing_ok=True)
+
+    async def publish(
+        self, package_id: str, version: str, description: str, upload: StagedUpload
+    ) -> dict[str, Any]:
+        """Validate, store the blob, then journal `package.published` (201 body)."""
+        if not PACKAGE_ID_RE.fullmatch(package_id):
+            raise Problem(400, f"package id {package_id!r} must match {PACKAGE_ID}")
+        if not is_semver(version):
+            raise Problem(400, f"version {version!r} is not a SemVer 2.0 version (like 1.2.3)")
+        if len(description) > MAX_DESCRIPTION:
+            raise Problem(400, f"description is longer than {MAX_DESCRIPTION} characters")
+        check_component_header(upload.head, upload.size)
+        self._refuse_existing(package_id, version)
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, upload.finish)
+        await loop.run_in_executor(self._compiler, self._validate, upload.path)
+        digest = upload.hex_digest
+        checksum = f"sha256:{digest}"
+        async with self._lock:
+            self._refuse_existing(package_id, version)
+            blob = self.blob_path(checksum)
+            ref = self.refs / package_id / version
+            created = not blob.exists()
+            try:
+                if created:
+                    await loop.run_in_executor(None, _move_durably, upload.path, blob)
+                await loop.run_in_executor(None, _write_atomic, ref, checksum)
+                envelope = await self.ctx.store.append(
+                    REGISTRY_STREAM,
+                    "package.published",
+                    {
+                        "id": package_id,
+                        "version": version,
+                        "description": description,
+                        "checksum": checksum,
+                        "wasm_size_bytes": upload.size,
+                    },
+                )
+            except BaseException:
+                ref.unlink(missing_ok=True)
+                if created:
+                    blob.unlink(missing_ok=True)
+                raise
+        return {
+            "id": package_id,
+            "version": version,
+            "checksum": checksum,
+            "published_at": envelope.event.ts,
+        }
+
+    def _refuse_existing(self, package_id: str, version: str) -> None:
+        if self.projection.has(package_id, version):
+            raise Problem(409, f"{package_id}@{version} is already published")
+
+    def _validate(self, path: Path) -> None:
+        """Compile the component with wasmtime (in the compiler thread); 400 when refused."""
+        if self._engine is None:
+            config = wasmtime.Config()
+            config.cranelift_opt_level = "none"  # validation only: the fastest compile
+            self._engine = wasmtime.Engine(config)
+        try:
+            wasmtime.component.Component.from_file(self._engine, str(path))
+        except wasmtime.WasmtimeError as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else "invalid"
+            raise Problem(400, f"wasmtime rejects the component: {first}") from None
+
+    # ------------------------------------------------------------------ reads
+    def blob_path(self, checksum: str) -> Path:
+        return self.blobs / f"{checksum.removeprefix('sha256:')}.wasm"
+
+    def resolve(self, reference: str) -> Path:
+        package_id, version = parse_reference(reference)
+        package = self.projection.version(package_id, version)
+        if package is None:
+            raise RegistryError(f"{package_id}@{version} is not published in this registry")
+        return _existing(self.blob_path(package.checksum), reference)
+
+
+def check_component_header(head: bytes, size: int) -> None:
+    """A component starts with `\\0asm` and version 0x0d, layer 1; anything else is a 400."""
+    if size == 0:
+        raise Problem(400, "the wasm part is empty")
+    if len(head) < 8 or head[:4] != WASM_MAGIC:
+        raise Problem(400, "the wasm part is not a WebAssembly binary (no \\0asm header)")
+    if head[4:8] == CORE_MODULE_VERSION:
+        raise Problem(
+            400, "the wasm part is a core WebAssembly module; publish a component instead"
+        )
+    if head[4:8] != COMPONENT_VERSION:
+        raise Problem(
+            400, f"the wasm part has an unsupported WebAssembly version/layer {head[4:8].hex()}"
+        )
+
+
+def registry_root(config: Config) -> Path:
+    return config.data_path / REGISTRY_DIR
+
+
+def parse_reference(reference: str) -> tuple[str, str]:
+    """`registry:ID@VERSION` → (ID, VERSION); ValueError when it is not of that form."""
+    if not reference.startswith(REF_PREFIX):
+        raise ValueError(f"{reference!r} is not a registry reference (registry:ID@VERSION)")
+    package_id, sep, version = reference[len(REF_PREFIX) :].partition("@")
+    if not sep or not PACKAGE_ID_RE.fullmatch(package_id) or not is_semver(version):
+        raise ValueError(f"{reference!r} is not of the form registry:ID@VERSION")
+    return package_id, version
+
+
+def resolve_component(ctx_or_config: NodeContext | Config, reference: str) -> Path:
+    """The stored blob of `registry:ID@VERSION`, for the runtime to load.
+
+    With a NodeContext the projection is asked (authoritative); with a bare Config (no journal
+    open) the ref cache under data_dir is read. RegistryError when it is not published.
+    """
+    if isinstance(ctx_or_config, NodeContext):
+        service = ctx_or_config.services.get("registry")
+        if service is not None:
+            return service.resolve(reference)
+        config = ctx_or_config.config
+    else:
+        config = ctx_or_config
+    package_id, version = parse_reference(reference)
+    root = registry_root(config)
+    try:
+        checksum = (root / "refs" / package_id / version).read_text().strip()
+    except OSError:
+        raise RegistryError(f"{package_id}@{version} is not published in this registry") from None
+    blob = root / "blobs" / "sha256" / f"{checksum.removeprefix('sha256:')}.wasm"
+    return _existing(blob, reference)
+
+
+def _existing(path: Path, reference: str) -> Path:
+    if not path.is_file():
+        raise RegistryError(f"the stored component of {reference} is missing ({path})")
+    return path
+
+
+def _move_durably(source: Path, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(source, target)
+    _fsync_dir(target.parent)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.urandom(4).hex()}")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)

@@ -1,0 +1,94 @@
+"""A2A task commands: each appends a task.* event to the journal of the assigned agent.
+
+The HTTP API creates tasks; the runtime delivers `pending_for(agent)` to the agent and reports
+start, progress and the outcome. State checks read the projection, so a command that does
+not fit the task's status (completing a failed task, starting a running one) is a 409.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import msgspec
+
+from eventstore.envelope import Envelope
+from node.context import NodeContext
+from node.errors import Problem
+from node.services.journal import ensure_local
+from projections.tasks import Task, Tasks
+
+
+class TaskService:
+    def __init__(self, ctx: NodeContext) -> None:
+        self.ctx = ctx
+        # ids with a final event being appended: a racing complete/fail must not add another
+        self._finishing: set[str] = set()
+
+    @property
+    def projection(self) -> Tasks:
+        return self.ctx.projections["tasks"]
+
+    async def create(self, from_agent: str, to: str, input: dict[str, Any]) -> dict[str, Any]:
+        """A new pending task for `to`, which must be hosted here (404 unknown, 409 elsewhere)."""
+        ensure_local(self.ctx, to)
+        if self.ctx.config.agent(to) is None:
+            raise Problem(404, f"no agent named {to!r} is hosted on this node")
+        task_id = str(uuid.uuid4())
+        envelope = await self.ctx.store.append(
+            to, "task.created", {"id": task_id, "from": from_agent, "to": to, "input": input}
+        )
+        return {"id": task_id, "status": "pending", "created_at": envelope.event.ts}
+
+    async def start(self, task_id: str) -> Envelope:
+        """pending → running."""
+        self._check(task_id, ("pending",), "start")
+        return await self._append(task_id, "task.started", {})
+
+    async def progress(self, task_id: str, progress: dict[str, Any] | str) -> Envelope:
+        """An intermediate report; a pending task becomes running."""
+        self._check(task_id, ("pending", "running"), "report progress on")
+        return await self._append(task_id, "task.progress", {"progress": progress})
+
+    async def complete(self, task_id: str, output: dict[str, Any]) -> Envelope:
+        self._check(task_id, ("pending", "running"), "complete")
+        return await self._finish(task_id, "task.completed", {"output": output})
+
+    async def fail(self, task_id: str, error: str) -> Envelope:
+        self._check(task_id, ("pending", "running"), "fail")
+        return await self._finish(task_id, "task.failed", {"error": error})
+
+    def get(self, task_id: str) -> Task:
+        task = self.projection.get(task_id)
+        if task is None:
+            raise Problem(404, f"no task with id {task_id!r}")
+        return task
+
+    def list(self, status: str | None = None, agent: str | None = None) -> list[Task]:
+        return self.projection.list(status, agent)
+
+    def pending_for(self, agent: str) -> list[dict[str, Any]]:
+        """The agent's pending tasks as plain dicts (`id`, `from`, `to`, `input`...), oldest first.
+
+        Safe to call from a worker thread: it copies out of the projection.
+        """
+        return [msgspec.to_builtins(t) for t in self.projection.pending_for(agent)]
+
+    def _check(self, task_id: str, allowed: tuple[str, ...], verb: str) -> Task:
+        task = self.get(task_id)
+        ensure_local(self.ctx, task.to)
+        if task.status not in allowed or task_id in self._finishing:
+            status = "finishing" if task_id in self._finishing else task.status
+            raise Problem(409, f"cannot {verb} task {task_id!r}: it is {status}")
+        return task
+
+    async def _append(self, task_id: str, kind: str, data: dict[str, Any]) -> Envelope:
+        task = self.get(task_id)
+        return await self.ctx.store.append(task.to, kind, {"id": task_id, **data})
+
+    async def _finish(self, task_id: str, kind: str, data: dict[str, Any]) -> Envelope:
+        self._finishing.add(task_id)
+        try:
+            return await self._append(task_id, kind, data)
+        finally:
+            self._finishing.discard(task_id)

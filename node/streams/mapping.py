@@ -1,0 +1,70 @@
+"""Journaled events as SSE events: the unified/per-agent stream's names and the A2A stream's.
+
+The unified stream shows every journaled event, so an operator sees logs, findings, approvals,
+grants and tasks live, not only the spec's runtime events: the SSE name is the journal type with
+`.` → `_` (`approval.requested` → `approval_requested`), except `agent.errored`, which is the
+spec's `error` event. The data is the event's own data plus `agent` (the journal), `ts` and
+`origin` (the writing node).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from eventstore.envelope import Envelope
+from node.streams.sse import Item
+
+RENAMES = {"agent.errored": "error"}
+A2A_NAMES = {
+    "task.created": "task_created",
+    "task.started": "task_started",
+    "task.progress": "task_progress",
+    "task.completed": "task_completed",
+    "task.failed": "task_failed",
+}
+
+
+def unified_name(event_type: str) -> str:
+    return RENAMES.get(event_type) or event_type.replace(".", "_")
+
+
+def unified_item(envelope: Envelope) -> Item:
+    event = envelope.event
+    data: dict[str, Any] = {**event.data, "agent": envelope.stream}
+    if event.type == "agent.errored":
+        data["error"] = _error_text(event.data)
+    data["ts"] = event.ts
+    data["origin"] = event.origin
+    return Item(unified_name(event.type), data, envelope.stream, envelope.position)
+
+
+def _error_text(data: dict[str, Any]) -> str:
+    error = data.get("error") or data.get("reason") or data.get("message")
+    return error if isinstance(error, str) else "agent error"
+
+
+def a2a_item(envelope: Envelope) -> Item | None:
+    """DESIGN.md's A2A data: task_created {id, from, to, status, created_at}, the rest by id."""
+    event = envelope.event
+    name = A2A_NAMES.get(event.type)
+    if name is None:
+        return None
+    data = event.data
+    task_id = data.get("id")
+    if name == "task_created":
+        out = {
+            "id": task_id,
+            "from": data.get("from"),
+            "to": data.get("to", envelope.stream),
+            "status": "pending",
+            "created_at": event.ts,
+        }
+    elif name == "task_progress":
+        out = {"id": task_id, "progress": data.get("progress")}
+    elif name == "task_completed":
+        out = {"id": task_id, "output": data.get("output")}
+    elif name == "task_failed":
+        out = {"id": task_id, "error": data.get("error")}
+    else:
+        out = {"id": task_id}
+    return Item(name, out, envelope.stream, envelope.position)

@@ -1,0 +1,84 @@
+"""What a resuming client missed, read back from the journal in chunks, off the event loop.
+
+The read stops at the position that was current when the client subscribed: everything after
+it reaches the client's queue live, so the seam has neither gap nor duplicate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+from eventstore.store import EventStore
+from node.streams.mapping import a2a_item, unified_item
+from node.streams.sse import Item
+
+CHUNK = 1000
+
+
+async def backlog(
+    store: EventStore, channel: str, agent: str | None, after: int, upto: int
+) -> AsyncIterator[list[Item]]:
+    """Chunks of items with after < position <= upto, in order, for one channel (and agent)."""
+    if after >= upto:
+        return
+    if agent is not None:
+        seq = await asyncio.to_thread(first_seq_after, store, agent, after)
+        while seq is not None:
+            chunk, seq = await asyncio.to_thread(_agent_chunk, store, agent, seq, upto)
+            if chunk:
+                yield chunk
+        return
+    position = after
+    while position < upto:
+        chunk, position, done = await asyncio.to_thread(_all_chunk, store, channel, position, upto)
+        if chunk:
+            yield chunk
+        if done:
+            return
+
+
+def _all_chunk(
+    store: EventStore, channel: str, after: int, upto: int
+) -> tuple[list[Item], int, bool]:
+    envelopes = store.read_all(after, CHUNK)
+    items: list[Item] = []
+    last = after
+    for envelope in envelopes:
+        if envelope.position > upto:
+            return items, last, True
+        last = envelope.position
+        item = unified_item(envelope) if channel == "events" else a2a_item(envelope)
+        if item is not None:
+            items.append(item)
+    return items, last, len(envelopes) < CHUNK
+
+
+def first_seq_after(store: EventStore, stream: str, position: int) -> int | None:
+    """The first seq of `stream` whose position is past `position` (positions grow with seq)."""
+    head = store.head(stream)
+    if head is None:
+        return None
+    lo, hi = 1, head.seq + 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        envelope = store.get(stream, mid)
+        if envelope is not None and envelope.position > position:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo if lo <= head.seq else None
+
+
+def _agent_chunk(
+    store: EventStore, stream: str, seq: int, upto: int
+) -> tuple[list[Item], int | None]:
+    envelopes = store.read_stream(stream, seq - 1, CHUNK)
+    items: list[Item] = []
+    for envelope in envelopes:
+        if envelope.position > upto:
+            return items, None
+        items.append(unified_item(envelope))
+    if len(envelopes) < CHUNK:
+        return items, None
+    return items, envelopes[-1].seq + 1

@@ -1,0 +1,121 @@
+"""The SSE wire: frames encoded once and shared, and the loop that writes them to one client.
+
+Why not aiohttp-sse's EventSourceResponse: its ping is a comment line where the spec wants
+`event: keepalive` / `data: {}`, it formats every frame per client (1,000 clients would encode
+each event 1,000 times), and a client cut for being slow must be aborted at the transport, which
+it does not offer. A plain StreamResponse writing pre-encoded bytes does all three.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+from aiohttp import web
+
+if TYPE_CHECKING:
+    from node.streams.bus import Subscription
+
+KEEPALIVE = b"event: keepalive\ndata: {}\n\n"
+HEADERS = {
+    "Content-Type": "text/event-stream",
+    "Cache-Control": "no-cache",
+    "X-Accel-Buffering": "no",  # a reverse proxy must not buffer the stream
+}
+_BATCH = 512  # frames joined into one write when a client is behind
+_encoder = msgspec.json.Encoder(enc_hook=str)  # a stray non-JSON value degrades, never raises
+
+
+def encode_frame(name: str, data: dict[str, Any], position: int | None = None) -> bytes:
+    head = f"id: {position}\nevent: {name}\ndata: " if position else f"event: {name}\ndata: "
+    return head.encode() + _encoder.encode(data) + b"\n\n"
+
+
+class Item:
+    """One SSE event: encoded on first use, then the same bytes go to every subscriber."""
+
+    __slots__ = ("_frame", "agent", "data", "name", "position")
+
+    def __init__(
+        self, name: str, data: dict[str, Any], agent: str | None = None, position: int | None = None
+    ) -> None:
+        self.name = name
+        self.data = data
+        self.agent = agent
+        self.position = position  # the journal's global position; None for ephemeral events
+        self._frame: bytes | None = None
+
+    @property
+    def frame(self) -> bytes:
+        if self._frame is None:
+            self._frame = encode_frame(self.name, self.data, self.position)
+        return self._frame
+
+    def __repr__(self) -> str:
+        return f"Item({self.name!r}, {self.data!r}, agent={self.agent!r}, pos={self.position})"
+
+
+class ClientGone(Exception):
+    """The client went away or was cut; the stream ends without an error response."""
+
+
+class SseWriter:
+    """Writes frames to one prepared response; aborts cleanly when the peer is gone."""
+
+    def __init__(self, response: web.StreamResponse, subscription: Subscription) -> None:
+        self.response = response
+        self.subscription = subscription
+        self.last_position = 0  # journaled events at or below this were sent already
+
+    async def write(self, data: bytes) -> None:
+        if self.subscription.closed and self.subscription.reason != "shutdown":
+            raise ClientGone(self.subscription.reason)
+        self.subscription.writing = True
+        try:
+            await self.response.write(data)
+        except (ConnectionError, RuntimeError, asyncio.CancelledError) as exc:
+            # RuntimeError: aiohttp refuses writes once the transport is closed
+            if isinstance(exc, asyncio.CancelledError) and not self.subscription.closed:
+                raise
+            raise ClientGone(str(exc) or type(exc).__name__) from None
+        finally:
+            self.subscription.writing = False
+
+    async def write_items(self, items: Iterable[Item]) -> None:
+        """Send items in order, skipping journaled ones already sent (the resumption seam)."""
+        frames: list[bytes] = []
+        last = self.last_position
+        for item in items:
+            if item.position is not None:
+                if item.position <= last:
+                    continue
+                last = item.position
+            frames.append(item.frame)
+        self.last_position = last
+        if frames:
+            await self.write(b"".join(frames))
+
+    async def pump(self) -> None:
+        """Live tail: queued items as they come, and a keep-alive when the bus's ticker says."""
+        sub = self.subscription
+        while not sub.closed:
+            if not sub.pending and not sub.ping_due:
+                await sub.wait()
+            if sub.closed:
+                break
+            items = sub.take(_BATCH)
+            if items:
+                await self.write_items(items)
+            if sub.ping_due:
+                sub.ping_due = False
+                await self.write(KEEPALIVE)
+        if sub.reason != "shutdown":
+            raise ClientGone(sub.reason)
+
+
+async def open_stream(request: web.Request) -> web.StreamResponse:
+    response = web.StreamResponse(headers=HEADERS)
+    await response.prepare(request)
+    return response

@@ -1,0 +1,1 @@
+"""Mesh sync: receive, verify and store peers' signed journals; push our own to every peer."""

@@ -1,0 +1,78 @@
+"""The spec's Sync area: push and pull envelopes, and the convergence report."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from eventstore.keys import verify_key_from_multibase
+from node.api.params import int_query, json_response, limit_query, required_query
+from node.auth import IDENTITY, add_route
+from node.config import Config, ConfigError
+from node.context import CONTEXT, context_of
+from node.errors import Problem
+from node.sync.convergence import convergence_report
+from node.sync.service import SERVICE, SyncService, sync_lifecycle
+from node.sync.wire import parse_push
+from projections.peers import PeerBook
+
+SYNC_SCOPES = ("read", "sync")
+
+
+def _service(request: web.Request) -> SyncService:
+    return context_of(request).services[SERVICE]
+
+
+def _journal_query(request: web.Request) -> str:
+    agent = required_query(request, "agent")
+    if agent.startswith("$"):
+        raise Problem(400, f"{agent!r} is a node-level journal; those are not replicated")
+    return agent
+
+
+async def post_envelopes(request: web.Request) -> web.Response:
+    push = parse_push(await request.read())
+    identity = request.get(IDENTITY)
+    if identity is None or push.peer_id != identity.name:
+        caller = identity.name if identity else "?"
+        raise Problem(403, f"peer_id {push.peer_id!r} does not match the caller's token {caller!r}")
+    outcome = await _service(request).receiver.receive(push.peer_id, push.envelopes)
+    return json_response(outcome.as_reply())
+
+
+async def get_envelopes(request: web.Request) -> web.Response:
+    agent = _journal_query(request)
+    since = int_query(request, "since", 0)
+    limit = limit_query(request, 100)
+    ctx = context_of(request)
+    envelopes = ctx.store.read_stream(agent, since, limit) if limit else []
+    identity = request.get(IDENTITY)
+    if identity is not None and any(p.name == identity.name for p in ctx.config.peers):
+        _service(request).acks.note(identity.name, {agent: since})  # a pull acks `since`
+    ctx.metrics.sync_envelopes.inc(len(envelopes))
+    return json_response({"envelopes": [e.as_read() for e in envelopes]})
+
+
+async def get_convergence(request: web.Request) -> web.Response:
+    agent = _journal_query(request)
+    return json_response(convergence_report(context_of(request), agent))
+
+
+def check_peer_keys(config: Config) -> None:
+    """A configured key that is not an ed25519 multibase key stops the node at start-up."""
+    for i, peer in enumerate(config.peers):
+        if peer.public_key:
+            try:
+                verify_key_from_multibase(peer.public_key)
+            except ValueError as exc:
+                raise ConfigError(f"peers[{i}].public_key: {exc}") from None
+
+
+def setup(app: web.Application) -> None:
+    ctx = app[CONTEXT]
+    check_peer_keys(ctx.config)
+    ctx.projections.register(PeerBook())
+    ctx.services[SERVICE] = SyncService(ctx)
+    add_route(app, "POST", "/api/v1/sync/envelopes", post_envelopes, "sync")
+    add_route(app, "GET", "/api/v1/sync/envelopes", get_envelopes, SYNC_SCOPES)
+    add_route(app, "GET", "/api/v1/sync/convergence", get_convergence, SYNC_SCOPES)
+    app.cleanup_ctx.append(sync_lifecycle)

@@ -1,0 +1,47 @@
+"""Sync faults an operator must see (equivocation, a changed peer key) as findings, once each.
+
+They go into the journal named after this node: its home is here, so it is replicated like any
+agent's journal and the whole mesh learns of the fault. The `incident` key dedupes across
+restarts (projections/peers.py folds it).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from node.context import NodeContext
+
+log = logging.getLogger("agent-node.sync")
+
+
+class Incidents:
+    def __init__(self, ctx: NodeContext) -> None:
+        self._ctx = ctx
+        self._in_flight: set[str] = set()
+
+    def seen(self, key: str) -> bool:
+        full = self._full(key)
+        return full in self._ctx.projections["peers"].incidents or full in self._in_flight
+
+    async def report(self, key: str, severity: str, title: str, detail: str) -> None:
+        """Journal a finding for `key` unless one was already journaled."""
+        if self.seen(key):
+            return
+        ctx, full = self._ctx, self._full(key)
+        log.warning("%s: %s", title, detail)
+        home = ctx.projections["journals"].home_of(ctx.name)
+        if home not in (None, ctx.name):
+            log.error("journal %r belongs to node %r; sync finding not journaled", ctx.name, home)
+            return
+        self._in_flight.add(full)
+        try:
+            await ctx.store.append(
+                ctx.name,
+                "finding",
+                {"severity": severity, "title": title, "detail": detail, "incident": full},
+            )
+        finally:
+            self._in_flight.discard(full)
+
+    def _full(self, key: str) -> str:
+        return f"{self._ctx.name}/{key}"

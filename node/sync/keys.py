@@ -1,0 +1,147 @@
+"""Whose key verifies whose envelopes: our own, and each peer's key pinned on first contact.
+
+A peer's key comes from `[[peers]] public_key` or, if absent, from its `/.well-known/did.json`
+(verificationMethod[0].publicKeyMultibase). The first key seen is pinned in `$peers`; a different
+key later (from either source) is refused and reported as a critical finding, so envelopes
+signed by it never verify and the journal history stays verifiable with the pinned key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterable
+
+import aiohttp
+from nacl.signing import VerifyKey
+
+from eventstore.keys import verify_key_from_multibase
+from eventstore.store import EventStore
+from node.config import Peer
+from node.context import NodeContext
+from node.sync.incidents import Incidents
+from projections.peers import KEY_PINNED, PEERS_STREAM, PeerBook
+
+log = logging.getLogger("agent-node.sync")
+DID_PATH = "/.well-known/did.json"
+DID_RETRY_SECS = 2.0
+
+
+class PeerKeys:
+    def __init__(
+        self, ctx: NodeContext, incidents: Incidents, http: aiohttp.ClientSession | None
+    ) -> None:
+        self._ctx = ctx
+        self._book: PeerBook = ctx.projections["peers"]
+        self._incidents = incidents
+        self.http = http
+        self._peers = {p.name: p for p in ctx.config.peers}
+        self._decoded: dict[str, VerifyKey] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._fetching: dict[str, asyncio.Lock] = {}
+        self._tried_at: dict[str, float] = {}
+
+    def lookup(self, origin: str) -> VerifyKey | None:
+        """The key for `origin`; safe to call from the store's verification thread."""
+        if origin == self._ctx.name:
+            return self._ctx.key.verify_key
+        text = self._book.pins.get(origin)
+        if text is None:
+            return None
+        key = self._decoded.get(text)
+        if key is None:
+            key = self._decoded[text] = verify_key_from_multibase(text)
+        return key
+
+    async def pin_configured(self) -> None:
+        """At start: pin every key the config gives (or report that it differs from the pin)."""
+        for peer in self._peers.values():
+            if peer.public_key:
+                await self.offer(peer.name, peer.public_key, "config")
+
+    async def offer(self, peer: str, key_text: str, source: str) -> bool:
+        """Pin `key_text` if `peer` has no pin yet; True when it is (now) the pinned key."""
+        async with self._lock(peer):
+            pinned = self._book.pins.get(peer)
+            if pinned is None:
+                verify_key_from_multibase(key_text)  # ValueError: not an ed25519 multibase key
+                await self._ctx.store.append(
+                    PEERS_STREAM,
+                    KEY_PINNED,
+                    {"peer": peer, "public_key": key_text, "source": source},
+                )
+                log.info("pinned the key of peer %s from %s: %s", peer, source, key_text)
+                return True
+        if pinned == key_text:
+            return True
+        await self._incidents.report(
+            f"key-changed/{peer}/{key_text}",
+            "critical",
+            f"peer {peer} presents a different public key; refused",
+            f"pinned {pinned}, {source} now says {key_text}. Envelopes signed with the new key "
+            "are rejected. If the peer really changed its key, its old journals no longer "
+            "verify: see docs/mesh.md.",
+        )
+        return False
+
+    async def ensure(self, origins: Iterable[str]) -> None:
+        """First contact from the receiving side: fetch keys of configured peers we lack."""
+        for origin in origins:
+            if self.lookup(origin) is None and origin in self._peers:
+                await self.check_did(self._peers[origin], retry_after=DID_RETRY_SECS)
+
+    async def check_did(self, peer: Peer, retry_after: float = 0.0) -> None:
+        """Read the peer's DID document; pin its key, or report that it changed.
+
+        With `retry_after` (the receiving side, on every push from an origin without a key), a
+        key pinned meanwhile, or a look-up from this side less than that many seconds ago,
+        means no new request.
+        """
+        async with self._fetching.setdefault(peer.name, asyncio.Lock()):
+            if retry_after and self.lookup(peer.name) is not None:
+                return
+            if retry_after:
+                now = time.monotonic()
+                if now - self._tried_at.get(peer.name, -1e9) < retry_after:
+                    return
+                self._tried_at[peer.name] = now
+            key_text = await fetch_did_key(self.http, peer.url)
+            if key_text is None:
+                return
+            try:
+                await self.offer(peer.name, key_text, "did")
+            except ValueError as exc:
+                log.warning("peer %s publishes an unusable key %r: %s", peer.name, key_text, exc)
+
+    def _lock(self, peer: str) -> asyncio.Lock:
+        return self._locks.setdefault(peer, asyncio.Lock())
+
+
+async def fetch_did_key(http: aiohttp.ClientSession | None, base_url: str) -> str | None:
+    """verificationMethod[0].publicKeyMultibase of a node's DID document, or None."""
+    if http is None:
+        return None
+    try:
+        async with http.get(base_url.rstrip("/") + DID_PATH) as response:
+            if response.status != 200:
+                return None
+            doc = await response.json(content_type=None)
+        key = doc["verificationMethod"][0]["publicKeyMultibase"]
+    except (TimeoutError, aiohttp.ClientError, ValueError, KeyError, IndexError, TypeError):
+        return None
+    return key if isinstance(key, str) else None
+
+
+def pinned_keys(store: EventStore) -> dict[str, VerifyKey]:
+    """Pinned peer keys read from `$peers` (for offline tools such as `audit verify`)."""
+    book = PeerBook()
+    for envelope in store.iter_stream(PEERS_STREAM):
+        book.apply(envelope)
+    keys: dict[str, VerifyKey] = {}
+    for peer, text in book.pins.items():
+        try:
+            keys[peer] = verify_key_from_multibase(text)
+        except ValueError:
+            continue
+    return keys

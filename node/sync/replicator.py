@@ -1,0 +1,211 @@
+"""One task per peer: push every journal homed here after the peer's acked seq, in order.
+
+The peer's `heads` are the truth: an empty push (a probe) on every (re)contact and every
+heartbeat learns them, so a restart of either side resumes at the right seq without trusting
+anything persisted. While one batch is in flight the next is read and encoded (optimistically
+assuming the first lands), which keeps both nodes busy. Unreachable peer, refused or
+progress-less push: retry with exponential backoff (with jitter), then re-probe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from typing import NamedTuple
+
+import aiohttp
+
+from eventstore.envelope import Envelope
+from node.config import Peer
+from node.context import NodeContext
+from node.sync.acks import AckRecorder
+from node.sync.keys import PeerKeys
+from node.sync.wire import PushReply, decode_reply, encode_push
+
+log = logging.getLogger("agent-node.sync")
+SYNC_PATH = "/api/v1/sync/envelopes"
+_PER_ENVELOPE_OVERHEAD = 160  # JSON keys, seq, agent and the base64 signature, roughly
+
+
+class PushFailed(Exception):
+    """The peer answered, but the push made no progress (refused, or every envelope rejected)."""
+
+
+class Batch(NamedTuple):
+    last: dict[str, int]  # stream → last seq in this batch
+    count: int
+    body: bytes
+
+
+class Replicator:
+    def __init__(
+        self,
+        ctx: NodeContext,
+        peer: Peer,
+        http: aiohttp.ClientSession,
+        keys: PeerKeys,
+        acks: AckRecorder,
+    ) -> None:
+        self._ctx = ctx
+        self.peer = peer
+        self._http = http
+        self._keys = keys
+        self._acks = acks
+        self._settings = ctx.config.sync
+        self._url = peer.url.rstrip("/") + SYNC_PATH
+        self._headers = {
+            "Authorization": f"Bearer {peer.token}",
+            "Content-Type": "application/json",
+        }
+        self._limit = self._settings.batch_size
+        self._backoff = self._settings.backoff_initial_secs
+        self._turn = 0
+        self.acked: dict[str, int] = {}
+        self.connected = False
+        self.last_error = ""
+
+    # ----------------------------------------------------------------- loop
+    async def run(self) -> None:
+        while True:
+            try:
+                await self._contact()
+                await self._pump()
+            except asyncio.CancelledError:
+                raise
+            except (aiohttp.ClientError, TimeoutError, OSError, ValueError, PushFailed) as exc:
+                self._failed(exc)
+            except Exception as exc:  # a bug must not end replication to this peer for good
+                log.exception("sync to %s failed unexpectedly", self.peer.name)
+                self.connected, self.last_error = False, repr(exc)
+            delay = self._backoff * random.uniform(0.8, 1.2)
+            self._backoff = min(self._backoff * 2, self._settings.backoff_max_secs)
+            await asyncio.sleep(delay)
+
+    def _failed(self, exc: BaseException) -> None:
+        text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        if self.connected or text != self.last_error:
+            log.warning("sync to %s: %s; retrying with backoff", self.peer.name, text)
+        self.connected = False
+        self.last_error = text
+
+    async def _contact(self) -> None:
+        """First contact (and every reconnect): check the peer's key, learn its heads."""
+        await self._keys.check_did(self.peer)
+        self._learn((await self._post(b"", 0)).heads, probe=True)
+        if not self.connected:
+            log.info("sync to %s: connected", self.peer.name)
+        self.connected = True
+        self.last_error = ""
+
+    async def _pump(self) -> None:
+        """Push until the peer has everything, wait for new commits, repeat; raise on failure."""
+        store = self._ctx.store
+        position = store.last_position
+        batch = await self._prepare(self.acked)
+        while True:
+            if batch is None:
+                self._backoff = self._settings.backoff_initial_secs
+                try:
+                    await asyncio.wait_for(
+                        store.wait_beyond(position), self._settings.heartbeat_secs
+                    )
+                except TimeoutError:
+                    self._learn((await self._post(b"", 0)).heads, probe=True)
+                position = store.last_position
+                batch = await self._prepare(self.acked)
+                continue
+            sending = asyncio.ensure_future(self._post(batch.body, batch.count))
+            cursor = {**self.acked, **batch.last}
+            next_position = store.last_position
+            try:
+                upcoming = await self._prepare(cursor)
+                reply = await sending
+            finally:
+                sending.cancel()
+            self._learn(reply.heads)
+            if reply.accepted == 0 and reply.rejected:
+                raise PushFailed(
+                    f"all {reply.rejected} envelope(s) rejected, first {reply.first_rejection()}"
+                )
+            self._backoff = self._settings.backoff_initial_secs
+            if reply.rejected == 0 and all(self.acked.get(s) == q for s, q in batch.last.items()):
+                batch, position = upcoming, next_position
+            else:  # the peer holds something else than we assumed: start from its heads
+                position = store.last_position
+                batch = await self._prepare(self.acked)
+
+    # ----------------------------------------------------------------- batches
+    async def _prepare(self, after: dict[str, int]) -> Batch | None:
+        """The next batch after `after`, read and encoded off the loop; None when all acked."""
+        journals = self._ctx.projections["journals"]
+        me = self._ctx.name
+        work = [
+            (stream, after.get(stream, 0))
+            for stream, head in journals.head.items()
+            if head > after.get(stream, 0)
+            and not stream.startswith("$")
+            and journals.home.get(stream) == me
+        ]
+        if not work:
+            return None
+        self._turn = (self._turn + 1) % len(work)
+        work = work[self._turn :] + work[: self._turn]  # no journal starves the others
+        return await asyncio.to_thread(self._read_batch, work)
+
+    def _read_batch(self, work: list[tuple[str, int]]) -> Batch:
+        """Up to `_limit` envelopes and about `batch_max_kb`, shared fairly between journals
+        (several journals per push let the receiver verify them in parallel)."""
+        envelopes: list[Envelope] = []
+        size, max_bytes = 0, self._settings.batch_max_kb * 1024
+        share = -(-self._limit // len(work))  # ceil
+        after = dict(work)
+        for round_limit in (share, self._limit):  # a fair share each, then fill up
+            for stream, _ in work:
+                room = min(round_limit, self._limit - len(envelopes))
+                if room <= 0 or size >= max_bytes:
+                    break
+                for envelope in self._ctx.store.read_stream(stream, after[stream], room):
+                    cost = len(envelope.payload) * 4 // 3 + _PER_ENVELOPE_OVERHEAD
+                    if envelopes and size + cost > max_bytes:
+                        size = max_bytes
+                        break
+                    envelopes.append(envelope)
+                    after[stream] = envelope.seq
+                    size += cost
+        envelopes.sort(key=lambda e: (e.stream, e.seq))
+        last = {e.stream: e.seq for e in envelopes}
+        return Batch(last, len(envelopes), encode_push(self._ctx.name, envelopes))
+
+    # ----------------------------------------------------------------- wire
+    async def _post(self, body: bytes, count: int) -> PushReply:
+        """POST one push (`count` envelopes; an empty body is a probe)."""
+        data = body or encode_push(self._ctx.name, ())
+        timeout = aiohttp.ClientTimeout(total=self._settings.request_timeout_secs)
+        async with self._http.post(
+            self._url, data=data, headers=self._headers, timeout=timeout
+        ) as response:
+            raw = await response.read()
+            if response.status == 413 and count > 1:
+                self._limit = max(1, count // 2)
+                raise PushFailed(f"batch of {count} too large for the peer; now {self._limit}")
+            if response.status != 200:
+                detail = raw[:300].decode(errors="replace")
+                raise PushFailed(f"HTTP {response.status}: {detail}")
+        reply = decode_reply(raw)
+        self._ctx.metrics.sync_envelopes.inc(count)
+        return reply
+
+    def _learn(self, heads: dict[str, int], *, probe: bool = False) -> None:
+        """Take the peer's word for its heads of our journals (all of them after a probe)."""
+        journals = self._ctx.projections["journals"]
+        me = self._ctx.name
+        ours = {s for s, home in journals.home.items() if home == me and not s.startswith("$")}
+        if probe:
+            self.acked = {s: heads.get(s, 0) for s in ours}
+            self._acks.note(self.peer.name, {**dict.fromkeys(ours, 0), **heads})
+            return
+        for stream, seq in heads.items():
+            if stream in ours:
+                self.acked[stream] = seq
+        self._acks.note(self.peer.name, heads)

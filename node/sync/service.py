@@ -1,0 +1,65 @@
+"""The sync service of one node: keys, acks, the receiver and one replicator per peer."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import aiohttp
+from aiohttp import web
+
+from node.context import CONTEXT, NodeContext
+from node.sync.acks import AckRecorder
+from node.sync.incidents import Incidents
+from node.sync.keys import PeerKeys
+from node.sync.receive import Receiver
+from node.sync.replicator import Replicator
+
+SERVICE = "sync"
+
+
+class SyncService:
+    def __init__(self, ctx: NodeContext) -> None:
+        self.ctx = ctx
+        self.incidents = Incidents(ctx)
+        self.keys = PeerKeys(ctx, self.incidents, None)
+        self.acks = AckRecorder(ctx.store, ctx.projections["peers"], ctx.config.sync.ack_flush_secs)
+        self.receiver = Receiver(ctx, self.keys, self.incidents, self.acks)
+        self.replicators: list[Replicator] = []
+        self._http: aiohttp.ClientSession | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        """Pin configured keys, then start the ack recorder and a replicator per peer."""
+        self._http = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=self.ctx.config.sync.request_timeout_secs)
+        )
+        self.keys.http = self._http
+        await self.keys.pin_configured()
+        self.replicators = [
+            Replicator(self.ctx, peer, self._http, self.keys, self.acks)
+            for peer in self.ctx.config.peers
+        ]
+        self._tasks = [asyncio.create_task(self.acks.run(), name="sync-acks")]
+        self._tasks += [
+            asyncio.create_task(r.run(), name=f"sync-to-{r.peer.name}") for r in self.replicators
+        ]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self.acks.flush()
+        if self._http is not None:
+            await self._http.close()
+
+
+async def sync_lifecycle(app: web.Application) -> AsyncIterator[None]:
+    """Runs after the journal is open and the projections are rebuilt; stops before it closes."""
+    service: SyncService = app[CONTEXT].services[SERVICE]
+    await service.start()
+    yield
+    await service.stop()

@@ -1,0 +1,115 @@
+"""The sync wire format: a push body in, pushed envelopes out, one bad envelope never the batch."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+
+from eventstore.envelope import Envelope, parse_signature
+from eventstore.store import ForeignEnvelope
+from node.api.params import MAX_LIMIT
+from node.config import AGENT_NAME_RE
+from node.errors import Problem
+
+MAX_SEQ = 2**63 - 1
+# A push may carry more than a page of reads, but not unboundedly many envelopes.
+MAX_PUSH_ENVELOPES = 10 * MAX_LIMIT
+
+
+class PushBody(msgspec.Struct):
+    peer_id: str
+    # Raw, so each envelope is validated on its own and a bad one is only counted as rejected.
+    envelopes: list[msgspec.Raw]
+
+
+class PushedEnvelope(msgspec.Struct):
+    seq: int
+    agent: str
+    payload: str
+    signature: str
+
+
+class PushReply(msgspec.Struct):
+    accepted: int
+    rejected: int
+    heads: dict[str, int] = {}
+    rejections: list[dict[str, Any]] = []
+
+    def first_rejection(self) -> str:
+        if not self.rejections:
+            return "no reason given"
+        r = self.rejections[0]
+        return f"{r.get('agent')}#{r.get('seq')} {r.get('reason')}: {r.get('detail', '')}"
+
+
+_push_decoder = msgspec.json.Decoder(PushBody)
+_item_decoder = msgspec.json.Decoder(PushedEnvelope)
+_reply_decoder = msgspec.json.Decoder(PushReply)
+_encoder = msgspec.json.Encoder()
+
+
+class MalformedEnvelope(ValueError):
+    """One pushed envelope cannot even be read; it is rejected, the rest go on."""
+
+
+def parse_push(body: bytes) -> PushBody:
+    """The whole body: anything but `{peer_id: str, envelopes: [...]}` is a 400."""
+    if not body:
+        raise Problem(400, "the request needs a JSON body {peer_id, envelopes}")
+    try:
+        push = _push_decoder.decode(body)
+    except msgspec.ValidationError as exc:
+        raise Problem(400, f"invalid body: {str(exc).replace('`$.', '`')}") from None
+    except msgspec.DecodeError as exc:
+        raise Problem(400, f"malformed JSON: {exc}") from None
+    if len(push.envelopes) > MAX_PUSH_ENVELOPES:
+        raise Problem(413, f"at most {MAX_PUSH_ENVELOPES} envelopes per push")
+    return push
+
+
+def parse_envelope(raw: msgspec.Raw) -> ForeignEnvelope:
+    """One pushed envelope → raw payload and signature; MalformedEnvelope says what is wrong."""
+    try:
+        item = _item_decoder.decode(raw)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise MalformedEnvelope(str(exc).replace("`$.", "`")) from None
+    if not 1 <= item.seq <= MAX_SEQ:
+        raise MalformedEnvelope(f"seq {item.seq} is out of range")
+    if not item.agent.startswith("$") and not AGENT_NAME_RE.match(item.agent):
+        raise MalformedEnvelope(f"agent {item.agent!r} is not a journal name")
+    try:
+        payload = base64.b64decode(item.payload, validate=True)
+        signature = parse_signature(item.signature)
+    except ValueError as exc:
+        raise MalformedEnvelope(str(exc) or "payload is not base64") from None
+    return ForeignEnvelope(item.agent, item.seq, payload, signature)
+
+
+def agent_of(raw: msgspec.Raw) -> tuple[str | None, int | None]:
+    """Best effort (agent, seq) of an envelope, for a rejection report."""
+    try:
+        value = msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return None, None
+    if not isinstance(value, dict):
+        return None, None
+    agent, seq = value.get("agent"), value.get("seq")
+    return (
+        agent if isinstance(agent, str) else None,
+        seq if isinstance(seq, int) and not isinstance(seq, bool) else None,
+    )
+
+
+def encode_push(peer_id: str, envelopes: Sequence[Envelope]) -> bytes:
+    return _encoder.encode({"peer_id": peer_id, "envelopes": [e.as_pushed() for e in envelopes]})
+
+
+def decode_reply(body: bytes) -> PushReply:
+    """A peer's answer; a ValueError when it is not the spec's shape."""
+    try:
+        return _reply_decoder.decode(body)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise ValueError(f"unexpected sync reply: {exc}") from None

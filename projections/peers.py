@@ -1,0 +1,60 @@
+"""What this node knows about its mesh peers: pinned keys, acknowledged heads, reported incidents.
+
+Pins and acks live in the node-level journal `$peers` (never replicated); incidents are sync
+findings carrying an `incident` key, so a restart does not report the same fault twice.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from eventstore.envelope import Envelope
+
+PEERS_STREAM = "$peers"
+KEY_PINNED = "peer.key_pinned"
+ACKED = "peer.acked"
+
+
+class PeerBook:
+    name = "peers"
+    handles = frozenset({KEY_PINNED, ACKED, "finding"})
+
+    def __init__(self) -> None:
+        self.pins: dict[str, str] = {}
+        self.acks: dict[str, dict[str, int]] = {}
+        self.incidents: set[str] = set()
+
+    def apply(self, envelope: Envelope) -> None:
+        event = envelope.event
+        data = event.data
+        if envelope.stream == PEERS_STREAM:
+            if event.type == KEY_PINNED:
+                self._pin(data)
+            elif event.type == ACKED:
+                self._ack(data)
+        elif event.type == "finding" and isinstance(data.get("incident"), str):
+            self.incidents.add(data["incident"])
+
+    def _pin(self, data: dict[str, Any]) -> None:
+        peer, key = data.get("peer"), data.get("public_key")
+        if isinstance(peer, str) and isinstance(key, str):
+            self.pins.setdefault(peer, key)  # the first pin holds; a later key is refused
+
+    def _ack(self, data: dict[str, Any]) -> None:
+        peer, heads = data.get("peer"), data.get("heads")
+        if not isinstance(peer, str) or not isinstance(heads, dict):
+            return
+        acked = self.acks.setdefault(peer, {})
+        for stream, seq in heads.items():
+            if isinstance(stream, str) and isinstance(seq, int):
+                acked[stream] = seq
+
+    def acked(self, peer: str, stream: str) -> int:
+        return self.acks.get(peer, {}).get(stream, 0)
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "pins": dict(sorted(self.pins.items())),
+            "acks": {p: dict(sorted(a.items())) for p, a in sorted(self.acks.items())},
+            "incidents": sorted(self.incidents),
+        }

@@ -1,0 +1,30 @@
+"""The agents of agents/, built, for the runtime tests.
+
+`built_agents` runs scripts/build-agents once per session (its cache makes that instant when
+the sources did not change). Tests compile components into .cache/wasmtime as they first
+load them (tests.runtime_support.COMPILED_CACHE), so only the first session after a change
+pays for compiling, a few seconds per Python agent, inside the test that loads it first.
+A test module loads the fixture with `pytest_plugins = ["tests.conftest_agents"]`; helpers
+to run agents are in tests.runtime_support.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def built_agents() -> dict[str, Path]:
+    """{agent name: path of its .wasm}, built from agents/ through the build script."""
+    run = subprocess.run([sys.executable, str(ROOT / "scripts" / "build-agents"), "--json"],
+                         capture_output=True, text=True, timeout=600)
+    if run.returncode != 0:
+        pytest.fail(f"scripts/build-agents failed:\n{run.stderr}")
+    return {name: Path(p) for name, p in json.loads(run.stdout).items()}

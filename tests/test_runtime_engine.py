@@ -1,0 +1,107 @@
+"""Loading components: the compiled cache, bad components, measured memory."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import wasmtime
+
+from node.runtime import AgentSpec
+from node.runtime.engine import AgentEngine
+from node.runtime.memory import live_regions
+from tests.runtime_support import COMPILED_CACHE, running, wait_for
+
+pytest_plugins = ["tests.conftest_agents"]  # provides the built_agents fixture
+
+
+def test_second_load_deserializes_instead_of_compiling(built_agents, tmp_path):
+    wasm = built_agents["bad_loop"]
+    first = AgentEngine(cache_dir=tmp_path)
+    loaded = first.load(wasm)
+    assert (loaded.cache_hit, first.compiles) == (False, 1)
+    assert len(list(tmp_path.glob("*.cwasm"))) == 1
+    first.close()
+
+    second = AgentEngine(cache_dir=tmp_path)  # a node restart: new engine, same cache
+    again = second.load(wasm)
+    assert (again.cache_hit, second.compiles) == (True, 0)
+    assert again.sha256 == loaded.sha256
+    assert second.load(wasm).cache_hit  # and once loaded, kept in memory
+    second.close()
+
+
+def test_python_component_loads_from_cache_in_milliseconds(built_agents):
+    warm = AgentEngine(cache_dir=COMPILED_CACHE)
+    warm.load(built_agents["hello"])  # compiles only if this session has not yet
+    warm.close()
+    engine = AgentEngine(cache_dir=COMPILED_CACHE)
+    start = time.perf_counter()
+    loaded = engine.load(built_agents["hello"])
+    elapsed = time.perf_counter() - start
+    engine.close()
+    assert loaded.cache_hit and engine.compiles == 0
+    assert elapsed < 0.5, f"cached load took {elapsed:.3f} s"
+
+
+def test_corrupt_cache_entry_is_recompiled(built_agents, tmp_path):
+    wasm = built_agents["bad_trap"]
+    AgentEngine(cache_dir=tmp_path).load(wasm)
+    (cached,) = tmp_path.glob("*.cwasm")
+    cached.write_bytes(b"not a compiled component")
+    engine = AgentEngine(cache_dir=tmp_path)
+    loaded = engine.load(wasm)
+    assert not loaded.cache_hit and engine.compiles == 1
+    assert cached.read_bytes() != b"not a compiled component"
+
+
+def test_bad_component_puts_only_that_agent_in_error(built_agents, tmp_path):
+    garbage = tmp_path / "garbage.wasm"
+    garbage.write_bytes(b"\0asm\x0d\0\x01\0 this is not a component")
+    core_module = tmp_path / "core.wasm"
+    core_module.write_bytes(wasmtime.wat2wasm("(module (func (export \"tick\")))"))
+    specs = [
+        AgentSpec("garbage", garbage, tick_interval_ms=50),
+        AgentSpec("core", core_module, tick_interval_ms=50),
+        AgentSpec("missing", tmp_path / "nope.wasm", tick_interval_ms=50),
+        AgentSpec("hello", built_agents["hello"], tick_interval_ms=50),
+    ]
+    with running(specs) as (runtime, hosts):
+        wait_for(lambda: len(hosts["hello"].of_type("log")) >= 3)
+        for name in ("garbage", "core", "missing"):
+            errors = wait_for(lambda n=name: hosts[n].of_type("agent.errored"))
+            assert errors[0]["kind"] == "load"
+            (status,) = runtime.status(name)
+            assert status.status == "error"
+            assert status.last_error == errors[0]["error"]
+        assert "nope.wasm" in hosts["missing"].of_type("agent.errored")[0]["error"]
+        assert runtime.status("hello")[0].status in ("idle", "running")
+
+
+def test_missing_component_starts_once_it_appears(built_agents, tmp_path):
+    late = tmp_path / "late.wasm"
+    with running([AgentSpec("late", late, tick_interval_ms=50)]) as (runtime, hosts):
+        wait_for(lambda: hosts["late"].of_type("agent.errored"))
+        late.write_bytes(Path(built_agents["hello"]).read_bytes())
+        wait_for(lambda: hosts["late"].of_type("log"), timeout=20)
+        (status,) = runtime.status("late")
+        assert status.restart_count >= 1
+
+
+def test_heap_bytes_is_the_measured_linear_memory(built_agents):
+    specs = [AgentSpec("hello", built_agents["hello"], tick_interval_ms=50),
+             AgentSpec("bomb", built_agents["bad_membomb"], tick_interval_ms=10_000,
+                       memory_limit_mb=24)]
+    regions_before = live_regions()
+    with running(specs) as (runtime, hosts):
+        wait_for(lambda: hosts["hello"].of_type("log"))
+        hello = runtime.status("hello")[0]
+        # CPython's initialised heap: whole 64 KiB wasm pages, in the megabytes.
+        assert hello.heap_bytes % 65536 == 0 and 4 << 20 < hello.heap_bytes < 64 << 20
+        error = wait_for(lambda: hosts["bomb"].of_type("agent.errored"))[0]
+        # The bomb grew 1 MiB at a time up to the 24 MiB limit: the figure tracked it.
+        assert error["kind"] == "memory"
+        heap = int(re.search(r"heap (\d+) bytes", error["error"]).group(1))
+        assert (24 << 20) - (1 << 20) < heap <= 24 << 20
+    assert live_regions() == regions_before  # every store's memory was unmapped on stop
