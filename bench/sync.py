@@ -8,7 +8,7 @@
    every envelope (verified, durably stored, folded into its read models), as node-b's
    convergence report shows. envelopes/s = N / that time, set next to the raw verify rate.
 
-Run: .venv/bin/python bench/sync.py [--envelopes 100000] [--journals 10] [--batch 500]
+Run: .venv/bin/python bench/sync.py [--envelopes 100000] [--journals 10] [--batch 1000]
 The last line printed is one JSON object with the figures.
 """
 
@@ -58,7 +58,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--envelopes", type=int, default=100_000)
     parser.add_argument("--journals", type=int, default=10)
-    parser.add_argument("--batch", type=int, default=500)
+    parser.add_argument("--batch", type=int, default=1000)
     parser.add_argument("--verify-samples", type=int, default=20_000)
     args = parser.parse_args()
 

@@ -61,7 +61,7 @@ class Peer(_Section, kw_only=True):
 class SyncSection(_Section, kw_only=True):
     """Replicator tuning (docs/mesh.md); the defaults suit a LAN mesh."""
 
-    batch_size: PositiveInt = 500
+    batch_size: PositiveInt = 1000
     batch_max_kb: PositiveInt = 512
     backoff_initial_secs: Annotated[float, msgspec.Meta(gt=0)] = 0.5
     backoff_max_secs: Annotated[float, msgspec.Meta(gt=0)] = 30.0

@@ -1,7 +1,8 @@
 """A2A tasks, folded from the task.* events in the journal of each task's assigned agent.
 
 Status follows the events: created → pending; started or progress → running; completed and
-failed are final (later events for a final task are ignored). `created_at` and `completed_at`
+failed are final (later events for a final task are ignored); canceled (A2A CancelTask) is
+shown as failed with `error` "canceled by <operator>". `created_at` and `completed_at`
 are the timestamps of the creating and the finishing event.
 """
 
@@ -81,6 +82,11 @@ class Tasks:
             self._leave_pending(task)
             task.status = "failed"
             task.error = str(data.get("error", ""))
+            task.completed_at = envelope.event.ts
+        elif kind == "task.canceled":  # the spec's statuses have no "canceled": a failure
+            self._leave_pending(task)
+            task.status = "failed"
+            task.error = f"canceled by {data.get('operator') or 'an operator'}"
             task.completed_at = envelope.event.ts
 
     def _leave_pending(self, task: Task) -> None:

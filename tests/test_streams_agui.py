@@ -337,3 +337,24 @@ async def test_agui_stream_over_http(client):
     finally:
         await first.close()
         await late.close()
+
+
+async def test_agui_stream_of_one_agent(client):
+    ctx = client.app[CONTEXT]
+    bus = ctx.services["bus"]
+    base = str(client.make_url("/"))
+    from tests.support import auth
+
+    unknown = await client.get("/api/v1/agui/events?agent=ghost", headers=auth())
+    assert unknown.status == 404
+    await ctx.store.append("payer", "log", {"level": "info", "message": "known now"})
+    async with SseStream(base, "/api/v1/agui/events?agent=payer") as stream:
+        assert (await stream.next()).event == "STATE_SNAPSHOT"
+        bus.publish("RUN_STARTED", {"agent": "other", "run_id": "o1"})
+        bus.publish("agent_status", {"agent": "other", "status": "running"})
+        bus.publish("RUN_STARTED", {"agent": "payer", "run_id": "p1"})
+        events = [e.json() for e in await stream.take(2)]
+    assert [(e["type"], e.get("agent")) for e in events] == [
+        ("STATE_DELTA", "other"),  # state is every agent's: the document has them all
+        ("RUN_STARTED", "payer"),
+    ]

@@ -98,8 +98,17 @@ class ApprovalGate:
             )
         if timeout_secs <= 0:
             raise ValueError("timeout_secs must be positive")
-        approval_id = str(uuid.uuid4())
         future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
+        orphan = self._orphan(agent, capability, detail)
+        if orphan is not None:
+            # The same request, left pending by an agent instance that is gone (a restart):
+            # wait for the operator's decision on it instead of asking twice.
+            self._waiters[orphan] = future
+            try:
+                return await future
+            finally:
+                self._waiters.pop(orphan, None)
+        approval_id = str(uuid.uuid4())
         self._waiters[approval_id] = future
         try:
             await self.ctx.store.append(
@@ -116,6 +125,20 @@ class ApprovalGate:
             return await future
         finally:
             self._waiters.pop(approval_id, None)
+
+    def _orphan(self, agent: str, capability: str, detail: str) -> str | None:
+        """A pending request with the same agent, capability and detail that nobody awaits."""
+        for request in self.projection.list():
+            if (
+                request.agent == agent
+                and request.capability == capability
+                and request.detail == detail
+                and request.id not in self._waiters
+                and request.id not in self._claimed
+                and request.id in self._timers
+            ):
+                return request.id
+        return None
 
     async def decide(self, approval_id: str, decision: Decision, operator: str) -> dict[str, Any]:
         """Decide one pending request; 404 when unknown, already decided or timed out."""

@@ -29,16 +29,34 @@ class TaskService:
     def projection(self) -> Tasks:
         return self.ctx.projections["tasks"]
 
-    async def create(self, from_agent: str, to: str, input: dict[str, Any]) -> dict[str, Any]:
-        """A new pending task for `to`, which must be hosted here (404 unknown, 409 elsewhere)."""
+    async def create(
+        self,
+        from_agent: str,
+        to: str,
+        input: dict[str, Any],
+        *,
+        a2a: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """A new pending task for `to`, which must be hosted here (404 unknown, 409 elsewhere).
+
+        `a2a` (optional) is what the A2A/AG-UI protocol endpoints keep with the task (its
+        contextId and the message that asked for it); it rides in the same event.
+        """
         ensure_local(self.ctx, to)
         if self.ctx.config.agent(to) is None:
             raise Problem(404, f"no agent named {to!r} is hosted on this node")
         task_id = str(uuid.uuid4())
-        envelope = await self.ctx.store.append(
-            to, "task.created", {"id": task_id, "from": from_agent, "to": to, "input": input}
-        )
+        data: dict[str, Any] = {"id": task_id, "from": from_agent, "to": to, "input": input}
+        if a2a is not None:
+            data["a2a"] = a2a
+        envelope = await self.ctx.store.append(to, "task.created", data)
         return {"id": task_id, "status": "pending", "created_at": envelope.event.ts}
+
+    async def cancel(self, task_id: str, operator: str) -> Envelope:
+        """pending/running → canceled (`task.canceled`): never delivered again; a result the
+        agent still reports for it is ignored, since the task is already final."""
+        self._check(task_id, ("pending", "running"), "cancel")
+        return await self._finish(task_id, "task.canceled", {"operator": operator})
 
     async def start(self, task_id: str) -> Envelope:
         """pending → running."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
 
@@ -109,9 +110,11 @@ async def _journal_stream(
         writer = SseWriter(response, sub)
         if after is not None:
             writer.last_position = after
-            chunks: AsyncIterator = backlog(ctx.store, channel, agent, after, head)
-            async for chunk in chunks:
-                await writer.write_items(chunk)
+            async with contextlib.aclosing(
+                backlog(ctx.store, channel, agent, after, head)
+            ) as chunks:
+                async for chunk in chunks:
+                    await writer.write_items(chunk)
         writer.last_position = max(writer.last_position, head)
         await writer.pump()
     except (ClientGone, ConnectionError):

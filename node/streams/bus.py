@@ -78,7 +78,9 @@ class Subscription:
     def offer(self, item: Item) -> None:
         if self.closed:
             return
-        if self.agent is not None and item.agent is not None and item.agent != self.agent:
+        # an agent's stream shows that agent only; AG-UI state events (no agent) reach everyone
+        shared = item.agent is None and self.channel == "agui"
+        if self.agent is not None and item.agent != self.agent and not shared:
             return
         if self.accept is not None and not self.accept(item):
             return

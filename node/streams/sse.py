@@ -8,7 +8,6 @@ it does not offer. A plain StreamResponse writing pre-encoded bytes does all thr
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -70,15 +69,13 @@ class SseWriter:
         self.last_position = 0  # journaled events at or below this were sent already
 
     async def write(self, data: bytes) -> None:
-        if self.subscription.closed and self.subscription.reason != "shutdown":
+        if self.subscription.closed:  # cut, gone, or shutting down: stop at once
             raise ClientGone(self.subscription.reason)
         self.subscription.writing = True
         try:
             await self.response.write(data)
-        except (ConnectionError, RuntimeError, asyncio.CancelledError) as exc:
+        except (ConnectionError, RuntimeError) as exc:
             # RuntimeError: aiohttp refuses writes once the transport is closed
-            if isinstance(exc, asyncio.CancelledError) and not self.subscription.closed:
-                raise
             raise ClientGone(str(exc) or type(exc).__name__) from None
         finally:
             self.subscription.writing = False

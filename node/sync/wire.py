@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import base64
+import binascii
 from collections.abc import Sequence
 from typing import Any
 
@@ -81,7 +81,7 @@ def parse_envelope(raw: msgspec.Raw) -> ForeignEnvelope:
     if not item.agent.startswith("$") and not AGENT_NAME_RE.match(item.agent):
         raise MalformedEnvelope(f"agent {item.agent!r} is not a journal name")
     try:
-        payload = base64.b64decode(item.payload, validate=True)
+        payload = binascii.a2b_base64(item.payload, strict_mode=True)
         signature = parse_signature(item.signature)
     except ValueError as exc:
         raise MalformedEnvelope(str(exc) or "payload is not base64") from None

@@ -1,0 +1,91 @@
+"""The params of the A2A 1.0 JSON-RPC methods (ProtoJSON: camelCase, enums by name).
+
+Decoded with msgspec in one pass; unknown fields are ignored (newer clients may send more),
+a wrong type or a missing required field is -32602 naming the field.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import msgspec
+
+from node.protocols.jsonrpc import INVALID_PARAMS, RpcError
+
+T = TypeVar("T")
+
+
+class _Params(msgspec.Struct, kw_only=True, rename="camel"):
+    pass
+
+
+class Part(_Params, omit_defaults=True):
+    text: str | None = None
+    data: Any = msgspec.UNSET
+    url: str | None = None
+    raw: str | None = None
+    media_type: str = ""
+    filename: str = ""
+    metadata: dict[str, Any] | None = None
+
+
+class Message(_Params, omit_defaults=True):
+    message_id: str
+    role: str = "ROLE_USER"
+    parts: list[Part]
+    context_id: str = ""
+    task_id: str = ""
+    metadata: dict[str, Any] | None = None
+    extensions: list[str] = []
+    reference_task_ids: list[str] = []
+
+
+class SendConfiguration(_Params):
+    accepted_output_modes: list[str] = []
+    history_length: int | None = None
+    return_immediately: bool = False
+    task_push_notification_config: dict[str, Any] | None = None
+
+
+class SendParams(_Params):
+    message: Message
+    configuration: SendConfiguration = msgspec.field(default_factory=SendConfiguration)
+    metadata: dict[str, Any] | None = None
+    tenant: str = ""
+
+
+class GetTaskParams(_Params):
+    id: str
+    history_length: int | None = None
+    tenant: str = ""
+
+
+class ListTasksParams(_Params):
+    context_id: str = ""
+    status: str = ""
+    page_size: int | None = None
+    page_token: str = ""
+    history_length: int | None = None
+    status_timestamp_after: str = ""
+    include_artifacts: bool = False
+    tenant: str = ""
+
+
+class TaskIdParams(_Params):
+    """CancelTask and SubscribeToTask."""
+
+    id: str
+    metadata: dict[str, Any] | None = None
+    tenant: str = ""
+
+
+def decode(params: dict[str, Any], kind: type[T]) -> T:
+    try:
+        return msgspec.convert(params, kind)
+    except msgspec.ValidationError as exc:
+        raise RpcError(INVALID_PARAMS, f"invalid params: {exc}") from None
+
+
+def message_json(message: Message) -> dict[str, Any]:
+    """The message as ProtoJSON again (what is journaled with the task as its history)."""
+    return msgspec.to_builtins(message)

@@ -1,0 +1,59 @@
+"""Following one agent's journal live, for the protocol streams.
+
+A cursor reads the envelopes of one journal that the projections have already folded (so a
+read model consulted about an envelope agrees with it), and waits for the next commit. It
+holds no queue, so a slow client costs nothing but its own socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from eventstore.envelope import Envelope
+from eventstore.store import EventStore
+from node.context import NodeContext
+
+READ_CHUNK = 1000
+
+
+class JournalCursor:
+    def __init__(self, store: EventStore, stream: str, after_seq: int) -> None:
+        self.store = store
+        self.stream = stream
+        self.after_seq = after_seq
+        self._seen = store.last_position
+
+    @classmethod
+    def at_head(cls, ctx: NodeContext, stream: str) -> JournalCursor:
+        """A cursor after the newest envelope of `stream` the read models have folded."""
+        return cls(ctx.store, stream, ctx.projections["journals"].head.get(stream, 0))
+
+    def read(self) -> list[Envelope]:
+        """The folded envelopes after the cursor, oldest first; advances the cursor."""
+        self._seen = delivered = self.store.last_position
+        out: list[Envelope] = []
+        while True:
+            chunk = self.store.read_stream(self.stream, self.after_seq, READ_CHUNK)
+            for envelope in chunk:
+                if envelope.position > delivered:
+                    return out  # committed but not folded yet: the next read has it
+                out.append(envelope)
+                self.after_seq = envelope.seq
+            if len(chunk) < READ_CHUNK:
+                return out
+
+    async def wait(self, timeout: float) -> bool:
+        """Until something is committed after the last read (True) or `timeout` (False)."""
+        try:
+            async with asyncio.timeout(timeout):
+                await self.store.wait_beyond(self._seen)
+        except TimeoutError:
+            return False
+        return True
+
+
+async def first_of(*aws: asyncio.Future | asyncio.Task, timeout: float) -> None:
+    """Wait until any of `aws` is done or `timeout` passes; cancels nothing it was given."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait(aws, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
