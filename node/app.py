@@ -18,6 +18,7 @@ from node.config import Config
 from node.context import CONTEXT, NodeContext
 from node.errors import problem_middleware
 from node.metrics import NodeMetrics
+from node.protocols import area as protocols
 from node.runtime import area as runtime_area
 from node.streams import api as streams
 from node.sync import api as sync
@@ -38,6 +39,7 @@ AREAS = (
     streams,
     a2a,  # after streams: its own GET /api/v1/a2a/events is only a fallback
     sync,
+    protocols,  # A2A JSON-RPC and AG-UI runs: uses tasks and approvals
     runtime_area,  # last: its agents stop first, before the services they call close
     openapi,  # after every route exists: the document is built from the router
 )

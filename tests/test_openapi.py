@@ -74,6 +74,7 @@ async def test_public_paths_are_the_designed_ones(client):
         "GET /.well-known/agent-card.json",
         "GET /.well-known/agents.md",
         "GET /.well-known/did.json",
+        "GET /a2a/{agent}/.well-known/agent-card.json",
         "GET /api/v1/health",
         "GET /api/v1/openapi.json",
     ]

@@ -41,6 +41,12 @@ def agent_card(ctx: NodeContext) -> dict[str, Any]:
         "url": base,
         "version": __version__,
         "capabilities": {"streaming": True, "pushNotifications": False},
+        # one A2A JSON-RPC endpoint per agent; a client picks the first, or resolves
+        # /a2a/<agent>/.well-known/agent-card.json for a given agent (docs/protocols/a2a.md)
+        "supportedInterfaces": [
+            {"url": f"{base}/a2a/{a.name}", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}
+            for a in ctx.config.agents
+        ],
         "defaultInputModes": ["application/json"],
         "defaultOutputModes": ["application/json"],
         "skills": [

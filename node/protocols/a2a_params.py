@@ -19,7 +19,7 @@ class _Params(msgspec.Struct, kw_only=True, rename="camel"):
     pass
 
 
-class Part(_Params, omit_defaults=True):
+class Part(_Params, kw_only=True, omit_defaults=True):
     text: str | None = None
     data: Any = msgspec.UNSET
     url: str | None = None
@@ -29,7 +29,7 @@ class Part(_Params, omit_defaults=True):
     metadata: dict[str, Any] | None = None
 
 
-class Message(_Params, omit_defaults=True):
+class Message(_Params, kw_only=True, omit_defaults=True):
     message_id: str
     role: str = "ROLE_USER"
     parts: list[Part]
@@ -40,27 +40,27 @@ class Message(_Params, omit_defaults=True):
     reference_task_ids: list[str] = []
 
 
-class SendConfiguration(_Params):
+class SendConfiguration(_Params, kw_only=True):
     accepted_output_modes: list[str] = []
     history_length: int | None = None
     return_immediately: bool = False
     task_push_notification_config: dict[str, Any] | None = None
 
 
-class SendParams(_Params):
+class SendParams(_Params, kw_only=True):
     message: Message
     configuration: SendConfiguration = msgspec.field(default_factory=SendConfiguration)
     metadata: dict[str, Any] | None = None
     tenant: str = ""
 
 
-class GetTaskParams(_Params):
+class GetTaskParams(_Params, kw_only=True):
     id: str
     history_length: int | None = None
     tenant: str = ""
 
 
-class ListTasksParams(_Params):
+class ListTasksParams(_Params, kw_only=True):
     context_id: str = ""
     status: str = ""
     page_size: int | None = None
@@ -71,7 +71,7 @@ class ListTasksParams(_Params):
     tenant: str = ""
 
 
-class TaskIdParams(_Params):
+class TaskIdParams(_Params, kw_only=True):
     """CancelTask and SubscribeToTask."""
 
     id: str
@@ -84,8 +84,3 @@ def decode(params: dict[str, Any], kind: type[T]) -> T:
         return msgspec.convert(params, kind)
     except msgspec.ValidationError as exc:
         raise RpcError(INVALID_PARAMS, f"invalid params: {exc}") from None
-
-
-def message_json(message: Message) -> dict[str, Any]:
-    """The message as ProtoJSON again (what is journaled with the task as its history)."""
-    return msgspec.to_builtins(message)

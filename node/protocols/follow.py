@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from typing import Any
 
 from eventstore.envelope import Envelope
 from eventstore.store import EventStore
@@ -43,17 +44,15 @@ class JournalCursor:
             if len(chunk) < READ_CHUNK:
                 return out
 
-    async def wait(self, timeout: float) -> bool:
-        """Until something is committed after the last read (True) or `timeout` (False)."""
+    async def wait(self, timeout: float, *also: asyncio.Future[Any]) -> None:
+        """Until something is committed after the last read, any of `also` (futures the
+        caller owns, such as its stop signal) is done, or `timeout` passes."""
+        commit = asyncio.ensure_future(self.store.wait_beyond(self._seen))
         try:
-            async with asyncio.timeout(timeout):
-                await self.store.wait_beyond(self._seen)
-        except TimeoutError:
-            return False
-        return True
-
-
-async def first_of(*aws: asyncio.Future | asyncio.Task, timeout: float) -> None:
-    """Wait until any of `aws` is done or `timeout` passes; cancels nothing it was given."""
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait(aws, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(
+                [commit, *also], timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            commit.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await commit

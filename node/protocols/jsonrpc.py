@@ -21,9 +21,7 @@ RequestId = str | int | None
 class RpcError(Exception):
     """A JSON-RPC error; `reason` (an A2A ErrorInfo reason) and `info` ride along in `data`."""
 
-    def __init__(
-        self, code: int, message: str, *, reason: str | None = None, **info: Any
-    ) -> None:
+    def __init__(self, code: int, message: str, *, reason: str | None = None, **info: Any) -> None:
         super().__init__(message)
         self.code = code
         self.message = message

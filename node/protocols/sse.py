@@ -7,6 +7,7 @@ tells the node when its client has gone.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import msgspec
@@ -36,14 +37,17 @@ class SseOut:
     async def send(self, data: Any) -> None:
         await self._write(b"data: " + _encoder.encode(data) + b"\n\n")
 
+    async def send_last(self, data: Any) -> None:
+        """A final event (an error) that may find the client already gone."""
+        with contextlib.suppress(ClientGone):
+            await self.send(data)
+
     async def ping(self) -> None:
         await self._write(KEEPALIVE)
 
     async def close(self) -> None:
-        try:
+        with contextlib.suppress(ConnectionError, RuntimeError):
             await self.response.write_eof()
-        except (ConnectionError, RuntimeError):
-            pass
 
     async def _write(self, frame: bytes) -> None:
         try:

@@ -1,0 +1,217 @@
+"""Node tasks as A2A 1.0 objects (ProtoJSON), and A2A message parts as task input.
+
+One task, two views: the spec's task (status pending/running/completed/failed) and the A2A
+task (TASK_STATE_*), both read from the same projections. The mapping:
+pending → SUBMITTED; running → WORKING, or INPUT_REQUIRED while an approval it asked for is
+pending; completed → COMPLETED (its output is the artifact "output", one data part);
+failed → FAILED, or CANCELED when it ended by CancelTask.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import msgspec
+
+from node.protocols.a2a_params import Message, Part
+from node.protocols.a2a_view import A2AView
+from node.protocols.jsonrpc import RpcError
+from projections.approvals import Approvals
+from projections.tasks import Task
+
+SUBMITTED = "TASK_STATE_SUBMITTED"
+WORKING = "TASK_STATE_WORKING"
+INPUT_REQUIRED = "TASK_STATE_INPUT_REQUIRED"
+COMPLETED = "TASK_STATE_COMPLETED"
+FAILED = "TASK_STATE_FAILED"
+CANCELED = "TASK_STATE_CANCELED"
+REJECTED = "TASK_STATE_REJECTED"
+AUTH_REQUIRED = "TASK_STATE_AUTH_REQUIRED"
+STATES = (SUBMITTED, WORKING, INPUT_REQUIRED, COMPLETED, FAILED, CANCELED, REJECTED, AUTH_REQUIRED)
+TERMINAL = frozenset({COMPLETED, FAILED, CANCELED, REJECTED})
+INTERRUPTED = frozenset({INPUT_REQUIRED, AUTH_REQUIRED})
+
+# A2A error codes (JSON-RPC binding)
+TASK_NOT_FOUND = -32001
+TASK_NOT_CANCELABLE = -32002
+PUSH_NOT_SUPPORTED = -32003
+UNSUPPORTED_OPERATION = -32004
+CONTENT_TYPE_NOT_SUPPORTED = -32005
+EXTENDED_CARD_NOT_CONFIGURED = -32007
+VERSION_NOT_SUPPORTED = -32009
+
+
+def task_not_found(task_id: str) -> RpcError:
+    return RpcError(
+        TASK_NOT_FOUND,
+        f"no task {task_id!r} for this agent",
+        reason="TASK_NOT_FOUND",
+        taskId=task_id,
+    )
+
+
+class TaskViews:
+    """Reads one task out of the three read models that know about it."""
+
+    def __init__(self, tasks: Any, view: A2AView, approvals: Approvals) -> None:
+        self.tasks = tasks
+        self.view = view
+        self.approvals = approvals
+
+    def state(self, task: Task) -> str:
+        if task.id in self.view.canceled:
+            return CANCELED
+        if task.status == "pending":
+            return SUBMITTED
+        if task.status == "running":
+            return INPUT_REQUIRED if self.view.waiting.get(task.id) else WORKING
+        return COMPLETED if task.status == "completed" else FAILED
+
+    def context_id(self, task: Task) -> str:
+        context = self.view.context.get(task.id, {}).get("contextId")
+        return context if isinstance(context, str) and context else task.id
+
+    def status(self, task: Task) -> dict[str, Any]:
+        state = self.state(task)
+        status: dict[str, Any] = {
+            "state": state,
+            "timestamp": self.view.updated.get(task.id, task.created_at),
+        }
+        text = self._status_text(task, state)
+        if text:
+            status["message"] = agent_message(task.id, self.context_id(task), state, text)
+        return status
+
+    def _status_text(self, task: Task, state: str) -> str | None:
+        if state == CANCELED:
+            operator = self.view.canceled.get(task.id) or "an operator"
+            return f"canceled by {operator}"
+        if state == FAILED:
+            return task.error if isinstance(task.error, str) else "failed"
+        if state == INPUT_REQUIRED:
+            return "; ".join(self.approval_text(a) for a in self.view.pending_approvals(task.id))
+        return None
+
+    def approval_text(self, approval_id: str) -> str:
+        request = self.approvals.get(approval_id)
+        if request is None:
+            return f"approval {approval_id} is pending"
+        return (
+            f"waiting for an operator to approve {request.capability} "
+            f"(approval {approval_id}, expires {request.expires_at}): {request.detail}"
+        )
+
+    def to_json(
+        self, task: Task, *, history_length: int | None = None, artifacts: bool = True
+    ) -> dict[str, Any]:
+        context_id = self.context_id(task)
+        out: dict[str, Any] = {
+            "id": task.id,
+            "contextId": context_id,
+            "status": self.status(task),
+            "metadata": {"from": task.from_, "agent": task.to, "nodeStatus": task.status},
+        }
+        if artifacts and task.status == "completed" and task.id not in self.view.canceled:
+            out["artifacts"] = [output_artifact(task.id, task.output or {})]
+        history = self.history(task, context_id)
+        if history_length is not None:
+            history = history[-history_length:] if history_length > 0 else []
+        if history:
+            out["history"] = history
+        return out
+
+    def history(self, task: Task, context_id: str) -> list[dict[str, Any]]:
+        asked = self.view.context.get(task.id, {}).get("message")
+        if not isinstance(asked, dict):  # a task created over the spec's REST API
+            asked = {
+                "messageId": f"{task.id}-input",
+                "role": "ROLE_USER",
+                "parts": [{"data": task.input, "mediaType": "application/json"}],
+            }
+        return [{**asked, "taskId": task.id, "contextId": context_id}]
+
+
+def output_artifact(task_id: str, output: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "artifactId": f"{task_id}-output",
+        "name": "output",
+        "parts": [{"data": output, "mediaType": "application/json"}],
+    }
+
+
+def agent_message(
+    task_id: str, context_id: str, key: str, text: str | None = None, data: Any = None
+) -> dict[str, Any]:
+    """A message from the agent; its id is derived, so the same status reads the same."""
+    parts: list[dict[str, Any]] = []
+    if text is not None:
+        parts.append({"text": text})
+    if data is not None:
+        parts.append({"data": data, "mediaType": "application/json"})
+    return {
+        "messageId": f"{task_id}-{key}",
+        "role": "ROLE_AGENT",
+        "taskId": task_id,
+        "contextId": context_id,
+        "parts": parts,
+    }
+
+
+def input_from_parts(parts: list[Part]) -> dict[str, Any]:
+    """The task input a message asks for.
+
+    Data parts holding objects are merged; text parts are joined into `text`, or, when the
+    message is text only and the text is a JSON object, that object is the input. Files
+    (url/raw parts) are refused: agents take JSON.
+    """
+    if not parts:
+        raise RpcError(-32602, "the message has no parts")
+    merged: dict[str, Any] = {}
+    texts: list[str] = []
+    for part in parts:
+        if part.text is not None:
+            texts.append(part.text)
+        elif part.data is not msgspec.UNSET:
+            if isinstance(part.data, dict):
+                merged.update(part.data)
+            else:
+                merged.setdefault("data", []).append(part.data)
+        else:
+            raise RpcError(
+                CONTENT_TYPE_NOT_SUPPORTED,
+                "agents on this node take text and data parts, not files",
+                reason="CONTENT_TYPE_NOT_SUPPORTED",
+            )
+    text = "\n".join(texts)
+    if texts and not merged:
+        as_json = _json_object(text)
+        return as_json if as_json is not None else {"text": text}
+    if texts:
+        merged["text"] = text
+    return merged
+
+
+def input_from_text(text: str) -> dict[str, Any]:
+    """The same rule for a plain text message (AG-UI's user message)."""
+    as_json = _json_object(text)
+    return as_json if as_json is not None else {"text": text}
+
+
+def _json_object(text: str) -> dict[str, Any] | None:
+    stripped = text.strip()
+    if not stripped.startswith("{"):
+        return None
+    try:
+        value = json.loads(stripped)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def message_record(message: Message) -> dict[str, Any]:
+    """What is journaled with the task as its history: the message in ProtoJSON."""
+    record = msgspec.to_builtins(message)
+    record["role"] = message.role or "ROLE_USER"
+    record.pop("taskId", None)
+    return record

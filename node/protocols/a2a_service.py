@@ -1,0 +1,357 @@
+"""A2A task operations for one hosted agent, on the node's task service and approval gate.
+
+SendMessage creates a task through the same TaskService as POST /api/v1/a2a/tasks (the
+caller's token name is `from`); a message to an input-required task answers its approval
+("approve" or "deny"), decided through the ApprovalGate like any operator decision.
+CancelTask journals `task.canceled` and denies the approvals the task waits for, so nothing
+it asked for can still be approved. Updates are read from the agent's journal as it grows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import AsyncIterator
+from datetime import datetime
+from typing import Any
+
+from eventstore.envelope import Envelope
+from node.context import NodeContext
+from node.errors import Problem
+from node.protocols import a2a_model as m
+from node.protocols.a2a_params import ListTasksParams, Message, SendParams
+from node.protocols.follow import JournalCursor
+from node.protocols.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, RpcError
+from node.protocols.lifecycle import StopSignal
+from node.services.tasks import TaskService
+from projections.tasks import Task
+
+DEFAULT_PAGE_SIZE = 50
+MAX_PAGE_SIZE = 100
+DECISIONS = {
+    "approve": "approve",
+    "approved": "approve",
+    "yes": "approve",
+    "deny": "deny",
+    "denied": "deny",
+    "no": "deny",
+    "reject": "deny",
+}
+
+Update = dict[str, Any]  # one StreamResponse: {"task"|"statusUpdate"|"artifactUpdate": ...}
+
+
+class A2AService:
+    def __init__(self, ctx: NodeContext) -> None:
+        self.ctx = ctx
+
+    @property
+    def tasks(self) -> TaskService:
+        return self.ctx.services["tasks"]
+
+    @property
+    def views(self) -> m.TaskViews:
+        p = self.ctx.projections
+        return m.TaskViews(p["tasks"], p["a2a"], p["approvals"])
+
+    # ------------------------------------------------------------------ reads
+    def get(self, agent: str, task_id: str) -> Task:
+        task = self.ctx.projections["tasks"].get(task_id)
+        if task is None or task.to != agent:
+            raise m.task_not_found(task_id)
+        return task
+
+    def task_json(self, agent: str, task_id: str, history_length: int | None = None) -> dict:
+        _check_history_length(history_length)
+        return self.views.to_json(self.get(agent, task_id), history_length=history_length)
+
+    def list(self, agent: str, params: ListTasksParams) -> dict[str, Any]:
+        views = self.views
+        state = params.status if params.status != "TASK_STATE_UNSPECIFIED" else ""
+        if state and state not in m.STATES:
+            raise RpcError(INVALID_PARAMS, f"status must be one of {', '.join(m.STATES)}")
+        size = DEFAULT_PAGE_SIZE if params.page_size is None else params.page_size
+        if not 1 <= size <= MAX_PAGE_SIZE:
+            raise RpcError(INVALID_PARAMS, f"pageSize must be 1..{MAX_PAGE_SIZE}")
+        _check_history_length(params.history_length)
+        after = _timestamp(params.status_timestamp_after) if params.status_timestamp_after else None
+        start = _page_token(params.page_token)
+        found = [
+            t
+            for t in self.ctx.projections["tasks"].list(agent=agent)
+            if (not params.context_id or views.context_id(t) == params.context_id)
+            and (not state or views.state(t) == state)
+            and (after is None or _timestamp(views.status(t)["timestamp"]) >= after)
+        ]
+        found.sort(key=lambda t: views.view.updated.get(t.id, t.created_at), reverse=True)
+        page = found[start : start + size]
+        next_start = start + len(page)
+        return {
+            "tasks": [
+                views.to_json(
+                    t, history_length=params.history_length, artifacts=params.include_artifacts
+                )
+                for t in page
+            ],
+            "nextPageToken": str(next_start) if next_start < len(found) else "",
+            "pageSize": size,
+            "totalSize": len(found),
+        }
+
+    # ------------------------------------------------------------------ commands
+    async def send(
+        self, agent: str, params: SendParams, operator: str
+    ) -> tuple[Task, JournalCursor]:
+        """A new task (or the answer to an input-required one), and a cursor placed before
+        everything that happens to it next."""
+        if params.configuration.task_push_notification_config is not None:
+            raise RpcError(
+                m.PUSH_NOT_SUPPORTED,
+                "push notifications are not supported",
+                reason="PUSH_NOTIFICATION_NOT_SUPPORTED",
+            )
+        _check_history_length(params.configuration.history_length)
+        message = params.message
+        if message.task_id:
+            return await self._answer(agent, message, operator)
+        task_input = m.input_from_parts(message.parts)
+        context_id = message.context_id or str(uuid.uuid4())
+        record = {**m.message_record(message), "contextId": context_id}
+        cursor = JournalCursor.at_head(self.ctx, agent)
+        try:
+            created = await self.tasks.create(
+                operator, agent, task_input, a2a={"contextId": context_id, "message": record}
+            )
+        except Problem as exc:
+            raise _rpc_error(exc) from None
+        return self.get(agent, created["id"]), cursor
+
+    async def _answer(
+        self, agent: str, message: Message, operator: str
+    ) -> tuple[Task, JournalCursor]:
+        task = self.get(agent, message.task_id)
+        state = self.views.state(task)
+        if state != m.INPUT_REQUIRED:
+            raise RpcError(
+                m.UNSUPPORTED_OPERATION,
+                f"task {task.id} is {state}: an agent here takes one message per "
+                "task, and only an input-required task takes an answer",
+                reason="UNSUPPORTED_OPERATION",
+                taskId=task.id,
+            )
+        decision = _decision(message)
+        if decision is None:
+            raise RpcError(
+                INVALID_PARAMS,
+                'answer an input-required task with "approve" or '
+                '"deny" (a text part, or a data part {"decision": ...})',
+            )
+        cursor = JournalCursor.at_head(self.ctx, agent)
+        await self._decide_all(task.id, decision, operator)
+        return self.get(agent, task.id), cursor
+
+    async def cancel(self, agent: str, task_id: str, operator: str) -> dict[str, Any]:
+        task = self.get(agent, task_id)
+        state = self.views.state(task)
+        if state in m.TERMINAL:
+            raise RpcError(
+                m.TASK_NOT_CANCELABLE,
+                f"task {task_id} is {state}",
+                reason="TASK_NOT_CANCELABLE",
+                taskId=task_id,
+            )
+        try:
+            await self.tasks.cancel(task_id, operator)
+        except Problem as exc:
+            raise RpcError(
+                m.TASK_NOT_CANCELABLE, exc.detail, reason="TASK_NOT_CANCELABLE", taskId=task_id
+            ) from None
+        await self._decide_all(task_id, "deny", operator)
+        return self.views.to_json(self.get(agent, task_id))
+
+    async def _decide_all(self, task_id: str, decision: str, operator: str) -> None:
+        gate = self.ctx.services.get("approvals")
+        if gate is None:
+            raise RpcError(INTERNAL_ERROR, "no approval gate runs on this node")
+        for approval_id in self.ctx.projections["a2a"].pending_approvals(task_id):
+            with contextlib.suppress(Problem):  # decided or timed out meanwhile
+                await gate.decide(approval_id, decision, operator)
+
+    # ------------------------------------------------------------------ streams
+    def submitted(self, task: Task) -> Update:
+        """The task as it was created: the first event of SendStreamingMessage."""
+        views = self.views
+        body = views.to_json(task, artifacts=False)
+        body["status"] = {"state": m.SUBMITTED, "timestamp": task.created_at}
+        return {"task": body}
+
+    def snapshot(self, agent: str, task_id: str) -> tuple[Update, JournalCursor]:
+        """SubscribeToTask's first event (the task now) and a cursor at the same moment."""
+        task = self.get(agent, task_id)
+        state = self.views.state(task)
+        if state in m.TERMINAL:
+            raise RpcError(
+                m.UNSUPPORTED_OPERATION,
+                f"task {task_id} is {state}: there is nothing left to follow",
+                reason="UNSUPPORTED_OPERATION",
+                taskId=task_id,
+            )
+        return {"task": self.views.to_json(task)}, JournalCursor.at_head(self.ctx, agent)
+
+    async def updates(
+        self,
+        task_id: str,
+        cursor: JournalCursor,
+        stop: StopSignal,
+        *,
+        end_on_input_required: bool,
+        keepalive: float,
+        deadline: float | None = None,
+    ) -> AsyncIterator[Update | None]:
+        """Status and artifact updates of one task as its journal grows, until it is final
+        (or input-required, when asked). None is yielded when `keepalive` passes quietly, so
+        the caller can ping; the iteration also ends on node shutdown or at `deadline`."""
+        loop = asyncio.get_running_loop()
+        quiet_since = loop.time()
+        while not stop.is_set:
+            for envelope in cursor.read():
+                for update, final in self._updates_of(envelope, task_id):
+                    yield update
+                    quiet_since = loop.time()
+                    if final or (end_on_input_required and _state_of(update) == m.INPUT_REQUIRED):
+                        return
+            now = loop.time()
+            if deadline is not None and now >= deadline:
+                return
+            if now - quiet_since >= keepalive:
+                yield None
+                quiet_since = now
+            wait = keepalive - (now - quiet_since)
+            if deadline is not None:
+                wait = min(wait, deadline - now)
+            await cursor.wait(wait, stop.future)
+
+    def _updates_of(self, envelope: Envelope, task_id: str) -> list[tuple[Update, bool]]:
+        kind, data, ts = envelope.event.type, envelope.event.data, envelope.event.ts
+        view = self.ctx.projections["a2a"]
+        if kind.startswith("approval."):
+            approval_id = data.get("id")
+            if view.approval_task.get(approval_id) != task_id:
+                return []
+        elif data.get("id") != task_id or kind == "task.created":
+            return []
+        task = self.ctx.projections["tasks"].get(task_id)
+        if task is None:
+            return []
+        views = self.views
+        context_id = views.context_id(task)
+
+        def status(state: str, text: str | None = None, data_: Any = None, key: str = "") -> Update:
+            body: dict[str, Any] = {"state": state, "timestamp": ts}
+            if text is not None or data_ is not None:
+                body["message"] = m.agent_message(
+                    task_id, context_id, key or f"{envelope.seq}", text, data_
+                )
+            return {"statusUpdate": {"taskId": task_id, "contextId": context_id, "status": body}}
+
+        canceled = task_id in view.canceled
+        if kind == "task.started":
+            return [(status(m.WORKING), False)]
+        if kind == "task.progress":
+            return [
+                (
+                    status(m.WORKING, data_=data.get("progress"), key=f"progress-{envelope.seq}"),
+                    False,
+                )
+            ]
+        if kind == "approval.requested":
+            text = (
+                views.approval_text(data["id"])
+                if views.approvals.get(data["id"])
+                else (
+                    f"waiting for an operator to approve {data.get('capability')}: "
+                    f"{data.get('detail')}"
+                )
+            )
+            return [(status(m.INPUT_REQUIRED, text, key=f"approval-{data['id']}"), False)]
+        if kind in ("approval.decided", "approval.timed_out"):
+            outcome = data.get("decision", "timeout")
+            by = f" by {data['operator']}" if data.get("operator") else ""
+            return [
+                (
+                    status(
+                        m.WORKING,
+                        f"approval {data['id']}: {outcome}{by}",
+                        key=f"decided-{data['id']}",
+                    ),
+                    False,
+                )
+            ]
+        if kind == "task.canceled":
+            return [
+                (
+                    status(
+                        m.CANCELED,
+                        f"canceled by {data.get('operator') or 'an operator'}",
+                        key="canceled",
+                    ),
+                    True,
+                )
+            ]
+        if canceled:
+            return []  # the agent's late result for a canceled task changes nothing
+        if kind == "task.completed":
+            output = data.get("output") if isinstance(data.get("output"), dict) else {}
+            artifact = {
+                "artifactUpdate": {
+                    "taskId": task_id,
+                    "contextId": context_id,
+                    "artifact": m.output_artifact(task_id, output),
+                    "lastChunk": True,
+                }
+            }
+            return [(artifact, False), (status(m.COMPLETED), True)]
+        if kind == "task.failed":
+            return [(status(m.FAILED, str(data.get("error", "failed")), key="failed"), True)]
+        return []
+
+
+def _state_of(update: Update) -> str | None:
+    return update.get("statusUpdate", {}).get("status", {}).get("state")
+
+
+def _decision(message: Message) -> str | None:
+    for part in message.parts:
+        value: Any = part.text
+        if value is None and isinstance(part.data, dict):
+            value = part.data.get("decision")
+        if isinstance(value, str) and value.strip().lower() in DECISIONS:
+            return DECISIONS[value.strip().lower()]
+    return None
+
+
+def _check_history_length(value: int | None) -> None:
+    if value is not None and value < 0:
+        raise RpcError(INVALID_PARAMS, "historyLength must not be negative")
+
+
+def _page_token(token: str) -> int:
+    if not token:
+        return 0
+    if not token.isascii() or not token.isdigit():
+        raise RpcError(INVALID_PARAMS, "pageToken is not one this node issued")
+    return int(token)
+
+
+def _timestamp(value: str) -> datetime:
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise RpcError(INVALID_PARAMS, f"not an RFC 3339 timestamp: {value!r}") from None
+
+
+def _rpc_error(exc: Problem) -> RpcError:
+    if exc.status == 409:
+        return RpcError(m.UNSUPPORTED_OPERATION, exc.detail, reason="UNSUPPORTED_OPERATION")
+    return RpcError(INTERNAL_ERROR, exc.detail)

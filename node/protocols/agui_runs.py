@@ -1,0 +1,346 @@
+"""AG-UI runs of a hosted agent: what a run does, and the events it streams.
+
+A run with a new user message creates a task from it (the same task the A2A and REST APIs
+show; its A2A contextId is the AG-UI threadId) and follows the task to its end. A run without
+one runs a tick of the agent now. When the work asks for a gated capability the run ends
+with an interrupt (one per approval, `id` = the approval id, bound to the tool call that
+shows the request); the next run's `resume` entries are the decisions - "resolved" approves,
+"cancelled" denies - made through the ApprovalGate with the caller's token name as operator,
+and the run follows the same work on from there.
+
+Resume entries that name no approval of this agent are skipped with a warning (a CUSTOM
+event), as AG-UI asks of producers; answering ("resolved") an approval that already timed
+out is a stale resume and the run ends at once with RUN_ERROR `INTERRUPT_EXPIRED`;
+abandoning it ("cancelled") is fine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from eventstore.envelope import Envelope
+from node.context import NodeContext
+from node.errors import Problem
+from node.protocols.a2a_model import input_from_text
+from node.protocols.agui_events import Event, RunEvents
+from node.protocols.agui_input import ResumeEntry, RunInput, last_user_message, text_of
+from node.protocols.follow import JournalCursor
+from node.protocols.lifecycle import StopSignal
+from node.runtime.hostapi import AgentFault
+from node.runtime.instance import AgentFaultError, AgentInstance
+
+log = logging.getLogger(__name__)
+WARNING = "agent-node.warning"
+PROGRESS = "agent-node.task_progress"
+MAX_TICK_WORK = 1000  # ticks kept waiting for a resume; the oldest are forgotten past this
+
+
+def _tick(instance: AgentInstance) -> None:
+    """An on-demand tick, judged like the tick loop's: an `err` is a fault."""
+    err = instance.call("tick")
+    if err is not None:
+        raise AgentFaultError(AgentFault("err", f"tick returned err: {err}"))
+
+
+@dataclass
+class TaskWork:
+    task_id: str
+
+
+@dataclass
+class TickWork:
+    future: asyncio.Future[Any]
+    logs: list[str] = field(default_factory=list)
+
+
+Work = TaskWork | TickWork
+
+
+@dataclass
+class ResumePlan:
+    decide: list[tuple[str, str]] = field(default_factory=list)  # (approval id, decision)
+    warnings: list[dict[str, Any]] = field(default_factory=list)
+    work: Work | None = None
+    expired: list[str] = field(default_factory=list)
+
+
+class AguiRuns:
+    def __init__(self, ctx: NodeContext) -> None:
+        self.ctx = ctx
+        # approval id → the on-demand tick blocked on it (ticks are not in the journal)
+        self._ticks: dict[str, TickWork] = {}
+
+    async def run(
+        self, agent: str, run: RunInput, operator: str, stop: StopSignal, keepalive: float
+    ) -> AsyncIterator[Event | None]:
+        """The run's events in order; None when `keepalive` passed quietly (ping the client)."""
+        events = RunEvents(run.thread_id, run.run_id, run.parent_run_id)
+        results: dict[str, str] = {}  # capability → tool call awaiting its action's result
+        if run.resume:
+            plan = self._plan_resume(agent, run.resume)
+            if plan.expired:
+                yield events.error(
+                    f"interrupt(s) {', '.join(plan.expired)} expired before they were "
+                    "answered; cancel them to continue the thread",
+                    "INTERRUPT_EXPIRED",
+                )
+                return
+            yield events.started(agent=agent, kind="resume")
+            for warning in plan.warnings:
+                yield events.custom(WARNING, warning)
+            cursor = JournalCursor.at_head(self.ctx, agent)
+            for event in await self._decide(plan, operator, events, results):
+                yield event
+            work = plan.work
+            if work is None:
+                yield events.success()
+                return
+        else:
+            yield events.started(agent=agent)
+            cursor = JournalCursor.at_head(self.ctx, agent)
+            try:
+                work = await self._start(agent, run, operator)
+            except (Problem, LookupError, RuntimeError) as exc:
+                yield events.error(getattr(exc, "detail", None) or str(exc), "NOT_STARTED")
+                return
+        async for event in self._follow(agent, work, cursor, events, results, stop, keepalive):
+            yield event
+
+    # ------------------------------------------------------------------ starting
+    async def _start(self, agent: str, run: RunInput, operator: str) -> Work:
+        message = last_user_message(run)
+        if message is not None:
+            text = text_of(message)
+            record = {
+                "messageId": str(message.get("id") or f"{run.run_id}-input"),
+                "role": "ROLE_USER",
+                "parts": [{"text": text}],
+                "contextId": run.thread_id,
+            }
+            created = await self.ctx.services["tasks"].create(
+                operator,
+                agent,
+                input_from_text(text),
+                a2a={"contextId": run.thread_id, "message": record},
+            )
+            return TaskWork(created["id"])
+        runtime = self.ctx.services.get("runtime")
+        if runtime is None:
+            raise RuntimeError("the agent runtime is not running")
+        future = asyncio.wrap_future(runtime.worker(agent).submit("tick", "agui", _tick))
+        future.add_done_callback(_retrieve)
+        return TickWork(future)
+
+    # ------------------------------------------------------------------ resuming
+    def _plan_resume(self, agent: str, entries: list[ResumeEntry]) -> ResumePlan:
+        approvals = self.ctx.projections["approvals"]
+        links = self.ctx.projections["a2a"].approval_task
+        plan = ResumePlan()
+        for entry in entries:
+            approval_id = entry.interrupt_id
+            pending = approvals.get(approval_id)
+            resolved = approvals.resolved.get(approval_id)
+            owner = pending.agent if pending else resolved.agent if resolved else None
+            if owner != agent:
+                plan.warnings.append(
+                    {
+                        "code": "UNKNOWN_INTERRUPT",
+                        "interruptId": approval_id,
+                        "message": f"no interrupt {approval_id} of {agent}; the entry was skipped",
+                    }
+                )
+                continue
+            if resolved is not None and resolved.outcome == "timeout":
+                if entry.status == "resolved":
+                    plan.expired.append(approval_id)
+            elif resolved is not None:
+                plan.warnings.append(
+                    {
+                        "code": "ALREADY_DECIDED",
+                        "interruptId": approval_id,
+                        "message": f"{approval_id} was already decided: "
+                        f"{resolved.outcome} by {resolved.operator or 'someone'}",
+                    }
+                )
+            else:
+                decision = "approve" if entry.status == "resolved" else "deny"
+                plan.decide.append((approval_id, decision))
+            tick = self._ticks.pop(approval_id, None)
+            if plan.work is None:
+                if tick is not None:
+                    plan.work = tick
+                elif approval_id in links:
+                    plan.work = TaskWork(links[approval_id])
+        return plan
+
+    async def _decide(
+        self, plan: ResumePlan, operator: str, events: RunEvents, results: dict[str, str]
+    ) -> list[Event]:
+        gate = self.ctx.services.get("approvals")
+        out: list[Event] = []
+        for approval_id, decision in plan.decide:
+            request = self.ctx.projections["approvals"].get(approval_id)
+            try:
+                if gate is None:
+                    raise Problem(503, "no approval gate runs on this node")
+                await gate.decide(approval_id, decision, operator)
+            except Problem as exc:
+                out.append(
+                    events.custom(
+                        WARNING,
+                        {"code": "NOT_DECIDED", "interruptId": approval_id, "message": exc.detail},
+                    )
+                )
+                continue
+            call_id = tool_call_id(approval_id)
+            if decision == "deny":
+                out.append(events.tool_result(call_id, {"decision": "deny", "by": operator}))
+            elif request is not None:
+                results[request.capability] = call_id
+        return out
+
+    # ------------------------------------------------------------------ following
+    async def _follow(
+        self,
+        agent: str,
+        work: Work,
+        cursor: JournalCursor,
+        events: RunEvents,
+        results: dict[str, str],
+        stop: StopSignal,
+        keepalive: float,
+    ) -> AsyncIterator[Event | None]:
+        loop = asyncio.get_running_loop()
+        quiet_since = loop.time()
+        while True:
+            tick_done = isinstance(work, TickWork) and work.future.done()
+            for envelope in cursor.read():
+                out, finished = self._events_of(agent, envelope, work, events, results)
+                for event in out:
+                    yield event
+                quiet_since = loop.time()
+                if finished:
+                    return
+            if isinstance(work, TickWork) and tick_done:
+                for event in self._tick_end(work, events):
+                    yield event
+                return
+            if stop.is_set:
+                yield events.error("the node is shutting down", "SHUTDOWN")
+                return
+            now = loop.time()
+            if now - quiet_since >= keepalive:
+                yield None
+                quiet_since = now
+            also = [stop.future] + ([work.future] if isinstance(work, TickWork) else [])
+            await cursor.wait(keepalive - (now - quiet_since), *also)
+
+    def _events_of(
+        self,
+        agent: str,
+        envelope: Envelope,
+        work: Work,
+        events: RunEvents,
+        results: dict[str, str],
+    ) -> tuple[list[Event], bool]:
+        kind, data = envelope.event.type, envelope.event.data
+        if kind == "approval.requested" and self._asked_by(work, data.get("id")):
+            return self._interrupt(agent, envelope, work, events), True
+        if kind == "action.performed":
+            call_id = results.pop(str(data.get("capability")), None)
+            if call_id is not None:
+                return [events.tool_result(call_id, data)], False
+            return [], False
+        if isinstance(work, TickWork):
+            if kind == "log":
+                work.logs.append(str(data.get("message", "")))
+            return [], False
+        if data.get("id") != work.task_id:
+            return [], False
+        if kind == "task.progress":
+            return [
+                events.custom(PROGRESS, {"taskId": work.task_id, "progress": data.get("progress")})
+            ], False
+        if kind == "task.canceled":
+            return [events.cancelled()], True
+        if kind == "task.completed":
+            output = data.get("output") if isinstance(data.get("output"), dict) else {}
+            reply = output.get("reply")
+            text = reply if isinstance(reply, str) else json.dumps(output)
+            return [*events.text(text), events.success(output)], True
+        if kind == "task.failed":
+            return [events.error(str(data.get("error", "the task failed")), "TASK_FAILED")], True
+        return [], False
+
+    def _asked_by(self, work: Work, approval_id: Any) -> bool:
+        """Whether an approval request comes from this run's work. A worker runs one thing
+        at a time, so during an on-demand tick every request is the tick's."""
+        if isinstance(work, TickWork):
+            return not work.future.done()
+        return self.ctx.projections["a2a"].approval_task.get(approval_id) == work.task_id
+
+    def _interrupt(
+        self, agent: str, envelope: Envelope, work: Work, events: RunEvents
+    ) -> list[Event]:
+        data = envelope.event.data
+        approval_id = str(data["id"])
+        capability = str(data.get("capability", "capability"))
+        detail = str(data.get("detail", ""))
+        call_id = tool_call_id(approval_id)
+        request = self.ctx.projections["approvals"].get(approval_id)
+        interrupt: dict[str, Any] = {
+            "id": approval_id,
+            "reason": "approval",
+            "message": f"{agent} asks to use {capability}: {detail}",
+            "toolCallId": call_id,
+            "metadata": {"agent": agent, "capability": capability},
+        }
+        if request is not None:
+            interrupt["expiresAt"] = request.expires_at
+        out: list[Event] = []
+        if isinstance(work, TickWork):
+            self._keep_tick(approval_id, work)
+            out += events.text("\n".join(work.logs))
+            work.logs = []
+        else:
+            interrupt["metadata"]["taskId"] = work.task_id
+        out += events.tool_call(call_id, capability, _request_args(capability, detail))
+        out.append(events.interrupted([interrupt]))
+        return out
+
+    def _keep_tick(self, approval_id: str, work: TickWork) -> None:
+        while len(self._ticks) >= MAX_TICK_WORK:
+            self._ticks.pop(next(iter(self._ticks)))
+        self._ticks[approval_id] = work
+
+    def _tick_end(self, work: TickWork, events: RunEvents) -> list[Event]:
+        error = work.future.exception()
+        if error is not None:
+            reason = getattr(getattr(error, "fault", None), "reason", None) or str(error)
+            return [events.error(f"the tick failed: {reason}", "TICK_FAILED")]
+        return [*events.text("\n".join(work.logs)), events.success()]
+
+
+def tool_call_id(approval_id: str) -> str:
+    return f"call-{approval_id}"
+
+
+def _request_args(capability: str, detail: str) -> Any:
+    """The request an approval shows: the JSON after `<capability>: ` in its detail."""
+    prefix = f"{capability}: "
+    raw = detail[len(prefix) :] if detail.startswith(prefix) else detail
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return {"request": raw}
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    """Mark a tick's failure as seen: a run that ended early must not leave it unretrieved."""
+    if not future.cancelled():
+        future.exception()
