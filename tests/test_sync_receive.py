@@ -298,3 +298,24 @@ async def test_the_peer_book_rebuilds_to_the_live_state(client):
     rebuilt = ctx.projections.fresh()
     rebuilt.apply(ctx.store.iter_all(0))
     assert rebuilt.snapshot()["peers"] == ctx.projections.snapshot()["peers"]
+
+
+async def test_a_node_refuses_to_host_an_agent_whose_journal_is_homed_elsewhere(
+    tmp_path, aiohttp_client
+):
+    from node.app import build_app
+    from node.config import ConfigError
+    from node.context import CONTEXT
+    from tests.support import make_config, replicate, tiny_component
+
+    tiny_component(tmp_path / "agent.wasm")
+    config = make_config(tmp_path, '[[agents]]\nname = "payer"\ncomponent = "agent.wasm"\n')
+    app = build_app(config)
+    store = app[CONTEXT].store
+    store.start()
+    [result] = await replicate(store, "payer", "log", {"level": "info", "message": "from b"})
+    assert result.status == "accepted"
+    await store.close()
+
+    with pytest.raises(ConfigError, match="'payer' is hosted on node 'node-b'"):
+        await aiohttp_client(build_app(config))

@@ -20,6 +20,7 @@ from aiohttp import web
 
 from node.api.params import json_response
 from node.auth import add_route
+from node.config import ConfigError
 from node.context import CONTEXT, NodeContext, context_of
 from node.errors import Problem
 from node.runtime.capabilities import Capabilities
@@ -51,9 +52,22 @@ def runtime_of(ctx: NodeContext) -> AgentRuntime:
     return runtime
 
 
+def refuse_replicas(ctx: NodeContext) -> None:
+    """A journal has one writer: an agent whose journal came from another node is not ours."""
+    journals = ctx.projections["journals"]
+    for agent in ctx.config.agents:
+        home = journals.home_of(agent.name)
+        if home not in (None, ctx.name):
+            raise ConfigError(
+                f"agents: {agent.name!r} is hosted on node {home!r} (its journal was written "
+                "there); agent names must be unique across the mesh"
+            )
+
+
 async def runtime_lifecycle(app: web.Application) -> AsyncIterator[None]:
     ctx = app[CONTEXT]
     config = ctx.config
+    refuse_replicas(ctx)
     loop = asyncio.get_running_loop()
     session = aiohttp.ClientSession()
     names = [a.name for a in config.agents]

@@ -241,8 +241,8 @@ class EventBus:
             return
         events, a2a = self._subs["events"], self._subs["a2a"]
         for envelope in envelopes:
-            if events:
-                self._offer("events", [unified_item(envelope)])
+            if events and (item := unified_item(envelope)) is not None:
+                self._offer("events", [item])
             if a2a:
                 item = a2a_item(envelope)
                 if item is not None:

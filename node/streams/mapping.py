@@ -15,6 +15,8 @@ from eventstore.envelope import Envelope
 from node.streams.sse import Item
 
 RENAMES = {"agent.errored": "error"}
+# Bookkeeping that would only be noise on an operator's stream (mesh acks, several a second).
+HIDDEN = frozenset({"peer.acked"})
 A2A_NAMES = {
     "task.created": "task_created",
     "task.started": "task_started",
@@ -28,8 +30,10 @@ def unified_name(event_type: str) -> str:
     return RENAMES.get(event_type) or event_type.replace(".", "_")
 
 
-def unified_item(envelope: Envelope) -> Item:
+def unified_item(envelope: Envelope) -> Item | None:
     event = envelope.event
+    if event.type in HIDDEN:
+        return None
     data: dict[str, Any] = {**event.data, "agent": envelope.stream}
     if event.type == "agent.errored":
         data["error"] = _error_text(event.data)

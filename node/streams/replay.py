@@ -78,7 +78,9 @@ def _agent_chunk(
     for envelope in envelopes:
         if envelope.position > upto:
             return items, None
-        items.append(unified_item(envelope))
+        item = unified_item(envelope)
+        if item is not None:
+            items.append(item)
     if len(envelopes) < CHUNK:
         return items, None
     return items, envelopes[-1].seq + 1
