@@ -123,6 +123,7 @@ SCHEMAS: dict[str, Any] = {
             "local_seq": I,
             "peers": array(obj({"peer_id": S, "acked_seq": I, "lag": I})),
             "converged": {"type": "boolean"},
+            "home": {"type": ["string", "null"], "description": "node that writes this journal"},
         }
     ),
     "EnvelopeRead": obj(
@@ -145,7 +146,14 @@ SCHEMAS: dict[str, Any] = {
     "EnvelopePage": obj({"envelopes": array(ref("EnvelopeRead"))}),
     "Push": obj({"peer_id": S, "envelopes": array(ref("EnvelopePushed"))}),
     "PushResult": obj(
-        {"accepted": I, "rejected": I, "heads": {"type": "object", "additionalProperties": I}},
+        {
+            "accepted": I,
+            "rejected": I,
+            "heads": {"type": "object", "additionalProperties": I},
+            "rejections": array(
+                obj({"index": I, "agent": S, "seq": I, "reason": S, "detail": S}),
+            ),
+        },
         ["accepted", "rejected"],
     ),
     "AgentStatus": obj(
@@ -395,7 +403,7 @@ CATALOG: dict[tuple[str, str], dict[str, Any]] = {
         "Push envelopes from a peer",
         "sync",
         json_content(ref("PushResult")),
-        errors=(400,),
+        errors=(400, 403, 413),
         body=json_content(ref("Push")),
     ),
     ("GET", "/api/v1/registry/packages"): op(
