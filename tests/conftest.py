@@ -7,6 +7,9 @@ from node.app import build_app
 from node.config import Config
 from tests.support import make_config
 
+# built_agents: the agents of agents/, built once per session (tests/conftest_agents.py)
+pytest_plugins = ["tests.conftest_agents"]
+
 
 @pytest.fixture
 def config(tmp_path) -> Config:

@@ -4,7 +4,7 @@
 the sources did not change). Tests compile components into .cache/wasmtime as they first
 load them (tests.runtime_support.COMPILED_CACHE), so only the first session after a change
 pays for compiling, a few seconds per Python agent, inside the test that loads it first.
-A test module loads the fixture with `pytest_plugins = ["tests.conftest_agents"]`; helpers
+tests/conftest.py loads this module as a plugin, so every test can use the fixture; helpers
 to run agents are in tests.runtime_support.
 """
 

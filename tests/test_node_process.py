@@ -12,8 +12,6 @@ import pytest
 from tests.runtime_support import COMPILED_CACHE
 from tests.support import NodeProcess, run_cli, write_config
 
-pytest_plugins = ["tests.conftest_agents"]
-
 
 def eventually(probe: Callable[[], Any], timeout: float = 90.0) -> Any:
     deadline = time.monotonic() + timeout
@@ -73,12 +71,14 @@ tick_interval_ms = 200
         assert again.status_code == 404
 
         task = client.post(
-            "/api/v1/a2a/tasks", json={"from": "ops", "to": "worker", "input": {"numbers": [1, 2, 3]}}
+            "/api/v1/a2a/tasks",
+            json={"from": "ops", "to": "worker", "input": {"numbers": [1, 2, 3]}},
         ).json()
         done = eventually(
-            lambda: (t := client.get(f"/api/v1/a2a/tasks/{task['id']}").json())["status"]
-            == "completed"
-            and t
+            lambda: (
+                (t := client.get(f"/api/v1/a2a/tasks/{task['id']}").json())["status"] == "completed"
+                and t
+            )
         )
         assert done["output"] == {"sum": 6, "count": 3}
         status = {s["name"]: s for s in client.get("/api/v1/status").json()}

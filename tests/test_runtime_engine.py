@@ -13,8 +13,6 @@ from node.runtime.engine import AgentEngine
 from node.runtime.memory import live_regions
 from tests.runtime_support import COMPILED_CACHE, running, wait_for
 
-pytest_plugins = ["tests.conftest_agents"]  # provides the built_agents fixture
-
 
 def test_second_load_deserializes_instead_of_compiling(built_agents, tmp_path):
     wasm = built_agents["bad_loop"]

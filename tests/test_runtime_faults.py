@@ -10,8 +10,6 @@ from node.runtime import AgentSpec
 from node.runtime.memhost import MemoryHost
 from tests.runtime_support import running, wait_for
 
-pytest_plugins = ["tests.conftest_agents"]  # provides the built_agents fixture
-
 
 def _first_error(hosts: dict[str, MemoryHost], name: str) -> dict:
     return wait_for(lambda: hosts[name].of_type("agent.errored"))[0]

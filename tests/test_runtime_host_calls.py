@@ -13,8 +13,6 @@ from node.runtime import AgentSpec, AgentUnavailableError, Task
 from node.runtime.memhost import MemoryHost
 from tests.runtime_support import running, wait_for
 
-pytest_plugins = ["tests.conftest_agents"]  # provides the built_agents fixture
-
 
 def test_tick_calls_host_functions_and_stdout_becomes_output(built_agents):
     spec = AgentSpec("hello", built_agents["hello"], tick_interval_ms=50)

@@ -19,8 +19,6 @@ from node.runtime import area
 from tests.runtime_support import COMPILED_CACHE
 from tests.support import OPERATE_TOKEN, PUBLISH_TOKEN, READ_TOKEN, auth, make_config
 
-pytest_plugins = ["tests.conftest_agents"]  # provides the built_agents fixture
-
 
 class Sink:
     """Records what the runtime publishes to the node's event bus (and passes it on)."""

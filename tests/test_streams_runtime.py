@@ -11,8 +11,6 @@ from tests.runtime_support import COMPILED_CACHE
 from tests.support import OPERATE_TOKEN, READ_TOKEN, SseStream, auth, make_config
 from tests.test_streams_agui import check_nesting, validate
 
-pytest_plugins = ["tests.conftest_agents"]  # provides the built_agents fixture
-
 
 @pytest.fixture(autouse=True)
 def shared_compiled_cache(monkeypatch):
