@@ -37,13 +37,24 @@ from node.runtime.bindings import make_linker  # noqa: E402
 from node.runtime.engine import AgentEngine  # noqa: E402
 from node.runtime.memhost import MemoryHost  # noqa: E402
 
-PYTHON_AGENTS = ["hello", "payer", "task_worker", "mcp_tools", "secrets_reader", "inference",
-                 "sandbox_probe"]
+PYTHON_AGENTS = [
+    "hello",
+    "payer",
+    "task_worker",
+    "mcp_tools",
+    "secrets_reader",
+    "inference",
+    "sandbox_probe",
+]
 
 
 def build() -> dict[str, Path]:
-    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "build-agents"), "--json"],
-                         check=True, capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "build-agents"), "--json"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return {k: Path(v) for k, v in json.loads(out.stdout).items()}
 
 
@@ -82,8 +93,9 @@ def bench_tick(wasm: Path, cache: Path, seconds: float) -> dict[str, float]:
         h = MemoryHost(spec.name)
         return h, h
 
-    runtime = AgentRuntime([AgentSpec("hello", wasm, tick_interval_ms=0)], factory,
-                           RuntimeOptions(cache_dir=cache))
+    runtime = AgentRuntime(
+        [AgentSpec("hello", wasm, tick_interval_ms=0)], factory, RuntimeOptions(cache_dir=cache)
+    )
     runtime.start()
     worker = runtime.worker("hello")
     while worker.status().runs < 50:
@@ -93,14 +105,19 @@ def bench_tick(wasm: Path, cache: Path, seconds: float) -> dict[str, float]:
     runs1, elapsed = worker.status().runs, time.perf_counter() - start
     fuel = worker.status().fuel_consumed / max(1, runs1)
     runtime.stop()
-    return {"bare_tick_us": bare_us, "runtime_tick_us": elapsed / (runs1 - runs0) * 1e6,
-            "fuel_per_tick": fuel}
+    return {
+        "bare_tick_us": bare_us,
+        "runtime_tick_us": elapsed / (runs1 - runs0) * 1e6,
+        "fuel_per_tick": fuel,
+    }
 
 
 def bench_cold_start(agents: dict[str, Path], count: int, cache: Path) -> dict[str, float]:
     names = [PYTHON_AGENTS[i % len(PYTHON_AGENTS)] for i in range(count)]
-    specs = [AgentSpec(f"{name}-{i}", agents[name], tick_interval_ms=60_000)
-             for i, name in enumerate(names)]
+    specs = [
+        AgentSpec(f"{name}-{i}", agents[name], tick_interval_ms=60_000)
+        for i, name in enumerate(names)
+    ]
     hosts: dict[str, MemoryHost] = {}
 
     def factory(spec: AgentSpec, stopping: threading.Event) -> tuple[MemoryHost, MemoryHost]:
@@ -143,13 +160,15 @@ def bench_approval(wasm: Path, cache: Path, rounds: int) -> dict[str, float]:
         original_state_set(key, value)
 
     host.state_set = state_set  # type: ignore[method-assign]
+
     def factory(spec: AgentSpec, stop: threading.Event) -> tuple[MemoryHost, MemoryHost]:
         nonlocal stopping
         stopping = stop
         return host, host
 
-    runtime = AgentRuntime([AgentSpec("payer", wasm, tick_interval_ms=0)], factory,
-                           RuntimeOptions(cache_dir=cache))
+    runtime = AgentRuntime(
+        [AgentSpec("payer", wasm, tick_interval_ms=0)], factory, RuntimeOptions(cache_dir=cache)
+    )
     runtime.start()
     for _ in range(rounds):
         waiting.wait()
@@ -213,9 +232,13 @@ async def bench_approval_http(wasm: Path, cache: Path, rounds: int) -> dict[str,
                 extra.setup(app)
         ctx = app[CONTEXT]
         resumed: list[float] = []
-        ctx.store.add_commit_listener(lambda envs: [
-            resumed.append(time.perf_counter()) for e in envs
-            if e.event.type == "action.performed"])
+        ctx.store.add_commit_listener(
+            lambda envs: [
+                resumed.append(time.perf_counter())
+                for e in envs
+                if e.event.type == "action.performed"
+            ]
+        )
         runner = web.AppRunner(app)
         await runner.setup()
         await web.TCPSite(runner, "127.0.0.1", port).start()
@@ -228,15 +251,19 @@ async def bench_approval_http(wasm: Path, cache: Path, rounds: int) -> dict[str,
                 await asyncio.sleep(0.002)  # the operator thinks
                 before = len(resumed)
                 start = time.perf_counter()
-                async with http.post(f"/api/v1/approvals/{pending[0].id}",
-                                     json={"decision": "approve"}) as response:
+                async with http.post(
+                    f"/api/v1/approvals/{pending[0].id}", json={"decision": "approve"}
+                ) as response:
                     assert response.status == 200, await response.text()
                 while len(resumed) == before:
                     await asyncio.sleep(0.0005)
                 latencies.append((resumed[before] - start) * 1000)
         await runner.cleanup()
-    return {"p50_ms": statistics.median(latencies), "p99_ms": pct(latencies, 99),
-            "max_ms": max(latencies)}
+    return {
+        "p50_ms": statistics.median(latencies),
+        "p99_ms": pct(latencies, 99),
+        "max_ms": max(latencies),
+    }
 
 
 def main() -> None:
@@ -254,27 +281,36 @@ def main() -> None:
             cold = bench_cold_start(agents, args.agents, cache)
             warm = bench_cold_start(agents, args.agents, cache)
             print(f"cold start, {args.agents} agents ({cold['distinct']} distinct components):")
-            print(f"  without compiled cache: {cold['seconds']:.2f} s "
-                  f"({cold['compiles']} compiles)")
-            print(f"  with compiled cache:    {warm['seconds']:.3f} s "
-                  f"({warm['compiles']} compiles)")
+            print(
+                f"  without compiled cache: {cold['seconds']:.2f} s ({cold['compiles']} compiles)"
+            )
+            print(
+                f"  with compiled cache:    {warm['seconds']:.3f} s ({warm['compiles']} compiles)"
+            )
         if "tick" in parts:
             tick = bench_tick(agents["hello"], cache, args.seconds)
-            print(f"tick (hello: tick -> host log + stdout line), "
-                  f"{tick['fuel_per_tick']:.0f} fuel:")
+            print(
+                f"tick (hello: tick -> host log + stdout line), {tick['fuel_per_tick']:.0f} fuel:"
+            )
             print(f"  bare wasmtime call:     {tick['bare_tick_us']:.0f} us")
-            print(f"  runtime tick:           {tick['runtime_tick_us']:.0f} us "
-                  f"(overhead {tick['runtime_tick_us'] - tick['bare_tick_us']:.0f} us)")
+            print(
+                f"  runtime tick:           {tick['runtime_tick_us']:.0f} us "
+                f"(overhead {tick['runtime_tick_us'] - tick['bare_tick_us']:.0f} us)"
+            )
         if "approval" in parts:
             approval = bench_approval(agents["payer"], cache, args.approvals)
-            print(f"approval resume in the runtime ({args.approvals} rounds): "
-                  f"p50 {approval['p50_ms']:.3f} ms, p99 {approval['p99_ms']:.3f} ms, "
-                  f"max {approval['max_ms']:.3f} ms")
+            print(
+                f"approval resume in the runtime ({args.approvals} rounds): "
+                f"p50 {approval['p50_ms']:.3f} ms, p99 {approval['p99_ms']:.3f} ms, "
+                f"max {approval['max_ms']:.3f} ms"
+            )
         if "e2e" in parts:
             e2e = asyncio.run(bench_approval_http(agents["payer"], cache, args.approvals))
-            print(f"approval end to end, POST decision -> invoke returns "
-                  f"({args.approvals} rounds): p50 {e2e['p50_ms']:.2f} ms, "
-                  f"p99 {e2e['p99_ms']:.2f} ms, max {e2e['max_ms']:.2f} ms")
+            print(
+                f"approval end to end, POST decision -> invoke returns "
+                f"({args.approvals} rounds): p50 {e2e['p50_ms']:.2f} ms, "
+                f"p99 {e2e['p99_ms']:.2f} ms, max {e2e['max_ms']:.2f} ms"
+            )
 
 
 if __name__ == "__main__":

@@ -342,7 +342,10 @@ class EventStore:
                 for envelope in staged:
                     key = _event_key(envelope.stream, envelope.seq)
                     record = (
-                        envelope.position, envelope.payload, envelope.digest, envelope.signature
+                        envelope.position,
+                        envelope.payload,
+                        envelope.digest,
+                        envelope.signature,
                     )
                     if not txn.put(
                         key, _record_encoder.encode(record), db=self._events, overwrite=False
@@ -433,7 +436,12 @@ class EventStore:
                 )
                 continue
             envelope = Envelope(
-                foreign.stream, foreign.seq, foreign.payload, digest, foreign.signature, event,
+                foreign.stream,
+                foreign.seq,
+                foreign.payload,
+                digest,
+                foreign.signature,
+                event,
                 position,
             )
             position += 1

@@ -23,8 +23,12 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.fixture(scope="session")
 def built_agents() -> dict[str, Path]:
     """{agent name: path of its .wasm}, built from agents/ through the build script."""
-    run = subprocess.run([sys.executable, str(ROOT / "scripts" / "build-agents"), "--json"],
-                         capture_output=True, text=True, timeout=600)
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "build-agents"), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     if run.returncode != 0:
         pytest.fail(f"scripts/build-agents failed:\n{run.stderr}")
     return {name: Path(p) for name, p in json.loads(run.stdout).items()}

@@ -31,8 +31,9 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, interval: floa
 
 
 @contextmanager
-def running(specs: list[AgentSpec], hosts: dict[str, MemoryHost] | None = None,
-            **options: Any) -> Iterator[tuple[AgentRuntime, dict[str, MemoryHost]]]:
+def running(
+    specs: list[AgentSpec], hosts: dict[str, MemoryHost] | None = None, **options: Any
+) -> Iterator[tuple[AgentRuntime, dict[str, MemoryHost]]]:
     """Run `specs` with MemoryHosts (given, or fresh ones) and stop everything afterwards."""
     hosts = dict(hosts or {})
 

@@ -35,8 +35,6 @@ from tests.protocol_support import (
 )
 from tests.support import OPERATE_TOKEN, READ_TOKEN, auth
 
-pytest_plugins = ["tests.conftest_agents"]  # provides the built_agents fixture
-
 S = TaskState
 
 
@@ -125,8 +123,9 @@ async def test_sdk_resolves_the_card_sends_and_streams_a_task(node, http):
     assert [t.id for t in only.tasks] == [task.id]
 
     # one journal: the spec's REST view shows the same tasks
-    rest = await http.get(f"{node.url}/api/v1/a2a/tasks", params={"agent": "worker"},
-                          headers=auth(READ_TOKEN))
+    rest = await http.get(
+        f"{node.url}/api/v1/a2a/tasks", params={"agent": "worker"}, headers=auth(READ_TOKEN)
+    )
     by_id = {t["id"]: t for t in rest.json()}
     assert by_id[task.id]["status"] == "completed" and by_id[task.id]["from"] == "operator"
     assert by_id[task.id]["output"] == {"sum": 6, "count": 3}
@@ -148,7 +147,9 @@ async def test_an_approval_gated_task_is_input_required_until_answered(node, htt
 
     fetched = await client.get_task(GetTaskRequest(id=task_id))
     assert fetched.status.state == S.TASK_STATE_INPUT_REQUIRED
-    rest = (await http.get(f"{node.url}/api/v1/a2a/tasks/{task_id}", headers=auth(READ_TOKEN))).json()
+    rest = (
+        await http.get(f"{node.url}/api/v1/a2a/tasks/{task_id}", headers=auth(READ_TOKEN))
+    ).json()
     assert rest["status"] == "running"
 
     watched: list = []
@@ -172,8 +173,12 @@ async def test_an_approval_gated_task_is_input_required_until_answered(node, htt
     assert states[-1] == S.TASK_STATE_COMPLETED and S.TASK_STATE_WORKING in states
     decided = node.journal("cashier", "approval.decided")
     assert decided == [
-        {"type": "approval.decided", "id": pending["id"], "decision": "approve",
-         "operator": "operator"}
+        {
+            "type": "approval.decided",
+            "id": pending["id"],
+            "decision": "approve",
+            "operator": "operator",
+        }
     ]
     await client.close()
     await blocking.close()
@@ -185,9 +190,14 @@ async def test_cancel_denies_what_the_task_waits_for_and_is_final(node, http):
     first = waiting[0].task
     assert first.status.state == S.TASK_STATE_INPUT_REQUIRED
     # the worker is busy waiting, so the next task stays submitted
-    (queued,) = await collect(client.send_message(
-        SendMessageRequest(message=new_text_message("hello", role=Role.ROLE_USER),
-                           configuration={"return_immediately": True})))
+    (queued,) = await collect(
+        client.send_message(
+            SendMessageRequest(
+                message=new_text_message("hello", role=Role.ROLE_USER),
+                configuration={"return_immediately": True},
+            )
+        )
+    )
     assert queued.task.status.state == S.TASK_STATE_SUBMITTED
 
     canceled = await client.cancel_task(CancelTaskRequest(id=queued.task.id))
@@ -208,31 +218,63 @@ async def test_cancel_denies_what_the_task_waits_for_and_is_final(node, http):
     )
     started_ids = [e["id"] for e in node.journal("cashier", "task.started")]
     assert queued.task.id not in started_ids
-    rest = (await http.get(f"{node.url}/api/v1/a2a/tasks/{first.id}", headers=auth(READ_TOKEN))).json()
+    rest = (
+        await http.get(f"{node.url}/api/v1/a2a/tasks/{first.id}", headers=auth(READ_TOKEN))
+    ).json()
     assert rest["status"] == "failed" and rest["error"] == "canceled by operator"
     listed = await client.list_tasks(ListTasksRequest(status=S.TASK_STATE_CANCELED))
     assert {t.id for t in listed.tasks} == {first.id, queued.task.id}
     await client.close()
 
+    # what A2A shows is a read model like any other: a rebuild from position 0 equals it
+    rebuilt = node.ctx.projections.fresh()
+    rebuilt.apply(node.ctx.store.iter_all(0))
+    assert rebuilt["a2a"].snapshot() == node.ctx.projections["a2a"].snapshot()
+    assert rebuilt["tasks"].snapshot() == node.ctx.projections["tasks"].snapshot()
+    assert node.ctx.projections["a2a"].snapshot()["canceled"] == {
+        first.id: "operator",
+        queued.task.id: "operator",
+    }
+
 
 # ---------------------------------------------------------------------------- bad input
 async def rpc(http: httpx.AsyncClient, url: str, body: Any, **headers: str) -> httpx.Response:
     raw = body if isinstance(body, bytes) else json.dumps(body).encode()
-    return await http.post(url, content=raw, headers={"Content-Type": "application/json",
-                                                      **headers})
+    return await http.post(
+        url, content=raw, headers={"Content-Type": "application/json", **headers}
+    )
 
 
 async def test_bad_calls_get_their_json_rpc_errors(node, http):
     url = f"{node.url}/a2a/worker"
-    done = await rpc(http, url, {
-        "jsonrpc": "2.0", "id": "s", "method": "SendMessage",
-        "params": {"message": {"messageId": "m1", "role": "ROLE_USER",
-                               "parts": [{"data": {"numbers": [1]}}]}}})
+    done = await rpc(
+        http,
+        url,
+        {
+            "jsonrpc": "2.0",
+            "id": "s",
+            "method": "SendMessage",
+            "params": {
+                "message": {
+                    "messageId": "m1",
+                    "role": "ROLE_USER",
+                    "parts": [{"data": {"numbers": [1]}}],
+                }
+            },
+        },
+    )
     finished = done.json()["result"]["task"]
     assert finished["status"]["state"] == "TASK_STATE_COMPLETED"
-    other = await rpc(http, f"{node.url}/a2a/cashier", {
-        "jsonrpc": "2.0", "id": 1, "method": "SendMessage",
-        "params": {"message": {"messageId": "m2", "parts": [{"text": "hello"}]}}})
+    other = await rpc(
+        http,
+        f"{node.url}/a2a/cashier",
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "SendMessage",
+            "params": {"message": {"messageId": "m2", "parts": [{"text": "hello"}]}},
+        },
+    )
     cashier_task = other.json()["result"]["task"]["id"]
 
     def call(method: str, params: Any = None, id_: Any = 7) -> dict:
@@ -256,15 +298,42 @@ async def test_bad_calls_get_their_json_rpc_errors(node, http):
         (call("SendMessage", {"message": {"parts": [{"text": "x"}]}}), -32602),  # no messageId
         (call("SendMessage", {"message": {"messageId": "m", "parts": []}}), -32602),
         (call("SendMessage", {"message": {"messageId": "m", "parts": "text"}}), -32602),
-        (call("SendMessage", {"message": {"messageId": "m",
-                                          "parts": [{"url": "http://x/y.png"}]}}), -32005),
-        (call("SendMessage", {"message": {"messageId": "m", "parts": [{"text": "x"}]},
-                              "configuration": {"taskPushNotificationConfig": {"url": "x"}}}),
-         -32003),
-        (call("SendMessage", {"message": {"messageId": "m", "taskId": "nope",
-                                          "parts": [{"text": "approve"}]}}), -32001),
-        (call("SendMessage", {"message": {"messageId": "m", "taskId": finished["id"],
-                                          "parts": [{"text": "more"}]}}), -32004),
+        (
+            call(
+                "SendMessage", {"message": {"messageId": "m", "parts": [{"url": "http://x/y.png"}]}}
+            ),
+            -32005,
+        ),
+        (
+            call(
+                "SendMessage",
+                {
+                    "message": {"messageId": "m", "parts": [{"text": "x"}]},
+                    "configuration": {"taskPushNotificationConfig": {"url": "x"}},
+                },
+            ),
+            -32003,
+        ),
+        (
+            call(
+                "SendMessage",
+                {"message": {"messageId": "m", "taskId": "nope", "parts": [{"text": "approve"}]}},
+            ),
+            -32001,
+        ),
+        (
+            call(
+                "SendMessage",
+                {
+                    "message": {
+                        "messageId": "m",
+                        "taskId": finished["id"],
+                        "parts": [{"text": "more"}],
+                    }
+                },
+            ),
+            -32004,
+        ),
         (call("GetTask", {}), -32602),
         (call("GetTask", {"id": 5}), -32602),
         (call("GetTask", {"id": "nope"}), -32001),
@@ -299,24 +368,38 @@ async def test_bad_calls_get_their_json_rpc_errors(node, http):
     assert version.json()["error"]["code"] == -32009
 
     # transport faults stay HTTP problems
-    assert (await rpc(http, f"{node.url}/a2a/nobody", call("GetTask", {"id": "x"}))
-            ).status_code == 404
-    anonymous = await httpx.AsyncClient().post(url, json=call("GetTask", {"id": "x"}))
+    assert (
+        await rpc(http, f"{node.url}/a2a/nobody", call("GetTask", {"id": "x"}))
+    ).status_code == 404
+    async with httpx.AsyncClient() as nobody:
+        anonymous = await nobody.post(url, json=call("GetTask", {"id": "x"}))
     assert anonymous.status_code == 401
     async with httpx.AsyncClient(headers=auth(READ_TOKEN)) as reader:
         read = await rpc(reader, url, call("GetTask", {"id": finished["id"]}))
         assert read.json()["result"]["id"] == finished["id"]
-        send = await rpc(reader, url, call("SendMessage", {"message": {
-            "messageId": "m", "parts": [{"text": "x"}]}}))
+        send = await rpc(
+            reader,
+            url,
+            call("SendMessage", {"message": {"messageId": "m", "parts": [{"text": "x"}]}}),
+        )
         assert send.status_code == 403
         assert (await rpc(reader, url, call("CancelTask", {"id": "x"}))).status_code == 403
 
 
 async def test_streams_speak_sse_of_json_rpc_and_end_with_the_task(node, http):
     url = f"{node.url}/a2a/worker"
-    body = {"jsonrpc": "2.0", "id": "st-1", "method": "SendStreamingMessage",
-            "params": {"message": {"messageId": "m9", "role": "ROLE_USER",
-                                   "parts": [{"text": '{"fail": "no can do"}'}]}}}
+    body = {
+        "jsonrpc": "2.0",
+        "id": "st-1",
+        "method": "SendStreamingMessage",
+        "params": {
+            "message": {
+                "messageId": "m9",
+                "role": "ROLE_USER",
+                "parts": [{"text": '{"fail": "no can do"}'}],
+            }
+        },
+    }
     frames = []
     async with http.stream("POST", url, json=body) as response:
         assert response.headers["content-type"].startswith("text/event-stream")
@@ -330,8 +413,16 @@ async def test_streams_speak_sse_of_json_rpc_and_end_with_the_task(node, http):
     assert final["state"] == "TASK_STATE_FAILED"
     assert final["message"]["parts"] == [{"text": "no can do"}]
     task = results[0]["task"]
-    get = await rpc(http, url, {"jsonrpc": "2.0", "id": 2, "method": "GetTask",
-                                "params": {"id": task["id"], "historyLength": 0}})
+    get = await rpc(
+        http,
+        url,
+        {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "GetTask",
+            "params": {"id": task["id"], "historyLength": 0},
+        },
+    )
     got = get.json()["result"]
     assert got["status"]["state"] == "TASK_STATE_FAILED" and "history" not in got
     assert got["contextId"] == task["contextId"]

@@ -58,7 +58,7 @@ def test_bad_component_puts_only_that_agent_in_error(built_agents, tmp_path):
     garbage = tmp_path / "garbage.wasm"
     garbage.write_bytes(b"\0asm\x0d\0\x01\0 this is not a component")
     core_module = tmp_path / "core.wasm"
-    core_module.write_bytes(wasmtime.wat2wasm("(module (func (export \"tick\")))"))
+    core_module.write_bytes(wasmtime.wat2wasm('(module (func (export "tick")))'))
     specs = [
         AgentSpec("garbage", garbage, tick_interval_ms=50),
         AgentSpec("core", core_module, tick_interval_ms=50),
@@ -88,9 +88,10 @@ def test_missing_component_starts_once_it_appears(built_agents, tmp_path):
 
 
 def test_heap_bytes_is_the_measured_linear_memory(built_agents):
-    specs = [AgentSpec("hello", built_agents["hello"], tick_interval_ms=50),
-             AgentSpec("bomb", built_agents["bad_membomb"], tick_interval_ms=10_000,
-                       memory_limit_mb=24)]
+    specs = [
+        AgentSpec("hello", built_agents["hello"], tick_interval_ms=50),
+        AgentSpec("bomb", built_agents["bad_membomb"], tick_interval_ms=10_000, memory_limit_mb=24),
+    ]
     regions_before = live_regions()
     with running(specs) as (runtime, hosts):
         wait_for(lambda: hosts["hello"].of_type("log"))

@@ -16,8 +16,13 @@ def _first_error(hosts: dict[str, MemoryHost], name: str) -> dict:
 
 
 def test_fuel_exhaustion(built_agents):
-    spec = AgentSpec("loop", built_agents["bad_loop"], tick_interval_ms=50,
-                     fuel_per_tick=2_000_000, tick_timeout_ms=10_000)
+    spec = AgentSpec(
+        "loop",
+        built_agents["bad_loop"],
+        tick_interval_ms=50,
+        fuel_per_tick=2_000_000,
+        tick_timeout_ms=10_000,
+    )
     with running([spec]) as (runtime, hosts):
         error = _first_error(hosts, "loop")
         assert error["kind"] == "fuel"
@@ -41,8 +46,7 @@ def test_infinite_loop_hits_the_epoch_deadline(built_agents):
 
 
 def test_memory_bomb_hits_the_store_limit(built_agents):
-    spec = AgentSpec("bomb", built_agents["bad_membomb"], tick_interval_ms=50,
-                     memory_limit_mb=16)
+    spec = AgentSpec("bomb", built_agents["bad_membomb"], tick_interval_ms=50, memory_limit_mb=16)
     with running([spec]) as (_, hosts):
         error = _first_error(hosts, "bomb")
     assert error["kind"] == "memory"
@@ -51,13 +55,18 @@ def test_memory_bomb_hits_the_store_limit(built_agents):
 
 
 def test_trap_and_err_are_errors_with_reasons(built_agents):
-    specs = [AgentSpec("trap", built_agents["bad_trap"], tick_interval_ms=50),
-             AgentSpec("err", built_agents["bad_err"], tick_interval_ms=50)]
+    specs = [
+        AgentSpec("trap", built_agents["bad_trap"], tick_interval_ms=50),
+        AgentSpec("err", built_agents["bad_err"], tick_interval_ms=50),
+    ]
     with running(specs) as (runtime, hosts):
         trap, err = _first_error(hosts, "trap"), _first_error(hosts, "err")
         assert trap["kind"] == "trap" and "out of bounds memory access" in trap["error"]
-        assert err == {**err, "kind": "err",
-                       "error": "tick returned err: upstream refused the request"}
+        assert err == {
+            **err,
+            "kind": "err",
+            "error": "tick returned err: upstream refused the request",
+        }
         wait_for(lambda: runtime.status("err")[0].restart_count >= 1)
 
 
@@ -66,7 +75,8 @@ def test_python_exception_reason_includes_its_traceback(built_agents):
     with running([spec]) as (runtime, hosts):
         wait_for(lambda: hosts["mcp_tools"].of_type("agent.started"))
         future = runtime.worker("mcp_tools").submit(
-            "tool", "crash", lambda inst: inst.call("call-tool", "crash", "{}"))
+            "tool", "crash", lambda inst: inst.call("call-tool", "crash", "{}")
+        )
         assert future.exception(timeout=10) is not None
         error = _first_error(hosts, "mcp_tools")
     assert error["kind"] == "trap"

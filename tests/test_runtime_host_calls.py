@@ -33,8 +33,7 @@ def test_tick_calls_host_functions_and_stdout_becomes_output(built_agents):
 
 
 def test_fuel_remaining_is_the_stores_fuel(built_agents):
-    spec = AgentSpec("hello", built_agents["hello"], tick_interval_ms=50,
-                     fuel_per_tick=20_000_000)
+    spec = AgentSpec("hello", built_agents["hello"], tick_interval_ms=50, fuel_per_tick=20_000_000)
     with running([spec]) as (runtime, hosts):
         wait_for(lambda: len(hosts["hello"].of_type("run.finished")) >= 2)
         time.sleep(0.01)
@@ -45,8 +44,12 @@ def test_fuel_remaining_is_the_stores_fuel(built_agents):
 
 def test_payer_spends_through_the_approval_decision(built_agents):
     decisions = iter(["approve", "deny", "timeout", "approve"])
-    host = MemoryHost("payer", capabilities={"spend"}, gated={"spend"},
-                      decide=lambda cap, req: next(decisions, "timeout"))
+    host = MemoryHost(
+        "payer",
+        capabilities={"spend"},
+        gated={"spend"},
+        decide=lambda cap, req: next(decisions, "timeout"),
+    )
     spec = AgentSpec("payer", built_agents["payer"], tick_interval_ms=30)
     with running([spec], {"payer": host}):
         wait_for(lambda: len(host.of_type("approval.decided")) >= 4)
@@ -88,8 +91,9 @@ def test_blocked_host_call_does_not_count_against_the_deadline(built_agents):
 
 
 def test_secret_needs_a_grant_checked_on_every_call(built_agents):
-    host = MemoryHost("secrets_reader", secrets={("payments", "api_key"): "s3cr3t-value"},
-                      granted={"payments"})
+    host = MemoryHost(
+        "secrets_reader", secrets={("payments", "api_key"): "s3cr3t-value"}, granted={"payments"}
+    )
     spec = AgentSpec("secrets_reader", built_agents["secrets_reader"], tick_interval_ms=30)
     with running([spec], {"secrets_reader": host}):
         wait_for(lambda: host.state.get("secret_status") == "ok:12")
@@ -97,15 +101,22 @@ def test_secret_needs_a_grant_checked_on_every_call(built_agents):
         wait_for(lambda: host.state.get("secret_status") == "denied")
         host.granted.add("payments")
         wait_for(lambda: host.state.get("secret_status") == "ok:12")
-    assert all("s3cr3t-value" not in str(data) for t, data in host.events
-               if t != "state.set" or data["key"] != "secret")
+    assert all(
+        "s3cr3t-value" not in str(data)
+        for t, data in host.events
+        if t != "state.set" or data["key"] != "secret"
+    )
     assert host.of_type("secret.accessed")[0] == {
-        "ts": host.of_type("secret.accessed")[0]["ts"], "domain": "payments", "key": "api_key"}
+        "ts": host.of_type("secret.accessed")[0]["ts"],
+        "domain": "payments",
+        "key": "api_key",
+    }
 
 
 def test_inference_result_reaches_the_agent(built_agents):
-    host = MemoryHost("inference", infer_reply="Three invoices are pending.",
-                      state={"route": "cloud"})
+    host = MemoryHost(
+        "inference", infer_reply="Three invoices are pending.", state={"route": "cloud"}
+    )
     spec = AgentSpec("inference", built_agents["inference"], tick_interval_ms=30)
     with running([spec], {"inference": host}):
         wait_for(lambda: host.state.get("last_answer"))
@@ -116,11 +127,13 @@ def test_inference_result_reaches_the_agent(built_agents):
 
 def test_tasks_are_delivered_in_order_with_progress(built_agents):
     host = MemoryHost("task_worker")
-    host.tasks.extend([
-        Task("t1", "alice", json.dumps({"numbers": [1, 2, 3]})),
-        Task("t2", "alice", json.dumps({"fail": "cannot do that"})),
-        Task("t3", "bob", json.dumps({"delegate_to": "payer", "numbers": [4]})),
-    ])
+    host.tasks.extend(
+        [
+            Task("t1", "alice", json.dumps({"numbers": [1, 2, 3]})),
+            Task("t2", "alice", json.dumps({"fail": "cannot do that"})),
+            Task("t3", "bob", json.dumps({"delegate_to": "payer", "numbers": [4]})),
+        ]
+    )
     spec = AgentSpec("task_worker", built_agents["task_worker"], tick_interval_ms=5000)
     with running([spec], {"task_worker": host}) as (runtime, _):
         wait_for(lambda: host.of_type("task.completed") and len(host.of_type("task.failed")))
@@ -131,21 +144,24 @@ def test_tasks_are_delivered_in_order_with_progress(built_agents):
     started = [e["id"] for e in host.of_type("task.started")]
     assert started == ["t1", "t2", "t3", "t4"]
     progress = [(e["id"], json.loads(e["progress"])) for e in host.of_type("task.progress")]
-    assert progress[:3] == [("t1", {"done": 1, "of": 3}), ("t1", {"done": 2, "of": 3}),
-                            ("t1", {"done": 3, "of": 3})]
+    assert progress[:3] == [
+        ("t1", {"done": 1, "of": 3}),
+        ("t1", {"done": 2, "of": 3}),
+        ("t1", {"done": 3, "of": 3}),
+    ]
     done = {e["id"]: json.loads(e["output"]) for e in host.of_type("task.completed")}
     assert done["t1"] == {"sum": 6, "count": 3} and done["t4"] == {"sum": 30, "count": 2}
     assert done["t3"] == {"delegated": "task-1"}
     assert host.of_type("task.created")[0]["to"] == "payer"
     assert host.of_type("task.failed") == [
-        {"ts": host.of_type("task.failed")[0]["ts"], "id": "t2", "error": "cannot do that"}]
+        {"ts": host.of_type("task.failed")[0]["ts"], "id": "t2", "error": "cannot do that"}
+    ]
 
 
 def test_task_for_an_agent_without_handle_task_fails(built_agents):
     host = MemoryHost("err")
     host.tasks.append(Task("t1", "alice", "{}"))
-    spec = AgentSpec("err", built_agents["bad_loop"], tick_interval_ms=60_000,
-                     tick_timeout_ms=50)
+    spec = AgentSpec("err", built_agents["bad_loop"], tick_interval_ms=60_000, tick_timeout_ms=50)
     with running([spec], {"err": host}):
         failed = wait_for(lambda: host.of_type("task.failed"))
     assert "does not export `handle-task`" in failed[0]["error"]

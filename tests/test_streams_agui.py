@@ -165,7 +165,7 @@ def test_an_approval_gate_is_an_interrupt_then_a_resumed_run():
     assert outcome["interrupts"] == [
         {
             "id": "ap1",
-            "reason": "approval_required",
+            "reason": "approval",
             "message": "pay 5 EUR",
             "metadata": {"capability": "spend", "agent": "payer"},
             "toolCallId": "c1",

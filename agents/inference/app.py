@@ -12,8 +12,10 @@ from wit_world.imports import host, types
 
 class WitWorld(wit_world.WitWorld):
     def tick(self) -> None:
-        request = {"prompt": "Summarise today's pending invoices in one sentence.",
-                   "max_tokens": 32}
+        request = {
+            "prompt": "Summarise today's pending invoices in one sentence.",
+            "max_tokens": 32,
+        }
         route = host.state_get("route")
         if route:
             request["route"] = route

@@ -18,8 +18,9 @@ NUMBERS = {"a": {"type": "number"}, "b": {"type": "number"}}
 TOOLS = [
     types.Tool("add", "Add two numbers", _schema(NUMBERS, ["a", "b"])),
     types.Tool("divide", "Divide a by b; fails when b is 0", _schema(NUMBERS, ["a", "b"])),
-    types.Tool("remember", "Keep a note in durable state",
-               _schema({"note": {"type": "string"}}, ["note"])),
+    types.Tool(
+        "remember", "Keep a note in durable state", _schema({"note": {"type": "string"}}, ["note"])
+    ),
 ]
 
 

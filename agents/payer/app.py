@@ -18,8 +18,12 @@ class WitWorld(wit_world.WitWorld):
     def tick(self) -> None:
         number = int(host.state_get("next_invoice") or "1")
         invoice = f"INV-{number:04d}"
-        request = {"invoice": invoice, "amount_cents": AMOUNT_CENTS, "currency": "EUR",
-                   "payee": "acme-supplies"}
+        request = {
+            "invoice": invoice,
+            "amount_cents": AMOUNT_CENTS,
+            "currency": "EUR",
+            "payee": "acme-supplies",
+        }
         try:
             result = host.invoke("spend", json.dumps(request))
         except Err as e:

@@ -9,6 +9,7 @@ HTTP problems.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -83,7 +84,7 @@ async def send_message(c: CallContext) -> Any:
     task, cursor = await c.service.send(c.agent, params, c.operator)
     if not params.configuration.return_immediately:
         stop = StopSignal(c.request.app)
-        deadline = _loop_time() + BLOCKING_WAIT_SECS
+        deadline = asyncio.get_running_loop().time() + BLOCKING_WAIT_SECS
         try:
             async for _ in c.service.updates(
                 task.id,
@@ -255,12 +256,6 @@ def _version_error(request: web.Request) -> rpc.RpcError | None:
 
 def _keepalive(c: CallContext) -> float:
     return c.ctx.config.node.sse_keepalive_secs
-
-
-def _loop_time() -> float:
-    import asyncio
-
-    return asyncio.get_running_loop().time()
 
 
 # ---------------------------------------------------------------------------- agent card

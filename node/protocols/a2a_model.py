@@ -97,9 +97,10 @@ class TaskViews:
         request = self.approvals.get(approval_id)
         if request is None:
             return f"approval {approval_id} is pending"
+        detail = request.detail.removeprefix(f"{request.capability}: ")
         return (
             f"waiting for an operator to approve {request.capability} "
-            f"(approval {approval_id}, expires {request.expires_at}): {request.detail}"
+            f"(approval {approval_id}, expires {request.expires_at}): {detail}"
         )
 
     def to_json(

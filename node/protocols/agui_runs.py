@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -230,6 +230,12 @@ class AguiRuns:
                 for event in self._tick_end(work, events):
                     yield event
                 return
+            if isinstance(work, TaskWork):
+                ended = self._task_end(work)  # it ended before this run looked
+                if ended is not None:
+                    for event in ended(events):
+                        yield event
+                    return
             if stop.is_set:
                 yield events.error("the node is shutting down", "SHUTDOWN")
                 return
@@ -270,12 +276,23 @@ class AguiRuns:
             return [events.cancelled()], True
         if kind == "task.completed":
             output = data.get("output") if isinstance(data.get("output"), dict) else {}
-            reply = output.get("reply")
-            text = reply if isinstance(reply, str) else json.dumps(output)
-            return [*events.text(text), events.success(output)], True
+            return _completed(events, output), True
         if kind == "task.failed":
             return [events.error(str(data.get("error", "the task failed")), "TASK_FAILED")], True
         return [], False
+
+    def _task_end(self, work: TaskWork) -> Callable[[RunEvents], list[Event]] | None:
+        """How the run ends if the task is already final (nothing more will come for it)."""
+        task = self.ctx.projections["tasks"].get(work.task_id)
+        if task is None:
+            return lambda e: [e.error(f"task {work.task_id} is gone", "TASK_FAILED")]
+        if work.task_id in self.ctx.projections["a2a"].canceled:
+            return lambda e: [e.cancelled()]
+        if task.status == "completed":
+            return lambda e: _completed(e, task.output or {})
+        if task.status == "failed":
+            return lambda e: [e.error(str(task.error or "the task failed"), "TASK_FAILED")]
+        return None
 
     def _asked_by(self, work: Work, approval_id: Any) -> bool:
         """Whether an approval request comes from this run's work. A worker runs one thing
@@ -296,7 +313,7 @@ class AguiRuns:
         interrupt: dict[str, Any] = {
             "id": approval_id,
             "reason": "approval",
-            "message": f"{agent} asks to use {capability}: {detail}",
+            "message": f"{agent} asks to use {capability}: {_request_text(capability, detail)}",
             "toolCallId": call_id,
             "metadata": {"agent": agent, "capability": capability},
         }
@@ -326,14 +343,24 @@ class AguiRuns:
         return [*events.text("\n".join(work.logs)), events.success()]
 
 
+def _completed(events: RunEvents, output: dict[str, Any]) -> list[Event]:
+    """A finished task: its reply (or its whole output) as the assistant's message."""
+    reply = output.get("reply")
+    text = reply if isinstance(reply, str) else json.dumps(output)
+    return [*events.text(text), events.success(output)]
+
+
 def tool_call_id(approval_id: str) -> str:
     return f"call-{approval_id}"
 
 
+def _request_text(capability: str, detail: str) -> str:
+    """The request an approval shows: what follows `<capability>: ` in its detail."""
+    return detail.removeprefix(f"{capability}: ")
+
+
 def _request_args(capability: str, detail: str) -> Any:
-    """The request an approval shows: the JSON after `<capability>: ` in its detail."""
-    prefix = f"{capability}: "
-    raw = detail[len(prefix) :] if detail.startswith(prefix) else detail
+    raw = _request_text(capability, detail)
     try:
         return json.loads(raw)
     except ValueError:

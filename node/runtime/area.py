@@ -75,11 +75,17 @@ async def runtime_lifecycle(app: web.Application) -> AsyncIterator[None]:
     for name in names:  # unfinished tasks from before a restart are delivered again
         tasks.apply(ctx.store.iter_stream(name))
     services = HostServices(
-        config=config, store=ctx.store, metrics=ctx.metrics, loop=loop,
+        config=config,
+        store=ctx.store,
+        metrics=ctx.metrics,
+        loop=loop,
         capabilities=Capabilities(session, config.actions),
-        inference=InferenceClient(session, config.inference), tasks=tasks,
-        approvals=ctx.services.get("approvals"), grants=ctx.services.get("grants"),
-        task_creator=ctx.services.get("tasks"), sink=_sink(ctx.services.get("bus")),
+        inference=InferenceClient(session, config.inference),
+        tasks=tasks,
+        approvals=ctx.services.get("approvals"),
+        grants=ctx.services.get("grants"),
+        task_creator=ctx.services.get("tasks"),
+        sink=_sink(ctx.services.get("bus")),
     )
 
     def host_factory(spec: AgentSpec, stopping: Any) -> tuple[JournalHost, JournalHost]:
@@ -90,9 +96,11 @@ async def runtime_lifecycle(app: web.Application) -> AsyncIterator[None]:
 
     registry = ctx.services.get("registry")
     runtime = AgentRuntime(
-        [spec_from_config(a, config) for a in config.agents], host_factory,
-        RuntimeOptions(cache_dir=compiled_cache_dir(config.data_path),
-                       output_dir=config.data_path / OUTPUT_DIR),
+        [spec_from_config(a, config) for a in config.agents],
+        host_factory,
+        RuntimeOptions(
+            cache_dir=compiled_cache_dir(config.data_path), output_dir=config.data_path / OUTPUT_DIR
+        ),
         resolve=getattr(registry, "resolve", None),
     )
 

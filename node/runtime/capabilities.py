@@ -60,8 +60,11 @@ class Capabilities:
             raise HostError("failed", "`headers` must be an object and `body` a string")
         try:
             async with self.session.request(
-                method, url, headers={str(k): str(v) for k, v in headers.items()},
-                data=body.encode() if body is not None else None, allow_redirects=False,
+                method,
+                url,
+                headers={str(k): str(v) for k, v in headers.items()},
+                data=body.encode() if body is not None else None,
+                allow_redirects=False,
                 timeout=aiohttp.ClientTimeout(total=FETCH_TIMEOUT),
             ) as response:
                 raw = await response.content.read(MAX_BODY + 1)
@@ -81,16 +84,20 @@ class Capabilities:
         payload = {"agent": agent, "capability": capability, "request": request}
         try:
             async with self.session.post(
-                target.url, json=payload, allow_redirects=False,
+                target.url,
+                json=payload,
+                allow_redirects=False,
                 timeout=aiohttp.ClientTimeout(total=target.timeout_secs),
             ) as response:
                 text = (await response.content.read(MAX_BODY)).decode("utf-8", "replace")
         except (TimeoutError, aiohttp.ClientError) as e:
-            raise HostError("failed",
-                            f"{capability} endpoint unreachable: {type(e).__name__}") from e
+            raise HostError(
+                "failed", f"{capability} endpoint unreachable: {type(e).__name__}"
+            ) from e
         if response.status >= 400:
-            raise HostError("failed", f"{capability} endpoint answered {response.status}: "
-                                      f"{text[:200]}")
+            raise HostError(
+                "failed", f"{capability} endpoint answered {response.status}: {text[:200]}"
+            )
         try:
             body: Any = json.loads(text) if text else None
         except ValueError:

@@ -78,8 +78,9 @@ class AgentEngine:
             key_lock = self._key_locks.setdefault(sha, threading.Lock())
         with key_lock:  # two agents with one component compile it once
             if sha in self._components:
-                return LoadedComponent(self._components[sha], sha, True,
-                                       time.perf_counter() - start)
+                return LoadedComponent(
+                    self._components[sha], sha, True, time.perf_counter() - start
+                )
             component = self._from_cache(sha)
             hit = component is not None
             if component is None:

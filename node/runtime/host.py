@@ -43,8 +43,9 @@ MAX_DETAIL = 1000
 class ApprovalGate(Protocol):
     """Issue 3's gate: journals the request, waits for an operator or the timeout."""
 
-    async def request(self, agent: str, capability: str, detail: str,
-                      timeout_secs: int) -> str: ...  # "approve" | "deny" | "timeout"
+    async def request(
+        self, agent: str, capability: str, detail: str, timeout_secs: int
+    ) -> str: ...  # "approve" | "deny" | "timeout"
 
 
 class Grants(Protocol):
@@ -97,8 +98,9 @@ def secret_env_name(domain: str, key: str) -> str:
 
 
 class JournalHost:
-    def __init__(self, agent: AgentConfig, services: HostServices,
-                 stopping: threading.Event) -> None:
+    def __init__(
+        self, agent: AgentConfig, services: HostServices, stopping: threading.Event
+    ) -> None:
         self.agent = agent
         self.name = agent.name
         self.s = services
@@ -155,13 +157,16 @@ class JournalHost:
     def report_finding(self, severity: str, title: str, detail: str) -> None:
         if severity not in SEVERITIES:
             title, severity = f"[{severity[:20]}] {title}", "info"
-        self._append("finding", {"severity": severity, "title": title[:MAX_DETAIL],
-                                 "detail": detail[:MAX_TEXT]})
+        self._append(
+            "finding",
+            {"severity": severity, "title": title[:MAX_DETAIL], "detail": detail[:MAX_TEXT]},
+        )
 
     def invoke(self, capability: str, request: str) -> str:
         if not self.agent.capabilities.get(capability):
-            raise HostError("not-permitted",
-                            f"capability {capability} is not enabled for agent {self.name}")
+            raise HostError(
+                "not-permitted", f"capability {capability} is not enabled for agent {self.name}"
+            )
         try:
             parsed = json.loads(request)
         except ValueError:
@@ -169,10 +174,14 @@ class JournalHost:
         if self.agent.is_gated(capability):
             self._await_approval(capability, request)
         if capability == "http_fetch":
-            result = self._on_loop(self.s.capabilities.http_fetch(parsed,
-                                                                  self.agent.http.allow_hosts))
-            summary = {"method": str(parsed.get("method", "GET")).upper(), "url": parsed["url"],
-                       "status": result["status"]}
+            result = self._on_loop(
+                self.s.capabilities.http_fetch(parsed, self.agent.http.allow_hosts)
+            )
+            summary = {
+                "method": str(parsed.get("method", "GET")).upper(),
+                "url": parsed["url"],
+                "status": result["status"],
+            }
         else:
             result = self._on_loop(self.s.capabilities.action(self.name, capability, parsed))
             summary = {"request": parsed, "status": result["status"]}
@@ -191,8 +200,9 @@ class JournalHost:
         if decision == "deny":
             raise HostError("approval-denied", f"an operator denied {capability}")
         if decision != "approve":
-            raise HostError("approval-timeout",
-                            f"no decision on {capability} within {timeout} s; retry later")
+            raise HostError(
+                "approval-timeout", f"no decision on {capability} within {timeout} s; retry later"
+            )
 
     def get_secret(self, domain: str, key: str) -> str:
         if not self._grant_active(domain):
@@ -215,8 +225,7 @@ class JournalHost:
         self.s.metrics.inference_requests.labels(route=route).inc()
         run_id = self._run.run_id if self._run else ""
         message_id = uuid.uuid4().hex
-        frame = {"run_id": run_id, "threadId": self.name, "runId": run_id,
-                 "messageId": message_id}
+        frame = {"run_id": run_id, "threadId": self.name, "runId": run_id, "messageId": message_id}
         self._publish("TEXT_MESSAGE_START", {**frame, "role": "assistant"})
 
         def on_token(text: str) -> None:
@@ -243,8 +252,9 @@ class JournalHost:
         if self.s.config.agent(to) is None:
             raise HostError("failed", f"no agent {to!r} on this node")
         task_id = str(uuid.uuid4())
-        self._append("task.created", {"id": task_id, "from": self.name, "to": to,
-                                      "input": data}, stream=to)
+        self._append(
+            "task.created", {"id": task_id, "from": self.name, "to": to, "input": data}, stream=to
+        )
         return task_id
 
     def task_progress(self, task_id: str, progress: str) -> None:
@@ -285,8 +295,9 @@ class JournalHost:
             self._note("agent.started", {})
 
     def agent_errored(self, fault: AgentFault, retry_in_ms: int) -> None:
-        self._note("agent.errored", {"error": fault.reason, "kind": fault.kind,
-                                     "retry_in_ms": retry_in_ms})
+        self._note(
+            "agent.errored", {"error": fault.reason, "kind": fault.kind, "retry_in_ms": retry_in_ms}
+        )
 
     def agent_stopped(self) -> None:
         self._note("agent.stopped", {})
@@ -299,9 +310,16 @@ class JournalHost:
         frame = {"run_id": run.run_id, "threadId": self.name, "runId": run.run_id}
         self._publish("RUN_STARTED", {**frame, "kind": run.kind})
         if run.kind == "tool":  # an MCP call: one AG-UI tool call inside its run
-            self._publish("TOOL_CALL_START", {**frame, "tool_call_id": run.run_id,
-                                              "toolCallId": run.run_id, "tool": run.detail,
-                                              "toolCallName": run.detail})
+            self._publish(
+                "TOOL_CALL_START",
+                {
+                    **frame,
+                    "tool_call_id": run.run_id,
+                    "toolCallId": run.run_id,
+                    "tool": run.detail,
+                    "toolCallName": run.detail,
+                },
+            )
 
     def run_finished(self, run: Run, result: RunResult) -> None:
         self._run = None
@@ -309,8 +327,10 @@ class JournalHost:
             self.s.metrics.fuel_consumed.labels(agent=self.name).inc(result.fuel_consumed)
         frame = {"run_id": run.run_id, "threadId": self.name, "runId": run.run_id}
         if run.kind == "tool":
-            self._publish("TOOL_CALL_END", {**frame, "tool_call_id": run.run_id,
-                                            "toolCallId": run.run_id, "tool": run.detail})
+            self._publish(
+                "TOOL_CALL_END",
+                {**frame, "tool_call_id": run.run_id, "toolCallId": run.run_id, "tool": run.detail},
+            )
         if result.error:
             self._publish("RUN_ERROR", {**frame, "message": result.error})
         else:

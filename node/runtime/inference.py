@@ -56,23 +56,30 @@ class InferenceClient:
         model = c.local_model if route == "local" else c.cloud_model
         return base.rstrip("/") + "/chat/completions", model, headers
 
-    async def complete(self, route: str, prompt: str, max_tokens: int | None,
-                       on_token: Callable[[str], None]) -> str:
+    async def complete(
+        self, route: str, prompt: str, max_tokens: int | None, on_token: Callable[[str], None]
+    ) -> str:
         url, model, headers = self.endpoint(route)
-        body: dict[str, Any] = {"model": model, "stream": True,
-                                "messages": [{"role": "user", "content": prompt}]}
+        body: dict[str, Any] = {
+            "model": model,
+            "stream": True,
+            "messages": [{"role": "user", "content": prompt}],
+        }
         if max_tokens is not None:
             body["max_tokens"] = max_tokens
         parts: list[str] = []
         try:
             async with self.session.post(
-                url, json=body, headers=headers,
+                url,
+                json=body,
+                headers=headers,
                 timeout=aiohttp.ClientTimeout(total=self.config.timeout_secs),
             ) as response:
                 if response.status >= 400:
                     text = (await response.content.read(500)).decode("utf-8", "replace")
-                    raise HostError("failed", f"inference {route} answered {response.status}: "
-                                              f"{text}")
+                    raise HostError(
+                        "failed", f"inference {route} answered {response.status}: {text}"
+                    )
                 async for raw in response.content:
                     token = _token_of(raw.decode("utf-8", "replace").strip())
                     if token is None:

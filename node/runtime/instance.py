@@ -49,8 +49,15 @@ class MissingExportError(Exception):
 
 
 class AgentInstance:
-    def __init__(self, engine: AgentEngine, component: cm.Component, linker: cm.Linker,
-                 spec: AgentSpec, meter: MemoryMeter, output: OutputCapture) -> None:
+    def __init__(
+        self,
+        engine: AgentEngine,
+        component: cm.Component,
+        linker: cm.Linker,
+        spec: AgentSpec,
+        meter: MemoryMeter,
+        output: OutputCapture,
+    ) -> None:
         self.spec = spec
         self.meter = meter
         self.output = output
@@ -117,8 +124,10 @@ class AgentInstance:
             reason = f"deadline exceeded: ran longer than {self.spec.tick_timeout_ms} ms"
         elif limit and (heap + (1 << 20) >= limit or "MemoryError" in stderr):
             kind = "memory"
-            reason = (f"memory limit of {self.spec.memory_limit_mb} MiB reached "
-                      f"(heap {heap} bytes): {cause}")
+            reason = (
+                f"memory limit of {self.spec.memory_limit_mb} MiB reached "
+                f"(heap {heap} bytes): {cause}"
+            )
         elif cause.startswith("host call"):
             kind, reason = "host", cause
         else:

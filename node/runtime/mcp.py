@@ -23,7 +23,12 @@ LATEST_PROTOCOL = "2025-11-25"
 KNOWN_PROTOCOLS = ("2024-11-05", "2025-03-26", "2025-06-18", LATEST_PROTOCOL)
 
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR = (
-    -32700, -32600, -32601, -32602, -32603)
+    -32700,
+    -32600,
+    -32601,
+    -32602,
+    -32603,
+)
 
 
 class RpcError(Exception):
@@ -62,11 +67,17 @@ class McpServer:
             message = json.loads(body)
         except (ValueError, UnicodeDecodeError):
             return _error(None, PARSE_ERROR, "the body is not JSON")
-        if not isinstance(message, dict) or message.get("jsonrpc") != "2.0" \
-                or not isinstance(message.get("method"), str):
+        if (
+            not isinstance(message, dict)
+            or message.get("jsonrpc") != "2.0"
+            or not isinstance(message.get("method"), str)
+        ):
             id_ = message.get("id") if isinstance(message, dict) else None
-            return _error(id_ if _valid_id(id_) else None, INVALID_REQUEST,
-                          "expected a JSON-RPC 2.0 request object")
+            return _error(
+                id_ if _valid_id(id_) else None,
+                INVALID_REQUEST,
+                "expected a JSON-RPC 2.0 request object",
+            )
         if "id" not in message:
             return None  # a notification: accepted, never answered
         id_ = message["id"]
@@ -119,11 +130,11 @@ class McpServer:
         try:
             result = await self.runtime.call_tool(agent, name, json.dumps(arguments))
         except Exception as e:
-            self.publish(agent, "tool_call_end", {"agent": agent, "tool": name,
-                                                  "result": f"error: {e}"})
+            self.publish(
+                agent, "tool_call_end", {"agent": agent, "tool": name, "result": f"error: {e}"}
+            )
             raise RpcError(INTERNAL_ERROR, f"agent {agent} failed: {e}") from e
-        self.publish(agent, "tool_call_end", {"agent": agent, "tool": name,
-                                              "result": result.text})
+        self.publish(agent, "tool_call_end", {"agent": agent, "tool": name, "result": result.text})
         return {"content": [{"type": "text", "text": result.text}], "isError": not result.ok}
 
 

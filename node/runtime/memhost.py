@@ -104,8 +104,7 @@ class MemoryHost:
         self.record("agent.started", restart_count=restart_count)
 
     def agent_errored(self, fault: AgentFault, retry_in_ms: int) -> None:
-        self.record("agent.errored", kind=fault.kind, error=fault.reason,
-                    retry_in_ms=retry_in_ms)
+        self.record("agent.errored", kind=fault.kind, error=fault.reason, retry_in_ms=retry_in_ms)
 
     def agent_stopped(self) -> None:
         self.record("agent.stopped")
@@ -117,9 +116,14 @@ class MemoryHost:
         self.record("run.started", run_id=run.run_id, kind=run.kind, detail=run.detail)
 
     def run_finished(self, run: Run, result: RunResult) -> None:
-        self.record("run.finished", run_id=run.run_id, kind=run.kind,
-                    duration_ms=result.duration_ms, fuel=result.fuel_consumed,
-                    error=result.error)
+        self.record(
+            "run.finished",
+            run_id=run.run_id,
+            kind=run.kind,
+            duration_ms=result.duration_ms,
+            fuel=result.fuel_consumed,
+            error=result.error,
+        )
 
     def output(self, stream: str, line: str) -> None:
         self.record("output", stream=stream, line=line)

@@ -55,8 +55,14 @@ class _File:
 
 
 class OutputCapture:
-    def __init__(self, directory: Path, name: str, max_line: int = 4096,
-                 max_lines: int = 200, max_bytes: int = 1 << 20) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        name: str,
+        max_line: int = 4096,
+        max_lines: int = 200,
+        max_bytes: int = 1 << 20,
+    ) -> None:
         self.directory = directory
         self.name = name
         self.max_line = max_line
@@ -115,7 +121,11 @@ class OutputCapture:
         lines = list(self._lines)
         self._lines.clear()
         if self._dropped_lines or self._skipped_bytes:
-            lines.append(("stderr", f"[output dropped: {self._dropped_lines} lines, "
-                                    f"{self._skipped_bytes} bytes]"))
+            lines.append(
+                (
+                    "stderr",
+                    f"[output dropped: {self._dropped_lines} lines, {self._skipped_bytes} bytes]",
+                )
+            )
             self._dropped_lines = self._skipped_bytes = 0
         return lines

@@ -36,8 +36,13 @@ class UnknownAgentError(KeyError):
 
 
 class AgentRuntime:
-    def __init__(self, specs: Iterable[AgentSpec], host_factory: HostFactory,
-                 options: RuntimeOptions | None = None, resolve: Resolver | None = None) -> None:
+    def __init__(
+        self,
+        specs: Iterable[AgentSpec],
+        host_factory: HostFactory,
+        options: RuntimeOptions | None = None,
+        resolve: Resolver | None = None,
+    ) -> None:
         options = options or RuntimeOptions()
         self._own_output_dir = options.output_dir is None
         if options.output_dir is None:
@@ -50,8 +55,9 @@ class AgentRuntime:
                 raise ValueError(f"agent {spec.name} is configured twice")
             stopping = threading.Event()
             host, hooks = host_factory(spec, stopping)
-            self.workers[spec.name] = AgentWorker(spec, self.engine, host, hooks,
-                                                  self.options, stopping, resolve)
+            self.workers[spec.name] = AgentWorker(
+                spec, self.engine, host, hooks, self.options, stopping, resolve
+            )
 
     def start(self) -> None:
         """Start every worker; each loads its component on its own thread."""
@@ -96,16 +102,18 @@ class AgentRuntime:
     async def call_tool(self, name: str, tool: str, arguments: str) -> ToolResult:
         """Call an MCP tool; a tool's own failure is ToolResult(ok=False), a trap raises."""
         json.loads(arguments)  # JSON text is the contract; reject bad input before wasm runs
-        future = self.worker(name).submit("tool", tool,
-                                          lambda inst: _call_tool(inst, tool, arguments))
+        future = self.worker(name).submit(
+            "tool", tool, lambda inst: _call_tool(inst, tool, arguments)
+        )
         return await asyncio.wrap_future(future)
 
 
 def _list_tools(instance: AgentInstance) -> list[Tool]:
     if "list-tools" not in instance.funcs:
         return []
-    return [Tool(t.name, t.description, getattr(t, "input-schema"))
-            for t in instance.call("list-tools")]
+    return [
+        Tool(t.name, t.description, getattr(t, "input-schema")) for t in instance.call("list-tools")
+    ]
 
 
 def _call_tool(instance: AgentInstance, tool: str, arguments: str) -> ToolResult:

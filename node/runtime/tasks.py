@@ -1,10 +1,10 @@
 """Which tasks each hosted agent still has to work on, as its journal says.
 
 A task is deliverable from its `task.created` (in the journal of the agent it is for) until
-its `task.completed`, `task.failed` or `task.canceled`. Tasks that were started but not finished when the node
-went down are delivered again after a restart (at least once), in creation order. The
-queue is fed the journal once at start and then every commit, on the event loop; workers
-take from it on their own threads.
+its `task.completed`, `task.failed` or `task.canceled`. Tasks that were started but not
+finished when the node went down are delivered again after a restart (at least once), in
+creation order. The queue is fed the journal once at start and then every commit, on the
+event loop; workers take from it on their own threads.
 """
 
 from __future__ import annotations
@@ -36,8 +36,11 @@ class TaskQueue:
                 task_id = str(data.get("id", ""))
                 if kind == "task.created" and task_id:
                     raw_input = data.get("input", {})
-                    tasks[task_id] = Task(task_id, str(data.get("from", "")),
-                                          json.dumps(raw_input if raw_input is not None else {}))
+                    tasks[task_id] = Task(
+                        task_id,
+                        str(data.get("from", "")),
+                        json.dumps(raw_input if raw_input is not None else {}),
+                    )
                     woken.append(envelope.stream)
                 elif kind in ("task.completed", "task.failed", "task.canceled"):
                     tasks.pop(task_id, None)

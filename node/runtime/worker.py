@@ -67,10 +67,16 @@ def _tick(instance: AgentInstance) -> None:
 
 
 class AgentWorker:
-    def __init__(self, spec: AgentSpec, engine: AgentEngine, host: AgentHost,
-                 hooks: AgentHooks, options: RuntimeOptions,
-                 stopping: threading.Event | None = None,
-                 resolve: Resolver | None = None) -> None:
+    def __init__(
+        self,
+        spec: AgentSpec,
+        engine: AgentEngine,
+        host: AgentHost,
+        hooks: AgentHooks,
+        options: RuntimeOptions,
+        stopping: threading.Event | None = None,
+        resolve: Resolver | None = None,
+    ) -> None:
         self.spec = spec
         self.resolve = resolve
         self.engine = engine
@@ -79,9 +85,13 @@ class AgentWorker:
         self.options = options
         self.meter = MemoryMeter()
         assert options.output_dir is not None, "AgentRuntime gives each worker an output_dir"
-        self.output = OutputCapture(options.output_dir, spec.name, options.max_output_line,
-                                    options.max_output_lines_per_run,
-                                    options.max_output_bytes_per_run)
+        self.output = OutputCapture(
+            options.output_dir,
+            spec.name,
+            options.max_output_line,
+            options.max_output_lines_per_run,
+            options.max_output_bytes_per_run,
+        )
         self.stopping = stopping or threading.Event()
         self.load_seconds: float | None = None  # time of the last component load
         self.load_cache_hit: bool | None = None
@@ -100,8 +110,7 @@ class AgentWorker:
         self._fuel_consumed = 0
         self._runs = 0
         self._next_tick = 0.0
-        self._thread = threading.Thread(target=self._main, name=f"agent-{spec.name}",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._main, name=f"agent-{spec.name}", daemon=True)
 
     # ---- other threads -------------------------------------------------------------------
 
@@ -122,8 +131,7 @@ class AgentWorker:
         """Look for new tasks now rather than at the next tick."""
         self._queue.put(_WAKE)
 
-    def submit(self, kind: RunKind, detail: str,
-               fn: Callable[[AgentInstance], Any]) -> Future[Any]:
+    def submit(self, kind: RunKind, detail: str, fn: Callable[[AgentInstance], Any]) -> Future[Any]:
         """Run `fn` with the agent's instance on the worker thread (an MCP call, say)."""
         call = _Call(kind, detail, fn)
         if self.stopping.is_set():
@@ -140,8 +148,9 @@ class AgentWorker:
                 name=self.spec.name,
                 status=state,
                 uptime_ms=0 if state == "stopped" else int((now - self._started_at) * 1000),
-                last_activity_ms_ago=(0 if state == "running"
-                                      else int((now - self._last_activity) * 1000)),
+                last_activity_ms_ago=(
+                    0 if state == "running" else int((now - self._last_activity) * 1000)
+                ),
                 restart_count=self._restart_count,
                 heap_bytes=self.meter.heap_bytes(),
                 fuel_remaining=self._fuel_remaining if self.spec.fuel_per_tick else None,
@@ -174,9 +183,12 @@ class AgentWorker:
             except queue.Empty:
                 return
             if isinstance(item, _Call):
-                item.future.set_exception(AgentUnavailableError(
-                    f"agent {self.spec.name} is in error ({self._last_error}); "
-                    f"restarting in {int(left * 1000)} ms"))
+                item.future.set_exception(
+                    AgentUnavailableError(
+                        f"agent {self.spec.name} is in error ({self._last_error}); "
+                        f"restarting in {int(left * 1000)} ms"
+                    )
+                )
 
     def _start_instance(self) -> bool:
         restarting = self._failures > 0
@@ -186,8 +198,9 @@ class AgentWorker:
             if self._linker is None:
                 ticks = self.engine.deadline_ticks(self.spec.tick_timeout_ms)
                 self._linker = make_linker(self.engine.engine, self.host, ticks)
-            instance = AgentInstance(self.engine, loaded.component, self._linker, self.spec,
-                                     self.meter, self.output)
+            instance = AgentInstance(
+                self.engine, loaded.component, self._linker, self.spec, self.meter, self.output
+            )
         except AgentFaultError as e:
             self._fail(e.fault)
             return False
@@ -266,8 +279,7 @@ class AgentWorker:
         wit_task.id, wit_task.input = task.id, task.input
         setattr(wit_task, "from", task.from_)
         try:
-            result = self._execute("task", task.id,
-                                   lambda inst: inst.call("handle-task", wit_task))
+            result = self._execute("task", task.id, lambda inst: inst.call("handle-task", wit_task))
         except MissingExportError as e:
             self.hooks.task_failed(task, str(e))
             return
@@ -312,16 +324,21 @@ class AgentWorker:
             if fault is None:
                 self._set_state("idle")
             self._emit_output()
-            self.hooks.run_finished(run, RunResult(int((end - start) * 1000),
-                                                   instance.fuel_used,
-                                                   fault.reason if fault else None))
+            self.hooks.run_finished(
+                run,
+                RunResult(
+                    int((end - start) * 1000), instance.fuel_used, fault.reason if fault else None
+                ),
+            )
             if fault is not None:
                 self._fail(fault)
 
     def _fail(self, fault: AgentFault) -> None:
         self._failures += 1
-        delay_ms = min(self.options.restart_backoff_ms * 2 ** (self._failures - 1),
-                       self.options.restart_backoff_max_ms)
+        delay_ms = min(
+            self.options.restart_backoff_ms * 2 ** (self._failures - 1),
+            self.options.restart_backoff_max_ms,
+        )
         self._close_instance()
         self._emit_output()
         with self._lock:

@@ -426,7 +426,7 @@ class AguiTranslator:
         approval_id = str(data.get("id"))
         interrupt: dict[str, Any] = {
             "id": approval_id,
-            "reason": "approval_required",
+            "reason": "approval",
             "message": str(data.get("detail") or f"approve {data.get('capability')}"),
             "metadata": {"capability": data.get("capability"), "agent": agent},
         }

@@ -23,6 +23,7 @@ A2A_NAMES = {
     "task.progress": "task_progress",
     "task.completed": "task_completed",
     "task.failed": "task_failed",
+    "task.canceled": "task_failed",  # the spec has no canceled state; REST shows it as failed
 }
 
 
@@ -67,6 +68,8 @@ def a2a_item(envelope: Envelope) -> Item | None:
         out = {"id": task_id, "progress": data.get("progress")}
     elif name == "task_completed":
         out = {"id": task_id, "output": data.get("output")}
+    elif event.type == "task.canceled":
+        out = {"id": task_id, "error": f"canceled by {data.get('operator') or 'an operator'}"}
     elif name == "task_failed":
         out = {"id": task_id, "error": data.get("error")}
     else:
