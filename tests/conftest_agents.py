@@ -32,3 +32,13 @@ def built_agents() -> dict[str, Path]:
     if run.returncode != 0:
         pytest.fail(f"scripts/build-agents failed:\n{run.stderr}")
     return {name: Path(p) for name, p in json.loads(run.stdout).items()}
+
+
+@pytest.fixture(autouse=True)
+def shared_compiled_cache(monkeypatch):
+    """Every node a test starts (in process or as a subprocess) shares one compiled cache:
+    compiling a Python-built component takes seconds, loading it from the cache milliseconds."""
+    from node.runtime.area import COMPILED_CACHE_ENV
+    from tests.runtime_support import COMPILED_CACHE
+
+    monkeypatch.setenv(COMPILED_CACHE_ENV, str(COMPILED_CACHE))

@@ -16,15 +16,7 @@ from aiohttp import web
 
 from node.app import build_app
 from node.context import CONTEXT
-from node.runtime import area
-from tests.runtime_support import COMPILED_CACHE
 from tests.support import free_port, make_config
-
-
-@pytest.fixture(autouse=True)
-def shared_compiled_cache(monkeypatch):
-    """Compiled components are cached across tests and sessions (compiling takes seconds)."""
-    monkeypatch.setenv(area.COMPILED_CACHE_ENV, str(COMPILED_CACHE))
 
 
 def agent_toml(name: str, component: Path, extra: str = "") -> str:

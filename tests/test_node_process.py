@@ -2,31 +2,8 @@
 
 from __future__ import annotations
 
-import os
-import time
-from collections.abc import Callable
-from typing import Any
-
-import pytest
-
-from tests.runtime_support import COMPILED_CACHE
+from tests.runtime_support import wait_for
 from tests.support import NodeProcess, run_cli, write_config
-
-
-def eventually(probe: Callable[[], Any], timeout: float = 90.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = probe()
-        if value:
-            return value
-        time.sleep(0.1)
-    pytest.fail(f"not reached within {timeout} s")
-
-
-@pytest.fixture(autouse=True)
-def shared_compiled_cache(monkeypatch):
-    monkeypatch.setenv("AGENT_NODE_COMPILED_CACHE", str(COMPILED_CACHE))
-    assert os.environ["AGENT_NODE_COMPILED_CACHE"]
 
 
 def test_pending_approval_survives_kill_9_and_the_agent_resumes_on_approve(tmp_path, built_agents):
@@ -51,7 +28,7 @@ tick_interval_ms = 200
     )
     node = NodeProcess(path).start()
     with node.client() as client:
-        pending = eventually(lambda: client.get("/api/v1/approvals").json())
+        pending = wait_for(lambda: client.get("/api/v1/approvals").json(), timeout=90)
     assert pending[0]["agent"] == "payer" and pending[0]["capability"] == "spend"
     approval_id = pending[0]["id"]
     node.kill()
@@ -66,7 +43,7 @@ tick_interval_ms = 200
             logs = client.get("/api/v1/logs", params={"limit": 1000}).json()["logs"]
             return any("paid INV-0001" in entry["message"] for entry in logs)
 
-        eventually(paid)
+        wait_for(paid, timeout=90)
         again = client.post(f"/api/v1/approvals/{approval_id}", json={"decision": "deny"})
         assert again.status_code == 404
 
@@ -74,7 +51,7 @@ tick_interval_ms = 200
             "/api/v1/a2a/tasks",
             json={"from": "ops", "to": "worker", "input": {"numbers": [1, 2, 3]}},
         ).json()
-        done = eventually(
+        done = wait_for(
             lambda: (
                 (t := client.get(f"/api/v1/a2a/tasks/{task['id']}").json())["status"] == "completed"
                 and t

@@ -28,7 +28,6 @@ from google.protobuf.json_format import MessageToDict
 from tests.protocol_support import (
     agent_toml,
     cashier_toml,
-    shared_compiled_cache,  # noqa: F401 - autouse fixture
     start_node,
     started,
     until,

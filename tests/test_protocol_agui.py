@@ -23,7 +23,6 @@ from pydantic import TypeAdapter
 
 from tests.protocol_support import (
     cashier_toml,
-    shared_compiled_cache,  # noqa: F401 - autouse fixture
     start_node,
     started,
     until,

@@ -17,7 +17,6 @@ from mcp.client.streamable_http import streamable_http_client
 
 from tests.protocol_support import (
     agent_toml,
-    shared_compiled_cache,  # noqa: F401 - autouse fixture
     start_node,
     started,
 )

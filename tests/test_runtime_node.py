@@ -16,7 +16,6 @@ from node.api import a2a, approvals, grants
 from node.app import AREAS, build_app
 from node.context import CONTEXT
 from node.runtime import area
-from tests.runtime_support import COMPILED_CACHE
 from tests.support import OPERATE_TOKEN, PUBLISH_TOKEN, READ_TOKEN, auth, make_config
 
 
@@ -56,11 +55,6 @@ name = "{name}"
 component = "{component}"
 {extra}
 """
-
-
-@pytest.fixture(autouse=True)
-def shared_compiled_cache(monkeypatch):
-    monkeypatch.setenv(area.COMPILED_CACHE_ENV, str(COMPILED_CACHE))
 
 
 async def start_node(aiohttp_client, tmp_path: Path, toml: str, sink: bool = False):

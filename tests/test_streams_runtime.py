@@ -6,15 +6,8 @@ import asyncio
 
 import pytest
 
-from node.runtime import area
-from tests.runtime_support import COMPILED_CACHE
 from tests.support import OPERATE_TOKEN, READ_TOKEN, SseStream, auth, make_config
 from tests.test_streams_agui import check_nesting, validate
-
-
-@pytest.fixture(autouse=True)
-def shared_compiled_cache(monkeypatch):
-    monkeypatch.setenv(area.COMPILED_CACHE_ENV, str(COMPILED_CACHE))
 
 
 @pytest.fixture

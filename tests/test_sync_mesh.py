@@ -254,8 +254,7 @@ def test_bad_pushes_to_a_real_node_are_each_rejected_and_counted(mesh_factory, t
 def test_keys_learned_from_did_documents(mesh_factory):
     mesh = mesh_factory(["node-a", "node-b"], with_keys=False)
     mesh.start()
-    if httpx.get(mesh["node-a"].url + "/.well-known/did.json").status_code != 200:
-        pytest.skip("GET /.well-known/did.json is not served yet (issue 3)")
+    assert httpx.get(mesh["node-a"].url + "/.well-known/did.json").status_code == 200
     post_findings(mesh["node-a"], "alpha", 5)
     post_findings(mesh["node-b"], "beta", 5)
     wait_converged(mesh, {"alpha": 5, "beta": 5})
