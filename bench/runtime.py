@@ -275,6 +275,7 @@ def main() -> None:
     args = parser.parse_args()
     parts = set(args.parts.split(","))
     agents = build()
+    figures: dict[str, object] = {"bench": "runtime"}
     with tempfile.TemporaryDirectory(prefix="bench-runtime-") as tmp:
         cache = Path(tmp)
         if "cold" in parts:
@@ -287,6 +288,12 @@ def main() -> None:
             print(
                 f"  with compiled cache:    {warm['seconds']:.3f} s ({warm['compiles']} compiles)"
             )
+            figures.update(
+                agents=args.agents,
+                cold_start_s=round(cold["seconds"], 2),
+                cached_start_s=round(warm["seconds"], 3),
+                cache_speedup=round(cold["seconds"] / warm["seconds"], 1),
+            )
         if "tick" in parts:
             tick = bench_tick(agents["hello"], cache, args.seconds)
             print(
@@ -297,12 +304,21 @@ def main() -> None:
                 f"  runtime tick:           {tick['runtime_tick_us']:.0f} us "
                 f"(overhead {tick['runtime_tick_us'] - tick['bare_tick_us']:.0f} us)"
             )
+            figures.update(
+                bare_tick_us=round(tick["bare_tick_us"], 1),
+                runtime_tick_us=round(tick["runtime_tick_us"], 1),
+                tick_ratio=round(tick["bare_tick_us"] / tick["runtime_tick_us"], 2),
+            )
         if "approval" in parts:
             approval = bench_approval(agents["payer"], cache, args.approvals)
             print(
                 f"approval resume in the runtime ({args.approvals} rounds): "
                 f"p50 {approval['p50_ms']:.3f} ms, p99 {approval['p99_ms']:.3f} ms, "
                 f"max {approval['max_ms']:.3f} ms"
+            )
+            figures.update(
+                resume_p50_ms=round(approval["p50_ms"], 3),
+                resume_p99_ms=round(approval["p99_ms"], 3),
             )
         if "e2e" in parts:
             e2e = asyncio.run(bench_approval_http(agents["payer"], cache, args.approvals))
@@ -311,6 +327,11 @@ def main() -> None:
                 f"({args.approvals} rounds): p50 {e2e['p50_ms']:.2f} ms, "
                 f"p99 {e2e['p99_ms']:.2f} ms, max {e2e['max_ms']:.2f} ms"
             )
+            figures.update(
+                approval_e2e_p50_ms=round(e2e["p50_ms"], 2),
+                approval_e2e_p99_ms=round(e2e["p99_ms"], 2),
+            )
+    print(json.dumps(figures))
 
 
 if __name__ == "__main__":

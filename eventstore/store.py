@@ -339,22 +339,26 @@ class EventStore:
             self._sign_appends(plan)
             envelopes: list[Envelope] = []
             for request, staged in plan:
-                for envelope in staged:
-                    key = _event_key(envelope.stream, envelope.seq)
-                    record = (
-                        envelope.position,
-                        envelope.payload,
-                        envelope.digest,
-                        envelope.signature,
-                    )
-                    if not txn.put(
-                        key, _record_encoder.encode(record), db=self._events, overwrite=False
-                    ):
-                        raise RuntimeError(f"{envelope.stream}#{envelope.seq} already stored")
-                    txn.put(envelope.position.to_bytes(8, "big"), key, db=self._all, append=True)
-                    envelopes.append(envelope)
+                envelopes.extend(staged)
                 if request.appends:
                     request.result = staged
+            rows = [
+                (
+                    _event_key(e.stream, e.seq),
+                    _record_encoder.encode((e.position, e.payload, e.digest, e.signature)),
+                )
+                for e in envelopes
+            ]
+            _, added = txn.cursor(db=self._events).putmulti(rows, overwrite=False)
+            if added != len(rows):
+                raise RuntimeError("an envelope of this batch is already stored")
+            txn.cursor(db=self._all).putmulti(
+                (
+                    (e.position.to_bytes(8, "big"), key)
+                    for e, (key, _) in zip(envelopes, rows, strict=True)
+                ),
+                append=True,
+            )
             for stream, head in heads.items():
                 if head is not None:
                     txn.put(stream.encode(), _record_encoder.encode(head), db=self._heads)

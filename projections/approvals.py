@@ -58,6 +58,7 @@ def expiry_of(requested_at: str, timeout_secs: int) -> str:
 
 class Approvals:
     name = "approvals"
+    handles = frozenset({"approval.requested", "approval.decided", "approval.timed_out"})
 
     def __init__(self) -> None:
         self.pending: dict[str, ApprovalRequest] = {}

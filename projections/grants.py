@@ -24,6 +24,7 @@ class Grant(msgspec.Struct, kw_only=True):
 
 class Grants:
     name = "grants"
+    handles = frozenset({"grant.created", "grant.revoked", "grant.restored"})
 
     def __init__(self) -> None:
         self.grants: dict[tuple[str, str], Grant] = {}

@@ -67,6 +67,7 @@ class Package(msgspec.Struct, frozen=True, kw_only=True):
 
 class Registry:
     name = "registry"
+    handles = frozenset({"package.published"})
 
     def __init__(self) -> None:
         self.packages: dict[str, dict[str, Package]] = {}

@@ -36,6 +36,16 @@ class Task(msgspec.Struct, kw_only=True):
 
 class Tasks:
     name = "tasks"
+    handles = frozenset(
+        {
+            "task.created",
+            "task.started",
+            "task.progress",
+            "task.completed",
+            "task.failed",
+            "task.canceled",
+        }
+    )
 
     def __init__(self) -> None:
         self.tasks: dict[str, Task] = {}

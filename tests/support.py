@@ -86,6 +86,18 @@ def run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str
     )
 
 
+@contextlib.contextmanager
+def logs_on_failure(*paths: Path):
+    """Print the tail of node logs when the block fails, so a flaky failure explains itself."""
+    try:
+        yield
+    except BaseException:
+        for path in paths:
+            if path.exists():
+                print(f"--- {path}\n{path.read_text()[-6000:]}")
+        raise
+
+
 class NodeProcess:
     """`python -m node run` in a subprocess: the real thing, killable with SIGKILL."""
 

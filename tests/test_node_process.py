@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tests.runtime_support import wait_for
-from tests.support import NodeProcess, run_cli, write_config
+from tests.support import NodeProcess, logs_on_failure, run_cli, write_config
 
 
 def test_pending_approval_survives_kill_9_and_the_agent_resumes_on_approve(tmp_path, built_agents):
@@ -26,7 +26,13 @@ component = "{built_agents["task_worker"]}"
 tick_interval_ms = 200
 """,
     )
-    node = NodeProcess(path).start()
+    node = NodeProcess(path)
+    with logs_on_failure(node.log_path):
+        run_scenario(node, path)
+
+
+def run_scenario(node: NodeProcess, path) -> None:
+    node.start()
     with node.client() as client:
         pending = wait_for(lambda: client.get("/api/v1/approvals").json(), timeout=90)
     assert pending[0]["agent"] == "payer" and pending[0]["capability"] == "spend"

@@ -13,11 +13,8 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-HEADERS = {
-    "Content-Type": "text/event-stream",
-    "Cache-Control": "no-cache",
-    "X-Accel-Buffering": "no",
-}
+from node.streams.sse import HEADERS
+
 KEEPALIVE = b": keepalive\n\n"
 _encoder = msgspec.json.Encoder()
 
