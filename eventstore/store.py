@@ -18,7 +18,7 @@ import concurrent.futures
 import os
 import queue
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -121,6 +121,7 @@ class _Request:
     imports: Sequence[tuple[ForeignEnvelope, Event, bytes]] = ()
     result: list[Any] = field(default_factory=list)
     error: BaseException | None = None
+    single: bool = False  # the caller wants the one envelope, not a list
 
     def finish(self) -> None:
         if self.future.done():  # the caller gave up waiting; the write stands
@@ -128,7 +129,7 @@ class _Request:
         if self.error is not None:
             self.future.set_exception(self.error)
         else:
-            self.future.set_result(self.result)
+            self.future.set_result(self.result[0] if self.single else self.result)
 
 
 _STOP = object()
@@ -221,9 +222,13 @@ class EventStore:
         return self._last_delivered
 
     # ----------------------------------------------------------------- writes
-    async def append(self, stream: str, type: str, data: dict[str, Any]) -> Envelope:
-        (envelope,) = await self.append_many((NewEvent(stream, type, data),))
-        return envelope
+    def append(self, stream: str, type: str, data: dict[str, Any]) -> Awaitable[Envelope]:
+        """Append one event; await the result (a future, not a coroutine: appends are hot)."""
+        events = (NewEvent(stream, type, data),)
+        self._check_streams(events)
+        future: asyncio.Future[Envelope] = asyncio.get_running_loop().create_future()
+        self._submit(_Request(future, appends=events, single=True))
+        return future
 
     async def append_many(self, events: Sequence[NewEvent]) -> list[Envelope]:
         """Append atomically: all events commit in one transaction or none does."""
@@ -238,9 +243,9 @@ class EventStore:
         """For worker threads (never the loop): returns once durable and folded."""
         events = (NewEvent(stream, type, data),)
         self._check_streams(events)
-        future: concurrent.futures.Future[list[Envelope]] = concurrent.futures.Future()
-        self._submit(_Request(future, appends=events))
-        return future.result(timeout)[0]
+        future: concurrent.futures.Future[Envelope] = concurrent.futures.Future()
+        self._submit(_Request(future, appends=events, single=True))
+        return future.result(timeout)
 
     def _check_streams(self, events: Sequence[NewEvent]) -> None:
         for event in events:
