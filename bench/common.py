@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import statistics
 import subprocess
 import time
 from collections.abc import Callable
@@ -92,7 +91,3 @@ def stop_process(proc: subprocess.Popen) -> None:
 def report(figures: dict) -> None:
     """The last line of every bench: one JSON object."""
     print(json.dumps(figures, separators=(", ", ": ")))
-
-
-def median_of(runs: int, fn: Callable[[], float]) -> float:
-    return statistics.median(fn() for _ in range(runs))

@@ -618,10 +618,6 @@ class EventStore:
                 return
             after = envelopes[-1].seq
 
-    def stored_position(self) -> int:
-        """Newest committed position, read from disk (for offline tools)."""
-        return self._next_position - 1
-
 
 def decode_record(raw: bytes) -> tuple[int, bytes, bytes, bytes]:
     """A stored record → (position, payload, digest, signature)."""
