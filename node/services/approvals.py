@@ -41,6 +41,10 @@ class ApprovalGate:
         # ids with a resolution being appended: a concurrent decide or timer must not add another
         self._claimed: set[str] = set()
         self._due: set[str] = set()
+        # Requests left pending by a previous run of the node (their agent instance is gone),
+        # by id, and the decisions on them that arrived before the agent asked again.
+        self._orphans: dict[str, tuple[str, str, str]] = {}
+        self._unclaimed: dict[tuple[str, str, str], Outcome] = {}
         self._flusher: asyncio.Task[None] | None = None
         self._closed = False
 
@@ -63,6 +67,7 @@ class ApprovalGate:
                 overdue.append(request.id)
             else:
                 self._arm(request.id, remaining)
+                self._orphans[request.id] = (request.agent, request.capability, request.detail)
         if overdue:
             log.info("timing out %d approval(s) that expired while the node was down", len(overdue))
             self._due.update(overdue)
@@ -98,6 +103,9 @@ class ApprovalGate:
             )
         if timeout_secs <= 0:
             raise ValueError("timeout_secs must be positive")
+        decided = self._unclaimed.pop((agent, capability, detail), None)
+        if decided is not None:
+            return decided  # decided while the agent was restarting: no second request
         future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
         orphan = self._orphan(agent, capability, detail)
         if orphan is not None:
@@ -127,17 +135,15 @@ class ApprovalGate:
             self._waiters.pop(approval_id, None)
 
     def _orphan(self, agent: str, capability: str, detail: str) -> str | None:
-        """A pending request with the same agent, capability and detail that nobody awaits."""
-        for request in self.projection.list():
+        """A request left pending by a previous run, for the same thing, that nobody awaits."""
+        for approval_id, key in self._orphans.items():
             if (
-                request.agent == agent
-                and request.capability == capability
-                and request.detail == detail
-                and request.id not in self._waiters
-                and request.id not in self._claimed
-                and request.id in self._timers
+                key == (agent, capability, detail)
+                and approval_id not in self._waiters
+                and approval_id not in self._claimed
+                and approval_id in self.projection.pending
             ):
-                return request.id
+                return approval_id
         return None
 
     async def decide(self, approval_id: str, decision: Decision, operator: str) -> dict[str, Any]:
@@ -257,8 +263,11 @@ class ApprovalGate:
             if handle is not None:
                 handle.cancel()
             future = self._waiters.get(approval_id)
+            orphan = self._orphans.pop(approval_id, None)
             if future is not None and not future.done():
                 future.set_result(outcome)
+            elif orphan is not None and outcome in ("approve", "deny"):
+                self._unclaimed[orphan] = outcome
 
 
 def _seconds_until(timestamp: str, now: datetime, fallback: float) -> float:

@@ -1,0 +1,65 @@
+"""After a restart the agent asks again for what it asked before: it gets the operator's
+decision on the request listed before the restart, whether it comes before or after it asks."""
+
+import asyncio
+import contextlib
+
+from node.app import build_app
+from node.context import CONTEXT
+from node.services.approvals import GateClosedError
+from tests.support import OPERATE_TOKEN, auth
+
+
+def requested(ctx) -> list[str]:
+    return [
+        e.event.data["id"]
+        for e in ctx.store.read_stream("payer", 0, 1000)
+        if e.event.type == "approval.requested"
+    ]
+
+
+async def leave_pending(aiohttp_client, config) -> str:
+    client = await aiohttp_client(build_app(config))
+    gate = client.app[CONTEXT].services["approvals"]
+    waiting = asyncio.create_task(gate.request("payer", "spend", "INV-1", 60))
+    while not gate.projection.count:
+        await asyncio.sleep(0.01)
+    (approval_id,) = gate.projection.pending
+    await client.close()  # the node stops; its agent instance is gone, the request stays
+    with contextlib.suppress(GateClosedError):
+        await waiting
+    return approval_id
+
+
+async def test_a_decision_before_the_agent_asks_again_is_not_lost(aiohttp_client, config):
+    approval_id = await leave_pending(aiohttp_client, config)
+    client = await aiohttp_client(build_app(config))
+    ctx = client.app[CONTEXT]
+    gate = ctx.services["approvals"]
+    decided = await client.post(
+        f"/api/v1/approvals/{approval_id}",
+        json={"decision": "approve"},
+        headers=auth(OPERATE_TOKEN),
+    )
+    assert decided.status == 200
+    assert await gate.request("payer", "spend", "INV-1", 60) == "approve"
+    assert requested(ctx) == [approval_id]  # no second request was journaled
+    # the decision answers one request only: the next one waits for a new decision
+    again = asyncio.create_task(gate.request("payer", "spend", "INV-1", 60))
+    while len(requested(ctx)) < 2:
+        await asyncio.sleep(0.01)
+    again.cancel()
+
+
+async def test_a_request_after_the_restart_adopts_the_pending_one(aiohttp_client, config):
+    approval_id = await leave_pending(aiohttp_client, config)
+    client = await aiohttp_client(build_app(config))
+    ctx = client.app[CONTEXT]
+    asking = asyncio.create_task(ctx.services["approvals"].request("payer", "spend", "INV-1", 60))
+    await asyncio.sleep(0.05)
+    assert requested(ctx) == [approval_id]
+    decided = await client.post(
+        f"/api/v1/approvals/{approval_id}", json={"decision": "deny"}, headers=auth(OPERATE_TOKEN)
+    )
+    assert decided.status == 200
+    assert await asyncio.wait_for(asking, 5) == "deny"
