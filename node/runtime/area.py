@@ -72,8 +72,16 @@ async def runtime_lifecycle(app: web.Application) -> AsyncIterator[None]:
     session = aiohttp.ClientSession()
     names = [a.name for a in config.agents]
     tasks = TaskQueue(names)
+    read_model = ctx.projections["tasks"]
     for name in names:  # unfinished tasks from before a restart are delivered again
-        tasks.apply(ctx.store.iter_stream(name))
+        tasks.seed(
+            name,
+            (
+                (t.id, t.from_, t.input)
+                for t in read_model.list(None, name)
+                if t.status in ("pending", "running")
+            ),
+        )
     services = HostServices(
         config=config,
         store=ctx.store,

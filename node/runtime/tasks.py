@@ -3,8 +3,8 @@
 A task is deliverable from its `task.created` (in the journal of the agent it is for) until
 its `task.completed`, `task.failed` or `task.canceled`. Tasks that were started but not
 finished when the node went down are delivered again after a restart (at least once), in
-creation order. The queue is fed the journal once at start and then every commit, on the
-event loop; workers take from it on their own threads.
+creation order. The queue starts from the tasks read model's open tasks and then folds every
+commit, on the event loop; workers take from it on their own threads.
 """
 
 from __future__ import annotations
@@ -23,6 +23,13 @@ class TaskQueue:
         self._lock = threading.Lock()
         self._open: dict[str, OrderedDict[str, Task]] = {a: OrderedDict() for a in agents}
         self._delivered: set[str] = set()
+
+    def seed(self, agent: str, open_tasks: Iterable[tuple[str, str, dict]]) -> None:
+        """Start from the tasks read model's open tasks, (id, from, input), oldest first."""
+        with self._lock:
+            tasks = self._open[agent]
+            for task_id, sender, task_input in open_tasks:
+                tasks[task_id] = Task(task_id, sender, json.dumps(task_input or {}))
 
     def apply(self, envelopes: Iterable[Envelope]) -> list[str]:
         """Fold envelopes; returns the agents that got a new task (to wake them)."""
