@@ -61,16 +61,18 @@ class Projections:
 
     def apply(self, envelopes: Iterable[Envelope]) -> None:
         """Fold envelopes newer than the current position (older ones were folded already)."""
-        position = self.position
-        by_type = self._by_type
-        for envelope in envelopes:
-            if envelope.position <= position:
-                continue
-            appliers = by_type.get(envelope.event.type) or self._appliers(envelope.event.type)
-            for apply in appliers:
-                apply(envelope)
-            position = self.position = envelope.position
-            self.last_digest = envelope.digest
+        by_type, appliers_of = self._by_type, self._appliers
+        position, last = self.position, None
+        try:
+            for envelope in envelopes:
+                if envelope.position <= position:
+                    continue
+                for apply in by_type.get(envelope.event.type) or appliers_of(envelope.event.type):
+                    apply(envelope)
+                position, last = envelope.position, envelope
+        finally:  # the position moves once per call, not once per envelope (a replay's hot loop)
+            if last is not None:
+                self.position, self.last_digest = last.position, last.digest
 
     def rebuild(self, envelopes: Iterable[Envelope]) -> None:
         """Bulk fold (start-up, `replay`): with the cyclic GC paused, since read models only
