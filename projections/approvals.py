@@ -15,6 +15,7 @@ import msgspec
 from eventstore.envelope import Envelope
 
 DEFAULT_TIMEOUT_SECS = 300
+APPROVAL_EVENTS = frozenset({"approval.requested", "approval.decided", "approval.timed_out"})
 
 
 class ApprovalRequest(msgspec.Struct, frozen=True):
@@ -58,7 +59,7 @@ def expiry_of(requested_at: str, timeout_secs: int) -> str:
 
 class Approvals:
     name = "approvals"
-    handles = frozenset({"approval.requested", "approval.decided", "approval.timed_out"})
+    handles = APPROVAL_EVENTS
 
     def __init__(self) -> None:
         self.pending: dict[str, ApprovalRequest] = {}

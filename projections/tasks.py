@@ -17,6 +17,16 @@ from eventstore.envelope import Envelope
 STATUSES = ("pending", "running", "completed", "failed")
 Status = Literal["pending", "running", "completed", "failed"]
 FINAL = ("completed", "failed")
+TASK_EVENTS = frozenset(
+    {
+        "task.created",
+        "task.started",
+        "task.progress",
+        "task.completed",
+        "task.failed",
+        "task.canceled",
+    }
+)
 
 
 class Task(msgspec.Struct, kw_only=True):
@@ -36,16 +46,7 @@ class Task(msgspec.Struct, kw_only=True):
 
 class Tasks:
     name = "tasks"
-    handles = frozenset(
-        {
-            "task.created",
-            "task.started",
-            "task.progress",
-            "task.completed",
-            "task.failed",
-            "task.canceled",
-        }
-    )
+    handles = TASK_EVENTS
 
     def __init__(self) -> None:
         self.tasks: dict[str, Task] = {}

@@ -53,6 +53,24 @@ class FakePeer:
         return web.json_response({"accepted": len(body["envelopes"]), "rejected": 0, "heads": {}})
 
 
+def config_with_peer(tmp_path, port: int, token: str, tuning: str):
+    """This node (node-a) with the fake peer node-b: node-b may push with `token`."""
+    return make_config(
+        tmp_path,
+        f"""{tuning}
+[[auth.tokens]]
+name = "node-b"
+token = "{token}"
+scopes = ["sync"]
+
+[[peers]]
+name = "node-b"
+url = "http://127.0.0.1:{port}"
+token = "{peer_token("node-a", "node-b")}"
+""",
+    )
+
+
 async def until(predicate, timeout: float = 10.0) -> None:
     deadline = asyncio.get_running_loop().time() + timeout
     while not predicate():
@@ -66,20 +84,7 @@ async def test_key_from_did_on_first_contact_is_pinned_and_a_change_is_refused(
     fake = FakePeer()
     server = await aiohttp_server(fake.app)
     token = peer_token("node-b", "node-a")
-    config = make_config(
-        tmp_path,
-        f"""{SYNC_TUNING}
-[[auth.tokens]]
-name = "node-b"
-token = "{token}"
-scopes = ["sync"]
-
-[[peers]]
-name = "node-b"
-url = "http://127.0.0.1:{server.port}"
-token = "{peer_token("node-a", "node-b")}"
-""",
-    )
+    config = config_with_peer(tmp_path, server.port, token, SYNC_TUNING)
     app = build_app(config)
     client = await aiohttp_client(app)
     book = app[CONTEXT].projections["peers"]
@@ -122,20 +127,8 @@ async def test_an_unknown_origin_that_is_a_peer_is_looked_up_on_receipt(
     fake.failing = True  # our replicator cannot reach it, but its DID document is there
     server = await aiohttp_server(fake.app)
     token = peer_token("node-b", "node-a")
-    config = make_config(
-        tmp_path,
-        f"""{SYNC_TUNING.replace("backoff_max_secs = 0.5", "backoff_max_secs = 60")}
-[[auth.tokens]]
-name = "node-b"
-token = "{token}"
-scopes = ["sync"]
-
-[[peers]]
-name = "node-b"
-url = "http://127.0.0.1:{server.port}"
-token = "{peer_token("node-a", "node-b")}"
-""",
-    )
+    tuning = SYNC_TUNING.replace("backoff_max_secs = 0.5", "backoff_max_secs = 60")
+    config = config_with_peer(tmp_path, server.port, token, tuning)
     client = await aiohttp_client(build_app(config))
     response = await client.post(
         "/api/v1/sync/envelopes",

@@ -13,25 +13,15 @@ from __future__ import annotations
 from typing import Any
 
 from eventstore.envelope import Envelope
+from projections.approvals import APPROVAL_EVENTS
+from projections.tasks import TASK_EVENTS
 
 _TASK_END = ("task.completed", "task.failed")
 
 
 class A2AView:
     name = "a2a"
-    handles = frozenset(
-        {
-            "task.created",
-            "task.started",
-            "task.progress",
-            "task.completed",
-            "task.failed",
-            "task.canceled",
-            "approval.requested",
-            "approval.decided",
-            "approval.timed_out",
-        }
-    )
+    handles = TASK_EVENTS | APPROVAL_EVENTS
 
     def __init__(self) -> None:
         self.context: dict[str, dict[str, Any]] = {}  # task id → its `a2a` data

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from aiohttp import web
 
@@ -14,7 +14,7 @@ from node.auth import add_route
 from node.context import CONTEXT, NodeContext, context_of
 from node.errors import Problem
 from node.streams.agui import AguiView
-from node.streams.bus import Channel, EventBus
+from node.streams.bus import Channel, EventBus, Subscription
 from node.streams.replay import backlog
 from node.streams.sse import ClientGone, SseWriter, open_stream
 
@@ -51,18 +51,11 @@ async def agui_events(request: web.Request) -> web.StreamResponse:
     # snapshot and subscription in one synchronous step: every later change arrives as a delta
     snapshot = bus.agui_snapshot(_current_statuses(ctx, bus))
     sub = bus.subscribe("agui", agent=agent, accept=view.accept)
-    writer: SseWriter | None = None
-    try:
-        response = await open_stream(request)
-        sub.on_cut = _aborter(request)
-        writer = SseWriter(response, sub)
+
+    async def first(writer: SseWriter) -> None:
         await writer.write_items([snapshot])
-        await writer.pump()
-    except (ClientGone, ConnectionError):
-        pass
-    finally:
-        bus.unsubscribe(sub)
-    return writer.response if writer else web.Response(status=204)
+
+    return await _serve(request, bus, sub, first)
 
 
 def resume_from(request: web.Request) -> int | None:
@@ -103,11 +96,8 @@ async def _journal_stream(
         )
     # subscribe at `head` with no await in between: live items are all past it
     sub = bus.subscribe(channel, agent=agent)
-    writer: SseWriter | None = None
-    try:
-        response = await open_stream(request)
-        sub.on_cut = _aborter(request)
-        writer = SseWriter(response, sub)
+
+    async def first(writer: SseWriter) -> None:
         if after is not None:
             writer.last_position = after
             async with contextlib.aclosing(
@@ -116,6 +106,23 @@ async def _journal_stream(
                 async for chunk in chunks:
                     await writer.write_items(chunk)
         writer.last_position = max(writer.last_position, head)
+
+    return await _serve(request, bus, sub, first)
+
+
+async def _serve(
+    request: web.Request,
+    bus: EventBus,
+    sub: Subscription,
+    first: Callable[[SseWriter], Awaitable[None]],
+) -> web.StreamResponse:
+    """Open the stream, write what comes `first`, then live items until the client goes."""
+    writer: SseWriter | None = None
+    try:
+        response = await open_stream(request)
+        sub.on_cut = _aborter(request)
+        writer = SseWriter(response, sub)
+        await first(writer)
         await writer.pump()
     except (ClientGone, ConnectionError):
         pass
