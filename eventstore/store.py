@@ -30,13 +30,14 @@ import lmdb
 import msgspec
 from nacl.signing import SigningKey, VerifyKey
 
+from eventstore.batch_sign import BatchSigner, PendingSignatures
 from eventstore.envelope import (
     Envelope,
     Event,
     decode_event,
     digest_of,
     encode_event,
-    sign,
+    signed_bytes,
     utc_now,
     verify_signature,
 )
@@ -46,6 +47,7 @@ KeyLookup = Callable[[str], VerifyKey | None]
 
 _INITIAL_MAP_SIZE = 64 << 20
 _MAX_STREAM_BYTES = 200
+_SPLIT_SIGNING_AT = 16  # appends in a batch; below, a second thread costs more than it saves
 _record_encoder = msgspec.msgpack.Encoder()
 _record_decoder = msgspec.msgpack.Decoder(tuple[int, bytes, bytes, bytes])
 _head_decoder = msgspec.msgpack.Decoder(tuple[int, bytes])
@@ -116,6 +118,19 @@ class _StreamNames(dict[bytes, str]):
         return name
 
 
+def _append_slots(plan: list[tuple[_Request, list[Envelope]]]) -> list[tuple[list[Envelope], int]]:
+    return [(staged, i) for request, staged in plan if request.appends for i in range(len(staged))]
+
+
+def _signed_messages(slots: list[tuple[list[Envelope], int]]) -> list[bytes]:
+    return [signed_bytes(s[i].stream, s[i].seq, s[i].digest) for s, i in slots]
+
+
+def _fill_signatures(slots: list[tuple[list[Envelope], int]], signatures: list[bytes]) -> None:
+    for (staged, i), signature in zip(slots, signatures, strict=True):
+        staged[i] = msgspec.structs.replace(staged[i], signature=signature)
+
+
 def _event_key(stream: str, seq: int) -> bytes:
     return stream.encode() + b"\0" + seq.to_bytes(8, "big")
 
@@ -158,7 +173,6 @@ class EventStore:
         self.path = Path(path)
         self.origin = origin
         self.max_batch = max_batch
-        self._key = signing_key
         self._real = os.path.realpath(self.path)
         with _open_paths_lock:
             if self._real in _open_paths:
@@ -177,7 +191,7 @@ class EventStore:
         self._valid_streams: set[str] = set()
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._writer: threading.Thread | None = None
-        self._signer = concurrent.futures.ThreadPoolExecutor(1, "eventstore-signer")
+        self._signer = BatchSigner(signing_key)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
         self._waiters: list[asyncio.Future[None]] = []
@@ -215,7 +229,6 @@ class EventStore:
         self._close_env()
 
     def _close_env(self) -> None:
-        self._signer.shutdown()
         self._env.close()
         with _open_paths_lock:
             _open_paths.discard(self._real)
@@ -334,6 +347,12 @@ class EventStore:
                 return heads[stream]
 
             plan: list[tuple[_Request, list[Envelope]]] = []
+            # the first half of the appends is signed on another core while this thread
+            # stages and signs the second half
+            appends = sum(len(request.appends) for request in batch)
+            staged_appends, split = 0, 0
+            front: list[tuple[list[Envelope], int]] = []
+            front_signatures: PendingSignatures | None = None
             for request in batch:
                 request.result = []
                 request.error = None
@@ -350,7 +369,14 @@ class EventStore:
                     heads[envelope.stream] = Head(envelope.seq, envelope.digest)
                 position += len(staged)
                 plan.append((request, staged))
-            self._sign_appends(plan)
+                staged_appends += len(staged) if request.appends else 0
+                if front_signatures is None and 2 * staged_appends >= appends >= _SPLIT_SIGNING_AT:
+                    front, split = _append_slots(plan), len(plan)
+                    front_signatures = self._signer.start(_signed_messages(front))
+            back = _append_slots(plan[split:])
+            _fill_signatures(back, self._signer.sign(_signed_messages(back)))
+            if front_signatures is not None:
+                _fill_signatures(front, front_signatures.result())
             envelopes: list[Envelope] = []
             for request, staged in plan:
                 envelopes.extend(staged)
@@ -378,29 +404,6 @@ class EventStore:
                     txn.put(stream.encode(), _record_encoder.encode(head), db=self._heads)
         self._next_position = position
         return envelopes
-
-    def _sign_appends(self, plan: list[tuple[_Request, list[Envelope]]]) -> None:
-        """Sign every staged append; big batches are split over two threads, since
-        libsodium releases the GIL and signing is most of an append's cost."""
-        unsigned = [
-            (staged, i) for request, staged in plan if request.appends for i in range(len(staged))
-        ]
-
-        def sign_part(part: list[tuple[list[Envelope], int]]) -> None:
-            key = self._key
-            for staged, i in part:
-                e = staged[i]
-                staged[i] = msgspec.structs.replace(
-                    e, signature=sign(key, e.stream, e.seq, e.digest)
-                )
-
-        if len(unsigned) < 16:
-            sign_part(unsigned)
-            return
-        half = len(unsigned) // 2
-        other = self._signer.submit(sign_part, unsigned[:half])
-        sign_part(unsigned[half:])
-        other.result()
 
     def _stage_appends(
         self,

@@ -69,6 +69,10 @@ async def test_concurrent_appends_from_coroutines_and_threads_never_gap(store):
         assert [e.seq for e in journal] == list(range(1, len(journal) + 1))
         for before, after in itertools.pairwise(journal):
             assert after.event.prev == before.payload_hash
+    # batches this size are signed on two threads: every signature must still be right
+    assert all(
+        verify_signature(KEY.verify_key, e.stream, e.seq, e.digest, e.signature) for e in everything
+    )
 
 
 async def test_callers_resume_only_after_listeners_saw_the_commit(store):
