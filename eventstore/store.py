@@ -348,7 +348,7 @@ class EventStore:
 
             plan: list[tuple[_Request, list[Envelope]]] = []
             # the first half of the appends is signed on another core while this thread
-            # stages and signs the second half
+            # stages and signs the second half (one request holding them all: signed here)
             appends = sum(len(request.appends) for request in batch)
             staged_appends, split = 0, 0
             front: list[tuple[list[Envelope], int]] = []
@@ -370,7 +370,11 @@ class EventStore:
                 position += len(staged)
                 plan.append((request, staged))
                 staged_appends += len(staged) if request.appends else 0
-                if front_signatures is None and 2 * staged_appends >= appends >= _SPLIT_SIGNING_AT:
+                if (
+                    front_signatures is None
+                    and appends >= _SPLIT_SIGNING_AT
+                    and 2 * staged_appends >= appends > staged_appends
+                ):
                     front, split = _append_slots(plan), len(plan)
                     front_signatures = self._signer.start(_signed_messages(front))
             back = _append_slots(plan[split:])
