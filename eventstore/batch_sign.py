@@ -1,16 +1,16 @@
 """Ed25519 signatures for a batch of messages in C calls that hold no GIL.
 
 Signing is most of an append's cost. Python threads signing one message at a time hand the
-GIL back and forth per signature and barely run in parallel. Here a whole batch is one call,
-and `start` signs on another core while the caller goes on (see sign_batch.c). The signatures
-are libsodium's, from PyNaCl's own copy.
+GIL back and forth per signature and barely run in parallel. Here signing is done in C (see
+sign_batch.c): `sign` signs a whole batch in one call, and `SharedSigner` signs each message of
+a batch on a helper thread as soon as the caller adds it. The signatures are libsodium's, from
+PyNaCl's own copy.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from itertools import accumulate
-from typing import Any
 
 import nacl.bindings
 from nacl._sodium import ffi as _sodium_ffi
@@ -23,72 +23,78 @@ _CRYPTO_SIGN = int(_sodium_ffi.cast("uintptr_t", _sodium_ffi.addressof(_sodium_l
 SIGNATURE_BYTES = 64
 
 
-class _Batch:
-    """The messages laid out for C, with room for their signatures; alive while C uses it."""
-
-    def __init__(self, messages: Sequence[bytes]) -> None:
-        self.count = len(messages)
-        self.data = b"".join(messages)
-        self.offsets = ffi.new("size_t[]", [0, *accumulate(map(len, messages))])
-        self.signatures = bytearray(SIGNATURE_BYTES * self.count)
-
-    def args(self, secret_key: bytes) -> tuple[Any, ...]:
-        return (
-            _CRYPTO_SIGN,
-            secret_key,
-            self.data,
-            self.offsets,
-            self.count,
-            ffi.from_buffer(self.signatures),
-        )
-
-    def split(self, status: int) -> list[bytes]:
-        if status != 0:
-            raise RuntimeError(f"libsodium could not sign the batch (status {status})")
-        raw = bytes(self.signatures)
-        return [raw[i : i + SIGNATURE_BYTES] for i in range(0, len(raw), SIGNATURE_BYTES)]
+def _split(raw: bytes | bytearray) -> list[bytes]:
+    raw = bytes(raw)
+    return [raw[i : i + SIGNATURE_BYTES] for i in range(0, len(raw), SIGNATURE_BYTES)]
 
 
-class PendingSignatures:
-    """Signatures being made on another thread; `result()` waits for them."""
-
-    def __init__(self, job: Any, batch: _Batch) -> None:
-        self._job, self._batch = job, batch
-
-    def result(self) -> list[bytes]:
-        job, self._job = self._job, None
-        if job is None:
-            raise RuntimeError("result() was already taken")
-        return self._batch.split(lib.sign_finish(job))
-
-    def __del__(self) -> None:  # never free the buffers under a running thread
-        if self._job is not None:
-            lib.sign_finish(self._job)
-
-
-class _Done(PendingSignatures):
-    def __init__(self, signatures: list[bytes]) -> None:
-        self._job, self._signatures = None, signatures
-
-    def result(self) -> list[bytes]:
-        return self._signatures
+def _secret_key(key: SigningKey) -> bytes:
+    return nacl.bindings.crypto_sign_seed_keypair(key.encode())[1]
 
 
 class BatchSigner:
-    """Signs with one key; callable from any thread."""
+    """Signs with one key on the calling thread; callable from any thread."""
 
     def __init__(self, key: SigningKey) -> None:
-        _public, self._secret_key = nacl.bindings.crypto_sign_seed_keypair(key.encode())
+        self._secret_key = _secret_key(key)
 
     def sign(self, messages: Sequence[bytes]) -> list[bytes]:
-        """One detached signature per message, in order, made on this thread."""
-        batch = _Batch(messages)
-        return batch.split(lib.sign_batch(*batch.args(self._secret_key)))
+        """One detached signature per message, in order."""
+        offsets = ffi.new("size_t[]", [0, *accumulate(map(len, messages))])
+        signatures = bytearray(SIGNATURE_BYTES * len(messages))
+        status = lib.sign_batch(
+            _CRYPTO_SIGN,
+            self._secret_key,
+            b"".join(messages),
+            offsets,
+            len(messages),
+            ffi.from_buffer(signatures),
+        )
+        if status != 0:
+            raise RuntimeError(f"libsodium could not sign the batch (status {status})")
+        return _split(signatures)
 
-    def start(self, messages: Sequence[bytes]) -> PendingSignatures:
-        """Sign on a new thread kept off this one's CPU; signs here if none can start."""
-        batch = _Batch(messages)
-        job = lib.sign_start(*batch.args(self._secret_key)) if messages else ffi.NULL
-        if job == ffi.NULL:
-            return _Done(self.sign(messages))
-        return PendingSignatures(job, batch)
+
+class SharedSigner:
+    """Signs one batch at a time, message by message as the caller builds them.
+
+    `begin` wakes a helper thread (pinned to another CPU) that signs each message the moment
+    `add` hands it over; `finish` signs whatever the helper has not claimed yet on the calling
+    thread and returns every signature in order. One batch at a time: a signer belongs to one
+    thread (the journal writer).
+    """
+
+    def __init__(self, key: SigningKey) -> None:
+        signer = lib.shared_new(_CRYPTO_SIGN, _secret_key(key))
+        if signer == ffi.NULL:
+            raise MemoryError("no memory for a signer")
+        self._signer = ffi.gc(signer, lib.shared_free)
+        self._capacity = 0
+        self._added = 0
+
+    def begin(self, count: int, longest: int, helped: bool = True) -> None:
+        """Open a batch of at most `count` messages of at most `longest` bytes each."""
+        if lib.shared_begin(self._signer, count, longest, int(helped)) != 0:
+            raise MemoryError(f"no memory to sign {count} messages")
+        self._capacity, self._added = count, 0
+
+    def add(self, message: bytes) -> None:
+        if lib.shared_add(self._signer, message, len(message)) != 0:
+            raise ValueError(
+                f"message {self._added + 1} does not fit the batch "
+                f"({self._capacity} messages) or it is not open"
+            )
+        self._added += 1
+
+    def finish(self) -> list[bytes]:
+        signatures = bytearray(SIGNATURE_BYTES * self._added)
+        count = lib.shared_finish(self._signer, ffi.from_buffer(signatures))
+        if count < 0:
+            raise RuntimeError(f"libsodium could not sign the batch (status {count})")
+        return _split(signatures)
+
+    def close(self) -> None:
+        """Stop the helper thread now rather than when the signer is collected."""
+        signer, self._signer = self._signer, None
+        if signer is not None:
+            ffi.release(signer)

@@ -4,105 +4,238 @@
  * bundles: Python passes the address of its crypto_sign, so no second libsodium is linked or
  * needed at build time.
  *
- * sign_batch signs on the calling thread. sign_start signs on a new thread, pinned to a CPU
- * other than the caller's (left to itself, Linux often starts it on the caller's CPU, where it
- * only runs once the caller blocks), and sign_finish waits for it. Between the two the caller
- * is free to stage and sign the rest of a batch.
+ * sign_batch signs a whole batch on the calling thread.
+ *
+ * A shared_signer signs one batch at a time on two threads. The caller opens the batch
+ * (shared_begin), adds messages one by one while it builds them (shared_add), and closes it
+ * (shared_finish), signing whatever is left. A helper thread that lives as long as the signer
+ * wakes at shared_begin and signs each message as soon as it is added, so signing overlaps the
+ * caller's own work instead of waiting for it. The two threads claim messages from one atomic
+ * counter, so neither waits for a fixed half. The helper is pinned to a CPU other than the
+ * caller's: left to itself, Linux often wakes it on the caller's CPU, where it only runs once
+ * the caller blocks.
  */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define SIGNATURE_BYTES 64
+#define SECRET_KEY_BYTES 64
 
 typedef int (*crypto_sign_fn)(unsigned char *sm, unsigned long long *smlen,
                               const unsigned char *m, unsigned long long mlen,
                               const unsigned char *sk);
 
-typedef struct sign_job {
-    crypto_sign_fn sign;
-    const unsigned char *secret_key;
-    const unsigned char *messages;
-    const size_t *offsets; /* message i is messages[offsets[i] .. offsets[i + 1]) */
-    size_t count;
-    unsigned char *signatures; /* count * 64 bytes */
-    int status;
-    pthread_t thread;
-} sign_job;
-
-static void *run_job(void *arg) {
-    sign_job *job = arg;
-    size_t longest = 0;
-    for (size_t i = 0; i < job->count; i++) {
-        size_t length = job->offsets[i + 1] - job->offsets[i];
-        if (length > longest) longest = length;
-    }
-    unsigned char *signed_message = malloc(longest + SIGNATURE_BYTES);
-    if (signed_message == NULL) {
-        job->status = -2;
-        return NULL;
-    }
+static int sign_one(crypto_sign_fn sign, const unsigned char *secret_key,
+                    const unsigned char *message, size_t length, unsigned char *scratch,
+                    unsigned char *signature) {
     unsigned long long signed_length;
-    job->status = 0;
-    for (size_t i = 0; i < job->count; i++) {
-        const unsigned char *message = job->messages + job->offsets[i];
-        size_t length = job->offsets[i + 1] - job->offsets[i];
-        if (job->sign(signed_message, &signed_length, message, length, job->secret_key) != 0) {
-            job->status = -1;
-            break;
-        }
-        /* crypto_sign writes the signature, then the message */
-        memcpy(job->signatures + SIGNATURE_BYTES * i, signed_message, SIGNATURE_BYTES);
-    }
-    free(signed_message);
-    return NULL;
+    if (sign(scratch, &signed_length, message, length, secret_key) != 0) return -1;
+    memcpy(signature, scratch, SIGNATURE_BYTES); /* crypto_sign writes it before the message */
+    return 0;
 }
 
 int sign_batch(uintptr_t crypto_sign, const unsigned char *secret_key,
                const unsigned char *messages, const size_t *offsets, size_t count,
                unsigned char *signatures) {
-    sign_job job = {(crypto_sign_fn)crypto_sign, secret_key, messages, offsets, count,
-                    signatures, 0};
-    run_job(&job);
-    return job.status;
-}
-
-/* Anywhere but here; with one allowed CPU, leave the choice to the scheduler. */
-static void away_from_caller(pthread_attr_t *attributes) {
-    cpu_set_t allowed;
-    int here = sched_getcpu();
-    if (here < 0 || sched_getaffinity(0, sizeof allowed, &allowed) != 0) return;
-    CPU_CLR(here, &allowed);
-    if (CPU_COUNT(&allowed) > 0) pthread_attr_setaffinity_np(attributes, sizeof allowed, &allowed);
-}
-
-/* NULL when no thread could be started: the caller then signs with sign_batch. Every job
- * returned must be passed to sign_finish, and the buffers must live until then. */
-sign_job *sign_start(uintptr_t crypto_sign, const unsigned char *secret_key,
-                     const unsigned char *messages, const size_t *offsets, size_t count,
-                     unsigned char *signatures) {
-    sign_job *job = malloc(sizeof *job);
-    if (job == NULL) return NULL;
-    *job = (sign_job){(crypto_sign_fn)crypto_sign, secret_key, messages, offsets, count,
-                      signatures, 0};
-    pthread_attr_t attributes;
-    pthread_attr_init(&attributes);
-    away_from_caller(&attributes);
-    int started = pthread_create(&job->thread, &attributes, run_job, job);
-    pthread_attr_destroy(&attributes);
-    if (started != 0) {
-        free(job);
-        return NULL;
-    }
-    return job;
-}
-
-int sign_finish(sign_job *job) {
-    pthread_join(job->thread, NULL);
-    int status = job->status;
-    free(job);
+    size_t longest = 0;
+    for (size_t i = 0; i < count; i++)
+        if (offsets[i + 1] - offsets[i] > longest) longest = offsets[i + 1] - offsets[i];
+    unsigned char *scratch = malloc(longest + SIGNATURE_BYTES);
+    if (scratch == NULL) return -2;
+    int status = 0;
+    for (size_t i = 0; i < count && status == 0; i++)
+        status = sign_one((crypto_sign_fn)crypto_sign, secret_key, messages + offsets[i],
+                          offsets[i + 1] - offsets[i], scratch, signatures + SIGNATURE_BYTES * i);
+    free(scratch);
     return status;
+}
+
+enum helper_state { HELPER_PENDING, HELPER_JOINED, HELPER_SKIPPED, HELPER_DONE };
+
+typedef struct shared_signer {
+    crypto_sign_fn sign;
+    unsigned char secret_key[SECRET_KEY_BYTES];
+    pthread_t helper;
+    int helper_started;
+    int pinned_away_from; /* the caller's CPU when the helper was last pinned; -1: never */
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    uint64_t generation; /* one per batch; the helper sleeps until it changes */
+    int stopping;
+
+    /* the open batch: message i is slots[i * slot_bytes ..][.. lengths[i]] */
+    int open;
+    size_t capacity, slot_bytes;
+    unsigned char *slots, *signatures, *caller_scratch, *helper_scratch;
+    size_t *lengths;
+    _Atomic size_t published; /* messages added */
+    _Atomic size_t next;      /* the next message to claim */
+    _Atomic int closed;
+    _Atomic int helper_state;
+    _Atomic int status;
+} shared_signer;
+
+/* Sign messages as they are published until the batch is closed and none is left. */
+static void sign_claimed(shared_signer *s, unsigned char *scratch) {
+    for (;;) {
+        size_t n = atomic_load(&s->next);
+        if (n < atomic_load(&s->published)) {
+            if (!atomic_compare_exchange_weak(&s->next, &n, n + 1)) continue;
+            if (sign_one(s->sign, s->secret_key, s->slots + n * s->slot_bytes, s->lengths[n],
+                         scratch, s->signatures + n * SIGNATURE_BYTES) != 0)
+                atomic_store(&s->status, -1);
+        } else if (atomic_load(&s->closed)) {
+            if (atomic_load(&s->next) >= atomic_load(&s->published)) return;
+        } else {
+            sched_yield(); /* ahead of the caller: let whatever else wants this CPU run */
+        }
+    }
+}
+
+static void *helper_main(void *arg) {
+    shared_signer *s = arg;
+    uint64_t seen = 0;
+    pthread_mutex_lock(&s->lock);
+    for (;;) {
+        while (s->generation == seen && !s->stopping) pthread_cond_wait(&s->wake, &s->lock);
+        if (s->stopping) break;
+        seen = s->generation;
+        pthread_mutex_unlock(&s->lock);
+        int expected = HELPER_PENDING;
+        if (atomic_compare_exchange_strong(&s->helper_state, &expected, HELPER_JOINED)) {
+            sign_claimed(s, s->helper_scratch);
+            atomic_store(&s->helper_state, HELPER_DONE);
+        }
+        pthread_mutex_lock(&s->lock);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return NULL;
+}
+
+shared_signer *shared_new(uintptr_t crypto_sign, const unsigned char *secret_key) {
+    shared_signer *s = calloc(1, sizeof *s);
+    if (s == NULL) return NULL;
+    s->sign = (crypto_sign_fn)crypto_sign;
+    memcpy(s->secret_key, secret_key, SECRET_KEY_BYTES);
+    s->pinned_away_from = -1;
+    pthread_mutex_init(&s->lock, NULL);
+    pthread_cond_init(&s->wake, NULL);
+    return s;
+}
+
+/* Anywhere but the caller's CPU; with one allowed CPU, leave the choice to the scheduler. */
+static void pin_away_from_caller(shared_signer *s) {
+    int here = sched_getcpu();
+    if (here < 0 || here == s->pinned_away_from) return;
+    cpu_set_t allowed;
+    if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return;
+    CPU_CLR(here, &allowed);
+    if (CPU_COUNT(&allowed) > 0) pthread_setaffinity_np(s->helper, sizeof allowed, &allowed);
+    s->pinned_away_from = here;
+}
+
+static int reserve(shared_signer *s, size_t count, size_t slot_bytes) {
+    if (count <= s->capacity && slot_bytes <= s->slot_bytes) return 0;
+    size_t capacity = count > s->capacity ? count : s->capacity;
+    size_t slot = slot_bytes > s->slot_bytes ? slot_bytes : s->slot_bytes;
+    unsigned char *slots = malloc(capacity * slot);
+    unsigned char *signatures = malloc(capacity * SIGNATURE_BYTES);
+    size_t *lengths = malloc(capacity * sizeof *lengths);
+    unsigned char *caller_scratch = malloc(slot + SIGNATURE_BYTES);
+    unsigned char *helper_scratch = malloc(slot + SIGNATURE_BYTES);
+    if (!slots || !signatures || !lengths || !caller_scratch || !helper_scratch) {
+        free(slots), free(signatures), free(lengths), free(caller_scratch), free(helper_scratch);
+        return -2;
+    }
+    free(s->slots), free(s->signatures), free(s->lengths);
+    free(s->caller_scratch), free(s->helper_scratch);
+    s->slots = slots, s->signatures = signatures, s->lengths = lengths;
+    s->caller_scratch = caller_scratch, s->helper_scratch = helper_scratch;
+    s->capacity = capacity, s->slot_bytes = slot;
+    return 0;
+}
+
+/* Sign what is left on this thread, then wait for the helper to leave the batch. */
+static int close_batch(shared_signer *s) {
+    atomic_store(&s->closed, 1);
+    sign_claimed(s, s->caller_scratch);
+    int expected = HELPER_PENDING;
+    if (!atomic_compare_exchange_strong(&s->helper_state, &expected, HELPER_SKIPPED) &&
+        expected == HELPER_JOINED)
+        while (atomic_load(&s->helper_state) != HELPER_DONE) sched_yield();
+    s->open = 0;
+    return atomic_load(&s->status);
+}
+
+/* Open a batch of at most `count` messages of at most `slot_bytes` each. With `helped`, the
+ * helper thread signs alongside the caller (started on first use); without, the caller signs
+ * everything in shared_finish. A batch still open is closed first. */
+int shared_begin(shared_signer *s, size_t count, size_t slot_bytes, int helped) {
+    if (s->open) close_batch(s);
+    if (reserve(s, count, slot_bytes) != 0) return -2;
+    atomic_store(&s->published, 0);
+    atomic_store(&s->next, 0);
+    atomic_store(&s->closed, 0);
+    atomic_store(&s->status, 0);
+    s->open = 1;
+    if (helped && !s->helper_started) {
+        /* the helper must not take a batch before it is set up */
+        atomic_store(&s->helper_state, HELPER_SKIPPED);
+        s->helper_started = pthread_create(&s->helper, NULL, helper_main, s) == 0;
+    }
+    if (!helped || !s->helper_started) {
+        atomic_store(&s->helper_state, HELPER_SKIPPED);
+        return 0;
+    }
+    pin_away_from_caller(s);
+    atomic_store(&s->helper_state, HELPER_PENDING);
+    pthread_mutex_lock(&s->lock);
+    s->generation++;
+    pthread_cond_signal(&s->wake);
+    pthread_mutex_unlock(&s->lock);
+    return 0;
+}
+
+/* Add the next message; -1 if the batch is not open, full, or the message too long. */
+int shared_add(shared_signer *s, const unsigned char *message, size_t length) {
+    size_t n = atomic_load(&s->published);
+    if (!s->open || n >= s->capacity || length > s->slot_bytes) return -1;
+    memcpy(s->slots + n * s->slot_bytes, message, length);
+    s->lengths[n] = length;
+    atomic_store(&s->published, n + 1); /* sequentially consistent: the slot is visible first */
+    return 0;
+}
+
+/* Close the batch: the number of signatures copied to `signatures`, or a negative status. */
+long shared_finish(shared_signer *s, unsigned char *signatures) {
+    if (!s->open) return -1;
+    int status = close_batch(s);
+    if (status != 0) return status;
+    size_t count = atomic_load(&s->published);
+    memcpy(signatures, s->signatures, count * SIGNATURE_BYTES);
+    return (long)count;
+}
+
+void shared_free(shared_signer *s) {
+    if (s->open) close_batch(s);
+    if (s->helper_started) {
+        pthread_mutex_lock(&s->lock);
+        s->stopping = 1;
+        pthread_cond_signal(&s->wake);
+        pthread_mutex_unlock(&s->lock);
+        pthread_join(s->helper, NULL);
+    }
+    pthread_mutex_destroy(&s->lock);
+    pthread_cond_destroy(&s->wake);
+    free(s->slots), free(s->signatures), free(s->lengths);
+    free(s->caller_scratch), free(s->helper_scratch);
+    memset(s->secret_key, 0, SECRET_KEY_BYTES);
+    free(s);
 }

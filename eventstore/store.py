@@ -30,7 +30,7 @@ import lmdb
 import msgspec
 from nacl.signing import SigningKey, VerifyKey
 
-from eventstore.batch_sign import BatchSigner, PendingSignatures
+from eventstore.batch_sign import SharedSigner
 from eventstore.envelope import (
     Envelope,
     Event,
@@ -47,7 +47,8 @@ KeyLookup = Callable[[str], VerifyKey | None]
 
 _INITIAL_MAP_SIZE = 64 << 20
 _MAX_STREAM_BYTES = 200
-_SPLIT_SIGNING_AT = 16  # appends in a batch; below, a second thread costs more than it saves
+_SHARE_SIGNING_AT = 16  # appends in a batch; below, waking the helper costs more than it saves
+_LONGEST_SIGNED = len(signed_bytes("x" * _MAX_STREAM_BYTES, 0, bytes(32)))
 _record_encoder = msgspec.msgpack.Encoder()
 _record_decoder = msgspec.msgpack.Decoder(tuple[int, bytes, bytes, bytes])
 _head_decoder = msgspec.msgpack.Decoder(tuple[int, bytes])
@@ -118,14 +119,6 @@ class _StreamNames(dict[bytes, str]):
         return name
 
 
-def _append_slots(plan: list[tuple[_Request, list[Envelope]]]) -> list[tuple[list[Envelope], int]]:
-    return [(staged, i) for request, staged in plan if request.appends for i in range(len(staged))]
-
-
-def _signed_messages(slots: list[tuple[list[Envelope], int]]) -> list[bytes]:
-    return [signed_bytes(s[i].stream, s[i].seq, s[i].digest) for s, i in slots]
-
-
 def _fill_signatures(slots: list[tuple[list[Envelope], int]], signatures: list[bytes]) -> None:
     for (staged, i), signature in zip(slots, signatures, strict=True):
         staged[i] = msgspec.structs.replace(staged[i], signature=signature)
@@ -191,7 +184,7 @@ class EventStore:
         self._valid_streams: set[str] = set()
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._writer: threading.Thread | None = None
-        self._signer = BatchSigner(signing_key)
+        self._signer = SharedSigner(signing_key)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
         self._waiters: list[asyncio.Future[None]] = []
@@ -230,6 +223,7 @@ class EventStore:
 
     def _close_env(self) -> None:
         self._env.close()
+        self._signer.close()
         with _open_paths_lock:
             _open_paths.discard(self._real)
 
@@ -347,12 +341,12 @@ class EventStore:
                 return heads[stream]
 
             plan: list[tuple[_Request, list[Envelope]]] = []
-            # the first half of the appends is signed on another core while this thread
-            # stages and signs the second half (one request holding them all: signed here)
+            signer = self._signer
+            # each signed message goes to a helper thread (on another core) as soon as it is
+            # staged; the messages it has not claimed when staging ends are signed here
             appends = sum(len(request.appends) for request in batch)
-            staged_appends, split = 0, 0
-            front: list[tuple[list[Envelope], int]] = []
-            front_signatures: PendingSignatures | None = None
+            signer.begin(appends, _LONGEST_SIGNED, helped=appends >= _SHARE_SIGNING_AT)
+            slots: list[tuple[list[Envelope], int]] = []
             for request in batch:
                 request.result = []
                 request.error = None
@@ -369,18 +363,11 @@ class EventStore:
                     heads[envelope.stream] = Head(envelope.seq, envelope.digest)
                 position += len(staged)
                 plan.append((request, staged))
-                staged_appends += len(staged) if request.appends else 0
-                if (
-                    front_signatures is None
-                    and appends >= _SPLIT_SIGNING_AT
-                    and 2 * staged_appends >= appends > staged_appends
-                ):
-                    front, split = _append_slots(plan), len(plan)
-                    front_signatures = self._signer.start(_signed_messages(front))
-            back = _append_slots(plan[split:])
-            _fill_signatures(back, self._signer.sign(_signed_messages(back)))
-            if front_signatures is not None:
-                _fill_signatures(front, front_signatures.result())
+                if request.appends:
+                    for i, e in enumerate(staged):
+                        signer.add(signed_bytes(e.stream, e.seq, e.digest))
+                        slots.append((staged, i))
+            _fill_signatures(slots, signer.finish())
             envelopes: list[Envelope] = []
             for request, staged in plan:
                 envelopes.extend(staged)

@@ -1,5 +1,7 @@
-"""Batch signing in C: the same signatures libsodium makes one at a time, from any thread."""
+"""Signing in C: the same signatures libsodium makes one at a time, from any thread."""
 
+import os
+import random
 import subprocess
 import sys
 import threading
@@ -8,18 +10,32 @@ import pytest
 from nacl.exceptions import BadSignatureError
 from nacl.signing import SigningKey
 
-from eventstore.batch_sign import BatchSigner
+from eventstore.batch_sign import BatchSigner, SharedSigner
 
 KEY = SigningKey(b"\3" * 32)
 MESSAGES = [bytes([i % 251]) * i for i in range(0, 300, 7)] + [b"x" * 100_000]
+LONGEST = max(map(len, MESSAGES))
+
+
+def one_at_a_time(messages: list[bytes]) -> list[bytes]:
+    return [KEY.sign(m).signature for m in messages]
+
+
+def shared(signer: SharedSigner, messages: list[bytes], helped: bool = True) -> list[bytes]:
+    signer.begin(len(messages), max(map(len, messages), default=0), helped)
+    for message in messages:
+        signer.add(message)
+    return signer.finish()
 
 
 def test_batch_signatures_equal_one_at_a_time_ones():
-    expected = [KEY.sign(m).signature for m in MESSAGES]
-    signer = BatchSigner(KEY)
-    assert signer.sign(MESSAGES) == expected
-    assert signer.start(MESSAGES).result() == expected
-    assert signer.sign([]) == [] and signer.start([]).result() == []
+    expected = one_at_a_time(MESSAGES)
+    assert BatchSigner(KEY).sign(MESSAGES) == expected
+    assert BatchSigner(KEY).sign([]) == []
+    signer = SharedSigner(KEY)
+    assert shared(signer, MESSAGES) == expected
+    assert shared(signer, MESSAGES, helped=False) == expected
+    assert shared(signer, []) == []
     for message, signature in zip(MESSAGES, expected, strict=True):
         KEY.verify_key.verify(message, signature)
 
@@ -31,27 +47,56 @@ def test_a_signature_covers_its_message_only():
     KEY.verify_key.verify(b"second", second)
 
 
-def test_result_is_taken_once_and_an_abandoned_batch_is_waited_for():
-    signer = BatchSigner(KEY)
-    pending = signer.start(MESSAGES)
-    pending.result()
-    with pytest.raises(RuntimeError, match="already taken"):
-        pending.result()
-    for _ in range(20):  # dropped unread: the buffers must outlive the signing thread
-        signer.start(MESSAGES)
-    assert signer.sign(MESSAGES[:3]) == [KEY.sign(m).signature for m in MESSAGES[:3]]
+def test_batch_after_batch_of_any_size_with_and_without_the_helper():
+    # the helper and the caller race for every message; any mix-up shows as a wrong signature
+    signer, rng = SharedSigner(KEY), random.Random(7)
+    for _ in range(400):
+        messages = [rng.randbytes(rng.randrange(1, 120)) for _ in range(rng.randrange(0, 70))]
+        assert shared(signer, messages, helped=rng.random() < 0.8) == one_at_a_time(messages)
+
+
+def test_a_message_that_does_not_fit_is_refused_and_the_batch_goes_on():
+    signer = SharedSigner(KEY)
+    signer.begin(2, 10)
+    signer.add(b"short")
+    with pytest.raises(ValueError, match="does not fit"):
+        signer.add(b"longer than ten bytes")
+    signer.add(b"also fits")
+    with pytest.raises(ValueError, match="does not fit"):
+        signer.add(b"third")
+    assert signer.finish() == one_at_a_time([b"short", b"also fits"])
+
+
+def test_an_abandoned_batch_is_closed_by_the_next_begin():
+    signer = SharedSigner(KEY)
+    for _ in range(20):  # never finished: the helper must be out of it before it is reused
+        signer.begin(len(MESSAGES), LONGEST)
+        for message in MESSAGES:
+            signer.add(message)
+    assert shared(signer, MESSAGES[:5]) == one_at_a_time(MESSAGES[:5])
+
+
+def test_close_stops_the_helper_thread():
+    def threads() -> int:
+        return len(os.listdir("/proc/self/task"))
+
+    before = threads()
+    signer = SharedSigner(KEY)
+    shared(signer, MESSAGES)
+    assert threads() == before + 1
+    signer.close()
+    assert threads() == before
 
 
 def test_many_threads_sign_at_once():
-    signer = BatchSigner(KEY)
-    expected = [KEY.sign(m).signature for m in MESSAGES]
+    expected = one_at_a_time(MESSAGES)
     results: list[bool] = []
 
     def work() -> None:
+        signer, batch = SharedSigner(KEY), BatchSigner(KEY)
         for _ in range(5):
-            front = signer.start(MESSAGES)
-            back = signer.sign(MESSAGES)
-            results.append(front.result() == expected == back)
+            results.append(shared(signer, MESSAGES) == expected == batch.sign(MESSAGES))
+        signer.close()
 
     threads = [threading.Thread(target=work) for _ in range(6)]
     for t in threads:
@@ -65,10 +110,11 @@ def test_a_process_allowed_one_cpu_still_signs():
     code = (
         "import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})\n"
         "from nacl.signing import SigningKey\n"
-        "from eventstore.batch_sign import BatchSigner\n"
+        "from eventstore.batch_sign import SharedSigner\n"
         "key = SigningKey(b'\\3' * 32); messages = [b'm%d' % i for i in range(64)]\n"
-        "assert BatchSigner(key).start(messages).result() == "
-        "[key.sign(m).signature for m in messages]\n"
+        "signer = SharedSigner(key); signer.begin(64, 8)\n"
+        "for m in messages: signer.add(m)\n"
+        "assert signer.finish() == [key.sign(m).signature for m in messages]\n"
         "print('signed')\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
