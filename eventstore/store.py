@@ -49,6 +49,7 @@ _INITIAL_MAP_SIZE = 64 << 20
 _MAX_STREAM_BYTES = 200
 _SHARE_SIGNING_AT = 16  # appends in a batch; below, waking the helper costs more than it saves
 _LONGEST_SIGNED = len(signed_bytes("x" * _MAX_STREAM_BYTES, 0, bytes(32)))
+_ZEROS_AHEAD = 8 << 20  # bytes of the data file kept zero-filled past LMDB's last page
 _record_encoder = msgspec.msgpack.Encoder()
 _record_decoder = msgspec.msgpack.Decoder(tuple[int, bytes, bytes, bytes])
 _head_decoder = msgspec.msgpack.Decoder(tuple[int, bytes])
@@ -174,6 +175,8 @@ class EventStore:
         self.path.mkdir(parents=True, exist_ok=True)
         self._env = lmdb.open(str(self.path), map_size=map_size, max_dbs=4, sync=True)
         self._events = self._env.open_db(b"events")
+        self._page_size = self._env.stat()["psize"]
+        self._zeros_end = 0
         self._all = self._env.open_db(b"all")
         self._heads = self._env.open_db(b"heads")
         self._readers = 0
@@ -327,6 +330,31 @@ class EventStore:
                 envelopes = []
                 break
         self._deliver(batch, envelopes)
+        self._keep_zeros_ahead()
+
+    def _keep_zeros_ahead(self) -> None:
+        """Zero-fill the data file ahead of LMDB's last page, a few MiB at a time.
+
+        A commit that grows the file makes its fdatasync flush the new size as well (a journal
+        commit on ext4): about a fifth of a 64-append commit here. With written zeros ahead,
+        commits write into blocks the file already has. (`fallocate` does not help: its
+        unwritten extents cost the same on first write.) Only this thread writes the file, and
+        only past the last page, so LMDB never finds zeros where it wrote a page.
+        """
+        info = self._env.info()
+        used = (info["last_pgno"] + 1) * self._page_size
+        if self._zeros_end - used >= _ZEROS_AHEAD // 2:
+            return
+        target = min(used + _ZEROS_AHEAD, info["map_size"])
+        try:
+            with open(self.path / "data.mdb", "r+b") as data:
+                end = data.seek(0, os.SEEK_END)
+                if end < target:
+                    data.write(bytes(target - end))
+                    os.fdatasync(data.fileno())
+                self._zeros_end = max(end, target)
+        except OSError:  # a full disk: commits still work, they only pay for growing the file
+            self._zeros_end = target
 
     def _write_batch(self, batch: list[_Request]) -> list[Envelope]:
         position = self._next_position

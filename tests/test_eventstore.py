@@ -7,8 +7,10 @@ import threading
 import pytest
 from nacl.signing import SigningKey
 
+from eventstore.audit import verify_journals
 from eventstore.envelope import decode_event, verify_signature
 from eventstore.store import (
+    _ZEROS_AHEAD,
     EventStore,
     ForeignEnvelope,
     ImportStatus,
@@ -137,6 +139,32 @@ async def test_map_grows_instead_of_failing(tmp_path):
     assert s._env.info()["map_size"] > 256 * 1024
     assert len(s.read_stream("a", 0, 1000)) == 400
     await s.close()
+
+
+async def test_commits_write_into_zeros_kept_ahead_of_the_last_page(tmp_path):
+    # a commit that grows the file makes fdatasync flush its size too; the writer keeps
+    # written zeros ahead of LMDB's last page so that commits never grow it themselves
+    s = EventStore(tmp_path / "j", KEY, "node-a")
+    s.start()
+    data_file = tmp_path / "j" / "data.mdb"
+    page_size = s._env.stat()["psize"]
+    sizes = []
+    for i in range(400):  # about 8 MiB of journal: past the first stretch of zeros
+        await s.append("a", "log", {"blob": "x" * 20_000, "i": i})
+        sizes.append(data_file.stat().st_size)
+    await s.append("a", "log", {})  # the writer finished its work after the last of the 400
+    used = (s._env.info()["last_pgno"] + 1) * page_size
+    size = data_file.stat().st_size
+    assert size - used >= _ZEROS_AHEAD // 2
+    assert len(set(sizes)) <= 3  # grown a few MiB at a time, not commit by commit
+    with data_file.open("rb") as data:
+        data.seek(used)
+        assert data.read() == bytes(size - used)
+    await s.close()
+    reopened = EventStore(tmp_path / "j", KEY, "node-a")
+    report = verify_journals(reopened, {"node-a": KEY.verify_key}.get)
+    assert report.failure is None and report.envelopes == 401
+    reopened.close_sync()
 
 
 async def test_import_accepts_a_peers_journal_in_order(store, tmp_path):

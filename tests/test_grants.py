@@ -96,7 +96,9 @@ async def test_restore_without_a_revoked_grant_is_404(client):
     assert active.status == 404
     unknown = await client.post("/api/v1/broker/grants/payer/unknown/restore", headers=auth())
     assert unknown.status == 404
-    assert [e.event.type for e in client.app[CONTEXT].store.read_stream("payer", 0, 10)] == [
+    journal = client.app[CONTEXT].store.read_stream("payer", 0, 10)
+    # the agent itself may journal its start-up meanwhile; no grant event was added
+    assert [e.event.type for e in journal if e.event.type.startswith("grant.")] == [
         "grant.created",
         "grant.created",
     ]
