@@ -11,9 +11,10 @@
  * (shared_finish), signing whatever is left. A helper thread that lives as long as the signer
  * wakes at shared_begin and signs each message as soon as it is added, so signing overlaps the
  * caller's own work instead of waiting for it. The two threads claim messages from one atomic
- * counter, so neither waits for a fixed half. The helper is pinned to a CPU other than the
- * caller's: left to itself, Linux often wakes it on the caller's CPU, where it only runs once
- * the caller blocks.
+ * counter, so neither waits for a fixed half. When the helper gets ahead of the caller it spins
+ * briefly, then sleeps until the next message. It is pinned to a CPU other than the caller's
+ * (again at shared_finish, should the caller have moved): left to itself, Linux often wakes it
+ * on the caller's CPU, where it only runs once the caller blocks.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -66,7 +67,8 @@ typedef struct shared_signer {
     int helper_started;
     int pinned_away_from; /* the caller's CPU when the helper was last pinned; -1: never */
     pthread_mutex_t lock;
-    pthread_cond_t wake;
+    pthread_cond_t wake; /* a new batch */
+    pthread_cond_t more; /* a new message, or the batch closed */
     uint64_t generation; /* one per batch; the helper sleeps until it changes */
     int stopping;
 
@@ -79,11 +81,37 @@ typedef struct shared_signer {
     _Atomic size_t next;      /* the next message to claim */
     _Atomic int closed;
     _Atomic int helper_state;
+    _Atomic int helper_sleeping;
     _Atomic int status;
 } shared_signer;
 
+/* The helper, ahead of the caller: spin a little (the next message is usually microseconds
+ * away), then sleep until shared_add or the close wakes it. */
+static void await_more(shared_signer *s) {
+    for (int spins = 0; spins < 20; spins++) {
+        if (atomic_load(&s->next) < atomic_load(&s->published) || atomic_load(&s->closed)) return;
+        sched_yield();
+    }
+    pthread_mutex_lock(&s->lock);
+    atomic_store(&s->helper_sleeping, 1);
+    while (atomic_load(&s->next) >= atomic_load(&s->published) && !atomic_load(&s->closed))
+        pthread_cond_wait(&s->more, &s->lock);
+    atomic_store(&s->helper_sleeping, 0);
+    pthread_mutex_unlock(&s->lock);
+}
+
+/* After publishing a message or closing: wake the helper if it sleeps. The flag and the
+ * counters are sequentially consistent, so either the helper sees the new state before it
+ * sleeps or this sees it sleeping. */
+static void wake_helper(shared_signer *s) {
+    if (!atomic_load(&s->helper_sleeping)) return;
+    pthread_mutex_lock(&s->lock);
+    pthread_cond_signal(&s->more);
+    pthread_mutex_unlock(&s->lock);
+}
+
 /* Sign messages as they are published until the batch is closed and none is left. */
-static void sign_claimed(shared_signer *s, unsigned char *scratch) {
+static void sign_claimed(shared_signer *s, unsigned char *scratch, int is_helper) {
     for (;;) {
         size_t n = atomic_load(&s->next);
         if (n < atomic_load(&s->published)) {
@@ -93,8 +121,8 @@ static void sign_claimed(shared_signer *s, unsigned char *scratch) {
                 atomic_store(&s->status, -1);
         } else if (atomic_load(&s->closed)) {
             if (atomic_load(&s->next) >= atomic_load(&s->published)) return;
-        } else {
-            sched_yield(); /* ahead of the caller: let whatever else wants this CPU run */
+        } else if (is_helper) {
+            await_more(s);
         }
     }
 }
@@ -110,7 +138,7 @@ static void *helper_main(void *arg) {
         pthread_mutex_unlock(&s->lock);
         int expected = HELPER_PENDING;
         if (atomic_compare_exchange_strong(&s->helper_state, &expected, HELPER_JOINED)) {
-            sign_claimed(s, s->helper_scratch);
+            sign_claimed(s, s->helper_scratch, 1);
             atomic_store(&s->helper_state, HELPER_DONE);
         }
         pthread_mutex_lock(&s->lock);
@@ -127,6 +155,7 @@ shared_signer *shared_new(uintptr_t crypto_sign, const unsigned char *secret_key
     s->pinned_away_from = -1;
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->wake, NULL);
+    pthread_cond_init(&s->more, NULL);
     return s;
 }
 
@@ -165,7 +194,8 @@ static int reserve(shared_signer *s, size_t count, size_t slot_bytes) {
 /* Sign what is left on this thread, then wait for the helper to leave the batch. */
 static int close_batch(shared_signer *s) {
     atomic_store(&s->closed, 1);
-    sign_claimed(s, s->caller_scratch);
+    wake_helper(s);
+    sign_claimed(s, s->caller_scratch, 0);
     int expected = HELPER_PENDING;
     if (!atomic_compare_exchange_strong(&s->helper_state, &expected, HELPER_SKIPPED) &&
         expected == HELPER_JOINED)
@@ -210,12 +240,15 @@ int shared_add(shared_signer *s, const unsigned char *message, size_t length) {
     memcpy(s->slots + n * s->slot_bytes, message, length);
     s->lengths[n] = length;
     atomic_store(&s->published, n + 1); /* sequentially consistent: the slot is visible first */
+    wake_helper(s);
     return 0;
 }
 
 /* Close the batch: the number of signatures copied to `signatures`, or a negative status. */
 long shared_finish(shared_signer *s, unsigned char *signatures) {
     if (!s->open) return -1;
+    /* the batch may have been opened on another thread (or CPU) than the one finishing it */
+    if (s->helper_started) pin_away_from_caller(s);
     int status = close_batch(s);
     if (status != 0) return status;
     size_t count = atomic_load(&s->published);
@@ -234,8 +267,9 @@ void shared_free(shared_signer *s) {
     }
     pthread_mutex_destroy(&s->lock);
     pthread_cond_destroy(&s->wake);
+    pthread_cond_destroy(&s->more);
     free(s->slots), free(s->signatures), free(s->lengths);
     free(s->caller_scratch), free(s->helper_scratch);
-    memset(s->secret_key, 0, SECRET_KEY_BYTES);
+    explicit_bzero(s->secret_key, SECRET_KEY_BYTES);
     free(s);
 }

@@ -5,6 +5,7 @@ import random
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 from nacl.exceptions import BadSignatureError
@@ -53,6 +54,19 @@ def test_batch_after_batch_of_any_size_with_and_without_the_helper():
     for _ in range(400):
         messages = [rng.randbytes(rng.randrange(1, 120)) for _ in range(rng.randrange(0, 70))]
         assert shared(signer, messages, helped=rng.random() < 0.8) == one_at_a_time(messages)
+
+
+def test_a_helper_ahead_of_a_slow_caller_sleeps_and_is_woken():
+    # the caller pauses longer than the helper spins: the helper must sleep, then wake for
+    # each new message and for the close
+    signer = SharedSigner(KEY)
+    messages = [b"slow %d" % i for i in range(12)]
+    signer.begin(len(messages), 16)
+    for message in messages:
+        time.sleep(0.002)
+        signer.add(message)
+    time.sleep(0.002)
+    assert signer.finish() == one_at_a_time(messages)
 
 
 def test_a_message_that_does_not_fit_is_refused_and_the_batch_goes_on():
