@@ -175,10 +175,10 @@ class EventStore:
         self.path.mkdir(parents=True, exist_ok=True)
         self._env = lmdb.open(str(self.path), map_size=map_size, max_dbs=4, sync=True)
         self._events = self._env.open_db(b"events")
-        self._page_size = self._env.stat()["psize"]
-        self._zeros_end = 0
         self._all = self._env.open_db(b"all")
         self._heads = self._env.open_db(b"heads")
+        self._page_size = self._env.stat()["psize"]
+        self._zeros_end = 0  # where the zeros written ahead of LMDB's last page end
         self._readers = 0
         self._resizing = False
         self._gate = threading.Condition()
@@ -346,6 +346,8 @@ class EventStore:
         if self._zeros_end - used >= _ZEROS_AHEAD // 2:
             return
         target = min(used + _ZEROS_AHEAD, info["map_size"])
+        if target <= self._zeros_end:  # the map's end: nothing more to write before it grows
+            return
         try:
             with open(self.path / "data.mdb", "r+b") as data:
                 end = data.seek(0, os.SEEK_END)

