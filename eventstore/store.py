@@ -49,7 +49,9 @@ _INITIAL_MAP_SIZE = 64 << 20
 _MAX_STREAM_BYTES = 200
 _SHARE_SIGNING_AT = 16  # appends in a batch; below, waking the helper costs more than it saves
 _LONGEST_SIGNED = len(signed_bytes("x" * _MAX_STREAM_BYTES, 0, bytes(32)))
-_ZEROS_AHEAD = 8 << 20  # bytes of the data file kept zero-filled past LMDB's last page
+# bytes of the data file kept zero-filled past LMDB's last page: as many as the journal uses,
+# within these bounds (a small journal does not get 8 MiB of zeros)
+_ZEROS_AHEAD_MIN, _ZEROS_AHEAD_MAX = 1 << 20, 8 << 20
 _record_encoder = msgspec.msgpack.Encoder()
 _record_decoder = msgspec.msgpack.Decoder(tuple[int, bytes, bytes, bytes])
 _head_decoder = msgspec.msgpack.Decoder(tuple[int, bytes])
@@ -333,7 +335,7 @@ class EventStore:
         self._keep_zeros_ahead()
 
     def _keep_zeros_ahead(self) -> None:
-        """Zero-fill the data file ahead of LMDB's last page, a few MiB at a time.
+        """Zero-fill the data file ahead of LMDB's last page, up to a few MiB at a time.
 
         A commit that grows the file makes its fdatasync flush the new size as well (a journal
         commit on ext4): about a fifth of a 64-append commit here. With written zeros ahead,
@@ -343,9 +345,10 @@ class EventStore:
         """
         info = self._env.info()
         used = (info["last_pgno"] + 1) * self._page_size
-        if self._zeros_end - used >= _ZEROS_AHEAD // 2:
+        ahead = min(max(used, _ZEROS_AHEAD_MIN), _ZEROS_AHEAD_MAX)
+        if self._zeros_end - used >= ahead // 2:
             return
-        target = min(used + _ZEROS_AHEAD, info["map_size"])
+        target = min(used + ahead, info["map_size"])
         if target <= self._zeros_end:  # the map's end: nothing more to write before it grows
             return
         try:
