@@ -30,6 +30,16 @@ def peer_token(sender: str, receiver: str) -> str:
     return f"sync-{sender}-to-{receiver}-000000"
 
 
+def peer_toml(peer: str, url: str, *, accepts: str, presents: str, public_key: str = "") -> str:
+    """A node's config lines for mesh peer `peer`: the token it accepts from the peer and how it
+    reaches the peer (with the peer's pinned key, if given)."""
+    toml = (
+        f'\n[[auth.tokens]]\nname = "{peer}"\ntoken = "{accepts}"\nscopes = ["sync"]\n'
+        f'\n[[peers]]\nname = "{peer}"\nurl = "{url}"\ntoken = "{presents}"\n'
+    )
+    return toml + (f'public_key = "{public_key}"\n' if public_key else "")
+
+
 def signed_chain(
     key: SigningKey,
     origin: str,
@@ -77,20 +87,17 @@ def write_mesh(
     keys = {name: load_or_create_key(root / name / "data") for name in names}
     paths = {}
     for name in names:
-        others = [n for n in names if n != name]
         toml = [extra]
-        for other in others:
+        for other in (n for n in names if n != name):
             toml.append(
-                f'\n[[auth.tokens]]\nname = "{other}"\n'
-                f'token = "{peer_token(other, name)}"\nscopes = ["sync"]\n'
+                peer_toml(
+                    other,
+                    f"http://127.0.0.1:{ports[other]}",
+                    accepts=peer_token(other, name),
+                    presents=peer_token(name, other),
+                    public_key=public_key_multibase(keys[other].verify_key) if with_keys else "",
+                )
             )
-        for other in others:
-            toml.append(
-                f'\n[[peers]]\nname = "{other}"\nurl = "http://127.0.0.1:{ports[other]}"\n'
-                f'token = "{peer_token(name, other)}"\n'
-            )
-            if with_keys:
-                toml.append(f'public_key = "{public_key_multibase(keys[other].verify_key)}"\n')
         paths[name] = write_config(root / name, "".join(toml), name=name, port=ports[name])
     return paths
 

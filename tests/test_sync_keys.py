@@ -11,7 +11,7 @@ from eventstore.keys import public_key_multibase
 from node.app import build_app
 from node.context import CONTEXT
 from tests.support import READ_TOKEN, auth, make_config
-from tests.sync_support import SYNC_TUNING, peer_token, signed_chain
+from tests.sync_support import SYNC_TUNING, peer_token, peer_toml, signed_chain
 
 PEER_KEY = SigningKey(b"\x04" * 32)
 OTHER_KEY = SigningKey(b"\x05" * 32)
@@ -57,17 +57,13 @@ def config_with_peer(tmp_path, port: int, token: str, tuning: str):
     """This node (node-a) with the fake peer node-b: node-b may push with `token`."""
     return make_config(
         tmp_path,
-        f"""{tuning}
-[[auth.tokens]]
-name = "node-b"
-token = "{token}"
-scopes = ["sync"]
-
-[[peers]]
-name = "node-b"
-url = "http://127.0.0.1:{port}"
-token = "{peer_token("node-a", "node-b")}"
-""",
+        tuning
+        + peer_toml(
+            "node-b",
+            f"http://127.0.0.1:{port}",
+            accepts=token,
+            presents=peer_token("node-a", "node-b"),
+        ),
     )
 
 

@@ -13,7 +13,7 @@ from node.app import build_app
 from node.context import CONTEXT
 from node.keyring import key_resolver
 from tests.support import ADMIN_TOKEN, READ_TOKEN, auth, free_port, make_config
-from tests.sync_support import SYNC_TUNING, peer_token, signed_chain
+from tests.sync_support import SYNC_TUNING, peer_token, peer_toml, signed_chain
 
 PEER_KEY = SigningKey(b"\x02" * 32)
 STRANGER_KEY = SigningKey(b"\x03" * 32)
@@ -21,18 +21,13 @@ B_TOKEN = peer_token("node-b", "node-a")
 
 
 def peer_section(key: SigningKey | None = PEER_KEY) -> str:
-    public = f'public_key = "{public_key_multibase(key.verify_key)}"\n' if key else ""
-    return f"""{SYNC_TUNING}
-[[auth.tokens]]
-name = "node-b"
-token = "{B_TOKEN}"
-scopes = ["sync"]
-
-[[peers]]
-name = "node-b"
-url = "http://127.0.0.1:{free_port()}"
-token = "unused-token-0000000000"
-{public}"""
+    return SYNC_TUNING + peer_toml(
+        "node-b",
+        f"http://127.0.0.1:{free_port()}",
+        accepts=B_TOKEN,
+        presents="unused-token-0000000000",
+        public_key=public_key_multibase(key.verify_key) if key else "",
+    )
 
 
 @pytest.fixture
