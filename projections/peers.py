@@ -1,7 +1,6 @@
-"""What this node knows about its mesh peers: pinned keys, acknowledged heads, reported incidents.
+"""What this node knows about its mesh peers: pinned keys and acknowledged heads.
 
-Pins and acks live in the node-level journal `$peers` (never replicated); incidents are sync
-findings carrying an `incident` key, so a restart does not report the same fault twice.
+Pins and acks live in the node-level journal `$peers` (never replicated).
 """
 
 from __future__ import annotations
@@ -17,23 +16,20 @@ ACKED = "peer.acked"
 
 class PeerBook:
     name = "peers"
-    handles = frozenset({KEY_PINNED, ACKED, "finding"})
+    handles = frozenset({KEY_PINNED, ACKED})
 
     def __init__(self) -> None:
         self.pins: dict[str, str] = {}
         self.acks: dict[str, dict[str, int]] = {}
-        self.incidents: set[str] = set()
 
     def apply(self, envelope: Envelope) -> None:
+        if envelope.stream != PEERS_STREAM:
+            return
         event = envelope.event
-        data = event.data
-        if envelope.stream == PEERS_STREAM:
-            if event.type == KEY_PINNED:
-                self._pin(data)
-            elif event.type == ACKED:
-                self._ack(data)
-        elif event.type == "finding" and isinstance(data.get("incident"), str):
-            self.incidents.add(data["incident"])
+        if event.type == KEY_PINNED:
+            self._pin(event.data)
+        elif event.type == ACKED:
+            self._ack(event.data)
 
     def _pin(self, data: dict[str, Any]) -> None:
         peer, key = data.get("peer"), data.get("public_key")
@@ -56,5 +52,4 @@ class PeerBook:
         return {
             "pins": dict(sorted(self.pins.items())),
             "acks": {p: dict(sorted(a.items())) for p, a in sorted(self.acks.items())},
-            "incidents": sorted(self.incidents),
         }

@@ -27,8 +27,8 @@ async def test_clean_shutdown_writes_a_checkpoint_that_the_next_start_uses(aioht
     _, before = await run_node(aiohttp_client, config, 5)
     assert (config.data_path / checkpoint.CHECKPOINT_FILE).exists()
     _ctx, after = await run_node(aiohttp_client, config, 3)
-    assert len(after["findings"]) == 8
-    assert after["findings"][:5] == before["findings"]
+    assert len(after["findings"]["entries"]) == 8
+    assert after["findings"]["entries"][:5] == before["findings"]["entries"]
 
     # the restored-then-folded state equals a rebuild from position 0
     ctx2 = build_app(config)[CONTEXT]

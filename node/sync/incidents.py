@@ -2,7 +2,7 @@
 
 They go into the journal named after this node: its home is here, so it is replicated like any
 agent's journal and the whole mesh learns of the fault. The `incident` key dedupes across
-restarts (projections/peers.py folds it).
+restarts (the findings read model, projections/entries.py, keeps the set).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ class Incidents:
 
     def seen(self, key: str) -> bool:
         full = self._full(key)
-        return full in self._ctx.projections["peers"].incidents or full in self._in_flight
+        return full in self._ctx.projections["findings"].incidents or full in self._in_flight
 
     async def report(self, key: str, severity: str, title: str, detail: str) -> None:
         """Journal a finding for `key` unless one was already journaled."""
