@@ -173,9 +173,15 @@ def cmd_replay(args: argparse.Namespace) -> int:
         f"replayed {count} envelope(s) in {elapsed:.2f}s up to position {ctx.projections.position}"
     )
     for name, state in ctx.projections.snapshot().items():
-        size = len(state) if isinstance(state, list | dict) else state
-        print(f"  {name}: {size}")
+        print(f"  {name}: {_sizes(state)}")
     return 0
+
+
+def _sizes(state: object) -> str:
+    """A read model's size: its length, or the length of each of its parts."""
+    if isinstance(state, dict) and all(isinstance(v, list | dict) for v in state.values()):
+        return ", ".join(f"{part} {len(value)}" for part, value in state.items()) or "0"
+    return str(len(state)) if isinstance(state, list | dict) else str(state)
 
 
 def cmd_journal_export(args: argparse.Namespace) -> int:

@@ -109,7 +109,9 @@ def test_replay_reports_counts(tmp_path):
     result = run_cli("replay", "--config", str(path))
     assert result.returncode == 0, result.stderr
     assert "replayed 20 envelope(s)" in result.stdout
-    assert "  logs: 10" in result.stdout and "  findings: 10" in result.stdout
+    assert "  logs: 10" in result.stdout
+    assert "  findings: entries 10, incidents 0" in result.stdout
+    assert "  journals: home 2, head 2" in result.stdout
 
 
 def test_journal_export_is_json_lines(tmp_path):
