@@ -167,11 +167,12 @@ async def findings_http(tmp: Path, requests: int, rounds: int) -> dict:
     return {"node": node_figures, "bare": bare_figures}
 
 
-def paired_rounds(rounds: int, measure) -> tuple[float, float, float]:
-    """Median of (ours, peer, ratio) over rounds that alternate the two: noise hits both."""
+def paired_rounds(rounds: int, measure) -> tuple[float, float, float, list[float]]:
+    """Median of (ours, peer, ratio) over rounds that alternate the two: noise hits both.
+    Also every round's ratio, lowest first, so that a reader sees the spread."""
     results = sorted((measure(i) for i in range(rounds)), key=lambda r: r[0] / r[1])
     ours, peer = results[len(results) // 2]
-    return ours, peer, ours / peer
+    return ours, peer, ours / peer, [round(o / p, 2) for o, p in results]
 
 
 def main() -> None:
@@ -198,10 +199,15 @@ def main() -> None:
                 return ours(), peer
             return ours(), limit()
 
-        appends, limit, append_ratio = paired_rounds(args.rounds, lambda i: appends_round(i, 64))
+        appends, limit, append_ratio, append_rounds = paired_rounds(
+            args.rounds, lambda i: appends_round(i, 64)
+        )
         print(f"(a) appends/s {appends:,.0f} vs raw limit {limit:,.0f}: {append_ratio:.2f}")
+        print(f"    each round: {append_rounds}")
         # context, not the target: with more producers than one batch holds, batches grow
-        wide, wide_limit, wide_ratio = paired_rounds(args.rounds, lambda i: appends_round(i, 256))
+        wide, wide_limit, wide_ratio, _ = paired_rounds(
+            args.rounds, lambda i: appends_round(i, 256)
+        )
         print(f"    with 256 producers {wide:,.0f} vs {wide_limit:,.0f}: {wide_ratio:.2f}")
 
         def replay_round(i: int) -> tuple[float, float]:
@@ -213,8 +219,9 @@ def main() -> None:
 
         # a replay round takes about a tenth of a second, short enough for one hiccup of this
         # shared machine to decide it: three times the rounds, still a few seconds in all
-        replay, scan, replay_ratio = paired_rounds(3 * args.rounds, replay_round)
+        replay, scan, replay_ratio, replay_rounds = paired_rounds(3 * args.rounds, replay_round)
         print(f"(b) replay {replay:,.0f} events/s vs raw scan {scan:,.0f}/s: {replay_ratio:.2f}")
+        print(f"    each round: {replay_rounds}")
         http = asyncio.run(findings_http(tmp, args.requests, args.rounds))
         node_rps, bare_rps = http["node"]["requests_per_s"], http["bare"]["requests_per_s"]
         findings_ratio = node_rps / bare_rps
@@ -228,12 +235,14 @@ def main() -> None:
             "appends_per_s": round(appends),
             "limit_per_s": round(limit),
             "append_ratio": round(append_ratio, 2),
+            "append_ratio_rounds": append_rounds,
             "appends_256_per_s": round(wide),
             "limit_256_per_s": round(wide_limit),
             "append_ratio_256": round(wide_ratio, 2),
             "replay_per_s": round(replay),
             "raw_scan_per_s": round(scan),
             "replay_ratio": round(replay_ratio, 2),
+            "replay_ratio_rounds": replay_rounds,
             "findings_rps": node_rps,
             "findings_p99_ms": http["node"]["p99_ms"],
             "bare_rps": bare_rps,
