@@ -4,9 +4,10 @@ nothing a bad agent does stops the node or another agent."""
 from __future__ import annotations
 
 import socket
+import threading
 import time
 
-from node.runtime import AgentSpec
+from node.runtime import AgentRuntime, AgentSpec, RuntimeOptions
 from node.runtime.memhost import MemoryHost
 from tests.runtime_support import running, wait_for
 
@@ -149,6 +150,31 @@ def test_one_bad_agent_never_stops_another(built_agents):
     for bad in ("loop", "bomb", "trap", "err"):
         assert hosts[bad].of_type("agent.errored"), bad
         assert statuses[bad].restart_count >= 1, bad
+
+
+def test_stop_keeps_one_deadline_for_all_agents(tmp_path):
+    # An agent still compiling its component cannot be interrupted. A real compile that outlasts
+    # the timeout is neither cheap nor deterministic, so each load blocks until released.
+    specs = [AgentSpec(f"slow{i}", tmp_path / "never-read.wasm") for i in range(3)]
+    hosts = {spec.name: MemoryHost(spec.name) for spec in specs}
+    runtime = AgentRuntime(specs, lambda spec, _stopping: (hosts[spec.name],) * 2, RuntimeOptions())
+    loading, released = threading.Semaphore(0), threading.Event()
+
+    def load(path):
+        loading.release()
+        released.wait(30)
+        raise OSError("released")
+
+    runtime.engine.load = load
+    runtime.start()
+    try:
+        for _ in specs:
+            assert loading.acquire(timeout=10)
+        start = time.monotonic()
+        runtime.stop(timeout=1.0)
+        assert time.monotonic() - start < 2.0  # one second for all three, not one each
+    finally:
+        released.set()
 
 
 def test_stop_ends_even_a_spinning_agent(built_agents):

@@ -13,6 +13,7 @@ import logging
 import shutil
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
@@ -65,11 +66,17 @@ class AgentRuntime:
             worker.start()
 
     def stop(self, timeout: float = 15.0) -> None:
-        """Stop all agents (in parallel), then free the engine. Blocking: run in a thread."""
+        """Stop all agents (in parallel, within one `timeout` for all), then free the engine.
+
+        Blocking: run it in a thread. An agent still compiling its component cannot be
+        interrupted; its (daemon) thread is left to the process exit after the timeout, since
+        it holds nothing that must be written.
+        """
         for worker in self.workers.values():
             worker.request_stop()
+        deadline = time.monotonic() + timeout
         for worker in self.workers.values():
-            if not worker.stop(timeout):
+            if not worker.stop(max(0.0, deadline - time.monotonic())):
                 log.error("agent %s did not stop within %.0f s", worker.spec.name, timeout)
         self.engine.close()
         gc.collect()  # free what is left of the stores now, not at interpreter exit
