@@ -7,7 +7,7 @@ from typing import Any
 
 import msgspec
 
-from eventstore.envelope import Envelope
+from eventstore.envelope import Envelope, Event
 
 LOG_LEVELS = ("trace", "debug", "info", "warn", "error")
 SEVERITIES = ("info", "low", "medium", "high", "critical")
@@ -31,17 +31,23 @@ class Finding(msgspec.Struct, frozen=True, gc=False):
 
 
 class _SeqLog:
-    """Entries numbered 1, 2, 3... in global order, with the position each came from.
-
-    Subclasses fold with their own `apply`: on a replay the fold is most of the cost, and one
-    Python call per envelope is all it can afford.
-    """
+    """Entries numbered 1, 2, 3... in global order, with the position each came from."""
 
     name = ""
+    event_type = ""
 
     def __init__(self) -> None:
         self.entries: list[Any] = []
         self._positions: list[int] = []
+
+    def apply(self, envelope: Envelope) -> None:
+        event = envelope.event
+        if event.type == self.event_type:
+            self.entries.append(self.entry(len(self.entries) + 1, envelope.stream, event))
+            self._positions.append(envelope.position)
+
+    def entry(self, seq: int, agent: str, event: Event) -> Any:
+        raise NotImplementedError
 
     def page(self, since: int, limit: int) -> tuple[int, list[Any]]:
         """Entries with seq > since (at most `limit`) and the `next_seq` to poll with."""
@@ -65,23 +71,14 @@ class _SeqLog:
 
 class Logs(_SeqLog):
     name = "logs"
-    handles = frozenset({"log"})
+    event_type = "log"
+    handles = frozenset({event_type})
 
-    def apply(self, envelope: Envelope) -> None:
-        event = envelope.event
-        if event.type != "log":
-            return
+    def entry(self, seq: int, agent: str, event: Event) -> LogEntry:
         data = event.data
-        self.entries.append(
-            LogEntry(
-                len(self.entries) + 1,
-                event.ts,
-                str(data.get("level", "info")),
-                envelope.stream,
-                str(data.get("message", "")),
-            )
+        return LogEntry(
+            seq, event.ts, str(data.get("level", "info")), agent, str(data.get("message", ""))
         )
-        self._positions.append(envelope.position)
 
 
 class Findings(_SeqLog):
@@ -89,31 +86,26 @@ class Findings(_SeqLog):
     (node/sync/incidents.py) is reported once, across restarts."""
 
     name = "findings"
-    handles = frozenset({"finding"})
+    event_type = "finding"
+    handles = frozenset({event_type})
 
     def __init__(self) -> None:
         super().__init__()
         self.incidents: set[str] = set()
 
-    def apply(self, envelope: Envelope) -> None:
-        event = envelope.event
-        if event.type != "finding":
-            return
+    def entry(self, seq: int, agent: str, event: Event) -> Finding:
         data = event.data
-        self.entries.append(
-            Finding(
-                len(self.entries) + 1,
-                event.ts,
-                envelope.stream,
-                str(data.get("severity", "info")),
-                str(data.get("title", "")),
-                str(data.get("detail", "")),
-            )
-        )
-        self._positions.append(envelope.position)
         incident = data.get("incident")
         if isinstance(incident, str):
             self.incidents.add(incident)
+        return Finding(
+            seq,
+            event.ts,
+            agent,
+            str(data.get("severity", "info")),
+            str(data.get("title", "")),
+            str(data.get("detail", "")),
+        )
 
     def snapshot(self) -> dict[str, Any]:
         return {"entries": super().snapshot(), "incidents": sorted(self.incidents)}
