@@ -63,3 +63,16 @@ async def test_a_request_after_the_restart_adopts_the_pending_one(aiohttp_client
     )
     assert decided.status == 200
     assert await asyncio.wait_for(asking, 5) == "deny"
+
+
+async def test_a_request_while_the_decision_is_being_journaled_waits_for_it(aiohttp_client, config):
+    approval_id = await leave_pending(aiohttp_client, config)
+    client = await aiohttp_client(build_app(config))
+    ctx = client.app[CONTEXT]
+    gate = ctx.services["approvals"]
+    deciding = asyncio.create_task(gate.decide(approval_id, "approve", "ops"))
+    await asyncio.sleep(0)  # the decision is claimed and on its way to the journal
+    assert not deciding.done()
+    assert await asyncio.wait_for(gate.request("payer", "spend", "INV-1", 60), 5) == "approve"
+    await deciding
+    assert requested(ctx) == [approval_id]  # no second request was journaled

@@ -135,12 +135,15 @@ class ApprovalGate:
             self._waiters.pop(approval_id, None)
 
     def _orphan(self, agent: str, capability: str, detail: str) -> str | None:
-        """A request left pending by a previous run, for the same thing, that nobody awaits."""
+        """A request left pending by a previous run, for the same thing, that nobody awaits.
+
+        One whose decision is being journaled right now counts too: the agent then waits for
+        that decision rather than asking again and missing it.
+        """
         for approval_id, key in self._orphans.items():
             if (
                 key == (agent, capability, detail)
                 and approval_id not in self._waiters
-                and approval_id not in self._claimed
                 and approval_id in self.projection.pending
             ):
                 return approval_id
