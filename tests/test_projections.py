@@ -1,5 +1,6 @@
 """Every read model equals a rebuild of it from position 0 of the journal."""
 
+from eventstore.store import NewEvent
 from node.context import CONTEXT
 from tests.support import OPERATE_TOKEN, auth
 
@@ -25,3 +26,20 @@ async def test_folding_twice_is_harmless(client):
     await ctx.store.append("a", "log", {"level": "info", "message": "once"})
     ctx.projections.apply(ctx.store.iter_all())
     assert len(ctx.projections["logs"].entries) == 1
+
+
+async def test_a_fold_overlapping_what_was_folded_skips_the_overlap(client):
+    ctx = client.app[CONTEXT]
+    await ctx.store.append_many(
+        [NewEvent(f"a{i % 3}", "log", {"level": "info", "message": str(i)}) for i in range(600)]
+    )
+    everything = list(ctx.store.iter_all(0))
+    once = ctx.projections.fresh()
+    once.apply(everything)  # several runs for the batch folders
+    twice = ctx.projections.fresh()
+    twice.apply(everything[:300])
+    twice.apply(everything)  # starts with 300 folded already, in the middle of a run
+    assert twice.snapshot() == once.snapshot() == ctx.projections.snapshot()
+    assert twice.position == ctx.store.last_position
+    assert len(twice["logs"].entries) == 600
+    assert [twice["journals"].head[f"a{i}"] for i in range(3)] == [200, 200, 200]
