@@ -8,21 +8,15 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Callable, Iterable
-from itertools import islice
 from typing import Any, Protocol
 
 from eventstore.envelope import Envelope
-
-_RUN = 256  # envelopes per call of a batch folder
 
 
 class Projection(Protocol):
     name: str
     # Optional class attribute `handles`: the event types it folds (absent: every envelope).
     # It lets the registry skip calls that would do nothing, which matters on replay.
-    # Instead of `apply`, a projection that folds every envelope may define
-    # `apply_batch(envelopes)`, called with runs of envelopes in order: one call per run,
-    # not one per envelope.
 
     def apply(self, envelope: Envelope) -> None:
         """Fold one envelope; must be deterministic and must not raise on unknown types."""
@@ -37,7 +31,6 @@ class Projections:
     def __init__(self, projections: Iterable[Projection] = ()) -> None:
         self._projections: dict[str, Projection] = {}
         self._by_type: dict[str, tuple[Callable[[Envelope], None], ...]] = {}
-        self._batched: tuple[Callable[[list[Envelope]], None], ...] = ()
         self.position = 0
         self.last_digest = b""  # of the envelope at `position`, to check a checkpoint against
         for projection in projections:
@@ -48,9 +41,6 @@ class Projections:
             raise ValueError(f"projection {projection.name!r} registered twice")
         self._projections[projection.name] = projection
         self._by_type.clear()
-        self._batched = tuple(
-            p.apply_batch for p in self._projections.values() if hasattr(p, "apply_batch")
-        )
 
     def __getitem__(self, name: str) -> Any:
         return self._projections[name]
@@ -64,31 +54,25 @@ class Projections:
             appliers = tuple(
                 p.apply
                 for p in self._projections.values()
-                if not hasattr(p, "apply_batch")
-                and (getattr(p, "handles", None) is None or event_type in p.handles)
+                if getattr(p, "handles", None) is None or event_type in p.handles
             )
             self._by_type[event_type] = appliers
         return appliers
 
     def apply(self, envelopes: Iterable[Envelope]) -> None:
-        """Fold envelopes (in position order) newer than the current position; older ones were
-        folded already. Runs of a few hundred go to the batch folders, then one by one to the
-        others."""
-        by_type, appliers_of, batched = self._by_type, self._appliers, self._batched
-        source = iter(envelopes)
-        for chunk in iter(lambda: list(islice(source, _RUN)), []):
-            position = self.position
-            if chunk[0].position <= position:
-                chunk = [e for e in chunk if e.position > position]
-                if not chunk:
+        """Fold envelopes newer than the current position (older ones were folded already)."""
+        by_type, appliers_of = self._by_type, self._appliers
+        position, last = self.position, None
+        try:
+            for envelope in envelopes:
+                if envelope.position <= position:
                     continue
-            for apply_batch in batched:
-                apply_batch(chunk)
-            for envelope in chunk:
                 for apply in by_type.get(envelope.event.type) or appliers_of(envelope.event.type):
                     apply(envelope)
-            # the position moves once per run, not once per envelope (a replay's hot loop)
-            self.position, self.last_digest = chunk[-1].position, chunk[-1].digest
+                position, last = envelope.position, envelope
+        finally:  # the position moves once per call, not once per envelope (a replay's hot loop)
+            if last is not None:
+                self.position, self.last_digest = last.position, last.digest
 
     def rebuild(self, envelopes: Iterable[Envelope]) -> None:
         """Bulk fold (start-up, `replay`): with the cyclic GC paused, since read models only
