@@ -13,10 +13,8 @@ class Journals:
         self.head: dict[str, int] = {}
 
     def apply(self, envelope: Envelope) -> None:
-        stream = envelope.stream
-        self.head[stream] = envelope.seq
-        if stream not in self.home:  # every envelope comes here: no `setdefault` argument built
-            self.home[stream] = envelope.event.origin
+        self.home.setdefault(envelope.stream, envelope.event.origin)
+        self.head[envelope.stream] = envelope.seq
 
     def home_of(self, stream: str) -> str | None:
         return self.home.get(stream)
