@@ -120,7 +120,7 @@ def replay_rate(directory: Path) -> float:
     store = EventStore(directory, KEY, "bench")
     projections = node_projections()
     started = time.perf_counter()
-    projections.rebuild(store.iter_all())
+    projections.rebuild(store.iter_chunks())
     elapsed = time.perf_counter() - started
     count = projections.position
     store.close_sync()

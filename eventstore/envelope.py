@@ -81,6 +81,32 @@ def decode_event(payload: bytes) -> Event:
     return _decoder.decode(payload)
 
 
+def as_msgpack_array(values: list[bytes]) -> bytes:
+    """Encoded msgpack values, each whole, joined into one encoded array: a chunk of them is
+    then decoded in one call instead of one call per value (a replay's largest per-row cost)."""
+    count = len(values)
+    if count < 16:
+        header = bytes((0x90 | count,))
+    elif count < 1 << 16:
+        header = b"\xdc" + count.to_bytes(2, "big")
+    else:
+        header = b"\xdd" + count.to_bytes(4, "big")
+    return header + b"".join(values)
+
+
+_list_decoder = msgspec.msgpack.Decoder(list[Event])
+
+
+def decode_events(payloads: list[bytes]) -> list[Event]:
+    """`decode_event` of each stored payload, in one call. A payload that is not exactly one
+    value (stored data damaged past its hash, which `audit verify` reports) may fail the whole
+    call: it is then decoded one by one, which raises that payload's own error."""
+    try:
+        return _list_decoder.decode(as_msgpack_array(payloads))
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return [decode_event(payload) for payload in payloads]
+
+
 def utc_now() -> str:
     """ISO 8601 UTC with microseconds and a `Z`: sortable and unambiguous."""
     return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")

@@ -17,6 +17,7 @@ import asyncio
 import concurrent.futures
 import os
 import queue
+import struct
 import threading
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -34,7 +35,9 @@ from eventstore.batch_sign import SharedSigner
 from eventstore.envelope import (
     Envelope,
     Event,
+    as_msgpack_array,
     decode_event,
+    decode_events,
     digest_of,
     encode_event,
     signed_bytes,
@@ -54,6 +57,8 @@ _LONGEST_SIGNED = len(signed_bytes("x" * _MAX_STREAM_BYTES, 0, bytes(32)))
 _ZEROS_AHEAD_MIN, _ZEROS_AHEAD_MAX = 1 << 20, 8 << 20
 _record_encoder = msgspec.msgpack.Encoder()
 _record_decoder = msgspec.msgpack.Decoder(tuple[int, bytes, bytes, bytes])
+_SEQ = struct.Struct(">Q")  # the last 8 bytes of an events key
+_records_decoder = msgspec.msgpack.Decoder(list[tuple[int, bytes, bytes, bytes]])
 _head_decoder = msgspec.msgpack.Decoder(tuple[int, bytes])
 _open_paths: set[str] = set()
 _open_paths_lock = threading.Lock()
@@ -599,32 +604,33 @@ class EventStore:
             if not cursor.set_range((after_position + 1).to_bytes(8, "big")):
                 return []
             keys = list(islice(cursor.iternext(keys=False, values=True), limit))
-            # one C call for all the gets, one comprehension for all the rows: a replay is
-            # mostly per-row overhead, so every lookup in this loop shows
+            # one C call for all the gets, one for all the records, one for all the payloads, one
+            # comprehension for all the rows: a replay is mostly per-row overhead
             rows = txn.cursor(db=self._events).getmulti(keys)
-            names, decode, from_bytes = self._stream_names, _record_decoder.decode, int.from_bytes
-            return [
-                Envelope(
-                    names[key[:-9]],
-                    from_bytes(key[-8:], "big"),
-                    (record := decode(raw))[1],
-                    record[2],
-                    record[3],
-                    decode_event(record[1]),
-                    record[0],
-                )
-                for key, raw in rows
-            ]
+        records = _decode_records([raw for _, raw in rows])
+        events = decode_events([record[1] for record in records])
+        names, seq_at_end = self._stream_names, _SEQ.unpack_from
+        return [
+            Envelope(names[key[:-9]], seq_at_end(key, -8)[0], r[1], r[2], r[3], event, r[0])
+            for (key, _), r, event in zip(rows, records, events, strict=True)
+        ]
 
-    def iter_all(self, after_position: int = 0, chunk: int = 256) -> Iterator[Envelope]:
-        """Every envelope after a position, in small chunks: no read transaction lives long,
-        and short-lived chunks keep a full replay twice as fast as one big list."""
+    def iter_chunks(self, after_position: int = 0, size: int = 256) -> Iterator[list[Envelope]]:
+        """Every envelope after a position, in chunks of `size`: no read transaction lives long,
+        short-lived chunks keep a full replay twice as fast as one big list, and a fold that
+        loops over each chunk saves a generator step per envelope."""
         while True:
-            envelopes = self.read_all(after_position, chunk)
-            yield from envelopes
-            if len(envelopes) < chunk:
+            envelopes = self.read_all(after_position, size)
+            if envelopes:
+                yield envelopes
+            if len(envelopes) < size:
                 return
             after_position = envelopes[-1].position
+
+    def iter_all(self, after_position: int = 0, chunk: int = 256) -> Iterator[Envelope]:
+        """Every envelope after a position, one by one (read in chunks)."""
+        for envelopes in self.iter_chunks(after_position, chunk):
+            yield from envelopes
 
     def iter_stream_records(self, stream: str, chunk: int = 5000) -> Iterator[tuple[int, bytes]]:
         """(seq, stored record bytes) of one journal, undecoded: for audits of damaged data."""
@@ -658,6 +664,14 @@ class EventStore:
 def decode_record(raw: bytes) -> tuple[int, bytes, bytes, bytes]:
     """A stored record → (position, payload, digest, signature)."""
     return _record_decoder.decode(raw)
+
+
+def _decode_records(raws: list[bytes]) -> list[tuple[int, bytes, bytes, bytes]]:
+    """`decode_record` of each, in one call (falling back like `decode_events`)."""
+    try:
+        return _records_decoder.decode(as_msgpack_array(raws))
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return [decode_record(raw) for raw in raws]
 
 
 def _precheck(

@@ -86,7 +86,7 @@ async def journal_lifecycle(app: web.Application) -> AsyncIterator[None]:
     ctx = app[CONTEXT]
     if checkpoint.restore(ctx.projections, ctx.store, ctx.config.data_path):
         log.info("projections restored from checkpoint at position %d", ctx.projections.position)
-    ctx.projections.rebuild(ctx.store.iter_all(ctx.projections.position))
+    ctx.projections.rebuild(ctx.store.iter_chunks(ctx.projections.position))
     ctx.store.add_commit_listener(ctx.projections.apply)
     ctx.store.start()
     yield

@@ -159,11 +159,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
         def counted():
             nonlocal count
-            for envelope in ctx.store.iter_all():
-                count += 1
-                if count % 50_000 == 0:
-                    report(count)
-                yield envelope
+            for chunk in ctx.store.iter_chunks():
+                if (count + len(chunk)) // 50_000 > count // 50_000:
+                    report(count + len(chunk))
+                count += len(chunk)
+                yield chunk
 
         ctx.projections.rebuild(counted())
     finally:

@@ -7,7 +7,7 @@ position 0, and both must end in the same state (tests/test_projections.py prove
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 from eventstore.envelope import Envelope
@@ -74,12 +74,14 @@ class Projections:
             if last is not None:
                 self.position, self.last_digest = last.position, last.digest
 
-    def rebuild(self, envelopes: Iterable[Envelope]) -> None:
-        """Bulk fold (start-up, `replay`): with the cyclic GC paused, since read models only
-        grow here, then frozen so later collections do not rescan them."""
+    def rebuild(self, chunks: Iterable[Sequence[Envelope]]) -> None:
+        """Bulk fold of chunks in order (start-up, `replay`; `EventStore.iter_chunks`): with
+        the cyclic GC paused, since read models only grow here, then frozen so later
+        collections do not rescan them."""
         gc.disable()
         try:
-            self.apply(envelopes)
+            for chunk in chunks:
+                self.apply(chunk)
         finally:
             gc.enable()
             gc.freeze()

@@ -34,9 +34,9 @@ async def test_clean_shutdown_writes_a_checkpoint_that_the_next_start_uses(aioht
     ctx2 = build_app(config)[CONTEXT]
     assert checkpoint.restore(ctx2.projections, ctx2.store, config.data_path)
     assert ctx2.projections.position == 8
-    ctx2.projections.rebuild(ctx2.store.iter_all(ctx2.projections.position))
+    ctx2.projections.rebuild(ctx2.store.iter_chunks(ctx2.projections.position))
     fresh = ctx2.projections.fresh()
-    fresh.rebuild(ctx2.store.iter_all())
+    fresh.rebuild(ctx2.store.iter_chunks())
     assert fresh.snapshot() == ctx2.projections.snapshot() == after
     ctx2.store.close_sync()
 

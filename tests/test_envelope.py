@@ -2,11 +2,17 @@
 
 import base64
 
+import msgspec
 import pytest
 from nacl.signing import SigningKey
 
 from eventstore.envelope import (
+    Event,
+    as_msgpack_array,
+    decode_event,
+    decode_events,
     digest_of,
+    encode_event,
     parse_signature,
     sign,
     signed_bytes,
@@ -62,3 +68,24 @@ def test_multibase_test_vector_round_trips():
 def test_bad_signature_text_is_refused(text):
     with pytest.raises(ValueError):
         parse_signature(text)
+
+
+@pytest.mark.parametrize("count", [0, 1, 15, 16, 65_535, 65_536, 70_000])
+def test_joined_values_decode_as_one_array_at_every_header_size(count):
+    values = [msgspec.msgpack.encode(i) for i in range(count)]
+    assert msgspec.msgpack.decode(as_msgpack_array(values)) == list(range(count))
+
+
+def test_a_chunk_of_payloads_decodes_like_each_payload_alone():
+    events = [Event("finding", "t", "n", f"p{i}", {"i": i, "s": "x" * i}) for i in range(40)]
+    assert decode_events([encode_event(e) for e in events]) == events
+
+
+@pytest.mark.parametrize("bad", [b"\xc1", encode_event(Event("log", "t", "n", "", {})) + b"\x00"])
+def test_a_bad_payload_in_a_chunk_raises_its_own_error(bad):
+    good = encode_event(Event("log", "t", "n", "", {}))
+    with pytest.raises(msgspec.DecodeError) as alone:
+        decode_event(bad)
+    with pytest.raises(msgspec.DecodeError) as in_chunk:
+        decode_events([good, bad, good])
+    assert str(in_chunk.value) == str(alone.value)

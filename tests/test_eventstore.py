@@ -50,6 +50,21 @@ async def test_append_signs_chains_and_numbers(store):
     assert store.head("payer").seq == 2 and store.head("nobody") is None
 
 
+async def test_reading_in_chunks_gives_what_each_row_read_alone_gives(store):
+    appended = [
+        await store.append(f"s{i % 3}", ("log", "finding")[i % 2], {"i": i, "pad": "x" * i})
+        for i in range(40)
+    ]
+    one_by_one = [store.get(e.stream, e.seq) for e in appended]
+    assert one_by_one == appended
+    assert store.read_all(0, 1000) == appended
+    assert list(store.iter_all(after_position=3, chunk=7)) == appended[3:]
+    chunks = list(store.iter_chunks(after_position=5, size=7))
+    assert [len(c) for c in chunks] == [7, 7, 7, 7, 7]
+    assert list(itertools.chain.from_iterable(chunks)) == appended[5:]
+    assert list(store.iter_chunks(after_position=40)) == []
+
+
 async def test_concurrent_appends_from_coroutines_and_threads_never_gap(store):
     async def producer(n: int):
         for i in range(50):

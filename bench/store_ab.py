@@ -1,13 +1,17 @@
-"""The group-commit writer at two revisions, side by side: bench/journal.py (a) for each.
+"""The event store at two revisions, side by side: bench/journal.py (a), or (b), for each.
 
-On this shared machine one run of bench/journal.py drifts by more than most changes to the writer
+On this shared machine one run of bench/journal.py drifts by more than most changes to the store
 gain or lose, so a change is judged here instead: `eventstore/store.py` at revision A and at
 revision B (`WT`: the working tree) are loaded as two modules into one process, and every round
-measures the raw limit and then both writers, alternating which goes first. Only store.py
-differs between the two; everything it imports comes from the working tree.
+measures the raw peer (the raw append limit, or with `--replay` the raw scan) and then both
+stores, alternating which goes first. Only store.py differs between the two; everything it
+imports comes from the working tree.
 
-Run: .venv/bin/python bench/writer_ab.py A B [--rounds 12] [--events 30000]
-  e.g. .venv/bin/python bench/writer_ab.py HEAD WT
+`--replay` needs revisions that have `EventStore.iter_chunks` (the reader bench/journal.py's
+replay uses).
+
+Run: .venv/bin/python bench/store_ab.py A B [--replay] [--rounds 12] [--events 30000]
+  e.g. .venv/bin/python bench/store_ab.py HEAD WT
 """
 
 from __future__ import annotations
@@ -56,31 +60,53 @@ def writer_rate(module: ModuleType, directory: Path, events: int) -> float:
         journal.EventStore = original
 
 
+def replay_rate(module: ModuleType, directory: Path) -> float:
+    """(b) with this module's EventStore reading the journal."""
+    original = journal.EventStore
+    journal.EventStore = module.EventStore
+    try:
+        return journal.replay_rate(directory)
+    finally:
+        journal.EventStore = original
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("a")
     parser.add_argument("b")
     parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--events", type=int, default=30_000)
+    parser.add_argument("--replay", action="store_true", help="compare (b), not (a)")
     args = parser.parse_args()
-    tmp = Path(tempfile.mkdtemp(prefix="bench-writer-ab-"))
+    tmp = Path(tempfile.mkdtemp(prefix="bench-store-ab-"))
     ratios: dict[str, list[float]] = {"a": [], "b": []}
     try:
         stores = {"a": load_store(args.a, "store_a", tmp), "b": load_store(args.b, "store_b", tmp)}
+        journal_dir = tmp / "journal"
+        if args.replay:  # one journal, written by the working tree's store, read by both
+            asyncio.run(journal.group_commit_rate(journal_dir, args.events))
         for i in range(args.rounds):
-            limit = journal.raw_append_limit(tmp / f"raw{i}", args.events)
+            if args.replay:
+                peer = journal.raw_scan_rate(journal_dir)[0]
+            else:
+                peer = journal.raw_append_limit(tmp / f"raw{i}", args.events)
             for side in ("a", "b") if i % 2 == 0 else ("b", "a"):
-                rate = writer_rate(stores[side], tmp / f"{side}{i}", args.events)
-                ratios[side].append(rate / limit)
+                if args.replay:
+                    rate = replay_rate(stores[side], journal_dir)
+                else:
+                    rate = writer_rate(stores[side], tmp / f"{side}{i}", args.events)
+                ratios[side].append(rate / peer)
             print(f"round {i}: A {ratios['a'][-1]:.3f}  B {ratios['b'][-1]:.3f}", flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     a, b = statistics.median(ratios["a"]), statistics.median(ratios["b"])
     wins = sum(rb > ra for ra, rb in zip(ratios["a"], ratios["b"], strict=True))
-    print(f"median ratio to the raw limit: A ({args.a}) {a:.3f}, B ({args.b}) {b:.3f}")
+    peer = "raw scan" if args.replay else "raw limit"
+    print(f"median ratio to the {peer}: A ({args.a}) {a:.3f}, B ({args.b}) {b:.3f}")
     report(
         {
-            "bench": "writer_ab",
+            "bench": "store_ab",
+            "measure": "replay" if args.replay else "appends",
             "a": args.a,
             "b": args.b,
             "rounds": args.rounds,
