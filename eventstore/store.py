@@ -627,11 +627,6 @@ class EventStore:
                 return
             after_position = envelopes[-1].position
 
-    def iter_all(self, after_position: int = 0, chunk: int = 256) -> Iterator[Envelope]:
-        """Every envelope after a position, one by one (read in chunks)."""
-        for envelopes in self.iter_chunks(after_position, chunk):
-            yield from envelopes
-
     def iter_stream_records(self, stream: str, chunk: int = 5000) -> Iterator[tuple[int, bytes]]:
         """(seq, stored record bytes) of one journal, undecoded: for audits of damaged data."""
         prefix = stream.encode() + b"\0"

@@ -55,7 +55,7 @@ async def test_rebuild_from_zero_equals_live_state_and_survives_a_checkpoint(
         assert response.status == 201
 
     rebuilt = ctx.projections.fresh()
-    rebuilt.apply(ctx.store.iter_all(0, chunk=5))
+    rebuilt.rebuild(ctx.store.iter_chunks(0, size=5))
     live = ctx.projections.snapshot()
     assert rebuilt.snapshot() == live
     for name in ("approvals", "tasks", "grants", "registry"):

@@ -58,7 +58,6 @@ async def test_reading_in_chunks_gives_what_each_row_read_alone_gives(store):
     one_by_one = [store.get(e.stream, e.seq) for e in appended]
     assert one_by_one == appended
     assert store.read_all(0, 1000) == appended
-    assert list(store.iter_all(after_position=3, chunk=7)) == appended[3:]
     chunks = list(store.iter_chunks(after_position=5, size=7))
     assert [len(c) for c in chunks] == [7, 7, 7, 7, 7]
     assert list(itertools.chain.from_iterable(chunks)) == appended[5:]

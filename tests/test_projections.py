@@ -15,7 +15,7 @@ async def test_rebuild_from_zero_equals_live_state(client):
         )
         await ctx.store.append(f"a{i % 2}", "log", {"level": "warn", "message": str(i)})
     rebuilt = ctx.projections.fresh()
-    rebuilt.apply(ctx.store.iter_all(0, chunk=7))
+    rebuilt.rebuild(ctx.store.iter_chunks(0, size=7))
     assert rebuilt.position == ctx.projections.position == ctx.store.last_position
     assert rebuilt.snapshot() == ctx.projections.snapshot()
     assert len(rebuilt["findings"].entries) == 30 and len(rebuilt["logs"].entries) == 30
@@ -24,7 +24,7 @@ async def test_rebuild_from_zero_equals_live_state(client):
 async def test_folding_twice_is_harmless(client):
     ctx = client.app[CONTEXT]
     await ctx.store.append("a", "log", {"level": "info", "message": "once"})
-    ctx.projections.apply(ctx.store.iter_all())
+    ctx.projections.apply(ctx.store.read_all())
     assert len(ctx.projections["logs"].entries) == 1
 
 
@@ -33,7 +33,7 @@ async def test_a_fold_overlapping_what_was_folded_skips_the_overlap(client):
     await ctx.store.append_many(
         [NewEvent(f"a{i % 3}", "log", {"level": "info", "message": str(i)}) for i in range(600)]
     )
-    everything = list(ctx.store.iter_all(0))
+    everything = ctx.store.read_all(0, limit=1000)
     once = ctx.projections.fresh()
     once.apply(everything)  # several runs for the batch folders
     twice = ctx.projections.fresh()

@@ -227,7 +227,7 @@ async def test_cancel_denies_what_the_task_waits_for_and_is_final(node, http):
 
     # what A2A shows is a read model like any other: a rebuild from position 0 equals it
     rebuilt = node.ctx.projections.fresh()
-    rebuilt.apply(node.ctx.store.iter_all(0))
+    rebuilt.rebuild(node.ctx.store.iter_chunks())
     assert rebuilt["a2a"].snapshot() == node.ctx.projections["a2a"].snapshot()
     assert rebuilt["tasks"].snapshot() == node.ctx.projections["tasks"].snapshot()
     assert node.ctx.projections["a2a"].snapshot()["canceled"] == {

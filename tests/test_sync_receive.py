@@ -292,7 +292,7 @@ async def test_the_peer_book_rebuilds_to_the_live_state(client):
     assert book.pins and book.acks["node-b"]["scout"] == 3
     assert len(ctx.projections["findings"].incidents) == 1
     rebuilt = ctx.projections.fresh()
-    rebuilt.apply(ctx.store.iter_all(0))
+    rebuilt.rebuild(ctx.store.iter_chunks())
     for name in ("peers", "findings"):
         assert rebuilt.snapshot()[name] == ctx.projections.snapshot()[name]
 
