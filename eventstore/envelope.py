@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import base64
 import hashlib
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 from nacl.exceptions import BadSignatureError
 from nacl.signing import SigningKey, VerifyKey
+
+T = TypeVar("T")
 
 SIGNING_DOMAIN = b"agent-runtime/envelope/v1\0"
 HASH_PREFIX = "sha256:"
@@ -94,17 +97,25 @@ def as_msgpack_array(values: list[bytes]) -> bytes:
     return header + b"".join(values)
 
 
+def decode_each(
+    values: list[bytes], as_list: msgspec.msgpack.Decoder, decode_one: Callable[[bytes], T]
+) -> list[T]:
+    """`decode_one` of each value, in one call of `as_list` (a decoder of `list[...]`). A value
+    that is not exactly one msgpack value (stored data damaged past its hash, which `audit
+    verify` reports) may fail the whole call: the values are then decoded one by one, which
+    raises that value's own error."""
+    try:
+        return as_list.decode(as_msgpack_array(values))
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return [decode_one(value) for value in values]
+
+
 _list_decoder = msgspec.msgpack.Decoder(list[Event])
 
 
 def decode_events(payloads: list[bytes]) -> list[Event]:
-    """`decode_event` of each stored payload, in one call. A payload that is not exactly one
-    value (stored data damaged past its hash, which `audit verify` reports) may fail the whole
-    call: it is then decoded one by one, which raises that payload's own error."""
-    try:
-        return _list_decoder.decode(as_msgpack_array(payloads))
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return [decode_event(payload) for payload in payloads]
+    """`decode_event` of each stored payload, in one call."""
+    return decode_each(payloads, _list_decoder, decode_event)
 
 
 def utc_now() -> str:

@@ -35,7 +35,7 @@ from eventstore.batch_sign import SharedSigner
 from eventstore.envelope import (
     Envelope,
     Event,
-    as_msgpack_array,
+    decode_each,
     decode_event,
     decode_events,
     digest_of,
@@ -662,11 +662,7 @@ def decode_record(raw: bytes) -> tuple[int, bytes, bytes, bytes]:
 
 
 def _decode_records(raws: list[bytes]) -> list[tuple[int, bytes, bytes, bytes]]:
-    """`decode_record` of each, in one call (falling back like `decode_events`)."""
-    try:
-        return _records_decoder.decode(as_msgpack_array(raws))
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return [decode_record(raw) for raw in raws]
+    return decode_each(raws, _records_decoder, decode_record)
 
 
 def _precheck(
