@@ -36,6 +36,7 @@ from node.runtime import AgentRuntime, AgentSpec, RuntimeOptions  # noqa: E402
 from node.runtime.bindings import make_linker  # noqa: E402
 from node.runtime.engine import AgentEngine  # noqa: E402
 from node.runtime.memhost import MemoryHost  # noqa: E402
+from projections.approvals import Approvals  # noqa: E402
 
 PYTHON_AGENTS = [
     "hello",
@@ -214,10 +215,10 @@ async def bench_approval_http(wasm: Path, cache: Path, rounds: int) -> dict[str,
     from aiohttp import web
 
     from node.api import a2a, approvals, grants
+    from node.api import runtime as area
     from node.app import AREAS, build_app
     from node.config import load_config
     from node.context import CONTEXT
-    from node.runtime import area
 
     os.environ[area.COMPILED_CACHE_ENV] = str(cache)
     with socket.socket() as s:
@@ -246,7 +247,7 @@ async def bench_approval_http(wasm: Path, cache: Path, rounds: int) -> dict[str,
         latencies: list[float] = []
         async with aiohttp.ClientSession(f"http://127.0.0.1:{port}", headers=headers) as http:
             for _ in range(rounds):
-                while not (pending := ctx.projections["approvals"].list()):
+                while not (pending := ctx.projections.get(Approvals).list()):
                     await asyncio.sleep(0.001)
                 await asyncio.sleep(0.002)  # the operator thinks
                 before = len(resumed)

@@ -12,35 +12,46 @@ from nacl.signing import SigningKey
 from eventstore.keys import load_or_create_key
 from eventstore.store import EventStore
 from node import checkpoint
-from node.api import a2a, approvals, discovery, entries, grants, health, openapi, registry
+from node.api import (
+    a2a,
+    approvals,
+    discovery,
+    entries,
+    grants,
+    health,
+    openapi,
+    protocols,
+    registry,
+    runtime,
+    streams,
+    sync,
+)
 from node.auth import ROUTE_SCOPES, TOKENS, TokenTable, auth_middleware
 from node.config import Config
 from node.context import CONTEXT, NodeContext
-from node.errors import problem_middleware
+from node.http import problem_middleware
 from node.metrics import NodeMetrics
-from node.protocols import area as protocols
-from node.runtime import area as runtime_area
-from node.streams import api as streams
-from node.sync import api as sync
 from projections.base import Projections
 from projections.entries import Findings, Logs
 from projections.journals import Journals
 
 log = logging.getLogger(__name__)
 JOURNAL_DIR = "journal"
-# Each area module adds its routes (and, if it has any, projections and lifecycle).
+# The areas (docs/design.md, "Wiring"): each `setup(app)` registers its read models, its
+# service under its AppKey, its lifecycle and its routes. An area comes after every area whose
+# service it takes in its setup; lifecycles start in this order and stop in reverse.
 AREAS = (
     health,
     entries,
     approvals,
     registry,
-    grants,  # before the runtime: configured grants exist before an agent asks for a secret
-    discovery,
+    grants,
     streams,
-    a2a,  # after streams: its own GET /api/v1/a2a/events is only a fallback
+    a2a,
     sync,
-    protocols,  # A2A JSON-RPC and AG-UI runs: uses tasks and approvals
-    runtime_area,  # last: its agents stop first, before the services they call close
+    discovery,
+    runtime,  # takes approvals, registry, grants, the bus and tasks; its agents stop first
+    protocols,  # takes tasks, approvals and the runtime's agents
     openapi,  # after every route exists: the document is built from the router
 )
 

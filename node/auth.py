@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from node.config import AuthSection
-from node.errors import problem_response
+from node.http import problem_response
 
 Scopes = tuple[str, ...]
 PUBLIC: Scopes = ()

@@ -13,11 +13,11 @@ from __future__ import annotations
 import hashlib
 import inspect
 import logging
-import os
 import pickle
 from pathlib import Path
 
 from eventstore.store import EventStore
+from node.files import write_atomically
 from projections.base import Projections
 
 log = logging.getLogger(__name__)
@@ -33,21 +33,15 @@ def fingerprint(projections: Projections) -> str:
 
 
 def save(projections: Projections, data_dir: Path) -> None:
-    """Write atomically (temp file, fsync, rename) so a crash leaves the old one or the new."""
+    """Atomically, so a crash leaves the old one or the new."""
     state = {
         "fingerprint": fingerprint(projections),
         "position": projections.position,
         "payload_hash": "sha256:" + projections.last_digest.hex(),
         "state": {p.name: p.__dict__ for p in projections},
     }
-    path = Path(data_dir) / CHECKPOINT_FILE
-    tmp = path.with_suffix(".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        pickle.dump(state, f, protocol=pickle.HIGHEST_PROTOCOL)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    data = pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+    write_atomically(Path(data_dir) / CHECKPOINT_FILE, data)
 
 
 def restore(projections: Projections, store: EventStore, data_dir: Path) -> bool:

@@ -1,9 +1,10 @@
-"""What every part of the node shares: config, identity, journal, read models, metrics."""
+"""What every part of the node shares: config, identity, journal, read models, metrics.
+
+Services are not here: each is an `web.AppKey` declared next to its class (docs/design.md)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from aiohttp import web
 from nacl.signing import SigningKey
@@ -22,9 +23,6 @@ class NodeContext:
     projections: Projections
     metrics: NodeMetrics
     shutting_down: bool = False
-    # Services of later areas (approval gate, tasks, grants, registry, runtime, bus, sync)
-    # attach themselves here by name so handlers can find them.
-    services: dict[str, Any] = field(default_factory=dict)
 
     @property
     def name(self) -> str:

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from eventstore.envelope import Envelope
+
+P = TypeVar("P")
 
 
 class Projection(Protocol):
@@ -30,7 +32,8 @@ class Projections:
 
     def __init__(self, projections: Iterable[Projection] = ()) -> None:
         self._projections: dict[str, Projection] = {}
-        self._by_type: dict[str, tuple[Callable[[Envelope], None], ...]] = {}
+        self._by_class: dict[type, Projection] = {}
+        self._appliers_by_type: dict[str, tuple[Callable[[Envelope], None], ...]] = {}
         self.position = 0
         self.last_digest = b""  # of the envelope at `position`, to check a checkpoint against
         for projection in projections:
@@ -40,28 +43,35 @@ class Projections:
         if projection.name in self._projections:
             raise ValueError(f"projection {projection.name!r} registered twice")
         self._projections[projection.name] = projection
-        self._by_type.clear()
+        self._by_class[type(projection)] = projection
+        self._appliers_by_type.clear()
 
-    def __getitem__(self, name: str) -> Any:
-        return self._projections[name]
+    def get(self, kind: type[P]) -> P:
+        """The registered read model of that class; an unregistered one is a bug of the
+        wiring, so it raises (at start, where areas take their read models) rather than
+        answering None."""
+        try:
+            return self._by_class[kind]  # type: ignore[return-value]
+        except KeyError:
+            raise LookupError(f"no {kind.__name__} read model is registered") from None
 
     def __iter__(self):
         return iter(self._projections.values())
 
     def _appliers(self, event_type: str) -> tuple[Callable[[Envelope], None], ...]:
-        appliers = self._by_type.get(event_type)
+        appliers = self._appliers_by_type.get(event_type)
         if appliers is None:
             appliers = tuple(
                 p.apply
                 for p in self._projections.values()
                 if getattr(p, "handles", None) is None or event_type in p.handles
             )
-            self._by_type[event_type] = appliers
+            self._appliers_by_type[event_type] = appliers
         return appliers
 
     def apply(self, envelopes: Iterable[Envelope]) -> None:
         """Fold envelopes newer than the current position (older ones were folded already)."""
-        by_type, appliers_of = self._by_type, self._appliers
+        by_type, appliers_of = self._appliers_by_type, self._appliers
         position, last = self.position, None
         try:
             for envelope in envelopes:

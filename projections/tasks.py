@@ -123,10 +123,6 @@ class Tasks:
             if (status is None or t.status == status) and (agent is None or t.to == agent)
         ]
 
-    def pending_for(self, agent: str) -> list[Task]:
-        """The agent's pending tasks, oldest first (a copy: safe from a worker thread)."""
-        return [self.tasks[i] for i in list(self._pending.get(agent, ()))]
-
     def snapshot(self) -> dict[str, Any]:
         return {
             "tasks": [msgspec.to_builtins(t) for t in self.tasks.values()],

@@ -38,7 +38,7 @@ def built_agents() -> dict[str, Path]:
 def shared_compiled_cache(monkeypatch):
     """Every node a test starts (in process or as a subprocess) shares one compiled cache:
     compiling a Python-built component takes seconds, loading it from the cache milliseconds."""
-    from node.runtime.area import COMPILED_CACHE_ENV
+    from node.api.runtime import COMPILED_CACHE_ENV
     from tests.runtime_support import COMPILED_CACHE
 
     monkeypatch.setenv(COMPILED_CACHE_ENV, str(COMPILED_CACHE))

@@ -10,7 +10,7 @@ import pytest
 from eventstore.store import EventStore
 from node.app import JOURNAL_DIR, build_app
 from node.context import CONTEXT
-from node.services.approvals import GateClosedError
+from node.services.approvals import APPROVALS, GateClosedError
 from tests.support import (
     OPERATE_TOKEN,
     READ_TOKEN,
@@ -23,7 +23,7 @@ from tests.support import (
 
 
 def gate_of(client):
-    return client.app[CONTEXT].services["approvals"]
+    return client.app[APPROVALS]
 
 
 async def ask(client, agent="payer", capability="spend", detail="pay 10 EUR", timeout=None):

@@ -8,6 +8,8 @@ from aiohttp import FormData
 
 from node.app import build_app
 from node.context import CONTEXT
+from node.services.approvals import APPROVALS
+from node.services.tasks import TASKS
 from tests.support import PUBLISH_TOKEN, auth, make_config, replicate, tiny_component
 
 AGENTS = """
@@ -26,7 +28,7 @@ async def test_rebuild_from_zero_equals_live_state_and_survives_a_checkpoint(
     config = make_config(tmp_path, AGENTS)
     client = await aiohttp_client(build_app(config))
     ctx = client.app[CONTEXT]
-    gate, tasks = ctx.services["approvals"], ctx.services["tasks"]
+    gate, tasks = client.app[APPROVALS], client.app[TASKS]
 
     waiting = [asyncio.create_task(gate.request("worker", "spend", str(i), 60)) for i in range(6)]
     while gate.projection.count < 6:

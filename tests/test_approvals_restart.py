@@ -6,7 +6,7 @@ import contextlib
 
 from node.app import build_app
 from node.context import CONTEXT
-from node.services.approvals import GateClosedError
+from node.services.approvals import APPROVALS, GateClosedError
 from tests.support import OPERATE_TOKEN, auth
 
 
@@ -20,7 +20,7 @@ def requested(ctx) -> list[str]:
 
 async def leave_pending(aiohttp_client, config) -> str:
     client = await aiohttp_client(build_app(config))
-    gate = client.app[CONTEXT].services["approvals"]
+    gate = client.app[APPROVALS]
     waiting = asyncio.create_task(gate.request("payer", "spend", "INV-1", 60))
     while not gate.projection.count:
         await asyncio.sleep(0.01)
@@ -35,7 +35,7 @@ async def test_a_decision_before_the_agent_asks_again_is_not_lost(aiohttp_client
     approval_id = await leave_pending(aiohttp_client, config)
     client = await aiohttp_client(build_app(config))
     ctx = client.app[CONTEXT]
-    gate = ctx.services["approvals"]
+    gate = client.app[APPROVALS]
     decided = await client.post(
         f"/api/v1/approvals/{approval_id}",
         json={"decision": "approve"},
@@ -55,7 +55,7 @@ async def test_a_request_after_the_restart_adopts_the_pending_one(aiohttp_client
     approval_id = await leave_pending(aiohttp_client, config)
     client = await aiohttp_client(build_app(config))
     ctx = client.app[CONTEXT]
-    asking = asyncio.create_task(ctx.services["approvals"].request("payer", "spend", "INV-1", 60))
+    asking = asyncio.create_task(client.app[APPROVALS].request("payer", "spend", "INV-1", 60))
     await asyncio.sleep(0.05)
     assert requested(ctx) == [approval_id]
     decided = await client.post(
@@ -69,7 +69,7 @@ async def test_a_request_while_the_decision_is_being_journaled_waits_for_it(aioh
     approval_id = await leave_pending(aiohttp_client, config)
     client = await aiohttp_client(build_app(config))
     ctx = client.app[CONTEXT]
-    gate = ctx.services["approvals"]
+    gate = client.app[APPROVALS]
     deciding = asyncio.create_task(gate.decide(approval_id, "approve", "ops"))
     await asyncio.sleep(0)  # the decision is claimed and on its way to the journal
     assert not deciding.done()

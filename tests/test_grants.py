@@ -6,6 +6,7 @@ import pytest
 
 from node.app import build_app
 from node.context import CONTEXT
+from node.services.grants import GRANTS
 from tests.support import OPERATE_TOKEN, READ_TOKEN, auth, make_config, replicate, tiny_component
 
 AGENTS = """
@@ -35,7 +36,7 @@ async def client(aiohttp_client, config):
 
 
 def grants_of(client):
-    return client.app[CONTEXT].services["grants"]
+    return client.app[GRANTS]
 
 
 async def grants(client):

@@ -25,6 +25,8 @@ from a2a.types.a2a_pb2 import (
 from a2a.utils.errors import TaskNotCancelableError
 from google.protobuf.json_format import MessageToDict
 
+from projections.a2a import A2AView
+from projections.tasks import Tasks
 from tests.protocol_support import (
     agent_toml,
     cashier_toml,
@@ -207,16 +209,24 @@ async def test_cancel_denies_what_the_task_waits_for_and_is_final(node, http):
     with pytest.raises(TaskNotCancelableError):
         await client.cancel_task(CancelTaskRequest(id=first.id))
 
-    # the approval it waited for was denied by the canceler; the agent's late answer and
-    # the canceled queued task change nothing
+    # the approval it waited for was denied by the canceler; the task service refuses the
+    # agent's late answer, and the canceled queued task never runs: the worker goes on to the
+    # next task, which it takes only once it is done with the canceled one
+    probe = await http.post(
+        f"{node.url}/api/v1/a2a/tasks",
+        json={"from": "operator", "to": "cashier", "input": {"text": "probe"}},
+        headers=auth(OPERATE_TOKEN),
+    )
+    probe_id = probe.json()["id"]
     await until(lambda: node.journal("cashier", "task.completed"))
+    assert [e["id"] for e in node.journal("cashier", "task.completed")] == [probe_id]
     decided = node.journal("cashier", "approval.decided")
     assert [(d["decision"], d["operator"]) for d in decided] == [("deny", "operator")]
     assert (await client.get_task(GetTaskRequest(id=first.id))).status.state == (
         S.TASK_STATE_CANCELED
     )
     started_ids = [e["id"] for e in node.journal("cashier", "task.started")]
-    assert queued.task.id not in started_ids
+    assert started_ids == [first.id, probe_id]
     rest = (
         await http.get(f"{node.url}/api/v1/a2a/tasks/{first.id}", headers=auth(READ_TOKEN))
     ).json()
@@ -228,9 +238,9 @@ async def test_cancel_denies_what_the_task_waits_for_and_is_final(node, http):
     # what A2A shows is a read model like any other: a rebuild from position 0 equals it
     rebuilt = node.ctx.projections.fresh()
     rebuilt.rebuild(node.ctx.store.iter_chunks())
-    assert rebuilt["a2a"].snapshot() == node.ctx.projections["a2a"].snapshot()
-    assert rebuilt["tasks"].snapshot() == node.ctx.projections["tasks"].snapshot()
-    assert node.ctx.projections["a2a"].snapshot()["canceled"] == {
+    assert rebuilt.get(A2AView).snapshot() == node.ctx.projections.get(A2AView).snapshot()
+    assert rebuilt.get(Tasks).snapshot() == node.ctx.projections.get(Tasks).snapshot()
+    assert node.ctx.projections.get(A2AView).snapshot()["canceled"] == {
         first.id: "operator",
         queued.task.id: "operator",
     }

@@ -21,6 +21,8 @@ from ag_ui.core import Event as AguiEvent
 from ag_ui.core import RunAgentInput
 from pydantic import TypeAdapter
 
+from node.services.approvals import APPROVALS
+from projections.approvals import Approvals
 from tests.protocol_support import (
     cashier_toml,
     start_node,
@@ -154,7 +156,7 @@ async def test_an_approval_gate_interrupts_the_run_and_resume_decides_it(node):
         "TOOL_CALL_END",
         "RUN_FINISHED",
     ]
-    (approval,) = node.ctx.projections["approvals"].list()
+    (approval,) = node.ctx.projections.get(Approvals).list()
     assert events[2]["toolCallName"] == "spend"
     assert json.loads(events[3]["delta"]) == {"invoice": "INV-0077"}
     outcome = finished(events)["outcome"]
@@ -206,8 +208,8 @@ async def test_a_tick_that_asks_for_approval_is_interrupted_and_resumed(
 ):
     """The payer pays an invoice every tick; a run without a user message is one tick."""
     node = await start_node(aiohttp_server, tmp_path, cashier_toml("payer", built_agents["payer"]))
-    (startup,) = await until(lambda: node.ctx.projections["approvals"].list())
-    await node.ctx.services["approvals"].decide(startup.id, "approve", "admin")  # its first tick
+    (startup,) = await until(lambda: node.ctx.projections.get(Approvals).list())
+    await node.app[APPROVALS].decide(startup.id, "approve", "admin")  # its first tick
     await until(lambda: node.journal("payer", "action.performed"))
     thread = str(uuid.uuid4())
     events = await run(node, "payer", run_input(thread))
@@ -282,7 +284,7 @@ async def test_bad_resumes_and_bad_bodies(node):
         node, "hasty", run_input(thread, resume=[{"interruptId": cashier_id, "status": "resolved"}])
     )
     assert elsewhere[1]["value"]["code"] == "UNKNOWN_INTERRUPT"  # not hasty's interrupt
-    assert node.ctx.projections["approvals"].get(cashier_id) is not None  # still pending
+    assert node.ctx.projections.get(Approvals).get(cashier_id) is not None  # still pending
 
     async with httpx.AsyncClient(timeout=10) as http:
 

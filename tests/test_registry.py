@@ -11,7 +11,7 @@ from aiohttp import FormData
 from node.app import build_app
 from node.config import load_config
 from node.context import CONTEXT
-from node.services.registry import RegistryError, registry_root, resolve_component
+from node.services.registry import REGISTRY, RegistryError, registry_root
 from projections.registry import is_semver, semver_key
 from tests.support import (
     PUBLISH_TOKEN,
@@ -224,21 +224,17 @@ async def test_a_failed_append_removes_the_blob(client, monkeypatch):
     assert not (root / "refs" / "payer" / "1.0.0").exists()
 
 
-async def test_resolve_component_from_context_and_from_config(client):
+async def test_resolve_reads_the_registry_read_model(client):
     await publish(client, form())
-    ctx = client.app[CONTEXT]
-    path = resolve_component(ctx, "registry:payer@1.0.0")
+    registry = client.app[REGISTRY]
+    path = registry.resolve("registry:payer@1.0.0")
     assert path.read_bytes() == COMPONENT
-    assert resolve_component(ctx.config, "registry:payer@1.0.0") == path
-    assert ctx.services["registry"].resolve("registry:payer@1.0.0") == path
     for missing in ("registry:payer@2.0.0", "registry:ghost@1.0.0"):
         with pytest.raises(RegistryError):
-            resolve_component(ctx, missing)
-        with pytest.raises(RegistryError):
-            resolve_component(ctx.config, missing)
+            registry.resolve(missing)
     for malformed in ("payer@1.0.0", "registry:payer", "registry:payer@1.0", "registry:@1.0.0"):
         with pytest.raises(ValueError):
-            resolve_component(ctx, malformed)
+            registry.resolve(malformed)
 
 
 async def test_restart_removes_unpublished_blobs_and_keeps_published_ones(tmp_path, aiohttp_client):
@@ -249,15 +245,15 @@ async def test_restart_removes_unpublished_blobs_and_keeps_published_ones(tmp_pa
     root = registry_root(config)
     orphan = root / "blobs" / "sha256" / ("ab" * 32 + ".wasm")
     orphan.write_bytes(b"left by a crash between blob and event")
-    (root / "refs" / "ghost").mkdir(parents=True)
+    (root / "refs" / "ghost").mkdir(parents=True)  # what earlier releases cached
     (root / "refs" / "ghost" / "1.0.0").write_text("sha256:" + "ab" * 32)
     (root / "tmp" / "upload-123").write_bytes(b"half an upload")
-    (root / "refs" / "payer" / "1.0.0").unlink()  # a cache: rebuilt from the journal
     second = await aiohttp_client(build_app(config))
     assert not orphan.exists()
-    assert not (root / "refs" / "ghost" / "1.0.0").exists()
+    assert not (root / "refs").exists()
     assert list((root / "tmp").iterdir()) == []
-    assert resolve_component(config, "registry:payer@1.0.0").read_bytes() == COMPONENT
+    resolved = second.app[REGISTRY].resolve("registry:payer@1.0.0")
+    assert resolved.read_bytes() == COMPONENT
     one = await (await second.get("/api/v1/registry/packages/payer", headers=auth())).json()
     assert one["versions"] == ["1.0.0"]
 

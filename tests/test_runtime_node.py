@@ -13,9 +13,10 @@ import pytest
 from aiohttp import web
 
 from node.api import a2a, approvals, grants
+from node.api import runtime as area
 from node.app import AREAS, build_app
 from node.context import CONTEXT
-from node.runtime import area
+from node.streams.bus import BUS
 from tests.support import OPERATE_TOKEN, PUBLISH_TOKEN, READ_TOKEN, auth, make_config
 
 
@@ -24,7 +25,7 @@ class Sink:
 
     def __init__(self, app: web.Application) -> None:
         self.events: list[tuple[str | None, str, dict[str, Any]]] = []
-        bus = app[CONTEXT].services["bus"]
+        bus = app[BUS]
         forward = bus.publish_threadsafe
 
         def publish_threadsafe(name: str, data: dict[str, Any], *, agent: str | None = None):

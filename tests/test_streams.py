@@ -12,6 +12,7 @@ import pytest
 
 from eventstore.store import NewEvent
 from node.context import CONTEXT
+from node.streams.bus import BUS
 from tests.support import READ_TOKEN, SseStream, make_config
 
 
@@ -57,7 +58,7 @@ async def test_event_names_for_journal_types(client):
 
 
 async def test_runtime_events_published_on_the_loop_and_from_threads(client):
-    bus = client.app[CONTEXT].services["bus"]
+    bus = client.app[BUS]
     async with SseStream(url(client), "/api/v1/events") as stream:
         bus.publish("token", {"agent": "payer", "text": "he"})
         bus.publish("tool_call_start", {"tool": "http_fetch", "args": {"u": 1}}, agent="payer")
@@ -79,7 +80,7 @@ async def test_runtime_events_published_on_the_loop_and_from_threads(client):
 
 async def test_per_agent_stream_filters_and_validates(client):
     ctx = client.app[CONTEXT]
-    bus = ctx.services["bus"]
+    bus = client.app[BUS]
     missing = await client.get("/api/v1/agents/stream", headers={"Authorization": "Bearer x"})
     assert missing.status == 401
     from tests.support import auth
@@ -138,7 +139,7 @@ async def test_many_subscribers_get_everything_in_order(client):
     streams = [SseStream(url(client), "/api/v1/events") for _ in range(40)]
     await asyncio.gather(*(s.__aenter__() for s in streams))
     try:
-        assert ctx.services["bus"].count("events") == 40
+        assert client.app[BUS].count("events") == 40
         envelopes = await ctx.store.append_many(
             [NewEvent("payer", "log", {"level": "info", "message": str(i)}) for i in range(25)]
         )
@@ -149,10 +150,10 @@ async def test_many_subscribers_get_everything_in_order(client):
     finally:
         await asyncio.gather(*(s.close() for s in streams))
     for _ in range(50):
-        if ctx.services["bus"].count() == 0:
+        if client.app[BUS].count() == 0:
             break
         await asyncio.sleep(0.05)
-    assert ctx.services["bus"].count() == 0
+    assert client.app[BUS].count() == 0
 
 
 async def test_a2a_stream_maps_task_events(client):
@@ -191,7 +192,7 @@ async def test_a2a_stream_maps_task_events(client):
 
 
 async def test_each_stream_route_exists_once_and_is_served_here(client):
-    from node.streams import api
+    from node.api import streams as api
 
     handlers = {
         "/api/v1/events": api.unified_events,

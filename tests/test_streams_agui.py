@@ -14,10 +14,12 @@ from ag_ui.core import Event as AguiEvent
 from pydantic import TypeAdapter
 
 from eventstore.envelope import Envelope, Event
+from node.api.streams import current_statuses
+from node.app import build_app
 from node.context import CONTEXT
+from node.runtime.agents import AGENTS
 from node.streams.agui import AguiTranslator, AguiView
-from node.streams.api import _current_statuses
-from node.streams.bus import EventBus
+from node.streams.bus import BUS
 from tests.support import SseStream, make_config
 
 ADAPTER = TypeAdapter(AguiEvent)
@@ -249,17 +251,16 @@ def test_state_deltas_are_json_patches_against_the_snapshot():
 
 def test_snapshot_statuses_come_from_the_runtime_or_the_config(tmp_path):
     config = make_config(tmp_path, '[[agents]]\nname = "payer"\ncomponent = "p.wasm"\n')
-    bus = EventBus()
-    ctx = types.SimpleNamespace(config=config, services={})
-    assert _current_statuses(ctx, bus) == [("payer", "stopped")]
+    app = build_app(config)
+    assert current_statuses(app) == [("payer", "stopped")]
     runtime = types.SimpleNamespace(
         statuses=lambda: [types.SimpleNamespace(name="payer", status="running")]
     )
-    ctx.services["runtime"] = runtime
-    assert _current_statuses(ctx, bus) == [("payer", "running")]
-    ctx.services["runtime"] = types.SimpleNamespace(statuses=lambda: 1 / 0)
-    bus.publish("agent_status", {"agent": "payer", "status": "idle"})
-    assert _current_statuses(ctx, bus) == [("payer", "idle")]
+    app[AGENTS].attach(runtime, None)  # the runtime's statuses, without starting agents
+    assert current_statuses(app) == [("payer", "running")]
+    app[AGENTS].attach(types.SimpleNamespace(statuses=lambda: 1 / 0), None)
+    app[BUS].publish("agent_status", {"agent": "payer", "status": "idle"})
+    assert current_statuses(app) == [("payer", "idle")]
 
 
 def test_a_client_never_sees_a_run_it_did_not_see_start():
@@ -280,20 +281,22 @@ def test_a_client_never_sees_a_run_it_did_not_see_start():
 
 async def test_agui_stream_over_http(client):
     ctx = client.app[CONTEXT]
-    bus = ctx.services["bus"]
+    bus = client.app[BUS]
     base = str(client.make_url("/"))
-    original = ctx.services.get("runtime")
-    ctx.services["runtime"] = types.SimpleNamespace(
-        statuses=lambda: [
-            types.SimpleNamespace(name="payer", status="running"),
-            types.SimpleNamespace(name="worker", status="idle"),
-        ]
+    client.app[AGENTS].attach(
+        types.SimpleNamespace(
+            statuses=lambda: [
+                types.SimpleNamespace(name="payer", status="running"),
+                types.SimpleNamespace(name="worker", status="idle"),
+            ]
+        ),
+        None,
     )
     try:
         first = await SseStream(base, "/api/v1/agui/events").__aenter__()
         snapshot = await first.next()
     finally:
-        ctx.services["runtime"] = original
+        client.app[AGENTS].attach(None, None)
     try:
         assert snapshot.event == "STATE_SNAPSHOT" and snapshot.id == ""
         assert snapshot.json()["agents"] == [
@@ -341,7 +344,7 @@ async def test_agui_stream_over_http(client):
 
 async def test_agui_stream_of_one_agent(client):
     ctx = client.app[CONTEXT]
-    bus = ctx.services["bus"]
+    bus = client.app[BUS]
     base = str(client.make_url("/"))
     from tests.support import auth
 

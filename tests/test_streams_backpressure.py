@@ -12,6 +12,7 @@ import pytest
 
 from eventstore.store import NewEvent
 from node.context import CONTEXT
+from node.streams.bus import BUS
 from tests.support import ADMIN_TOKEN, NodeProcess, SseStream, auth, make_config, write_config
 
 QUEUE_MAX = 20
@@ -57,7 +58,7 @@ async def wait_for(predicate, timeout: float = 10.0) -> None:
 
 async def test_a_client_that_stops_reading_is_cut_and_resumes(client):
     ctx = client.app[CONTEXT]
-    bus = ctx.services["bus"]
+    bus = client.app[BUS]
     sock = stalled_client(client.port)
     await wait_for(lambda: bus.count("events") == 1)
     (slow,) = list(bus._subs["events"])

@@ -10,6 +10,8 @@ from nacl.signing import SigningKey
 from eventstore.keys import public_key_multibase
 from node.app import build_app
 from node.context import CONTEXT
+from projections.entries import Findings
+from projections.peers import PeerBook
 from tests.support import READ_TOKEN, auth, make_config
 from tests.sync_support import SYNC_TUNING, peer_token, peer_toml, signed_chain
 
@@ -83,7 +85,7 @@ async def test_key_from_did_on_first_contact_is_pinned_and_a_change_is_refused(
     config = config_with_peer(tmp_path, server.port, token, SYNC_TUNING)
     app = build_app(config)
     client = await aiohttp_client(app)
-    book = app[CONTEXT].projections["peers"]
+    book = app[CONTEXT].projections.get(PeerBook)
     await until(lambda: "node-b" in book.pins)
     assert book.pins["node-b"] == public_key_multibase(PEER_KEY.verify_key)
 
@@ -99,7 +101,7 @@ async def test_key_from_did_on_first_contact_is_pinned_and_a_change_is_refused(
     requests = fake.did_requests
     await until(lambda: fake.did_requests > requests)
     fake.failing = False
-    incidents = app[CONTEXT].projections["findings"].incidents
+    incidents = app[CONTEXT].projections.get(Findings).incidents
     await until(lambda: any(i.startswith("node-a/key-changed/node-b/") for i in incidents))
     assert book.pins["node-b"] == public_key_multibase(PEER_KEY.verify_key)
     findings = await (await client.get("/api/v1/findings", headers=auth(READ_TOKEN))).json()

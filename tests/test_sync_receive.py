@@ -12,6 +12,8 @@ from eventstore.keys import public_key_multibase
 from node.app import build_app
 from node.context import CONTEXT
 from node.keyring import key_resolver
+from projections.entries import Findings
+from projections.peers import PeerBook
 from tests.support import ADMIN_TOKEN, READ_TOKEN, auth, free_port, make_config
 from tests.sync_support import SYNC_TUNING, peer_token, peer_toml, signed_chain
 
@@ -238,7 +240,9 @@ async def test_configured_keys_are_pinned_and_found_by_the_audit(aiohttp_client,
     client = await aiohttp_client(app)
     await push(client, signed_chain(PEER_KEY, "node-b", "scout", 2))
     ctx = app[CONTEXT]
-    assert ctx.projections["peers"].pins == {"node-b": public_key_multibase(PEER_KEY.verify_key)}
+    assert ctx.projections.get(PeerBook).pins == {
+        "node-b": public_key_multibase(PEER_KEY.verify_key)
+    }
     await client.close()
 
     # the offline audit finds the pinned key even when the config no longer gives it
@@ -288,9 +292,9 @@ async def test_the_peer_book_rebuilds_to_the_live_state(client):
     await client.get("/api/v1/sync/envelopes?agent=scout&since=3", headers=auth(B_TOKEN))
     ctx = client.server.app[CONTEXT]
     await wait_for(client, "scout", lambda rep: rep["converged"])
-    book = ctx.projections["peers"]
+    book = ctx.projections.get(PeerBook)
     assert book.pins and book.acks["node-b"]["scout"] == 3
-    assert len(ctx.projections["findings"].incidents) == 1
+    assert len(ctx.projections.get(Findings).incidents) == 1
     rebuilt = ctx.projections.fresh()
     rebuilt.rebuild(ctx.store.iter_chunks())
     for name in ("peers", "findings"):

@@ -7,12 +7,11 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from node.api.params import json_body, json_response
 from node.auth import add_route
 from node.config import AgentName
-from node.context import CONTEXT, context_of
-from node.errors import Problem
-from node.services.tasks import TaskService
+from node.context import CONTEXT
+from node.http import Problem, json_body, json_response
+from node.services.tasks import TASKS, TaskService
 from projections.tasks import STATUSES, Tasks
 
 
@@ -23,7 +22,7 @@ class NewTask(msgspec.Struct, forbid_unknown_fields=True):
 
 
 def tasks_of(request: web.Request) -> TaskService:
-    return context_of(request).services["tasks"]
+    return request.app[TASKS]
 
 
 async def create_task(request: web.Request) -> web.Response:
@@ -49,7 +48,7 @@ async def read_task(request: web.Request) -> web.Response:
 def setup(app: web.Application) -> None:
     ctx = app[CONTEXT]
     ctx.projections.register(Tasks())
-    ctx.services["tasks"] = TaskService(ctx)
+    app[TASKS] = TaskService(ctx)
     add_route(app, "GET", "/api/v1/a2a/tasks", list_tasks, "read")
     add_route(app, "POST", "/api/v1/a2a/tasks", create_task, "operate")
     add_route(app, "GET", "/api/v1/a2a/tasks/{task_id}", read_task, "read")

@@ -8,10 +8,10 @@ from typing import Annotated
 import msgspec
 from aiohttp import web
 
-from node.api.params import json_body, json_response
 from node.auth import IDENTITY, add_route
-from node.context import CONTEXT, context_of
-from node.services.approvals import ApprovalGate, Decision
+from node.context import CONTEXT
+from node.http import json_body, json_response
+from node.services.approvals import APPROVALS, ApprovalGate, Decision
 from projections.approvals import Approvals
 
 ApprovalId = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
@@ -27,7 +27,7 @@ class BatchBody(msgspec.Struct, forbid_unknown_fields=True):
 
 
 def gate_of(request: web.Request) -> ApprovalGate:
-    return context_of(request).services["approvals"]
+    return request.app[APPROVALS]
 
 
 async def list_approvals(request: web.Request) -> web.Response:
@@ -53,7 +53,7 @@ async def decide_batch(request: web.Request) -> web.Response:
 
 
 async def lifecycle(app: web.Application) -> AsyncIterator[None]:
-    gate = app[CONTEXT].services["approvals"]
+    gate = app[APPROVALS]
     await gate.start()
     yield
     await gate.close()
@@ -63,7 +63,7 @@ def setup(app: web.Application) -> None:
     ctx = app[CONTEXT]
     projection = Approvals()
     ctx.projections.register(projection)
-    ctx.services["approvals"] = ApprovalGate(ctx)
+    app[APPROVALS] = ApprovalGate(ctx)
     ctx.metrics.approvals_pending.set_function(lambda: projection.count)
     app.cleanup_ctx.append(lifecycle)
     add_route(app, "GET", "/api/v1/approvals", list_approvals, "read")

@@ -12,9 +12,9 @@ from urllib.parse import quote, urlsplit
 from aiohttp import web
 
 from eventstore.keys import public_key_multibase
-from node.api.params import json_response
 from node.auth import PUBLIC, add_route
 from node.context import NodeContext, context_of
+from node.http import json_response
 from node.version import __version__
 
 DID_CONTEXT = "https://www.w3.org/ns/did/v1"

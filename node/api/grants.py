@@ -6,15 +6,15 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from node.api.params import json_response
 from node.auth import add_route
-from node.context import CONTEXT, context_of
-from node.services.grants import GrantService
+from node.context import CONTEXT
+from node.http import json_response
+from node.services.grants import GRANTS, GrantService
 from projections.grants import Grants
 
 
 def grants_of(request: web.Request) -> GrantService:
-    return context_of(request).services["grants"]
+    return request.app[GRANTS]
 
 
 async def list_grants(request: web.Request) -> web.Response:
@@ -33,14 +33,14 @@ async def restore(request: web.Request) -> web.Response:
 
 async def lifecycle(app: web.Application) -> AsyncIterator[None]:
     """Grant what the config grants before any agent can ask for a secret."""
-    await app[CONTEXT].services["grants"].create_configured()
+    await app[GRANTS].create_configured()
     yield
 
 
 def setup(app: web.Application) -> None:
     ctx = app[CONTEXT]
     ctx.projections.register(Grants())
-    ctx.services["grants"] = GrantService(ctx)
+    app[GRANTS] = GrantService(ctx)
     app.cleanup_ctx.append(lifecycle)
     add_route(app, "GET", "/api/v1/broker/grants", list_grants, "read")
     add_route(app, "POST", "/api/v1/broker/grants/{agent}/{domain}/revoke", revoke, "operate")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from node.api.params import json_response
 from node.auth import PUBLIC, add_route
 from node.context import context_of
+from node.http import json_response
 
 
 async def health(request: web.Request) -> web.Response:

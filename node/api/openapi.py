@@ -17,9 +17,9 @@ from aiohttp import web
 
 from node.api.a2a import NewTask
 from node.api.approvals import BatchBody, DecisionBody
-from node.api.params import MAX_LIMIT, json_response
 from node.auth import PUBLIC, ROUTE_SCOPES, add_route
 from node.context import CONTEXT
+from node.http import MAX_LIMIT, json_response
 from node.services.findings import NewFinding
 from node.version import __version__
 from projections.approvals import ApprovalRequest, Group

@@ -7,11 +7,10 @@ from collections.abc import AsyncIterator
 
 from aiohttp import BodyPartReader, web
 
-from node.api.params import json_response
 from node.auth import add_route
-from node.context import CONTEXT, context_of
-from node.errors import Problem
-from node.services.registry import RegistryService, StagedUpload
+from node.context import CONTEXT
+from node.http import Problem, json_response
+from node.services.registry import REGISTRY, RegistryService, StagedUpload
 from projections.registry import Registry
 
 TEXT_PARTS = ("id", "version", "description")
@@ -20,7 +19,7 @@ MULTIPART_SLACK = 1 << 20  # room for the text parts and the multipart framing
 
 
 def registry_of(request: web.Request) -> RegistryService:
-    return context_of(request).services["registry"]
+    return request.app[REGISTRY]
 
 
 async def list_packages(request: web.Request) -> web.Response:
@@ -102,7 +101,7 @@ async def _read_text(part: BodyPartReader, name: str) -> str:
 
 
 async def lifecycle(app: web.Application) -> AsyncIterator[None]:
-    registry = app[CONTEXT].services["registry"]
+    registry = app[REGISTRY]
     registry.start()
     yield
     # waits for a compile in progress: off the loop
@@ -112,7 +111,7 @@ async def lifecycle(app: web.Application) -> AsyncIterator[None]:
 def setup(app: web.Application) -> None:
     ctx = app[CONTEXT]
     ctx.projections.register(Registry())
-    ctx.services["registry"] = RegistryService(ctx)
+    app[REGISTRY] = RegistryService(ctx)
     app.cleanup_ctx.append(lifecycle)
     add_route(app, "GET", "/api/v1/registry/packages", list_packages, "read")
     add_route(app, "POST", "/api/v1/registry/packages", publish, "publish")

@@ -16,21 +16,19 @@ from typing import Any
 
 from aiohttp import web
 
-from node.api.params import json_response
 from node.auth import identity_of
 from node.context import NodeContext, context_of
-from node.errors import Problem
+from node.http import Problem, json_response
 from node.protocols import a2a_model as m
 from node.protocols import jsonrpc as rpc
 from node.protocols.a2a_params import GetTaskParams, ListTasksParams, SendParams, TaskIdParams
 from node.protocols.a2a_params import decode as decode_params
-from node.protocols.a2a_service import A2AService, Update
+from node.protocols.a2a_service import A2A, A2AService, Update
 from node.protocols.lifecycle import StopSignal
 from node.protocols.sse import ClientGone, SseOut
 from node.version import __version__
 
 log = logging.getLogger(__name__)
-SERVICE = "a2a_jsonrpc"  # ctx.services key
 PROTOCOL_VERSION = "1.0"
 VERSION_HEADER = "A2A-Version"
 # How long a blocking SendMessage waits for a final or input-required task.
@@ -68,7 +66,7 @@ class CallContext:
 
     @property
     def service(self) -> A2AService:
-        return self.ctx.services[SERVICE]
+        return self.request.app[A2A]
 
 
 def hosted_agent(request: web.Request) -> str:

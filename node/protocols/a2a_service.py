@@ -16,16 +16,21 @@ from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Any
 
+from aiohttp import web
+
 from eventstore.envelope import Envelope
 from node.context import NodeContext
-from node.errors import Problem
+from node.http import Problem
 from node.protocols import a2a_model as m
 from node.protocols.a2a_params import ListTasksParams, Message, SendParams
 from node.protocols.follow import JournalCursor
 from node.protocols.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, RpcError
 from node.protocols.lifecycle import StopSignal
+from node.services.approvals import ApprovalGate
 from node.services.tasks import TaskService
-from projections.tasks import Task
+from projections.a2a import A2AView
+from projections.approvals import Approvals
+from projections.tasks import Task, Tasks
 
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 100
@@ -43,21 +48,16 @@ Update = dict[str, Any]  # one StreamResponse: {"task"|"statusUpdate"|"artifactU
 
 
 class A2AService:
-    def __init__(self, ctx: NodeContext) -> None:
+    def __init__(self, ctx: NodeContext, tasks: TaskService, approvals: ApprovalGate) -> None:
         self.ctx = ctx
-
-    @property
-    def tasks(self) -> TaskService:
-        return self.ctx.services["tasks"]
-
-    @property
-    def views(self) -> m.TaskViews:
-        p = self.ctx.projections
-        return m.TaskViews(p["tasks"], p["a2a"], p["approvals"])
+        self.tasks = tasks
+        self.approvals = approvals
+        p = ctx.projections
+        self.views = m.TaskViews(p.get(Tasks), p.get(A2AView), p.get(Approvals))
 
     # ------------------------------------------------------------------ reads
     def get(self, agent: str, task_id: str) -> Task:
-        task = self.ctx.projections["tasks"].get(task_id)
+        task = self.ctx.projections.get(Tasks).get(task_id)
         if task is None or task.to != agent:
             raise m.task_not_found(task_id)
         return task
@@ -79,7 +79,7 @@ class A2AService:
         start = _page_token(params.page_token)
         found = [
             t
-            for t in self.ctx.projections["tasks"].list(agent=agent)
+            for t in self.ctx.projections.get(Tasks).list(agent=agent)
             if (not params.context_id or views.context_id(t) == params.context_id)
             and (not state or views.state(t) == state)
             and (after is None or _timestamp(views.status(t)["timestamp"]) >= after)
@@ -171,10 +171,8 @@ class A2AService:
         return self.views.to_json(self.get(agent, task_id))
 
     async def _decide_all(self, task_id: str, decision: str, operator: str) -> None:
-        gate = self.ctx.services.get("approvals")
-        if gate is None:
-            raise RpcError(INTERNAL_ERROR, "no approval gate runs on this node")
-        for approval_id in self.ctx.projections["a2a"].pending_approvals(task_id):
+        gate = self.approvals
+        for approval_id in self.ctx.projections.get(A2AView).pending_approvals(task_id):
             with contextlib.suppress(Problem):  # decided or timed out meanwhile
                 await gate.decide(approval_id, decision, operator)
 
@@ -234,14 +232,14 @@ class A2AService:
 
     def _updates_of(self, envelope: Envelope, task_id: str) -> list[tuple[Update, bool]]:
         kind, data, ts = envelope.event.type, envelope.event.data, envelope.event.ts
-        view = self.ctx.projections["a2a"]
+        view = self.ctx.projections.get(A2AView)
         if kind.startswith("approval."):
             approval_id = data.get("id")
             if view.approval_task.get(approval_id) != task_id:
                 return []
         elif data.get("id") != task_id or kind == "task.created":
             return []
-        task = self.ctx.projections["tasks"].get(task_id)
+        task = self.ctx.projections.get(Tasks).get(task_id)
         if task is None:
             return []
         views = self.views
@@ -355,3 +353,6 @@ def _rpc_error(exc: Problem) -> RpcError:
     if exc.status == 409:
         return RpcError(m.UNSUPPORTED_OPERATION, exc.detail, reason="UNSUPPORTED_OPERATION")
     return RpcError(INTERNAL_ERROR, exc.detail)
+
+
+A2A = web.AppKey("a2a", A2AService)

@@ -10,25 +10,24 @@ import logging
 
 from aiohttp import web
 
-from node.api.params import json_body
 from node.auth import identity_of
 from node.context import context_of
+from node.http import json_body
 from node.protocols.a2a_jsonrpc import hosted_agent
 from node.protocols.agui_events import RunEvents
 from node.protocols.agui_input import RunInput
-from node.protocols.agui_runs import AguiRuns
+from node.protocols.agui_runs import AGUI_RUNS
 from node.protocols.lifecycle import StopSignal
 from node.protocols.sse import ClientGone, SseOut
 
 log = logging.getLogger(__name__)
-SERVICE = "agui_runs"  # ctx.services key
 
 
 async def agui_run(request: web.Request) -> web.StreamResponse:
     agent = hosted_agent(request)
     run = await json_body(request, RunInput)
     ctx = context_of(request)
-    runs: AguiRuns = ctx.services[SERVICE]
+    runs = request.app[AGUI_RUNS]
     identity = identity_of(request)
     operator = identity.name if identity else "anonymous"
     out = SseOut(request)

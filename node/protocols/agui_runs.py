@@ -23,28 +23,27 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from aiohttp import web
+
 from eventstore.envelope import Envelope
 from node.context import NodeContext
-from node.errors import Problem
+from node.http import Problem
 from node.protocols.a2a_model import input_from_text
 from node.protocols.agui_events import Event, RunEvents
 from node.protocols.agui_input import ResumeEntry, RunInput, last_user_message, text_of
 from node.protocols.follow import JournalCursor
 from node.protocols.lifecycle import StopSignal
-from node.runtime.hostapi import AgentFault
-from node.runtime.instance import AgentFaultError, AgentInstance
+from node.runtime.agents import Agents
+from node.services.approvals import ApprovalGate
+from node.services.tasks import TaskService
+from projections.a2a import A2AView
+from projections.approvals import Approvals
+from projections.tasks import Tasks
 
 log = logging.getLogger(__name__)
 WARNING = "agent-node.warning"
 PROGRESS = "agent-node.task_progress"
 MAX_TICK_WORK = 1000  # ticks kept waiting for a resume; the oldest are forgotten past this
-
-
-def _tick(instance: AgentInstance) -> None:
-    """An on-demand tick, judged like the tick loop's: an `err` is a fault."""
-    err = instance.call("tick")
-    if err is not None:
-        raise AgentFaultError(AgentFault("err", f"tick returned err: {err}"))
 
 
 @dataclass
@@ -70,8 +69,13 @@ class ResumePlan:
 
 
 class AguiRuns:
-    def __init__(self, ctx: NodeContext) -> None:
+    def __init__(
+        self, ctx: NodeContext, tasks: TaskService, approvals: ApprovalGate, agents: Agents
+    ) -> None:
         self.ctx = ctx
+        self.tasks = tasks
+        self.approvals = approvals
+        self.agents = agents
         # approval id → the on-demand tick blocked on it (ticks are not in the journal)
         self._ticks: dict[str, TickWork] = {}
 
@@ -122,24 +126,21 @@ class AguiRuns:
                 "parts": [{"text": text}],
                 "contextId": run.thread_id,
             }
-            created = await self.ctx.services["tasks"].create(
+            created = await self.tasks.create(
                 operator,
                 agent,
                 input_from_text(text),
                 a2a={"contextId": run.thread_id, "message": record},
             )
             return TaskWork(created["id"])
-        runtime = self.ctx.services.get("runtime")
-        if runtime is None:
-            raise RuntimeError("the agent runtime is not running")
-        future = asyncio.wrap_future(runtime.worker(agent).submit("tick", "agui", _tick))
+        future = asyncio.wrap_future(self.agents.runtime.tick_now(agent, "agui"))
         future.add_done_callback(_retrieve)
         return TickWork(future)
 
     # ------------------------------------------------------------------ resuming
     def _plan_resume(self, agent: str, entries: list[ResumeEntry]) -> ResumePlan:
-        approvals = self.ctx.projections["approvals"]
-        links = self.ctx.projections["a2a"].approval_task
+        approvals = self.ctx.projections.get(Approvals)
+        links = self.ctx.projections.get(A2AView).approval_task
         plan = ResumePlan()
         for entry in entries:
             approval_id = entry.interrupt_id
@@ -181,13 +182,11 @@ class AguiRuns:
     async def _decide(
         self, plan: ResumePlan, operator: str, events: RunEvents, results: dict[str, str]
     ) -> list[Event]:
-        gate = self.ctx.services.get("approvals")
+        gate = self.approvals
         out: list[Event] = []
         for approval_id, decision in plan.decide:
-            request = self.ctx.projections["approvals"].get(approval_id)
+            request = self.ctx.projections.get(Approvals).get(approval_id)
             try:
-                if gate is None:
-                    raise Problem(503, "no approval gate runs on this node")
                 await gate.decide(approval_id, decision, operator)
             except Problem as exc:
                 out.append(
@@ -283,10 +282,10 @@ class AguiRuns:
 
     def _task_end(self, work: TaskWork) -> Callable[[RunEvents], list[Event]] | None:
         """How the run ends if the task is already final (nothing more will come for it)."""
-        task = self.ctx.projections["tasks"].get(work.task_id)
+        task = self.ctx.projections.get(Tasks).get(work.task_id)
         if task is None:
             return lambda e: [e.error(f"task {work.task_id} is gone", "TASK_FAILED")]
-        if work.task_id in self.ctx.projections["a2a"].canceled:
+        if work.task_id in self.ctx.projections.get(A2AView).canceled:
             return lambda e: [e.cancelled()]
         if task.status == "completed":
             return lambda e: _completed(e, task.output or {})
@@ -299,7 +298,7 @@ class AguiRuns:
         at a time, so during an on-demand tick every request is the tick's."""
         if isinstance(work, TickWork):
             return not work.future.done()
-        return self.ctx.projections["a2a"].approval_task.get(approval_id) == work.task_id
+        return self.ctx.projections.get(A2AView).approval_task.get(approval_id) == work.task_id
 
     def _interrupt(
         self, agent: str, envelope: Envelope, work: Work, events: RunEvents
@@ -309,7 +308,7 @@ class AguiRuns:
         capability = str(data.get("capability", "capability"))
         detail = str(data.get("detail", ""))
         call_id = tool_call_id(approval_id)
-        request = self.ctx.projections["approvals"].get(approval_id)
+        request = self.ctx.projections.get(Approvals).get(approval_id)
         interrupt: dict[str, Any] = {
             "id": approval_id,
             "reason": "approval",
@@ -371,3 +370,6 @@ def _retrieve(future: asyncio.Future[Any]) -> None:
     """Mark a tick's failure as seen: a run that ended early must not leave it unretrieved."""
     if not future.cancelled():
         future.exception()
+
+
+AGUI_RUNS = web.AppKey("agui_runs", AguiRuns)

@@ -14,6 +14,7 @@ from typing import Any
 from eventstore.envelope import Envelope
 from eventstore.store import EventStore
 from node.context import NodeContext
+from projections.journals import Journals
 
 READ_CHUNK = 1000
 
@@ -28,7 +29,7 @@ class JournalCursor:
     @classmethod
     def at_head(cls, ctx: NodeContext, stream: str) -> JournalCursor:
         """A cursor after the newest envelope of `stream` the read models have folded."""
-        return cls(ctx.store, stream, ctx.projections["journals"].head.get(stream, 0))
+        return cls(ctx.store, stream, ctx.projections.get(Journals).head.get(stream, 0))
 
     def read(self) -> list[Envelope]:
         """The folded envelopes after the cursor, oldest first; advances the cursor."""

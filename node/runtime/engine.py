@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import threading
 import time
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from pathlib import Path
 import wasmtime
 from wasmtime import component as cm
 
+from node.files import write_atomically
 from node.runtime import memory
 
 log = logging.getLogger(__name__)
@@ -112,10 +112,7 @@ class AgentEngine:
         if path is None:
             return
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".tmp{os.getpid()}.{threading.get_ident()}")
-            tmp.write_bytes(component.serialize())
-            os.replace(tmp, path)
+            write_atomically(path, component.serialize(), mode=0o644, durable=False)
         except OSError as e:  # a read-only cache slows restarts but breaks nothing
             log.warning("cannot write compiled component cache %s: %s", path, e)
 

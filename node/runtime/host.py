@@ -38,6 +38,7 @@ LOG_LEVELS = ("trace", "debug", "info", "warn", "error")
 SEVERITIES = ("info", "low", "medium", "high", "critical")
 MAX_TEXT = 64 * 1024
 MAX_DETAIL = 1000
+TASK_EVENT_WAIT_SECS = 30.0
 
 
 class ApprovalGate(Protocol):
@@ -52,11 +53,18 @@ class Grants(Protocol):
     def is_active(self, agent: str, domain: str) -> bool: ...
 
 
-class TaskCreator(Protocol):
-    """Issue 3's task service: validates and journals task.created in `to`'s journal;
-    answers {id, status, created_at}."""
+class TaskLifecycle(Protocol):
+    """node.services.tasks.TaskService: the one writer of task events, with its checks."""
 
     async def create(self, from_agent: str, to: str, input: dict[str, Any]) -> dict[str, Any]: ...
+
+    async def start(self, task_id: str) -> Any: ...
+
+    async def progress(self, task_id: str, progress: Any) -> Any: ...
+
+    async def complete(self, task_id: str, output: dict[str, Any]) -> Any: ...
+
+    async def fail(self, task_id: str, error: str) -> Any: ...
 
 
 class EventSink(Protocol):
@@ -81,14 +89,14 @@ class HostServices:
     capabilities: Capabilities
     inference: InferenceClient
     tasks: TaskQueue
-    approvals: ApprovalGate | None = None
-    grants: Grants | None = None
-    task_creator: TaskCreator | None = None
+    approvals: ApprovalGate
+    grants: Grants
+    task_service: TaskLifecycle
     sink: EventSink = field(default_factory=NullSink)
 
 
 def _reason(error: Exception) -> str:
-    detail = getattr(error, "detail", None)  # node.errors.Problem
+    detail = getattr(error, "detail", None)  # node.http.Problem
     return str(detail or error) or type(error).__name__
 
 
@@ -190,8 +198,6 @@ class JournalHost:
 
     def _await_approval(self, capability: str, request: str) -> None:
         gate = self.s.approvals
-        if gate is None:
-            raise HostError("failed", "no approval service is running on this node")
         detail = f"{capability}: {request}"
         if len(detail) > MAX_DETAIL:
             detail = detail[: MAX_DETAIL - 1] + "…"
@@ -216,9 +222,7 @@ class JournalHost:
         return value
 
     def _grant_active(self, domain: str) -> bool:
-        if self.s.grants is not None:
-            return self.s.grants.is_active(self.name, domain)
-        return domain in self.agent.grants.domains
+        return self.s.grants.is_active(self.name, domain)
 
     def infer(self, request: str) -> str:
         route, prompt, max_tokens = parse_request(request, self.s.config.inference.default_route)
@@ -246,16 +250,8 @@ class JournalHost:
             data = None
         if not isinstance(data, dict):
             raise HostError("failed", "task input must be a JSON object")
-        if self.s.task_creator is not None:
-            created = self._on_loop(self.s.task_creator.create(self.name, to, data))
-            return str(created["id"] if isinstance(created, dict) else created)
-        if self.s.config.agent(to) is None:
-            raise HostError("failed", f"no agent {to!r} on this node")
-        task_id = str(uuid.uuid4())
-        self._append(
-            "task.created", {"id": task_id, "from": self.name, "to": to, "input": data}, stream=to
-        )
-        return task_id
+        created = self._on_loop(self.s.task_service.create(self.name, to, data))
+        return str(created["id"])
 
     def task_progress(self, task_id: str, progress: str) -> None:
         if not self.s.tasks.is_open(self.name, task_id):
@@ -265,7 +261,7 @@ class JournalHost:
             value: Any = json.loads(progress)
         except ValueError:
             value = progress[:MAX_TEXT]
-        self._append("task.progress", {"id": task_id, "progress": value})
+        self._on_loop(self.s.task_service.progress(task_id, value))
 
     def _states(self) -> dict[str, str]:
         if self._state is None:  # durable state is the fold of the agent's state.set events
@@ -346,7 +342,7 @@ class JournalHost:
         return self.s.tasks.take(self.name)
 
     def task_started(self, task: Task) -> None:
-        self._note("task.started", {"id": task.id})
+        self._task_event(self.s.task_service.start(task.id))
 
     def task_completed(self, task: Task, output: str) -> None:
         try:
@@ -356,7 +352,24 @@ class JournalHost:
         if not isinstance(value, dict):
             self.task_failed(task, "the agent's output is not a JSON object")
             return
-        self._note("task.completed", {"id": task.id, "output": value})
+        self._task_event(self.s.task_service.complete(task.id, value))
 
     def task_failed(self, task: Task, error: str) -> None:
-        self._note("task.failed", {"id": task.id, "error": error[:MAX_TEXT]})
+        self._task_event(self.s.task_service.fail(task.id, error[:MAX_TEXT]))
+
+    def _task_event(self, transition: Coroutine[Any, Any, Any]) -> None:
+        """A task transition the worker reports, through the task service's checks. It waits
+        even while the agent is being stopped (a finished task must not be lost); one that no
+        longer fits (canceled meanwhile) or cannot be journaled any more is logged, not raised:
+        the worker has nothing to do about it."""
+        try:
+            future = asyncio.run_coroutine_threadsafe(transition, self.s.loop)
+        except RuntimeError as e:  # the loop is closed: the node is gone
+            transition.close()
+            log.warning("agent %s: task event not journaled: %s", self.name, e)
+            return
+        try:
+            future.result(TASK_EVENT_WAIT_SECS)
+        except Exception as e:
+            future.cancel()
+            log.warning("agent %s: task event not journaled: %s", self.name, _reason(e))

@@ -15,6 +15,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future
 from dataclasses import replace
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from node.runtime.hostapi import AgentHooks, AgentHost, Tool, ToolResult
 from node.runtime.instance import AgentInstance
 from node.runtime.spec import AgentSpec, RuntimeOptions
 from node.runtime.status import AgentStatus
-from node.runtime.worker import AgentWorker, Resolver
+from node.runtime.worker import AgentWorker, Resolver, run_tick
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +98,10 @@ class AgentRuntime:
     def statuses(self) -> list[AgentStatus]:
         """Every agent's status (what the AG-UI snapshot reads)."""
         return self.status()
+
+    def tick_now(self, name: str, detail: str) -> Future[None]:
+        """An on-demand tick (an AG-UI run), judged like the tick loop's: an `err` is a fault."""
+        return self.worker(name).submit("tick", detail, run_tick)
 
     def notify_task(self, name: str) -> None:
         """A task was assigned to `name`: deliver it now, not at the next tick."""

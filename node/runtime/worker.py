@@ -60,7 +60,7 @@ _WAKE = object()
 Resolver = Callable[[str], Path]
 
 
-def _tick(instance: AgentInstance) -> None:
+def run_tick(instance: AgentInstance) -> None:
     err = instance.call("tick")
     if err is not None:  # tick returned err(string): a fault like a trap, per the design
         raise AgentFaultError(AgentFault("err", f"tick returned err: {err}"))
@@ -268,7 +268,7 @@ class AgentWorker:
 
     def _run_tick(self) -> None:
         try:
-            self._execute("tick", "", _tick)
+            self._execute("tick", "", run_tick)
         except AgentFaultError:
             return
         self._failures = 0  # healthy again: the next fault starts the backoff afresh

@@ -17,12 +17,15 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from aiohttp import web
+
 from eventstore.envelope import Envelope
 from eventstore.store import NewEvent
 from node.context import NodeContext
-from node.errors import Problem
+from node.http import Problem
 from node.services.journal import ensure_local
 from projections.approvals import DEFAULT_TIMEOUT_SECS, Approvals
+from projections.journals import Journals
 
 log = logging.getLogger(__name__)
 Decision = Literal["approve", "deny"]
@@ -50,14 +53,14 @@ class ApprovalGate:
 
     @property
     def projection(self) -> Approvals:
-        return self.ctx.projections["approvals"]
+        return self.ctx.projections.get(Approvals)
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
         """Follow resolutions in the journal and arm a timer for every local pending request."""
         self.ctx.store.add_commit_listener(self._on_commit)
         now = datetime.now(UTC)
-        journals = self.ctx.projections["journals"]
+        journals = self.ctx.projections.get(Journals)
         overdue = []
         for request in self.projection.list():
             if journals.home_of(request.agent) not in (None, self.ctx.name):
@@ -181,7 +184,7 @@ class ApprovalGate:
         """
         decided: list[str] = []
         skipped: list[str] = []
-        journals = self.ctx.projections["journals"]
+        journals = self.ctx.projections.get(Journals)
         seen: set[str] = set()
         events: list[NewEvent] = []
         for approval_id in ids:
@@ -282,3 +285,6 @@ def _seconds_until(timestamp: str, now: datetime, fallback: float) -> float:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return (moment - now).total_seconds()
+
+
+APPROVALS = web.AppKey("approvals", ApprovalGate)

@@ -9,6 +9,7 @@ import msgspec
 from node.config import AGENT_NAME
 from node.context import NodeContext
 from node.services.journal import ensure_local
+from projections.entries import Findings
 
 Severity = Literal["info", "low", "medium", "high", "critical"]
 
@@ -28,6 +29,6 @@ async def report_finding(ctx: NodeContext, finding: NewFinding) -> int:
         "finding",
         {"severity": finding.severity, "title": finding.title, "detail": finding.detail},
     )
-    seq = ctx.projections["findings"].seq_at(envelope.position)
+    seq = ctx.projections.get(Findings).seq_at(envelope.position)
     assert seq is not None, "the findings projection folds before append returns"
     return seq

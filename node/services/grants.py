@@ -9,11 +9,14 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from aiohttp import web
+
 from eventstore.store import NewEvent
 from node.context import NodeContext
-from node.errors import Problem
+from node.http import Problem
 from node.services.journal import ensure_local
 from projections.grants import Grants
+from projections.journals import Journals
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +28,7 @@ class GrantService:
 
     @property
     def projection(self) -> Grants:
-        return self.ctx.projections["grants"]
+        return self.ctx.projections.get(Grants)
 
     def is_active(self, agent: str, domain: str) -> bool:
         """May `agent` read secrets of `domain` right now? (Any thread.)"""
@@ -37,7 +40,7 @@ class GrantService:
         Runs at every start, so a domain added to the config later is granted then; a revoked
         grant stays revoked, and removing a domain from the config revokes nothing.
         """
-        journals = self.ctx.projections["journals"]
+        journals = self.ctx.projections.get(Journals)
         events = []
         for agent in self.ctx.config.agents:
             home = journals.home_of(agent.name)
@@ -67,3 +70,6 @@ class GrantService:
             ensure_local(self.ctx, agent)
             await self.ctx.store.append(agent, kind, {"domain": domain})
         return {"agent": agent, "domain": domain, "status": result}
+
+
+GRANTS = web.AppKey("grants", GrantService)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from node.context import NodeContext
-from node.errors import Problem
+from node.http import Problem
+from projections.journals import Journals
 
 
 def ensure_local(ctx: NodeContext, stream: str) -> None:
     """409 naming the home node when `stream` is a replica of a journal written elsewhere."""
-    home = ctx.projections["journals"].home_of(stream)
+    home = ctx.projections.get(Journals).home_of(stream)
     if home is not None and home != ctx.name:
         raise Problem(
             409,

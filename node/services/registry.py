@@ -3,12 +3,11 @@
 On disk, under `data_dir/registry/`:
   tmp/                       uploads being received (emptied at start)
   blobs/sha256/<hex>.wasm    the exact uploaded bytes, named by their sha256
-  refs/<id>/<version>        the checksum of a published version: a cache of the journal that
-                             lets `resolve_component` work from a bare Config
 
-A publish writes (and fsyncs) the blob and its ref before it appends `package.published`, and
-removes what it wrote if the append fails; at start, blobs and refs no event refers to (left by
-a crash between the two) are removed, so nothing half-written outlives a restart.
+Which version is which blob is the journal's `package.published` events (the registry read
+model). A publish writes (and fsyncs) the blob before it appends the event, and removes it if
+the append fails; at start, blobs no event refers to (left by a crash between the two) are
+removed, so nothing half-written outlives a restart.
 """
 
 from __future__ import annotations
@@ -26,10 +25,12 @@ from typing import Any
 
 import wasmtime
 import wasmtime.component
+from aiohttp import web
 
 from node.config import Config
 from node.context import NodeContext
-from node.errors import Problem
+from node.files import move_durably
+from node.http import Problem
 from projections.registry import (
     PACKAGE_ID,
     PACKAGE_ID_RE,
@@ -95,7 +96,6 @@ class RegistryService:
         self.ctx = ctx
         self.root = registry_root(ctx.config)
         self.blobs = self.root / "blobs" / "sha256"
-        self.refs = self.root / "refs"
         self.tmp = self.root / "tmp"
         self.max_bytes = ctx.config.node.max_upload_mb << 20
         self._lock = asyncio.Lock()
@@ -105,13 +105,14 @@ class RegistryService:
 
     @property
     def projection(self) -> Registry:
-        return self.ctx.projections["registry"]
+        return self.ctx.projections.get(Registry)
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
         """Create the folders and remove whatever no `package.published` event refers to."""
-        for folder in (self.blobs, self.refs, self.tmp):
+        for folder in (self.blobs, self.tmp):
             folder.mkdir(parents=True, exist_ok=True)
+        _remove(self.root / "refs")  # a cache of the journal that earlier releases kept
         for leftover in self.tmp.iterdir():
             _remove(leftover)
         referenced = self.projection.checksums()
@@ -119,15 +120,8 @@ class RegistryService:
             if f"sha256:{blob.name.removesuffix('.wasm')}" not in referenced:
                 log.warning("removing unpublished registry blob %s", blob.name)
                 _remove(blob)
-        for package_dir in self.refs.iterdir():
-            for ref in package_dir.iterdir() if package_dir.is_dir() else ():
-                if not self.projection.has(package_dir.name, ref.name):
-                    _remove(ref)
         for package_id, versions in self.projection.packages.items():
             for version, package in versions.items():
-                ref = self.refs / package_id / version
-                if not ref.is_file() or ref.read_text() != package.checksum:
-                    _write_atomic(ref, package.checksum)
                 if not self.blob_path(package.checksum).is_file():
                     log.error("registry blob of %s@%s is missing", package_id, version)
 
@@ -167,12 +161,10 @@ class RegistryService:
         async with self._lock:
             self._refuse_existing(package_id, version)
             blob = self.blob_path(checksum)
-            ref = self.refs / package_id / version
             created = not blob.exists()
             try:
                 if created:
-                    await loop.run_in_executor(None, _move_durably, upload.path, blob)
-                await loop.run_in_executor(None, _write_atomic, ref, checksum)
+                    await loop.run_in_executor(None, move_durably, upload.path, blob)
                 envelope = await self.ctx.store.append(
                     REGISTRY_STREAM,
                     "package.published",
@@ -185,7 +177,6 @@ class RegistryService:
                     },
                 )
             except BaseException:
-                ref.unlink(missing_ok=True)
                 if created:
                     blob.unlink(missing_ok=True)
                 raise
@@ -254,58 +245,10 @@ def parse_reference(reference: str) -> tuple[str, str]:
     return package_id, version
 
 
-def resolve_component(ctx_or_config: NodeContext | Config, reference: str) -> Path:
-    """The stored blob of `registry:ID@VERSION`, for the runtime to load.
-
-    With a NodeContext the projection is asked (authoritative); with a bare Config (no journal
-    open) the ref cache under data_dir is read. RegistryError when it is not published.
-    """
-    if isinstance(ctx_or_config, NodeContext):
-        service = ctx_or_config.services.get("registry")
-        if service is not None:
-            return service.resolve(reference)
-        config = ctx_or_config.config
-    else:
-        config = ctx_or_config
-    package_id, version = parse_reference(reference)
-    root = registry_root(config)
-    try:
-        checksum = (root / "refs" / package_id / version).read_text().strip()
-    except OSError:
-        raise RegistryError(f"{package_id}@{version} is not published in this registry") from None
-    blob = root / "blobs" / "sha256" / f"{checksum.removeprefix('sha256:')}.wasm"
-    return _existing(blob, reference)
-
-
 def _existing(path: Path, reference: str) -> Path:
     if not path.is_file():
         raise RegistryError(f"the stored component of {reference} is missing ({path})")
     return path
-
-
-def _move_durably(source: Path, target: Path) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    os.replace(source, target)
-    _fsync_dir(target.parent)
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.urandom(4).hex()}")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _remove(path: Path) -> None:
@@ -313,3 +256,6 @@ def _remove(path: Path) -> None:
         shutil.rmtree(path, ignore_errors=True)
     else:
         path.unlink(missing_ok=True)
+
+
+REGISTRY = web.AppKey("registry", RegistryService)

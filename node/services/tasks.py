@@ -1,8 +1,9 @@
-"""A2A task commands: each appends a task.* event to the journal of the assigned agent.
+"""A2A task commands: the one writer of task.* events, each in the journal of the assigned agent.
 
-The HTTP API creates tasks; the runtime delivers `pending_for(agent)` to the agent and reports
-start, progress and the outcome. State checks read the projection, so a command that does
-not fit the task's status (completing a failed task, starting a running one) is a 409.
+The HTTP API, the A2A and AG-UI endpoints and agents (through the host) create tasks; the
+runtime reports start, progress and the outcome through the same methods. State checks read
+the projection, so a command that does not fit the task's status (completing a failed task)
+is a 409.
 """
 
 from __future__ import annotations
@@ -10,11 +11,11 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-import msgspec
+from aiohttp import web
 
 from eventstore.envelope import Envelope
 from node.context import NodeContext
-from node.errors import Problem
+from node.http import Problem
 from node.services.journal import ensure_local
 from projections.tasks import Task, Tasks
 
@@ -27,7 +28,7 @@ class TaskService:
 
     @property
     def projection(self) -> Tasks:
-        return self.ctx.projections["tasks"]
+        return self.ctx.projections.get(Tasks)
 
     async def create(
         self,
@@ -59,8 +60,9 @@ class TaskService:
         return await self._finish(task_id, "task.canceled", {"operator": operator})
 
     async def start(self, task_id: str) -> Envelope:
-        """pending → running."""
-        self._check(task_id, ("pending",), "start")
+        """pending → running; a running task is started again when it is delivered again
+        after a restart (delivery is at least once)."""
+        self._check(task_id, ("pending", "running"), "start")
         return await self._append(task_id, "task.started", {})
 
     async def progress(self, task_id: str, progress: dict[str, Any] | str) -> Envelope:
@@ -85,13 +87,6 @@ class TaskService:
     def list(self, status: str | None = None, agent: str | None = None) -> list[Task]:
         return self.projection.list(status, agent)
 
-    def pending_for(self, agent: str) -> list[dict[str, Any]]:
-        """The agent's pending tasks as plain dicts (`id`, `from`, `to`, `input`...), oldest first.
-
-        Safe to call from a worker thread: it copies out of the projection.
-        """
-        return [msgspec.to_builtins(t) for t in self.projection.pending_for(agent)]
-
     def _check(self, task_id: str, allowed: tuple[str, ...], verb: str) -> Task:
         task = self.get(task_id)
         ensure_local(self.ctx, task.to)
@@ -110,3 +105,6 @@ class TaskService:
             return await self._append(task_id, kind, data)
         finally:
             self._finishing.discard(task_id)
+
+
+TASKS = web.AppKey("tasks", TaskService)

@@ -28,6 +28,7 @@ from typing import Any
 from eventstore.envelope import Envelope
 from node.streams.sse import Item
 
+STATUS_EVENT = "agent_status"  # the runtime's status change: a STATE_DELTA here
 _EXTRA = frozenset({"RAW", "CUSTOM"})
 _PREFIXES = (
     "RUN_",
@@ -47,7 +48,8 @@ def is_agui_event(name: str) -> bool:
     return name in _EXTRA or (name.isupper() and name.startswith(_PREFIXES))
 
 
-def _now_ms() -> int:
+def now_ms() -> int:
+    """AG-UI's timestamps: milliseconds since the epoch."""
     return int(time.time() * 1000)
 
 
@@ -138,7 +140,7 @@ class AguiTranslator:
             "agent": agent,
             "status": status,
             "delta": patch,
-            "timestamp": _now_ms(),
+            "timestamp": now_ms(),
         }
         return [Item("STATE_DELTA", data)]
 
@@ -155,12 +157,23 @@ class AguiTranslator:
             "type": "STATE_SNAPSHOT",
             "agents": agents,
             "snapshot": {"agents": agents},
-            "timestamp": _now_ms(),
+            "timestamp": now_ms(),
         }
         return Item("STATE_SNAPSHOT", data)
 
     # ----------------------------------------------------------------- runtime events
+    stateful = True  # folds every event, listened to or not: a new client gets the snapshot
+
     def on_runtime(self, name: str, data: dict[str, Any], agent: str | None) -> list[Item]:
+        """The bus's adapter call: status changes become STATE_DELTAs, AG-UI events pass
+        through the run framing, anything else is not AG-UI's."""
+        if name == STATUS_EVENT:
+            return self.on_status(agent, data.get("status"))
+        if not is_agui_event(name):
+            return []
+        return self._on_run_event(name, data, agent)
+
+    def _on_run_event(self, name: str, data: dict[str, Any], agent: str | None) -> list[Item]:
         agent = agent or _pick(data, "agent", "threadId")
         if not isinstance(agent, str):
             return []
@@ -209,7 +222,7 @@ class AguiTranslator:
             body.pop("run_id", None)
             body.pop("runId", None)
         body.update(fields)
-        body.setdefault("timestamp", _now_ms())
+        body.setdefault("timestamp", now_ms())
         out.append(Item(name, body, agent))
         return body
 

@@ -21,18 +21,28 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Callable
-from typing import Any, Literal
+from collections.abc import Callable, Mapping
+from typing import Any, Literal, Protocol
+
+from aiohttp import web
 
 from eventstore.envelope import Envelope
-from node.streams.agui import AguiTranslator, is_agui_event
-from node.streams.mapping import a2a_item, unified_item
 from node.streams.sse import Item
 
 log = logging.getLogger(__name__)
 Channel = Literal["events", "a2a", "agui"]
-CHANNELS: tuple[Channel, ...] = ("events", "a2a", "agui")
-STATUS_EVENT = "agent_status"
+
+
+class ChannelAdapter(Protocol):
+    """What one channel makes of journaled and runtime events (node.streams.mapping's
+    UnifiedChannel and A2AChannel, node.streams.agui's AguiTranslator)."""
+
+    # True when the adapter keeps state from every event even with nobody subscribed
+    stateful: bool
+
+    def on_journal(self, envelope: Envelope) -> list[Item]: ...
+
+    def on_runtime(self, name: str, data: dict[str, Any], agent: str | None) -> list[Item]: ...
 
 
 class Subscription:
@@ -144,15 +154,20 @@ class Subscription:
 class EventBus:
     """Fan-out of journaled and ephemeral events to subscribers of the three channels."""
 
-    def __init__(self, queue_max: int = 10_000, keepalive_secs: float = 15.0) -> None:
+    def __init__(
+        self,
+        adapters: Mapping[Channel, ChannelAdapter],
+        queue_max: int = 10_000,
+        keepalive_secs: float = 15.0,
+    ) -> None:
+        self.adapters = dict(adapters)
         self.queue_max = queue_max
         self.keepalive_secs = keepalive_secs
         self._ticker: asyncio.Task[None] | None = None
-        self.agui = AguiTranslator()
         self.closed = False
         self.cuts = 0  # subscribers cut for being too slow, since start
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._subs: dict[Channel, dict[Subscription, None]] = {c: {} for c in CHANNELS}
+        self._subs: dict[Channel, dict[Subscription, None]] = {c: {} for c in self.adapters}
 
     # ----------------------------------------------------------------- lifecycle
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -209,15 +224,9 @@ class EventBus:
         if self.closed:
             return
         agent = agent if agent is not None else data.get("agent")
-        if is_agui_event(name):
-            self._offer("agui", self.agui.on_runtime(name, data, agent))
-            return
-        if name == STATUS_EVENT:
-            self._offer("agui", self.agui.on_status(agent, data.get("status")))
-        if self._subs["events"]:
-            if agent is not None and "agent" not in data:
-                data = {"agent": agent, **data}
-            self._offer("events", [Item(name, data, agent)])
+        for channel, adapter in self.adapters.items():
+            if adapter.stateful or self._subs[channel]:
+                self.offer(channel, adapter.on_runtime(name, data, agent))
 
     def publish_threadsafe(
         self, name: str, data: dict[str, Any], *, agent: str | None = None
@@ -239,23 +248,14 @@ class EventBus:
         """The store's commit listener: journaled events, in global position order."""
         if self.closed:
             return
-        events, a2a = self._subs["events"], self._subs["a2a"]
-        for envelope in envelopes:
-            if events and (item := unified_item(envelope)) is not None:
-                self._offer("events", [item])
-            if a2a:
-                item = a2a_item(envelope)
-                if item is not None:
-                    self._offer("a2a", [item])
-            self._offer("agui", self.agui.on_journal(envelope))
+        for channel, adapter in self.adapters.items():
+            if adapter.stateful or self._subs[channel]:
+                on_journal, offer = adapter.on_journal, self.offer
+                for envelope in envelopes:
+                    offer(channel, on_journal(envelope))
 
-    def agui_snapshot(self, current: list[tuple[str, str]]) -> Item:
-        """Fold statuses read from the runtime (deltas to clients already connected), then
-        the STATE_SNAPSHOT a new client starts from."""
-        self._offer("agui", self.agui.sync(current))
-        return self.agui.snapshot_item()
-
-    def _offer(self, channel: Channel, items: list[Item]) -> None:
+    def offer(self, channel: Channel, items: list[Item]) -> None:
+        """Queue items for every subscriber of `channel`, cutting those that fall behind."""
         subs = self._subs[channel]
         if not items or not subs:
             return
@@ -266,3 +266,6 @@ class EventBus:
                 subs.pop(sub, None)
                 self.cuts += 1
                 log.warning("SSE client on %s cut: queue passed %d events", channel, sub.limit)
+
+
+BUS = web.AppKey("bus", EventBus)

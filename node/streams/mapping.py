@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from eventstore.envelope import Envelope
+from node.streams.agui import is_agui_event
 from node.streams.sse import Item
 
 RENAMES = {"agent.errored": "error"}
@@ -25,6 +26,37 @@ A2A_NAMES = {
     "task.failed": "task_failed",
     "task.canceled": "task_failed",  # the spec has no canceled state; REST shows it as failed
 }
+
+
+class UnifiedChannel:
+    """The unified and per-agent streams: every journaled event (bar bookkeeping) and every
+    runtime event that is not AG-UI's own, with `agent` added."""
+
+    stateful = False
+
+    def on_journal(self, envelope: Envelope) -> list[Item]:
+        item = unified_item(envelope)
+        return [item] if item is not None else []
+
+    def on_runtime(self, name: str, data: dict[str, Any], agent: str | None) -> list[Item]:
+        if is_agui_event(name):
+            return []
+        if agent is not None and "agent" not in data:
+            data = {"agent": agent, **data}
+        return [Item(name, data, agent)]
+
+
+class A2AChannel:
+    """The A2A stream: task events only, in DESIGN.md's shapes; nothing ephemeral."""
+
+    stateful = False
+
+    def on_journal(self, envelope: Envelope) -> list[Item]:
+        item = a2a_item(envelope)
+        return [item] if item is not None else []
+
+    def on_runtime(self, name: str, data: dict[str, Any], agent: str | None) -> list[Item]:
+        return []
 
 
 def unified_name(event_type: str) -> str:

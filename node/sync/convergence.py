@@ -5,12 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from node.context import NodeContext
+from projections.journals import Journals
+from projections.peers import PeerBook
 
 
 def convergence_report(ctx: NodeContext, agent: str) -> dict[str, Any]:
     """`lag` = local_seq - acked_seq, never below 0 (a peer ahead of us has acked all we have)."""
-    journals = ctx.projections["journals"]
-    book = ctx.projections["peers"]
+    journals = ctx.projections.get(Journals)
+    book = ctx.projections.get(PeerBook)
     local_seq = journals.head.get(agent, 0)
     peers = []
     for peer in ctx.config.peers:

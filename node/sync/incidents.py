@@ -10,6 +10,8 @@ from __future__ import annotations
 import logging
 
 from node.context import NodeContext
+from projections.entries import Findings
+from projections.journals import Journals
 
 log = logging.getLogger("agent-node.sync")
 
@@ -21,7 +23,7 @@ class Incidents:
 
     def seen(self, key: str) -> bool:
         full = self._full(key)
-        return full in self._ctx.projections["findings"].incidents or full in self._in_flight
+        return full in self._ctx.projections.get(Findings).incidents or full in self._in_flight
 
     async def report(self, key: str, severity: str, title: str, detail: str) -> None:
         """Journal a finding for `key` unless one was already journaled."""
@@ -29,7 +31,7 @@ class Incidents:
             return
         ctx, full = self._ctx, self._full(key)
         log.warning("%s: %s", title, detail)
-        home = ctx.projections["journals"].home_of(ctx.name)
+        home = ctx.projections.get(Journals).home_of(ctx.name)
         if home not in (None, ctx.name):
             log.error("journal %r belongs to node %r; sync finding not journaled", ctx.name, home)
             return

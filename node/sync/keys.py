@@ -33,7 +33,7 @@ class PeerKeys:
         self, ctx: NodeContext, incidents: Incidents, http: aiohttp.ClientSession | None
     ) -> None:
         self._ctx = ctx
-        self._book: PeerBook = ctx.projections["peers"]
+        self._book: PeerBook = ctx.projections.get(PeerBook)
         self._incidents = incidents
         self.http = http
         self._peers = {p.name: p for p in ctx.config.peers}

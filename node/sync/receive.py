@@ -23,6 +23,7 @@ from node.sync.acks import AckRecorder
 from node.sync.incidents import Incidents
 from node.sync.keys import PeerKeys
 from node.sync.wire import MalformedEnvelope, agent_of, parse_envelope
+from projections.journals import Journals
 
 NODE_LEVEL = "node_level"
 FOREIGN_WRITER = "foreign_writer"
@@ -95,7 +96,7 @@ class Receiver:
         self, items: Sequence[msgspec.Raw], outcome: PushOutcome
     ) -> tuple[list[tuple[int, ForeignEnvelope]], set[str]]:
         """Everything that needs neither key nor head; the rest goes to the store."""
-        journals = self._ctx.projections["journals"]
+        journals = self._ctx.projections.get(Journals)
         batch_home: dict[str, str] = {}
         candidates: list[tuple[int, ForeignEnvelope]] = []
         origins: set[str] = set()
@@ -148,7 +149,7 @@ class Receiver:
 
     def _heads(self, streams: set[str], any_items: bool) -> dict[str, int]:
         """Our heads of the pushed journals; an empty push (a probe) gets every journal's."""
-        heads = self._ctx.projections["journals"].head
+        heads = self._ctx.projections.get(Journals).head
         if not any_items:
             return {s: seq for s, seq in heads.items() if not s.startswith("$")}
         return {s: heads.get(s, 0) for s in sorted(streams)}

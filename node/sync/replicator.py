@@ -22,6 +22,7 @@ from node.context import NodeContext
 from node.sync.acks import AckRecorder
 from node.sync.keys import PeerKeys
 from node.sync.wire import PushReply, decode_reply, encode_push
+from projections.journals import Journals
 
 log = logging.getLogger("agent-node.sync")
 SYNC_PATH = "/api/v1/sync/envelopes"
@@ -138,7 +139,7 @@ class Replicator:
     # ----------------------------------------------------------------- batches
     async def _prepare(self, after: dict[str, int]) -> Batch | None:
         """The next batch after `after`, read and encoded off the loop; None when all acked."""
-        journals = self._ctx.projections["journals"]
+        journals = self._ctx.projections.get(Journals)
         me = self._ctx.name
         work = [
             (stream, after.get(stream, 0))
@@ -198,7 +199,7 @@ class Replicator:
 
     def _learn(self, heads: dict[str, int], *, probe: bool = False) -> None:
         """Take the peer's word for its heads of our journals (all of them after a probe)."""
-        journals = self._ctx.projections["journals"]
+        journals = self._ctx.projections.get(Journals)
         me = self._ctx.name
         ours = {s for s, home in journals.home.items() if home == me and not s.startswith("$")}
         if probe:

@@ -9,14 +9,13 @@ from collections.abc import AsyncIterator
 import aiohttp
 from aiohttp import web
 
-from node.context import CONTEXT, NodeContext
+from node.context import NodeContext
 from node.sync.acks import AckRecorder
 from node.sync.incidents import Incidents
 from node.sync.keys import PeerKeys
 from node.sync.receive import Receiver
 from node.sync.replicator import Replicator
-
-SERVICE = "sync"
+from projections.peers import PeerBook
 
 
 class SyncService:
@@ -24,7 +23,9 @@ class SyncService:
         self.ctx = ctx
         self.incidents = Incidents(ctx)
         self.keys = PeerKeys(ctx, self.incidents, None)
-        self.acks = AckRecorder(ctx.store, ctx.projections["peers"], ctx.config.sync.ack_flush_secs)
+        self.acks = AckRecorder(
+            ctx.store, ctx.projections.get(PeerBook), ctx.config.sync.ack_flush_secs
+        )
         self.receiver = Receiver(ctx, self.keys, self.incidents, self.acks)
         self.replicators: list[Replicator] = []
         self._http: aiohttp.ClientSession | None = None
@@ -46,6 +47,13 @@ class SyncService:
             asyncio.create_task(r.run(), name=f"sync-to-{r.peer.name}") for r in self.replicators
         ]
 
+    async def lifecycle(self, _app: object) -> AsyncIterator[None]:
+        """Runs after the journal is open and the projections are rebuilt; stops before it
+        closes."""
+        await self.start()
+        yield
+        await self.stop()
+
     async def stop(self) -> None:
         for task in self._tasks:
             task.cancel()
@@ -57,9 +65,4 @@ class SyncService:
             await self._http.close()
 
 
-async def sync_lifecycle(app: web.Application) -> AsyncIterator[None]:
-    """Runs after the journal is open and the projections are rebuilt; stops before it closes."""
-    service: SyncService = app[CONTEXT].services[SERVICE]
-    await service.start()
-    yield
-    await service.stop()
+SYNC = web.AppKey("sync", SyncService)

@@ -10,9 +10,8 @@ import msgspec
 
 from eventstore.envelope import Envelope, parse_signature
 from eventstore.store import ForeignEnvelope
-from node.api.params import MAX_LIMIT
 from node.config import AGENT_NAME_RE
-from node.errors import Problem
+from node.http import MAX_LIMIT, Problem
 
 MAX_SEQ = 2**63 - 1
 # A push may carry more than a page of reads, but not unboundedly many envelopes.

@@ -9,20 +9,19 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 from aiohttp import web
 
-from node.api.params import required_query
 from node.auth import add_route
 from node.context import CONTEXT, NodeContext, context_of
-from node.errors import Problem
-from node.streams.agui import AguiView
-from node.streams.bus import Channel, EventBus, Subscription
+from node.http import Problem, required_query
+from node.runtime.agents import AGENTS
+from node.streams.agui import AguiTranslator, AguiView
+from node.streams.bus import BUS, Channel, EventBus, Subscription
+from node.streams.mapping import A2AChannel, UnifiedChannel
 from node.streams.replay import backlog
 from node.streams.sse import ClientGone, SseWriter, open_stream
+from projections.journals import Journals
 
 log = logging.getLogger(__name__)
-
-
-def bus_of(ctx: NodeContext) -> EventBus:
-    return ctx.services["bus"]
+AGUI = web.AppKey("agui_translator", AguiTranslator)
 
 
 async def unified_events(request: web.Request) -> web.StreamResponse:
@@ -42,14 +41,17 @@ async def a2a_events(request: web.Request) -> web.StreamResponse:
 async def agui_events(request: web.Request) -> web.StreamResponse:
     """STATE_SNAPSHOT first, then live AG-UI events; a reconnect resyncs with a new snapshot."""
     ctx = context_of(request)
-    bus = _open_bus(ctx)
+    bus = _open_bus(request)
     resume_from(request)  # validated (a bad one is a 400) but nothing is replayed: see docs
     agent = request.query.get("agent") or None
     if agent is not None:
         _ensure_known(ctx, agent)
     view = AguiView()
-    # snapshot and subscription in one synchronous step: every later change arrives as a delta
-    snapshot = bus.agui_snapshot(_current_statuses(ctx, bus))
+    translator = request.app[AGUI]
+    # snapshot and subscription in one synchronous step: every later change arrives as a delta;
+    # statuses changed unseen reach the clients already connected as deltas first
+    bus.offer("agui", translator.sync(current_statuses(request.app)))
+    snapshot = translator.snapshot_item()
     sub = bus.subscribe("agui", agent=agent, accept=view.accept)
 
     async def first(writer: SseWriter) -> None:
@@ -72,13 +74,13 @@ def resume_from(request: web.Request) -> int | None:
 
 def _ensure_known(ctx: NodeContext, agent: str) -> None:
     """Known: configured here, or a journal this node holds (a peer's agent, a reporter)."""
-    if ctx.config.agent(agent) is None and agent not in ctx.projections["journals"].head:
+    if ctx.config.agent(agent) is None and agent not in ctx.projections.get(Journals).head:
         raise Problem(404, f"no agent named {agent!r} on this node")
 
 
-def _open_bus(ctx: NodeContext) -> EventBus:
-    bus = bus_of(ctx)
-    if ctx.shutting_down or bus.closed:
+def _open_bus(request: web.Request) -> EventBus:
+    bus = request.app[BUS]
+    if context_of(request).shutting_down or bus.closed:
         raise Problem(503, "the node is shutting down; reconnect to it (or a peer) later")
     return bus
 
@@ -87,7 +89,7 @@ async def _journal_stream(
     request: web.Request, channel: Channel, agent: str | None
 ) -> web.StreamResponse:
     ctx = context_of(request)
-    bus = _open_bus(ctx)
+    bus = _open_bus(request)
     after = resume_from(request)
     head = ctx.store.last_position
     if after is not None and after > head:
@@ -131,16 +133,16 @@ async def _serve(
     return writer.response if writer else web.Response(status=204)
 
 
-def _current_statuses(ctx: NodeContext, bus: EventBus) -> list[tuple[str, str]]:
-    runtime = ctx.services.get("runtime")
-    statuses = getattr(runtime, "statuses", None)
-    if callable(statuses):
+def current_statuses(app: web.Application) -> list[tuple[str, str]]:
+    """(agent, status) for every configured agent: the runtime's, else the last seen."""
+    agents = app[AGENTS]
+    if agents.running:
         try:
-            return [(s.name, s.status) for s in statuses()]
+            return agents.statuses()
         except Exception:
             log.exception("runtime statuses unavailable; AG-UI snapshot uses the last known")
-    known = bus.agui.states
-    return [(a.name, known.get(a.name) or "stopped") for a in ctx.config.agents]
+    known = app[AGUI].states
+    return [(a.name, known.get(a.name) or "stopped") for a in app[CONTEXT].config.agents]
 
 
 def _aborter(request: web.Request) -> Callable[[], None]:
@@ -156,7 +158,7 @@ def _aborter(request: web.Request) -> Callable[[], None]:
 async def _bus_lifecycle(app: web.Application) -> AsyncIterator[None]:
     """Fed by commits once the journal is open (after the projections, which fold first)."""
     ctx = app[CONTEXT]
-    bus = bus_of(ctx)
+    bus = app[BUS]
     bus.bind(asyncio.get_running_loop())
     ctx.store.add_commit_listener(bus.on_commit)
     yield
@@ -164,13 +166,14 @@ async def _bus_lifecycle(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _close_streams(app: web.Application) -> None:
-    bus_of(app[CONTEXT]).close()
+    app[BUS].close()
 
 
 def setup(app: web.Application) -> None:
-    ctx = app[CONTEXT]
-    node = ctx.config.node
-    ctx.services["bus"] = EventBus(node.sse_queue_max, node.sse_keepalive_secs)
+    node = app[CONTEXT].config.node
+    app[AGUI] = translator = AguiTranslator()
+    adapters = {"events": UnifiedChannel(), "a2a": A2AChannel(), "agui": translator}
+    app[BUS] = EventBus(adapters, node.sse_queue_max, node.sse_keepalive_secs)
     add_route(app, "GET", "/api/v1/events", unified_events, "read")
     add_route(app, "GET", "/api/v1/agents/stream", agent_events, "read")
     add_route(app, "GET", "/api/v1/a2a/events", a2a_events, "read")

@@ -1,14 +1,17 @@
-"""problem+json (RFC 9457) for every client error, and no stack trace for anything else."""
+"""What every area's handlers share: problem+json errors (RFC 9457) and the parsing of query
+strings and JSON bodies into typed values, or a 400 that says why."""
 
 from __future__ import annotations
 
 import json
 import logging
-from typing import Any
+from typing import Any, TypeVar
 
+import msgspec
 from aiohttp import web
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 PROBLEM_TYPE = "application/problem+json"
 _TITLES = {
     400: "Bad Request",
@@ -83,3 +86,47 @@ def _detail_of(exc: web.HTTPException, request: web.Request) -> str:
     if exc.status == 413:
         return "the request body is too large"
     return exc.reason
+
+
+MAX_LIMIT = 1000
+
+
+def int_query(request: web.Request, name: str, default: int, *, clamp: int | None = None) -> int:
+    """A non-negative integer query parameter; anything else is a 400 naming it."""
+    raw = request.query.get(name)
+    if raw is None or raw == "":
+        return default
+    if not raw.isascii() or not raw.isdigit():
+        raise Problem(400, f"query parameter `{name}` must be a non-negative integer, got {raw!r}")
+    value = int(raw)
+    return min(value, clamp) if clamp is not None else value
+
+
+def limit_query(request: web.Request, default: int) -> int:
+    return int_query(request, "limit", default, clamp=MAX_LIMIT)
+
+
+def required_query(request: web.Request, name: str) -> str:
+    value = request.query.get(name, "")
+    if not value:
+        raise Problem(400, f"query parameter `{name}` is required")
+    return value
+
+
+async def json_body(request: web.Request, kind: type[T]) -> T:
+    """Decode and validate the body in one pass; msgspec's message names the bad field."""
+    body = await request.read()
+    if not body:
+        raise Problem(400, "the request needs a JSON body")
+    try:
+        return msgspec.json.decode(body, type=kind)
+    except msgspec.ValidationError as exc:
+        raise Problem(400, f"invalid body: {str(exc).replace('`$.', '`')}") from None
+    except msgspec.DecodeError as exc:
+        raise Problem(400, f"malformed JSON: {exc}") from None
+
+
+def json_response(data: object, status: int = 200) -> web.Response:
+    return web.Response(
+        body=msgspec.json.encode(data), status=status, content_type="application/json"
+    )

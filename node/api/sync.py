@@ -5,13 +5,12 @@ from __future__ import annotations
 from aiohttp import web
 
 from eventstore.keys import verify_key_from_multibase
-from node.api.params import int_query, json_response, limit_query, required_query
 from node.auth import IDENTITY, add_route
 from node.config import Config, ConfigError
 from node.context import CONTEXT, context_of
-from node.errors import Problem
+from node.http import Problem, int_query, json_response, limit_query, required_query
 from node.sync.convergence import convergence_report
-from node.sync.service import SERVICE, SyncService, sync_lifecycle
+from node.sync.service import SYNC, SyncService
 from node.sync.wire import parse_push
 from projections.peers import PeerBook
 
@@ -19,7 +18,7 @@ SYNC_SCOPES = ("read", "sync")
 
 
 def _service(request: web.Request) -> SyncService:
-    return context_of(request).services[SERVICE]
+    return request.app[SYNC]
 
 
 def _journal_query(request: web.Request) -> str:
@@ -71,8 +70,8 @@ def setup(app: web.Application) -> None:
     ctx = app[CONTEXT]
     check_peer_keys(ctx.config)
     ctx.projections.register(PeerBook())
-    ctx.services[SERVICE] = SyncService(ctx)
+    service = app[SYNC] = SyncService(ctx)
     add_route(app, "POST", "/api/v1/sync/envelopes", post_envelopes, "sync")
     add_route(app, "GET", "/api/v1/sync/envelopes", get_envelopes, SYNC_SCOPES)
     add_route(app, "GET", "/api/v1/sync/convergence", get_convergence, SYNC_SCOPES)
-    app.cleanup_ctx.append(sync_lifecycle)
+    app.cleanup_ctx.append(service.lifecycle)

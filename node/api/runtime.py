@@ -1,10 +1,10 @@
 """The runtime as an area of the node: its lifecycle, GET /api/v1/status and the MCP endpoint.
 
-Add this module to node.app's AREAS after the journal is set up. The lifecycle starts one
-worker per [[agents]] entry once the journal is open, feeds task events to the delivery
-queue, and stops every agent (blocking, so in a thread) before the journal closes.
-Services of other areas are found in `ctx.services` when present: "approvals" (the gate),
-"grants", "tasks" (task creation), "bus" (the SSE event sink), "registry" (components).
+The agents call the approval gate, the grants, the task service, the event bus and the
+registry, so this area comes after theirs (it takes them in `setup`), and its lifecycle,
+registered after theirs, stops every agent before any of them closes. The lifecycle starts one
+worker per [[agents]] entry once the journal is open, feeds task events to the delivery queue,
+and stops every agent (blocking, so in a thread) before the journal closes.
 """
 
 from __future__ import annotations
@@ -12,26 +12,33 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 from aiohttp import web
 
-from node.api.params import json_response
 from node.auth import add_route
 from node.config import ConfigError
 from node.context import CONTEXT, NodeContext, context_of
-from node.errors import Problem
+from node.http import Problem, json_response
+from node.runtime.agents import AGENTS, Agents
 from node.runtime.capabilities import Capabilities
-from node.runtime.host import EventSink, HostServices, JournalHost, NullSink
+from node.runtime.host import HostServices, JournalHost
 from node.runtime.inference import InferenceClient
 from node.runtime.mcp import McpServer
 from node.runtime.runtime import AgentRuntime
 from node.runtime.spec import AgentSpec, RuntimeOptions, spec_from_config
 from node.runtime.tasks import TaskQueue
+from node.services.approvals import APPROVALS, ApprovalGate
+from node.services.grants import GRANTS, GrantService
+from node.services.registry import REGISTRY, RegistryService
+from node.services.tasks import TASKS, TaskService
+from node.streams.bus import BUS, EventBus
+from projections.journals import Journals
+from projections.tasks import Tasks
 
-RUNTIME = "runtime"  # ctx.services key
 COMPILED_DIR = "compiled"  # under data_dir: the compiled-component cache
 # Another folder for that cache, e.g. one shared by several nodes (or test runs) on a host.
 COMPILED_CACHE_ENV = "AGENT_NODE_COMPILED_CACHE"
@@ -39,22 +46,34 @@ OUTPUT_DIR = "agent-output"  # under data_dir: agents' stdout/stderr files while
 
 
 def setup(app: web.Application) -> None:
-    app.cleanup_ctx.append(runtime_lifecycle)
+    agents = app[AGENTS] = Agents()
+    deps = RuntimeDeps(
+        approvals=app[APPROVALS],
+        grants=app[GRANTS],
+        tasks=app[TASKS],
+        bus=app[BUS],
+        registry=app[REGISTRY],
+    )
+    app.cleanup_ctx.append(lambda app: runtime_lifecycle(app, agents, deps))
     add_route(app, "GET", "/api/v1/status", status, "read")
     add_route(app, "POST", "/api/v1/mcp/{agent}", mcp, "operate")
     add_route(app, "GET", "/api/v1/mcp/{agent}", mcp_get, "operate")
 
 
-def runtime_of(ctx: NodeContext) -> AgentRuntime:
-    runtime = ctx.services.get(RUNTIME)
-    if runtime is None:
-        raise Problem(503, "the agent runtime is not running")
-    return runtime
+@dataclass(frozen=True)
+class RuntimeDeps:
+    """The other areas' services the agents call."""
+
+    approvals: ApprovalGate
+    grants: GrantService
+    tasks: TaskService
+    bus: EventBus
+    registry: RegistryService
 
 
 def refuse_replicas(ctx: NodeContext) -> None:
     """A journal has one writer: an agent whose journal came from another node is not ours."""
-    journals = ctx.projections["journals"]
+    journals = ctx.projections.get(Journals)
     for agent in ctx.config.agents:
         home = journals.home_of(agent.name)
         if home not in (None, ctx.name):
@@ -64,7 +83,9 @@ def refuse_replicas(ctx: NodeContext) -> None:
             )
 
 
-async def runtime_lifecycle(app: web.Application) -> AsyncIterator[None]:
+async def runtime_lifecycle(
+    app: web.Application, agents: Agents, deps: RuntimeDeps
+) -> AsyncIterator[None]:
     ctx = app[CONTEXT]
     config = ctx.config
     refuse_replicas(ctx)
@@ -72,7 +93,7 @@ async def runtime_lifecycle(app: web.Application) -> AsyncIterator[None]:
     session = aiohttp.ClientSession()
     names = [a.name for a in config.agents]
     tasks = TaskQueue(names)
-    read_model = ctx.projections["tasks"]
+    read_model = ctx.projections.get(Tasks)
     for name in names:  # unfinished tasks from before a restart are delivered again
         tasks.seed(
             name,
@@ -90,10 +111,10 @@ async def runtime_lifecycle(app: web.Application) -> AsyncIterator[None]:
         capabilities=Capabilities(session, config.actions),
         inference=InferenceClient(session, config.inference),
         tasks=tasks,
-        approvals=ctx.services.get("approvals"),
-        grants=ctx.services.get("grants"),
-        task_creator=ctx.services.get("tasks"),
-        sink=_sink(ctx.services.get("bus")),
+        approvals=deps.approvals,
+        grants=deps.grants,
+        task_service=deps.tasks,
+        sink=BusSink(deps.bus),
     )
 
     def host_factory(spec: AgentSpec, stopping: Any) -> tuple[JournalHost, JournalHost]:
@@ -102,14 +123,13 @@ async def runtime_lifecycle(app: web.Application) -> AsyncIterator[None]:
         host = JournalHost(agent, services, stopping)
         return host, host
 
-    registry = ctx.services.get("registry")
     runtime = AgentRuntime(
         [spec_from_config(a, config) for a in config.agents],
         host_factory,
         RuntimeOptions(
             cache_dir=compiled_cache_dir(config.data_path), output_dir=config.data_path / OUTPUT_DIR
         ),
-        resolve=getattr(registry, "resolve", None),
+        resolve=deps.registry.resolve,
     )
 
     def on_commit(envelopes: list[Any]) -> None:
@@ -117,30 +137,25 @@ async def runtime_lifecycle(app: web.Application) -> AsyncIterator[None]:
             runtime.notify_task(agent)
 
     ctx.store.add_commit_listener(on_commit)
-    ctx.services[RUNTIME] = runtime
-    ctx.services["mcp"] = McpServer(runtime, services.sink.publish)
+    agents.attach(runtime, McpServer(runtime, services.sink.publish))
     ctx.metrics.agents_total.set(len(runtime.workers))
     runtime.start()
     try:
         yield
     finally:
         await loop.run_in_executor(None, runtime.stop)
-        ctx.services.pop(RUNTIME, None)
+        agents.attach(None, None)
         await session.close()
 
 
 class BusSink:
     """The node's EventBus as the hosts' EventSink (callable from any thread)."""
 
-    def __init__(self, bus: Any) -> None:
+    def __init__(self, bus: EventBus) -> None:
         self.bus = bus
 
     def publish(self, agent: str, event: str, data: dict[str, Any]) -> None:
         self.bus.publish_threadsafe(event, data, agent=agent)
-
-
-def _sink(bus: Any) -> EventSink:
-    return BusSink(bus) if bus is not None else NullSink()
 
 
 def compiled_cache_dir(data_path: Path) -> Path:
@@ -149,7 +164,7 @@ def compiled_cache_dir(data_path: Path) -> Path:
 
 
 async def status(request: web.Request) -> web.Response:
-    runtime = runtime_of(context_of(request))
+    runtime = request.app[AGENTS].runtime
     name = request.query.get("agent")
     if name is not None and name not in runtime.workers:
         raise Problem(404, f"no agent {name!r} on this node")
@@ -167,8 +182,7 @@ def _mcp_agent(request: web.Request) -> str:
 
 async def mcp(request: web.Request) -> web.Response:
     name = _mcp_agent(request)
-    server: McpServer = context_of(request).services["mcp"]
-    answer = await server.handle(name, await request.read())
+    answer = await request.app[AGENTS].mcp.handle(name, await request.read())
     if answer is None:
         return web.Response(status=202)
     return json_response(answer)
