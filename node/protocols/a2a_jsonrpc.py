@@ -16,16 +16,16 @@ from typing import Any
 
 from aiohttp import web
 
+from node import jsonrpc as rpc
 from node.auth import identity_of
 from node.context import NodeContext, context_of
 from node.http import Problem, json_response
 from node.protocols import a2a_model as m
-from node.protocols import jsonrpc as rpc
 from node.protocols.a2a_params import GetTaskParams, ListTasksParams, SendParams, TaskIdParams
 from node.protocols.a2a_params import decode as decode_params
 from node.protocols.a2a_service import A2A, A2AService, Update
 from node.protocols.lifecycle import StopSignal
-from node.protocols.sse import ClientGone, SseOut
+from node.streams.sse import ClientGone, SseOut
 from node.version import __version__
 
 log = logging.getLogger(__name__)

@@ -14,8 +14,8 @@ from typing import Any
 
 import msgspec
 
+from node.jsonrpc import RpcError
 from node.protocols.a2a_params import Message, Part
-from node.protocols.jsonrpc import RpcError
 from projections.a2a import A2AView
 from projections.approvals import Approvals
 from projections.tasks import Task

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from node.protocols.jsonrpc import INVALID_PARAMS, RpcError
+from node.jsonrpc import INVALID_PARAMS, RpcError
 
 T = TypeVar("T")
 

@@ -21,10 +21,10 @@ from aiohttp import web
 from eventstore.envelope import Envelope
 from node.context import NodeContext
 from node.http import Problem
+from node.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, RpcError
 from node.protocols import a2a_model as m
 from node.protocols.a2a_params import ListTasksParams, Message, SendParams
 from node.protocols.follow import JournalCursor
-from node.protocols.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, RpcError
 from node.protocols.lifecycle import StopSignal
 from node.services.approvals import ApprovalGate
 from node.services.tasks import TaskService

@@ -7,15 +7,12 @@ rides at the top level; node details go in `metadata` or a CUSTOM event's `value
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from typing import Any
 
+from node.streams.agui import now_ms
+
 Event = dict[str, Any]
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class RunEvents:
@@ -25,7 +22,7 @@ class RunEvents:
         self.parent_run_id = parent_run_id
 
     def _event(self, kind: str, **fields: Any) -> Event:
-        return {"type": kind, **fields, "timestamp": _now_ms()}
+        return {"type": kind, **fields, "timestamp": now_ms()}
 
     def started(self, **metadata: Any) -> Event:
         event = self._event("RUN_STARTED", threadId=self.thread_id, runId=self.run_id)

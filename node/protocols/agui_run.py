@@ -18,7 +18,7 @@ from node.protocols.agui_events import RunEvents
 from node.protocols.agui_input import RunInput
 from node.protocols.agui_runs import AGUI_RUNS
 from node.protocols.lifecycle import StopSignal
-from node.protocols.sse import ClientGone, SseOut
+from node.streams.sse import ClientGone, SseOut
 
 log = logging.getLogger(__name__)
 

@@ -13,6 +13,8 @@ import json
 import logging
 from typing import Any
 
+from node import jsonrpc as rpc
+from node.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND, RpcError
 from node.runtime.hostapi import Tool
 from node.runtime.runtime import AgentRuntime
 from node.version import __version__
@@ -21,25 +23,6 @@ log = logging.getLogger(__name__)
 
 LATEST_PROTOCOL = "2025-11-25"
 KNOWN_PROTOCOLS = ("2024-11-05", "2025-03-26", "2025-06-18", LATEST_PROTOCOL)
-
-PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR = (
-    -32700,
-    -32600,
-    -32601,
-    -32602,
-    -32603,
-)
-
-
-class RpcError(Exception):
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
-def _error(id_: Any, code: int, message: str) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": id_, "error": {"code": code, "message": message}}
 
 
 def tool_json(tool: Tool) -> dict[str, Any]:
@@ -63,36 +46,17 @@ class McpServer:
         self.publish = publish or (lambda agent, event, data: None)
 
     async def handle(self, agent: str, body: bytes) -> dict[str, Any] | None:
+        """The response to send, or None for a notification (accepted, never answered)."""
+        call = rpc.parse(body, notifications=True)
+        if isinstance(call, dict):
+            return call
+        if call.notification:
+            return None
         try:
-            message = json.loads(body)
-        except (ValueError, UnicodeDecodeError):
-            return _error(None, PARSE_ERROR, "the body is not JSON")
-        if (
-            not isinstance(message, dict)
-            or message.get("jsonrpc") != "2.0"
-            or not isinstance(message.get("method"), str)
-        ):
-            id_ = message.get("id") if isinstance(message, dict) else None
-            return _error(
-                id_ if _valid_id(id_) else None,
-                INVALID_REQUEST,
-                "expected a JSON-RPC 2.0 request object",
-            )
-        if "id" not in message:
-            return None  # a notification: accepted, never answered
-        id_ = message["id"]
-        if not _valid_id(id_):
-            return _error(None, INVALID_REQUEST, "`id` must be a string or an integer")
-        params = message.get("params", {})
-        if params is None:
-            params = {}
-        try:
-            if not isinstance(params, dict):
-                raise RpcError(INVALID_PARAMS, "`params` must be an object")
-            result = await self._dispatch(agent, message["method"], params)
+            result = await self._dispatch(agent, call.method, call.params)
         except RpcError as e:
-            return _error(id_, e.code, e.message)
-        return {"jsonrpc": "2.0", "id": id_, "result": result}
+            return rpc.error_response(call.id, e)
+        return rpc.result_response(call.id, result)
 
     async def _dispatch(self, agent: str, method: str, params: dict[str, Any]) -> Any:
         if method == "initialize":
@@ -136,7 +100,3 @@ class McpServer:
             raise RpcError(INTERNAL_ERROR, f"agent {agent} failed: {e}") from e
         self.publish(agent, "tool_call_end", {"agent": agent, "tool": name, "result": result.text})
         return {"content": [{"type": "text", "text": result.text}], "isError": not result.ok}
-
-
-def _valid_id(id_: Any) -> bool:
-    return isinstance(id_, str) or (isinstance(id_, int) and not isinstance(id_, bool))

@@ -1,4 +1,5 @@
-"""The SSE wire: frames encoded once and shared, and the loop that writes them to one client.
+"""The SSE wire: frames encoded once and shared, and the loop that writes them to one client;
+and `SseOut`, the protocol endpoints' plain stream of JSON `data:` frames.
 
 Why not aiohttp-sse's EventSourceResponse: its ping is a comment line where the spec wants
 `event: keepalive` / `data: {}`, it formats every frame per client (1,000 clients would encode
@@ -8,6 +9,7 @@ it does not offer. A plain StreamResponse writing pre-encoded bytes does all thr
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +20,9 @@ if TYPE_CHECKING:
     from node.streams.bus import Subscription
 
 KEEPALIVE = b"event: keepalive\ndata: {}\n\n"
+# A2A and AG-UI put one JSON document per `data:` line and use no event names; a comment line
+# keeps proxies and idle clients from closing the stream and tells the node its client left.
+COMMENT_KEEPALIVE = b": keepalive\n\n"
 HEADERS = {
     "Content-Type": "text/event-stream",
     "Cache-Control": "no-cache",
@@ -25,6 +30,7 @@ HEADERS = {
 }
 _BATCH = 512  # frames joined into one write when a client is behind
 _encoder = msgspec.json.Encoder(enc_hook=str)  # a stray non-JSON value degrades, never raises
+_data_encoder = msgspec.json.Encoder()
 
 
 def encode_frame(name: str, data: dict[str, Any], position: int | None = None) -> bytes:
@@ -116,3 +122,33 @@ async def open_stream(request: web.Request) -> web.StreamResponse:
     response = web.StreamResponse(headers=HEADERS)
     await response.prepare(request)
     return response
+
+
+class SseOut:
+    def __init__(self, request: web.Request) -> None:
+        self.request = request
+        self.response = web.StreamResponse(headers=HEADERS)
+
+    async def open(self) -> None:
+        await self.response.prepare(self.request)
+
+    async def send(self, data: Any) -> None:
+        await self._write(b"data: " + _data_encoder.encode(data) + b"\n\n")
+
+    async def send_last(self, data: Any) -> None:
+        """A final event (an error) that may find the client already gone."""
+        with contextlib.suppress(ClientGone):
+            await self.send(data)
+
+    async def ping(self) -> None:
+        await self._write(COMMENT_KEEPALIVE)
+
+    async def close(self) -> None:
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            await self.response.write_eof()
+
+    async def _write(self, frame: bytes) -> None:
+        try:
+            await self.response.write(frame)
+        except (ConnectionError, RuntimeError) as exc:  # RuntimeError: transport closed
+            raise ClientGone(str(exc) or type(exc).__name__) from None

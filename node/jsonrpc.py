@@ -1,4 +1,5 @@
-"""JSON-RPC 2.0 framing for the A2A endpoint: parse one request, build results and errors.
+"""JSON-RPC 2.0 framing for the A2A and MCP endpoints: parse one message, build results and
+errors.
 
 Transport-free, so every fault of the envelope (-32700 unparsable, -32600 not a request) is
 decided here in one place and never reaches a method.
@@ -43,18 +44,23 @@ class RpcError(Exception):
 
 
 class Call:
-    """One parsed request: its id, method and params (an object)."""
+    """One parsed message: its id, method and params (an object). A notification (no `id`)
+    expects no answer."""
 
-    __slots__ = ("id", "method", "params")
+    __slots__ = ("id", "method", "notification", "params")
 
-    def __init__(self, id_: RequestId, method: str, params: dict[str, Any]) -> None:
+    def __init__(
+        self, id_: RequestId, method: str, params: dict[str, Any], notification: bool = False
+    ) -> None:
         self.id = id_
         self.method = method
         self.params = params
+        self.notification = notification
 
 
-def parse(body: bytes) -> Call | dict[str, Any]:
-    """The request in `body`, or the error response to send instead."""
+def parse(body: bytes, *, notifications: bool = False) -> Call | dict[str, Any]:
+    """The request in `body`, or the error response to send instead. Notifications are
+    refused unless the protocol has them (MCP does, A2A does not)."""
     try:
         message = json.loads(body)
     except (ValueError, UnicodeDecodeError):
@@ -75,16 +81,16 @@ def parse(body: bytes) -> Call | dict[str, Any]:
     method = message.get("method")
     if not isinstance(method, str) or not method:
         return error_response(id_, RpcError(INVALID_REQUEST, "`method` must be a string"))
-    if "id" not in message:
+    if "id" not in message and not notifications:
         return error_response(
-            None, RpcError(INVALID_REQUEST, "A2A methods are requests: give the call an `id`")
+            None, RpcError(INVALID_REQUEST, "these methods are requests: give the call an `id`")
         )
     params = message.get("params", {})
     if params is None:
         params = {}
     if not isinstance(params, dict):
         return error_response(id_, RpcError(INVALID_PARAMS, "`params` must be an object"))
-    return Call(id_, method, params)
+    return Call(id_, method, params, notification="id" not in message)
 
 
 def result_response(id_: RequestId, result: Any) -> dict[str, Any]:
