@@ -15,6 +15,7 @@ from node import checkpoint
 from node.api import (
     a2a,
     approvals,
+    conformance,
     discovery,
     entries,
     grants,
@@ -26,7 +27,7 @@ from node.api import (
     streams,
     sync,
 )
-from node.auth import ROUTE_SCOPES, TOKENS, TokenTable, auth_middleware
+from node.auth import TOKENS, TokenTable, auth_middleware
 from node.config import Config
 from node.context import CONTEXT, NodeContext
 from node.http import problem_middleware
@@ -85,10 +86,10 @@ def build_app(config: Config, *, key: SigningKey | None = None) -> web.Applicati
     )
     app[CONTEXT] = ctx
     app[TOKENS] = TokenTable(config.auth)
-    app[ROUTE_SCOPES] = {}
     app.cleanup_ctx.append(journal_lifecycle)
     for area in AREAS:
         area.setup(app)
+    conformance.install(app)
     return app
 
 

@@ -11,10 +11,8 @@ from aiohttp import web
 
 from node.config import AuthSection
 from node.http import problem_response
+from node.routes import PUBLIC, Scopes, scopes_of
 
-Scopes = tuple[str, ...]
-PUBLIC: Scopes = ()
-ROUTE_SCOPES: web.AppKey[dict[web.AbstractRoute, Scopes]] = web.AppKey("route_scopes", dict)
 TOKENS: web.AppKey[TokenTable] = web.AppKey("tokens", object)
 
 
@@ -64,15 +62,6 @@ def new_token() -> str:
     return "an_" + secrets.token_urlsafe(32)
 
 
-def add_route(
-    app: web.Application, method: str, path: str, handler, scopes: Scopes | str
-) -> web.AbstractRoute:
-    """Every route states who may call it; one without a statement needs `admin`."""
-    route = app.router.add_route(method, path, handler)
-    app[ROUTE_SCOPES][route] = (scopes,) if isinstance(scopes, str) else scopes
-    return route
-
-
 def _unauthorized(detail: str) -> web.Response:
     return problem_response(401, detail, headers={"WWW-Authenticate": 'Bearer realm="agent-node"'})
 
@@ -80,7 +69,7 @@ def _unauthorized(detail: str) -> web.Response:
 @web.middleware
 async def auth_middleware(request: web.Request, handler) -> web.StreamResponse:
     route = request.match_info.route
-    needed = request.app[ROUTE_SCOPES].get(route)
+    needed = scopes_of(request.app, route)
     if needed is None:
         if not request.path.startswith("/api/"):
             return await handler(request)  # unknown paths outside the API: a plain 404

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import msgspec
 from aiohttp import web
 
+from node.routes import Query
+
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+NonNegative = Annotated[int, msgspec.Meta(ge=0)]
 PROBLEM_TYPE = "application/problem+json"
 _TITLES = {
     400: "Bad Request",
@@ -100,6 +103,14 @@ def int_query(request: web.Request, name: str, default: int, *, clamp: int | Non
         raise Problem(400, f"query parameter `{name}` must be a non-negative integer, got {raw!r}")
     value = int(raw)
     return min(value, clamp) if clamp is not None else value
+
+
+SINCE = Query("since", NonNegative, "entries after this seq (default 0)")
+
+
+def limit_param(default: int) -> Query:
+    text = f"maximum entries (default {default}, clamped to {MAX_LIMIT})"
+    return Query("limit", NonNegative, text)
 
 
 def limit_query(request: web.Request, default: int) -> int:

@@ -17,6 +17,31 @@ INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
 
 RequestId = str | int | None
+# JSON schemas of the envelope, for the OpenAPI document of the endpoints that speak it
+REQUEST_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "jsonrpc": {"type": "string", "const": "2.0"},
+        "id": {"type": ["string", "integer", "null"]},
+        "method": {"type": "string"},
+        "params": {"type": "object"},
+    },
+    "required": ["jsonrpc", "method"],
+}
+RESPONSE_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "jsonrpc": {"type": "string", "const": "2.0"},
+        "id": {"type": ["string", "integer", "null"]},
+        "result": {},
+        "error": {
+            "type": "object",
+            "properties": {"code": {"type": "integer"}, "message": {"type": "string"}, "data": {}},
+            "required": ["code", "message"],
+        },
+    },
+    "required": ["jsonrpc", "id"],
+}
 
 
 class RpcError(Exception):

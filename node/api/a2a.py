@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 from aiohttp import web
 
-from node.auth import add_route
 from node.config import AgentName
 from node.context import CONTEXT
 from node.http import Problem, json_body, json_response
+from node.routes import Doc, Query, add_route
 from node.services.tasks import TASKS, TaskService
-from projections.tasks import STATUSES, Tasks
+from projections.tasks import STATUSES, Status, Task, Tasks
+
+
+class TaskCreated(msgspec.Struct):
+    id: str
+    status: Literal["pending"]
+    created_at: str
 
 
 class NewTask(msgspec.Struct, forbid_unknown_fields=True):
@@ -49,6 +55,43 @@ def setup(app: web.Application) -> None:
     ctx = app[CONTEXT]
     ctx.projections.register(Tasks())
     app[TASKS] = TaskService(ctx)
-    add_route(app, "GET", "/api/v1/a2a/tasks", list_tasks, "read")
-    add_route(app, "POST", "/api/v1/a2a/tasks", create_task, "operate")
-    add_route(app, "GET", "/api/v1/a2a/tasks/{task_id}", read_task, "read")
+    add_route(
+        app,
+        "GET",
+        "/api/v1/a2a/tasks",
+        list_tasks,
+        "read",
+        Doc(
+            "A2A tasks, oldest first",
+            "a2a",
+            list[Task],
+            errors=(400,),
+            query=(
+                Query("status", Status, "only this status"),
+                Query("agent", str, "only tasks assigned to this agent"),
+            ),
+        ),
+    )
+    add_route(
+        app,
+        "POST",
+        "/api/v1/a2a/tasks",
+        create_task,
+        "operate",
+        Doc(
+            "Create a task for a hosted agent",
+            "a2a",
+            TaskCreated,
+            status=201,
+            errors=(400, 404, 409),
+            body=NewTask,
+        ),
+    )
+    add_route(
+        app,
+        "GET",
+        "/api/v1/a2a/tasks/{task_id}",
+        read_task,
+        "read",
+        Doc("One A2A task", "a2a", Task, errors=(404,)),
+    )

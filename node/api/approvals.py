@@ -8,13 +8,33 @@ from typing import Annotated
 import msgspec
 from aiohttp import web
 
-from node.auth import IDENTITY, add_route
+from node.auth import IDENTITY
 from node.context import CONTEXT
 from node.http import json_body, json_response
+from node.routes import Doc, add_route
 from node.services.approvals import APPROVALS, ApprovalGate, Decision
-from projections.approvals import Approvals
+from projections.approvals import ApprovalRequest, Approvals, Group
 
 ApprovalId = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+
+
+class Batched(msgspec.Struct):
+    groups: list[Group]
+
+
+class DecisionResult(msgspec.Struct, omit_defaults=True):
+    id: str
+    decision: Decision
+    decided_at: str
+    operator: str = ""
+
+
+class BatchResult(msgspec.Struct):
+    """`ids` were decided; `skipped` were unknown, already resolved or hosted elsewhere."""
+
+    decided: int
+    ids: list[str]
+    skipped: list[str]
 
 
 class DecisionBody(msgspec.Struct, forbid_unknown_fields=True):
@@ -66,8 +86,51 @@ def setup(app: web.Application) -> None:
     app[APPROVALS] = ApprovalGate(ctx)
     ctx.metrics.approvals_pending.set_function(lambda: projection.count)
     app.cleanup_ctx.append(lifecycle)
-    add_route(app, "GET", "/api/v1/approvals", list_approvals, "read")
-    add_route(app, "GET", "/api/v1/approvals/batched", list_batched, "read")
+    add_route(
+        app,
+        "GET",
+        "/api/v1/approvals",
+        list_approvals,
+        "read",
+        Doc("Pending approval requests, oldest first", "approvals", list[ApprovalRequest]),
+    )
+    add_route(
+        app,
+        "GET",
+        "/api/v1/approvals/batched",
+        list_batched,
+        "read",
+        Doc("Pending approval requests grouped by agent and capability", "approvals", Batched),
+    )
     # before /{approval_id}, which would otherwise take "batch" for an id
-    add_route(app, "POST", "/api/v1/approvals/batch", decide_batch, "operate")
-    add_route(app, "POST", "/api/v1/approvals/{approval_id}", decide, "operate")
+    add_route(
+        app,
+        "POST",
+        "/api/v1/approvals/batch",
+        decide_batch,
+        "operate",
+        Doc(
+            "Decide many approvals at once",
+            "approvals",
+            BatchResult,
+            errors=(400,),
+            body=BatchBody,
+            description="Pending ids are decided in one atomic append; the others are skipped.",
+        ),
+    )
+    add_route(
+        app,
+        "POST",
+        "/api/v1/approvals/{approval_id}",
+        decide,
+        "operate",
+        Doc(
+            "Decide one approval",
+            "approvals",
+            DecisionResult,
+            errors=(400, 404, 409),
+            body=DecisionBody,
+            description="404 when the id is unknown, decided or timed out; 409 (with "
+            "`home_node`) when the agent is hosted on another node.",
+        ),
+    )

@@ -6,19 +6,65 @@ nothing to serve and never need the journal.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import quote, urlsplit
 
+import msgspec
 from aiohttp import web
 
 from eventstore.keys import public_key_multibase
-from node.auth import PUBLIC, add_route
 from node.context import NodeContext, context_of
 from node.http import json_response
+from node.routes import PUBLIC, Doc, add_route
 from node.version import __version__
 
 DID_CONTEXT = "https://www.w3.org/ns/did/v1"
 API_PREFIX = "/api/v1"
+
+
+class Capabilities(msgspec.Struct):
+    streaming: bool
+    pushNotifications: bool
+
+
+class Interface(msgspec.Struct):
+    url: str
+    protocolBinding: str
+    protocolVersion: str
+
+
+class Skill(msgspec.Struct):
+    id: str
+    name: str
+    description: str
+    tags: list[str]
+
+
+class AgentCard(msgspec.Struct):
+    name: str
+    description: str
+    url: str
+    version: str
+    capabilities: Capabilities
+    supportedInterfaces: list[Interface]
+    defaultInputModes: list[str]
+    defaultOutputModes: list[str]
+    skills: list[Skill]
+
+
+class VerificationMethod(msgspec.Struct):
+    id: str
+    type: Literal["Ed25519VerificationKey2020"]
+    controller: str
+    publicKeyMultibase: str
+
+
+class DidDocument(msgspec.Struct):
+    context: str = msgspec.field(name="@context")
+    id: str
+    verificationMethod: list[VerificationMethod]
+    authentication: list[str]
+    assertionMethod: list[str]
 
 
 def did_web(public_url: str) -> str:
@@ -116,6 +162,31 @@ async def get_agents_md(request: web.Request) -> web.Response:
 
 
 def setup(app: web.Application) -> None:
-    add_route(app, "GET", "/.well-known/agent-card.json", get_agent_card, PUBLIC)
-    add_route(app, "GET", "/.well-known/did.json", get_did, PUBLIC)
-    add_route(app, "GET", "/.well-known/agents.md", get_agents_md, PUBLIC)
+    add_route(
+        app,
+        "GET",
+        "/.well-known/agent-card.json",
+        get_agent_card,
+        PUBLIC,
+        Doc("A2A agent card", "discovery", AgentCard),
+    )
+    add_route(
+        app,
+        "GET",
+        "/.well-known/did.json",
+        get_did,
+        PUBLIC,
+        Doc("DID document (did:web)", "discovery", DidDocument),
+    )
+    add_route(
+        app,
+        "GET",
+        "/.well-known/agents.md",
+        get_agents_md,
+        PUBLIC,
+        Doc(
+            "Markdown summary of the node",
+            "discovery",
+            content={"text/markdown": {"type": "string"}},
+        ),
+    )

@@ -5,34 +5,88 @@ from __future__ import annotations
 import msgspec
 from aiohttp import web
 
-from node.auth import add_route
 from node.context import context_of
-from node.http import int_query, json_body, json_response, limit_query
+from node.http import SINCE, int_query, json_body, json_response, limit_param, limit_query
+from node.routes import Doc, add_route
 from node.services.findings import NewFinding, report_finding
-from projections.entries import Findings, Logs
+from projections.entries import Finding, Findings, LogEntry, Logs
+
+
+class LogPage(msgspec.Struct):
+    next_seq: int
+    logs: list[LogEntry]
+
+
+class FindingPage(msgspec.Struct):
+    next_seq: int
+    findings: list[Finding]
+
+
+class FindingCreated(msgspec.Struct):
+    seq: int
 
 
 async def list_logs(request: web.Request) -> web.Response:
     since = int_query(request, "since", 0)
     limit = limit_query(request, 100)
     next_seq, logs = context_of(request).projections.get(Logs).page(since, limit)
-    return json_response({"next_seq": next_seq, "logs": msgspec.to_builtins(logs)})
+    return json_response(LogPage(next_seq, logs))
 
 
 async def list_findings(request: web.Request) -> web.Response:
     since = int_query(request, "since", 0)
     limit = limit_query(request, 50)
     next_seq, findings = context_of(request).projections.get(Findings).page(since, limit)
-    return json_response({"next_seq": next_seq, "findings": msgspec.to_builtins(findings)})
+    return json_response(FindingPage(next_seq, findings))
 
 
 async def post_finding(request: web.Request) -> web.Response:
     finding = await json_body(request, NewFinding)
     seq = await report_finding(context_of(request), finding)
-    return json_response({"seq": seq}, status=201)
+    return json_response(FindingCreated(seq), status=201)
 
 
 def setup(app: web.Application) -> None:
-    add_route(app, "GET", "/api/v1/logs", list_logs, "read")
-    add_route(app, "GET", "/api/v1/findings", list_findings, "read")
-    add_route(app, "POST", "/api/v1/findings", post_finding, "operate")
+    add_route(
+        app,
+        "GET",
+        "/api/v1/logs",
+        list_logs,
+        "read",
+        Doc(
+            "Log entries after a seq",
+            "logs",
+            LogPage,
+            errors=(400,),
+            query=(SINCE, limit_param(100)),
+        ),
+    )
+    add_route(
+        app,
+        "GET",
+        "/api/v1/findings",
+        list_findings,
+        "read",
+        Doc(
+            "Findings after a seq",
+            "logs",
+            FindingPage,
+            errors=(400,),
+            query=(SINCE, limit_param(50)),
+        ),
+    )
+    add_route(
+        app,
+        "POST",
+        "/api/v1/findings",
+        post_finding,
+        "operate",
+        Doc(
+            "Report a finding",
+            "logs",
+            FindingCreated,
+            status=201,
+            errors=(400, 409),
+            body=NewFinding,
+        ),
+    )

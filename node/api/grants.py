@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Literal
 
+import msgspec
 from aiohttp import web
 
-from node.auth import add_route
 from node.context import CONTEXT
 from node.http import json_response
+from node.routes import Doc, add_route
 from node.services.grants import GRANTS, GrantService
-from projections.grants import Grants
+from projections.grants import Grant, Grants
+
+
+class GrantChange(msgspec.Struct):
+    agent: str
+    domain: str
+    status: Literal["active", "revoked"]
 
 
 def grants_of(request: web.Request) -> GrantService:
@@ -42,6 +50,27 @@ def setup(app: web.Application) -> None:
     ctx.projections.register(Grants())
     app[GRANTS] = GrantService(ctx)
     app.cleanup_ctx.append(lifecycle)
-    add_route(app, "GET", "/api/v1/broker/grants", list_grants, "read")
-    add_route(app, "POST", "/api/v1/broker/grants/{agent}/{domain}/revoke", revoke, "operate")
-    add_route(app, "POST", "/api/v1/broker/grants/{agent}/{domain}/restore", restore, "operate")
+    add_route(
+        app,
+        "GET",
+        "/api/v1/broker/grants",
+        list_grants,
+        "read",
+        Doc("Secrets-broker grants", "grants", list[Grant]),
+    )
+    add_route(
+        app,
+        "POST",
+        "/api/v1/broker/grants/{agent}/{domain}/revoke",
+        revoke,
+        "operate",
+        Doc("Revoke an active grant", "grants", GrantChange, errors=(404, 409)),
+    )
+    add_route(
+        app,
+        "POST",
+        "/api/v1/broker/grants/{agent}/{domain}/restore",
+        restore,
+        "operate",
+        Doc("Restore a revoked grant", "grants", GrantChange, errors=(404, 409)),
+    )

@@ -5,17 +5,41 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
+import msgspec
 from aiohttp import BodyPartReader, web
 
-from node.auth import add_route
 from node.context import CONTEXT
 from node.http import Problem, json_response
+from node.routes import Doc, add_route
 from node.services.registry import REGISTRY, RegistryService, StagedUpload
-from projections.registry import Registry
+from projections.registry import PACKAGE_ID, Package, Registry
 
 TEXT_PARTS = ("id", "version", "description")
 MAX_TEXT_PART = 8192
 MULTIPART_SLACK = 1 << 20  # room for the text parts and the multipart framing
+
+
+class PublishResult(msgspec.Struct):
+    id: str
+    version: str
+    checksum: str
+    published_at: str
+
+
+PUBLISH_FORM = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "string", "pattern": PACKAGE_ID},
+        "version": {"type": "string", "description": "strict SemVer 2.0"},
+        "description": {"type": "string"},
+        "wasm": {
+            "type": "string",
+            "contentMediaType": "application/wasm",
+            "description": "a compiled WebAssembly component",
+        },
+    },
+    "required": ["id", "version", "wasm"],
+}
 
 
 def registry_of(request: web.Request) -> RegistryService:
@@ -113,6 +137,34 @@ def setup(app: web.Application) -> None:
     ctx.projections.register(Registry())
     app[REGISTRY] = RegistryService(ctx)
     app.cleanup_ctx.append(lifecycle)
-    add_route(app, "GET", "/api/v1/registry/packages", list_packages, "read")
-    add_route(app, "POST", "/api/v1/registry/packages", publish, "publish")
-    add_route(app, "GET", "/api/v1/registry/packages/{package_id}", read_package, "read")
+    add_route(
+        app,
+        "GET",
+        "/api/v1/registry/packages",
+        list_packages,
+        "read",
+        Doc("Packages (latest version of each)", "registry", list[Package]),
+    )
+    add_route(
+        app,
+        "POST",
+        "/api/v1/registry/packages",
+        publish,
+        "publish",
+        Doc(
+            "Publish a package version",
+            "registry",
+            PublishResult,
+            status=201,
+            errors=(400, 409, 413, 415),
+            body_content={"multipart/form-data": PUBLISH_FORM},
+        ),
+    )
+    add_route(
+        app,
+        "GET",
+        "/api/v1/registry/packages/{package_id}",
+        read_package,
+        "read",
+        Doc("One package with all its versions", "registry", Package, errors=(404,)),
+    )

@@ -19,10 +19,11 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from node.auth import add_route
+from node import jsonrpc as rpc
 from node.config import ConfigError
 from node.context import CONTEXT, NodeContext, context_of
 from node.http import Problem, json_response
+from node.routes import Doc, Query, add_route
 from node.runtime.agents import AGENTS, Agents
 from node.runtime.capabilities import Capabilities
 from node.runtime.host import HostServices, JournalHost
@@ -30,6 +31,7 @@ from node.runtime.inference import InferenceClient
 from node.runtime.mcp import McpServer
 from node.runtime.runtime import AgentRuntime
 from node.runtime.spec import AgentSpec, RuntimeOptions, spec_from_config
+from node.runtime.status import StatusView
 from node.runtime.tasks import TaskQueue
 from node.services.approvals import APPROVALS, ApprovalGate
 from node.services.grants import GRANTS, GrantService
@@ -55,9 +57,48 @@ def setup(app: web.Application) -> None:
         registry=app[REGISTRY],
     )
     app.cleanup_ctx.append(lambda app: runtime_lifecycle(app, agents, deps))
-    add_route(app, "GET", "/api/v1/status", status, "read")
-    add_route(app, "POST", "/api/v1/mcp/{agent}", mcp, "operate")
-    add_route(app, "GET", "/api/v1/mcp/{agent}", mcp_get, "operate")
+    add_route(
+        app,
+        "GET",
+        "/api/v1/status",
+        status,
+        "read",
+        Doc(
+            "Status of the hosted agents",
+            "agents",
+            list[StatusView],
+            errors=(404, 503),
+            query=(Query("agent", str, "only this agent"),),
+        ),
+    )
+    add_route(
+        app,
+        "POST",
+        "/api/v1/mcp/{agent}",
+        mcp,
+        "operate",
+        Doc(
+            "MCP JSON-RPC 2.0 endpoint of an agent",
+            "agents",
+            content={"application/json": rpc.RESPONSE_SCHEMA},
+            errors=(404, 503),
+            body_content={"application/json": rpc.REQUEST_SCHEMA},
+            extra={202: None},
+            description="202 without a body for a notification. See docs/protocols/mcp.md.",
+        ),
+    )
+    add_route(
+        app,
+        "GET",
+        "/api/v1/mcp/{agent}",
+        mcp_get,
+        "operate",
+        Doc(
+            "Not supported (no server-to-client stream is offered)",
+            "agents",
+            errors=(404, 405),
+        ),
+    )
 
 
 @dataclass(frozen=True)

@@ -9,18 +9,25 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 from aiohttp import web
 
-from node.auth import add_route
 from node.context import CONTEXT, NodeContext, context_of
-from node.http import Problem, required_query
+from node.http import NonNegative, Problem, required_query
+from node.routes import Doc, Query, add_route
 from node.runtime.agents import AGENTS
 from node.streams.agui import AguiTranslator, AguiView
-from node.streams.bus import BUS, Channel, EventBus, Subscription
+from node.streams.bus import BUS, Channel, ChannelAdapter, EventBus, Subscription
 from node.streams.mapping import A2AChannel, UnifiedChannel
 from node.streams.replay import backlog
-from node.streams.sse import ClientGone, SseWriter, open_stream
+from node.streams.sse import ClientGone, SseWriter, open_stream, sse_content
 from projections.journals import Journals
 
 log = logging.getLogger(__name__)
+AGENT = Query("agent", str, "the agent whose events to stream", required=True)
+OPTIONAL_AGENT = Query("agent", str, "only this agent's events")
+LAST_EVENT_ID = Query(
+    "last_event_id",
+    NonNegative,
+    "resume after this position (the Last-Event-ID header wins over it)",
+)
 AGUI = web.AppKey("agui_translator", AguiTranslator)
 
 
@@ -172,11 +179,27 @@ async def _close_streams(app: web.Application) -> None:
 def setup(app: web.Application) -> None:
     node = app[CONTEXT].config.node
     app[AGUI] = translator = AguiTranslator()
-    adapters = {"events": UnifiedChannel(), "a2a": A2AChannel(), "agui": translator}
+    adapters: dict[Channel, ChannelAdapter] = {
+        "events": UnifiedChannel(),
+        "a2a": A2AChannel(),
+        "agui": translator,
+    }
     app[BUS] = EventBus(adapters, node.sse_queue_max, node.sse_keepalive_secs)
-    add_route(app, "GET", "/api/v1/events", unified_events, "read")
-    add_route(app, "GET", "/api/v1/agents/stream", agent_events, "read")
-    add_route(app, "GET", "/api/v1/a2a/events", a2a_events, "read")
-    add_route(app, "GET", "/api/v1/agui/events", agui_events, "read")
+    streams = (
+        ("/api/v1/events", unified_events, "All journaled and runtime events", ()),
+        ("/api/v1/agents/stream", agent_events, "One agent's events", (AGENT,)),
+        ("/api/v1/a2a/events", a2a_events, "Task lifecycle events", ()),
+        ("/api/v1/agui/events", agui_events, "AG-UI events", (OPTIONAL_AGENT,)),
+    )
+    for path, handler, summary, query in streams:
+        doc = Doc(
+            summary,
+            "streams",
+            content=sse_content(summary),
+            errors=(400, 404, 503),
+            query=(*query, LAST_EVENT_ID),
+            description="docs/streams.md has the events and their data.",
+        )
+        add_route(app, "GET", path, handler, "read", doc)
     app.cleanup_ctx.append(_bus_lifecycle)
     app.on_shutdown.append(_close_streams)

@@ -2,19 +2,71 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
+import msgspec
 from aiohttp import web
 
 from eventstore.keys import verify_key_from_multibase
-from node.auth import IDENTITY, add_route
+from node.auth import IDENTITY
 from node.config import Config, ConfigError
 from node.context import CONTEXT, context_of
-from node.http import Problem, int_query, json_response, limit_query, required_query
+from node.http import (
+    SINCE,
+    Problem,
+    int_query,
+    json_response,
+    limit_param,
+    limit_query,
+    required_query,
+)
+from node.routes import Doc, Query, add_route
 from node.sync.convergence import convergence_report
+from node.sync.receive import Rejection
 from node.sync.service import SYNC, SyncService
-from node.sync.wire import parse_push
+from node.sync.wire import PushedEnvelope, parse_push
 from projections.peers import PeerBook
 
 SYNC_SCOPES = ("read", "sync")
+AGENT_QUERY = Query("agent", str, "journal (agent) name", required=True)
+
+
+class PeerLag(msgspec.Struct):
+    peer_id: str
+    acked_seq: int
+    lag: int
+
+
+class Convergence(msgspec.Struct):
+    agent: str
+    local_seq: int
+    peers: list[PeerLag]
+    converged: bool
+    home: str | None  # the node that writes this journal
+
+
+class EnvelopeRead(msgspec.Struct):
+    seq: int
+    agent: str
+    payload_hash: Annotated[str, msgspec.Meta(pattern="^sha256:[0-9a-f]{64}$")]
+    timestamp: str
+    signature: Annotated[str, msgspec.Meta(pattern="^ed25519:")]
+
+
+class EnvelopePage(msgspec.Struct):
+    envelopes: list[EnvelopeRead]
+
+
+class Push(msgspec.Struct):
+    peer_id: str
+    envelopes: list[PushedEnvelope]
+
+
+class PushResult(msgspec.Struct):
+    accepted: int
+    rejected: int
+    heads: dict[str, int]
+    rejections: list[Rejection]
 
 
 def _service(request: web.Request) -> SyncService:
@@ -71,7 +123,46 @@ def setup(app: web.Application) -> None:
     check_peer_keys(ctx.config)
     ctx.projections.register(PeerBook())
     service = app[SYNC] = SyncService(ctx)
-    add_route(app, "POST", "/api/v1/sync/envelopes", post_envelopes, "sync")
-    add_route(app, "GET", "/api/v1/sync/envelopes", get_envelopes, SYNC_SCOPES)
-    add_route(app, "GET", "/api/v1/sync/convergence", get_convergence, SYNC_SCOPES)
+    add_route(
+        app,
+        "POST",
+        "/api/v1/sync/envelopes",
+        post_envelopes,
+        "sync",
+        Doc(
+            "Push envelopes from a peer",
+            "sync",
+            PushResult,
+            errors=(400, 403, 413),
+            body=Push,
+        ),
+    )
+    add_route(
+        app,
+        "GET",
+        "/api/v1/sync/envelopes",
+        get_envelopes,
+        SYNC_SCOPES,
+        Doc(
+            "Envelopes of one journal after a seq",
+            "sync",
+            EnvelopePage,
+            errors=(400,),
+            query=(AGENT_QUERY, SINCE, limit_param(100)),
+        ),
+    )
+    add_route(
+        app,
+        "GET",
+        "/api/v1/sync/convergence",
+        get_convergence,
+        SYNC_SCOPES,
+        Doc(
+            "Replication state of one journal",
+            "sync",
+            Convergence,
+            errors=(400,),
+            query=(AGENT_QUERY,),
+        ),
+    )
     app.cleanup_ctx.append(service.lifecycle)

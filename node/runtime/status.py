@@ -3,9 +3,27 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
+
+import msgspec
 
 State = Literal["running", "idle", "stopped", "error"]
+
+
+class MemoryProfile(msgspec.Struct):
+    heap_bytes: int
+    fuel_remaining: int | None  # None when fuel_per_tick is unlimited
+
+
+class StatusView(msgspec.Struct):
+    """The spec's agent status object."""
+
+    name: str
+    status: State
+    uptime_ms: int
+    last_activity_ms_ago: int
+    restart_count: int
+    memory_profile: MemoryProfile
 
 
 @dataclass(frozen=True)
@@ -21,16 +39,12 @@ class AgentStatus:
     fuel_consumed: int  # total over the agent's life in this process
     runs: int
 
-    def to_api(self) -> dict[str, Any]:
-        """The spec's agent status object."""
-        return {
-            "name": self.name,
-            "status": self.status,
-            "uptime_ms": self.uptime_ms,
-            "last_activity_ms_ago": self.last_activity_ms_ago,
-            "restart_count": self.restart_count,
-            "memory_profile": {
-                "heap_bytes": self.heap_bytes,
-                "fuel_remaining": self.fuel_remaining,
-            },
-        }
+    def to_api(self) -> StatusView:
+        return StatusView(
+            self.name,
+            self.status,
+            self.uptime_ms,
+            self.last_activity_ms_ago,
+            self.restart_count,
+            MemoryProfile(self.heap_bytes, self.fuel_remaining),
+        )

@@ -33,6 +33,11 @@ _encoder = msgspec.json.Encoder(enc_hook=str)  # a stray non-JSON value degrades
 _data_encoder = msgspec.json.Encoder()
 
 
+def sse_content(events: str) -> dict[str, object]:
+    """An OpenAPI content map of an SSE response."""
+    return {"text/event-stream": {"type": "string", "description": f"Server-Sent Events: {events}"}}
+
+
 def encode_frame(name: str, data: dict[str, Any], position: int | None = None) -> bytes:
     head = f"id: {position}\nevent: {name}\ndata: " if position else f"event: {name}\ndata: "
     return head.encode() + _encoder.encode(data) + b"\n\n"
