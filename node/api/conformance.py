@@ -35,6 +35,12 @@ def install(app: web.Application) -> None:
     if os.environ.get(ENV, "") not in ("", "0"):
         app[_VALIDATORS] = {}
         app.middlewares.insert(0, conformance_middleware)  # outermost: errors are checked too
+        app.on_startup.append(_build_document)
+
+
+async def _build_document(app: web.Application) -> None:
+    """Before the first request, which would otherwise wait for it."""
+    document_of(app)
 
 
 @web.middleware
