@@ -223,3 +223,14 @@ def test_snapshot_shows_pending_resolved_and_groups_and_refolds_equal() -> None:
         {"agent": "bob", "capability": "fs", "count": 1, "ids": ["b2"]},
     ]
     assert refolded_snapshot(approvals, j.envelopes) == snapshot
+
+
+def test_a_resolution_before_its_request_is_ignored() -> None:
+    """Out of order (a damaged or merged journal): the decision is lost, the request waits."""
+    j = Journal()
+    decide(j, "alice", "a1", "approve")
+    j.add("alice", "approval.timed_out", {"id": "a1"})
+    request(j, "alice", "a1")
+    approvals = fold(Approvals(), j.envelopes)
+    assert [r.requested_at for r in approvals.list()] == [ts_at(3)]
+    assert approvals.resolved == {}

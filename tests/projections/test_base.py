@@ -9,7 +9,15 @@ from typing import Any
 import pytest
 
 from eventstore.envelope import Envelope, decode_event, digest_of, verify_signature
+from projections.a2a import A2AView
+from projections.approvals import Approvals
 from projections.base import Projections
+from projections.entries import Findings, Logs
+from projections.grants import Grants
+from projections.journals import Journals
+from projections.peers import ACKED, KEY_PINNED, PEERS_STREAM, PeerBook
+from projections.registry import REGISTRY_STREAM, Registry
+from projections.tasks import Tasks
 from tests.projections.envelopes import TEST_KEY, Journal, envelope
 
 
@@ -214,3 +222,31 @@ def test_envelope_positions_need_not_be_contiguous() -> None:
     registry.apply([envelope("a", 3, "z", {}, position=7)])  # below 9: already past it
     assert recorder.seen == [(5, "x"), (9, "y")]
     assert registry.position == 9
+
+
+def test_the_real_projections_rebuild_to_their_live_state() -> None:
+    """What the node does on start, in small: every read model, live commits vs a rebuild."""
+    j = Journal()
+    j.add("alice", "task.created", {"id": "t1", "from": "bob", "input": {}, "a2a": {"c": 1}})
+    j.add("alice", "task.started", {"id": "t1"})
+    j.add("alice", "approval.requested", {"id": "a1", "capability": "http"})
+    j.add("alice", "log", {"message": "asked"})
+    j.add("alice", "approval.decided", {"id": "a1", "decision": "approve", "operator": "op"})
+    j.add("alice", "grant.created", {"domain": "example.com"})
+    j.add("alice", "task.completed", {"id": "t1", "output": {"ok": True}})
+    j.add("alice", "finding", {"title": "t", "incident": "k"})
+    j.add(PEERS_STREAM, KEY_PINNED, {"peer": "node-b", "public_key": "k"})
+    j.add(PEERS_STREAM, ACKED, {"peer": "node-b", "heads": {"alice": 8}})
+    j.add(REGISTRY_STREAM, "package.published", {"id": "p", "version": "1.0.0"})
+    live = Projections(
+        [Journals(), Logs(), Findings(), Approvals(), Registry(), Grants(), PeerBook(), Tasks()]
+    )
+    live.register(A2AView())  # registered later, as the protocols area does
+    for one in j.envelopes:
+        live.apply([one])
+    rebuilt = live.fresh()
+    rebuilt.rebuild([j.envelopes[:4], j.envelopes[4:]])
+    assert rebuilt.snapshot() == live.snapshot()
+    assert rebuilt.position == live.position == len(j.envelopes)
+    assert live.get(Tasks).list(status="completed")[0].output == {"ok": True}
+    assert live.get(Journals).head == {"alice": 8, PEERS_STREAM: 2, REGISTRY_STREAM: 1}

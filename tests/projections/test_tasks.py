@@ -216,3 +216,15 @@ def test_snapshot_and_refold() -> None:
     assert snapshot["tasks"][0]["progress"] == {"p": 1}
     assert snapshot["pending"] == {"alice": ["a2"]}  # bob has none left: no empty entry
     assert refolded_snapshot(tasks, j.envelopes) == snapshot
+
+
+def test_events_before_the_create_are_ignored() -> None:
+    """Out of order: a task cannot start or finish before it exists."""
+    j = Journal()
+    j.add("alice", "task.started", {"id": "t1"})
+    j.add("alice", "task.completed", {"id": "t1", "output": {}})
+    create(j, "alice", "t1")
+    tasks = fold(Tasks(), j.envelopes)
+    task = tasks.get("t1")
+    assert task is not None
+    assert (task.status, task.output, task.created_at) == ("pending", None, ts_at(3))
