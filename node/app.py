@@ -17,6 +17,7 @@ from node.auth import ROUTE_SCOPES, TOKENS, TokenTable, auth_middleware
 from node.config import Config
 from node.context import CONTEXT, NodeContext
 from node.errors import problem_middleware
+from node.faults import FaultReporter
 from node.metrics import NodeMetrics
 from node.protocols import area as protocols
 from node.runtime import area as runtime_area
@@ -25,6 +26,7 @@ from node.sync import api as sync
 from projections.base import Projections
 from projections.entries import Findings, Logs
 from projections.journals import Journals
+from projections.ownership import Owners
 
 log = logging.getLogger(__name__)
 JOURNAL_DIR = "journal"
@@ -55,7 +57,7 @@ def open_store(config: Config, key: SigningKey) -> EventStore:
 
 
 def core_projections() -> Projections:
-    return Projections([Journals(), Logs(), Findings()])
+    return Projections([Journals(), Owners(), Logs(), Findings()])
 
 
 def build_app(config: Config, *, key: SigningKey | None = None) -> web.Application:
@@ -84,12 +86,16 @@ def build_app(config: Config, *, key: SigningKey | None = None) -> web.Applicati
 async def journal_lifecycle(app: web.Application) -> AsyncIterator[None]:
     """Rebuild every read model from the journal, then fold live commits as they land."""
     ctx = app[CONTEXT]
+    faults = FaultReporter(ctx)
+    faults.attach()  # a read model that raises on an envelope never stops the rebuild
     if checkpoint.restore(ctx.projections, ctx.store, ctx.config.data_path):
         log.info("projections restored from checkpoint at position %d", ctx.projections.position)
     ctx.projections.rebuild(ctx.store.iter_chunks(ctx.projections.position))
     ctx.store.add_commit_listener(ctx.projections.apply)
     ctx.store.start()
+    faults.start()
     yield
+    await faults.stop()
     await ctx.store.close()
     checkpoint.save(ctx.projections, ctx.config.data_path)
 

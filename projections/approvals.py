@@ -51,9 +51,9 @@ def expiry_of(requested_at: str, timeout_secs: int) -> str:
     """`requested_at` + timeout in the journal's own timestamp format (as is if unparsable)."""
     try:
         start = datetime.fromisoformat(requested_at.replace("Z", "+00:00"))
-    except ValueError:
+        end = start + timedelta(seconds=timeout_secs)
+    except (ValueError, OverflowError):  # beyond year 9999: the catalogue keeps peers' out
         return requested_at
-    end = start + timedelta(seconds=timeout_secs)
     return end.isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 

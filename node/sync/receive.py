@@ -1,9 +1,12 @@
 """A peer's push: check each envelope, store those that extend their journal, say what was not.
 
 Checks, in order: readable (seq, agent, base64 payload, `ed25519:` signature, decodable event),
-not a node-level `$` journal, written by the journal's home (single writer), origin key known,
-then in the store: hash and signature, seq = head + 1, chain. Equivocation (a different envelope
-under a seq we hold) is also journaled as a critical finding.
+its content fits the event catalogue (projections/catalogue.py: known type, data of the right
+shape and bounds, a `ts` not too far ahead), not a node-level `$` journal, not a journal whose
+home is this node (sync/ownership.py), written by the journal's home (single writer), origin key
+known, then in the store: hash and signature, seq = head + 1, chain. Equivocation (a different
+envelope under a seq we hold) is also journaled as a critical finding, at most a few per peer
+per hour (sync/incidents.py). docs/mesh.md states the whole trust model.
 """
 
 from __future__ import annotations
@@ -13,16 +16,19 @@ import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 import msgspec
 
-from eventstore.envelope import decode_event, digest_of
+from eventstore.envelope import Event, decode_event, digest_of
 from eventstore.store import ForeignEnvelope, ImportResult, ImportStatus
 from node.context import NodeContext
 from node.sync.acks import AckRecorder
 from node.sync.incidents import Incidents
 from node.sync.keys import PeerKeys
+from node.sync.ownership import OWN_JOURNAL, Ownership
 from node.sync.wire import MalformedEnvelope, agent_of, parse_envelope
+from projections.catalogue import CatalogueError, check_replicated
 
 NODE_LEVEL = "node_level"
 FOREIGN_WRITER = "foreign_writer"
@@ -64,6 +70,7 @@ class Receiver:
         self._incidents = incidents
         self._acks = acks
         self._peers = {p.name for p in ctx.config.peers}
+        self._ownership = Ownership(ctx)
 
     async def receive(self, peer_id: str, items: Sequence[msgspec.Raw]) -> PushOutcome:
         outcome = PushOutcome()
@@ -85,6 +92,8 @@ class Receiver:
         outcome.rejections.sort(key=lambda r: r.index)
         if outcome.rejections:
             _log_rejections(peer_id, outcome)
+            for rejection in outcome.rejections:
+                self._ctx.metrics.sync_rejected.labels(reason=rejection.reason).inc()
         outcome.heads = self._heads({item.stream for _, item in candidates}, bool(items))
         self._ctx.metrics.sync_envelopes.inc(len(items))
         if peer_id in self._peers and held:
@@ -95,10 +104,10 @@ class Receiver:
         self, items: Sequence[msgspec.Raw], outcome: PushOutcome
     ) -> tuple[list[tuple[int, ForeignEnvelope]], set[str]]:
         """Everything that needs neither key nor head; the rest goes to the store."""
-        journals = self._ctx.projections["journals"]
         batch_home: dict[str, str] = {}
         candidates: list[tuple[int, ForeignEnvelope]] = []
         origins: set[str] = set()
+        now = datetime.now(UTC)
         for index, raw in enumerate(items):
             try:
                 item = parse_envelope(raw)
@@ -106,26 +115,39 @@ class Receiver:
             except (MalformedEnvelope, msgspec.DecodeError, msgspec.ValidationError) as exc:
                 agent, seq = agent_of(raw)
                 reason = ImportStatus.MALFORMED.value
-                outcome.rejections.append(Rejection(index, agent, seq, reason, str(exc)))
+                outcome.rejections.append(Rejection(index, agent, seq, reason, str(exc)[:300]))
                 continue
-            if item.stream.startswith("$"):
-                detail = "node-level journals are not replicated"
-                outcome.rejections.append(
-                    Rejection(index, item.stream, item.seq, NODE_LEVEL, detail)
-                )
-                continue
-            home = journals.home_of(item.stream) or batch_home.get(item.stream)
-            if home is None and item.seq == 1:
-                batch_home[item.stream] = event.origin
-            elif home is not None and event.origin != home:
-                detail = f"journal is written by {home!r}, envelope by {event.origin!r}"
-                outcome.rejections.append(
-                    Rejection(index, item.stream, item.seq, FOREIGN_WRITER, detail)
-                )
+            refusal = self._refusal(item, event, now, batch_home)
+            if refusal is not None:
+                reason, detail = refusal
+                outcome.rejections.append(Rejection(index, item.stream, item.seq, reason, detail))
                 continue
             origins.add(event.origin)
             candidates.append((index, item))
         return candidates, origins
+
+    def _refusal(
+        self, item: ForeignEnvelope, event: Event, now: datetime, batch_home: dict[str, str]
+    ) -> tuple[str, str] | None:
+        """(reason, detail) when the envelope's content or its journal rules it out."""
+        if item.stream.startswith("$"):
+            return NODE_LEVEL, "node-level journals are not replicated"
+        try:
+            check_replicated(event, now)
+        except CatalogueError as exc:
+            return exc.reason, exc.detail
+        refused = self._ownership.refuse(item.stream)
+        if refused is not None:
+            return OWN_JOURNAL, refused
+        home = self._ownership.home_of(item.stream) or batch_home.get(item.stream)
+        if home is None and item.seq == 1:
+            refused = self._ownership.refuse_home(item.stream, event.origin)
+            if refused is not None:
+                return FOREIGN_WRITER, refused
+            batch_home[item.stream] = event.origin
+        elif home is not None and event.origin != home:
+            return FOREIGN_WRITER, f"journal is written by {home!r}, envelope by {event.origin!r}"
+        return None
 
     async def _import(self, items: list[ForeignEnvelope]) -> list[ImportResult]:
         """Import in up to VERIFY_LANES concurrent requests, each holding whole journals.

@@ -1,0 +1,42 @@
+"""Which journals a peer may never write here, and who may start a new journal.
+
+A journal's home is the node that wrote its seq 1 (projections/journals.py), and only the home
+appends to it. This node is the home of its node journal (named after the node), of every
+configured agent (loaded, still compiling, or never started) and of every journal it has
+written, so a peer can neither create nor extend any of them. A journal named after a
+configured peer is that peer's node journal: only that peer may start it. Any other new journal
+is started by whoever signs its seq 1, provided that origin's key is pinned here (a configured
+peer); envelopes of a third node relayed by a peer are judged the same way, by their origin's
+key and the journal's home, never by who pushed them.
+"""
+
+from __future__ import annotations
+
+from node.context import NodeContext
+
+OWN_JOURNAL = "own_journal"
+
+
+class Ownership:
+    def __init__(self, ctx: NodeContext) -> None:
+        self._ctx = ctx
+
+    def home_of(self, stream: str) -> str | None:
+        return self._ctx.projections["journals"].home_of(stream)
+
+    def refuse(self, stream: str) -> str | None:
+        """Why no peer may write `stream` on this node, or None when one may."""
+        ctx = self._ctx
+        if stream == ctx.name:
+            return f"{stream!r} is this node's own journal"
+        if ctx.config.agent(stream) is not None:
+            return f"{stream!r} is an agent configured on this node"
+        if self.home_of(stream) == ctx.name:
+            return f"{stream!r} is a journal this node writes"
+        return None
+
+    def refuse_home(self, stream: str, origin: str) -> str | None:
+        """Why `origin` may not start the new journal `stream`, or None when it may."""
+        if origin != stream and any(p.name == stream for p in self._ctx.config.peers):
+            return f"{stream!r} is the node journal of peer {stream!r}; {origin!r} cannot start it"
+        return None
