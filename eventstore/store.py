@@ -715,7 +715,7 @@ def _precheck(
             if item.seq < 1:
                 raise ValueError("seq must be at least 1")
             event = decode_event(item.payload)
-        except (ValueError, msgspec.DecodeError, msgspec.ValidationError) as exc:
+        except (ValueError, msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
             out.append(ImportResult(ImportStatus.MALFORMED, detail=str(exc)))
             continue
         key = key_for_origin(event.origin)

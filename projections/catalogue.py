@@ -69,7 +69,7 @@ LogLevel = Literal["trace", "debug", "info", "warn", "error"]
 Severity = Literal["info", "low", "medium", "high", "critical"]
 
 
-class Payload(msgspec.Struct, kw_only=True, omit_defaults=True):
+class Payload(msgspec.Struct, kw_only=True):
     """The `data` of one event type; `type` names it, `replicated` says whether peers may send
     it (node-level `$` journals never leave their node)."""
 
@@ -282,8 +282,26 @@ class PeerAcked(Payload):
 
 # ----------------------------------------------------------------------------- use
 def event_of(payload: Payload) -> tuple[str, dict[str, Any]]:
-    """(type, data) of a payload, as `EventStore.append(stream, *event_of(...))` takes them."""
-    return payload.type, msgspec.to_builtins(payload)
+    """(type, data) of a payload, as `EventStore.append(stream, *event_of(...))` takes them.
+
+    An optional field (default None) left at None is absent from the data, as before the
+    catalogue existed; every other field is written."""
+    data = msgspec.to_builtins(payload)
+    for name in _optional(type(payload)):
+        if data.get(name, 0) is None:
+            del data[name]
+    return payload.type, data
+
+
+_OPTIONAL: dict[type[Payload], tuple[str, ...]] = {}
+
+
+def _optional(cls: type[Payload]) -> tuple[str, ...]:
+    names = _OPTIONAL.get(cls)
+    if names is None:
+        fields = msgspec.structs.fields(cls)
+        names = _OPTIONAL[cls] = tuple(f.encode_name for f in fields if f.default is None)
+    return names
 
 
 P_co = TypeVar("P_co", bound=Payload)

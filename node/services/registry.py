@@ -30,6 +30,7 @@ import wasmtime.component
 from node.config import Config
 from node.context import NodeContext
 from node.errors import Problem
+from projections import catalogue as c
 from projections.registry import (
     PACKAGE_ID,
     PACKAGE_ID_RE,
@@ -175,14 +176,15 @@ class RegistryService:
                 await loop.run_in_executor(None, _write_atomic, ref, checksum)
                 envelope = await self.ctx.store.append(
                     REGISTRY_STREAM,
-                    "package.published",
-                    {
-                        "id": package_id,
-                        "version": version,
-                        "description": description,
-                        "checksum": checksum,
-                        "wasm_size_bytes": upload.size,
-                    },
+                    *c.event_of(
+                        c.PackagePublished(
+                            id=package_id,
+                            version=version,
+                            description=description,
+                            checksum=checksum,
+                            wasm_size_bytes=upload.size,
+                        )
+                    ),
                 )
             except BaseException:
                 ref.unlink(missing_ok=True)

@@ -101,7 +101,7 @@ async def _journal_stream(
         if after is not None:
             writer.last_position = after
             async with contextlib.aclosing(
-                backlog(ctx.store, channel, agent, after, head)
+                backlog(ctx.store, channel, agent, after, head, bus.allows)
             ) as chunks:
                 async for chunk in chunks:
                     await writer.write_items(chunk)
@@ -158,6 +158,7 @@ async def _bus_lifecycle(app: web.Application) -> AsyncIterator[None]:
     ctx = app[CONTEXT]
     bus = bus_of(ctx)
     bus.bind(asyncio.get_running_loop())
+    bus.allows = ctx.projections["owners"].allows
     ctx.store.add_commit_listener(bus.on_commit)
     yield
     bus.close()

@@ -153,6 +153,8 @@ class EventBus:
         self.cuts = 0  # subscribers cut for being too slow, since start
         self._loop: asyncio.AbstractEventLoop | None = None
         self._subs: dict[Channel, dict[Subscription, None]] = {c: {} for c in CHANNELS}
+        # the ownership rule of the read models (Owners.allows), for the A2A channel
+        self.allows: Callable[[Envelope], bool] | None = None
 
     # ----------------------------------------------------------------- lifecycle
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -239,15 +241,21 @@ class EventBus:
         """The store's commit listener: journaled events, in global position order."""
         if self.closed:
             return
-        events, a2a = self._subs["events"], self._subs["a2a"]
         for envelope in envelopes:
-            if events and (item := unified_item(envelope)) is not None:
-                self._offer("events", [item])
-            if a2a:
-                item = a2a_item(envelope)
-                if item is not None:
-                    self._offer("a2a", [item])
-            self._offer("agui", self.agui.on_journal(envelope))
+            try:
+                self._on_envelope(envelope)
+            except Exception:  # one envelope's frames, never the rest of the batch
+                log.exception("no SSE frames for %s#%s", envelope.stream, envelope.seq)
+
+    def _on_envelope(self, envelope: Envelope) -> None:
+        events, a2a = self._subs["events"], self._subs["a2a"]
+        if events and (item := unified_item(envelope)) is not None:
+            self._offer("events", [item])
+        if a2a:
+            item = a2a_item(envelope, self.allows)
+            if item is not None:
+                self._offer("a2a", [item])
+        self._offer("agui", self.agui.on_journal(envelope))
 
     def agui_snapshot(self, current: list[tuple[str, str]]) -> Item:
         """Fold statuses read from the runtime (deltas to clients already connected), then

@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -36,6 +38,9 @@ log = logging.getLogger("agent-node.sync")
 # Concurrent import requests per push (signature checks run on that many threads).
 VERIFY_LANES = max(1, min(4, os.cpu_count() or 1))
 MIN_LANE_SPLIT = 64
+# Equivocation findings journaled per pushing peer and hour; more are logged and counted only,
+# so a peer that forks journals on purpose cannot fill this node's journal with findings.
+MAX_EQUIVOCATION_FINDINGS_PER_HOUR = 10
 
 
 class Rejection(msgspec.Struct):
@@ -71,6 +76,7 @@ class Receiver:
         self._acks = acks
         self._peers = {p.name for p in ctx.config.peers}
         self._ownership = Ownership(ctx)
+        self._equivocations: dict[str, deque[float]] = {}  # peer → times of its findings
 
     async def receive(self, peer_id: str, items: Sequence[msgspec.Raw]) -> PushOutcome:
         outcome = PushOutcome()
@@ -112,7 +118,12 @@ class Receiver:
             try:
                 item = parse_envelope(raw)
                 event = decode_event(item.payload)
-            except (MalformedEnvelope, msgspec.DecodeError, msgspec.ValidationError) as exc:
+            except (
+                MalformedEnvelope,
+                msgspec.DecodeError,
+                msgspec.ValidationError,
+                RecursionError,  # a payload nested past msgspec's depth limit
+            ) as exc:
                 agent, seq = agent_of(raw)
                 reason = ImportStatus.MALFORMED.value
                 outcome.rejections.append(Rejection(index, agent, seq, reason, str(exc)[:300]))
@@ -180,13 +191,37 @@ class Receiver:
         theirs = "sha256:" + digest_of(item.payload).hex()
         ours = stored.payload_hash if stored else "(none)"
         origin = stored.event.origin if stored else "?"
+        key = f"equivocation/{item.stream}/{item.seq}/{theirs}"
+        if self._incidents.seen(key):
+            return
+        if not self._within_budget(peer_id):
+            log.warning(
+                "equivocation in %s#%s pushed by %s: over %d findings/h for this peer; "
+                "not journaled",
+                item.stream,
+                item.seq,
+                peer_id,
+                MAX_EQUIVOCATION_FINDINGS_PER_HOUR,
+            )
+            return
         await self._incidents.report(
-            f"equivocation/{item.stream}/{item.seq}/{theirs}",
+            key,
             "critical",
             f"equivocation in journal {item.stream} at seq {item.seq}",
             f"peer {peer_id} pushed {theirs}, this node holds {ours} signed by {origin}; "
             "the pushed envelope was rejected",
         )
+
+    def _within_budget(self, peer_id: str) -> bool:
+        """peer_id is an authenticated token name, so this dict is bounded by the config."""
+        now = time.monotonic()
+        times = self._equivocations.setdefault(peer_id, deque())
+        while times and now - times[0] > 3600:
+            times.popleft()
+        if len(times) >= MAX_EQUIVOCATION_FINDINGS_PER_HOUR:
+            return False
+        times.append(now)
+        return True
 
 
 def _lanes(items: Sequence[ForeignEnvelope]) -> list[list[int]]:
