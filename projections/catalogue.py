@@ -59,7 +59,8 @@ MAX_FUTURE_SKEW_SECS = 300
 MAX_COUNT = 2**53  # integers a JSON client can still read exactly
 
 Id = Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
-Name = Annotated[str, msgspec.Meta(max_length=256)]  # an operator, a capability, a domain...
+# An operator, a capability, a domain...: set by the config or the code, never that long.
+Name = Annotated[str, msgspec.Meta(max_length=1000)]
 JournalName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
 Title = Annotated[str, msgspec.Meta(max_length=MAX_TITLE)]
 Text = Annotated[str, msgspec.Meta(max_length=MAX_TEXT)]
@@ -198,7 +199,7 @@ class Finding(Payload):
 @entry
 class StateSet(Payload):
     type = STATE_SET
-    key: Text
+    key: str  # agent-chosen, bounded only by the payload: peers must not refuse what we write
     value: str
 
 
@@ -213,8 +214,8 @@ class SecretAccessed(Payload):
 class ActionPerformed(Payload):
     type = ACTION_PERFORMED
     capability: Name
-    method: Name | None = None
-    url: Text | None = None
+    method: str | None = None  # from the agent's request, as the agent wrote it
+    url: str | None = None
     status: int | str | None = None
     request: Any = None
 

@@ -293,7 +293,8 @@ class JournalHost:
             self._note(*c.event_of(c.AgentStarted()))
 
     def agent_errored(self, fault: AgentFault, retry_in_ms: int) -> None:
-        errored = c.AgentErrored(error=fault.reason, kind=fault.kind, retry_in_ms=retry_in_ms)
+        reason = fault.reason[:MAX_TEXT]  # a trap's backtrace can be long; the catalogue's bound
+        errored = c.AgentErrored(error=reason, kind=fault.kind, retry_in_ms=retry_in_ms)
         self._note(*c.event_of(errored))
 
     def agent_stopped(self) -> None:
