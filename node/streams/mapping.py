@@ -72,7 +72,7 @@ def a2a_item(envelope: Envelope, allows: Callable[[Envelope], bool] | None = Non
         out = {
             "id": task_id,
             "from": data.get("from"),
-            "to": data.get("to", envelope.stream),
+            "to": envelope.stream,  # the journal it is in (DESIGN: task.created is in `to`'s)
             "status": "pending",
             "created_at": event.ts,
         }

@@ -20,6 +20,8 @@ OWN_JOURNAL = "own_journal"
 class Ownership:
     def __init__(self, ctx: NodeContext) -> None:
         self._ctx = ctx
+        self._agents_of: object = None  # the config's agent list the name set was made from
+        self._agent_names: frozenset[str] = frozenset()
 
     def home_of(self, stream: str) -> str | None:
         return self._ctx.projections["journals"].home_of(stream)
@@ -29,11 +31,18 @@ class Ownership:
         ctx = self._ctx
         if stream == ctx.name:
             return f"{stream!r} is this node's own journal"
-        if ctx.config.agent(stream) is not None:
+        if stream in self._configured_agents():
             return f"{stream!r} is an agent configured on this node"
         if self.home_of(stream) == ctx.name:
             return f"{stream!r} is a journal this node writes"
         return None
+
+    def _configured_agents(self) -> frozenset[str]:
+        """Names of the configured agents (a set: a push checks up to 10,000 envelopes)."""
+        agents = self._ctx.config.agents
+        if agents is not self._agents_of:
+            self._agents_of, self._agent_names = agents, frozenset(a.name for a in agents)
+        return self._agent_names
 
     def refuse_home(self, stream: str, origin: str) -> str | None:
         """Why `origin` may not start the new journal `stream`, or None when it may."""

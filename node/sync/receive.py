@@ -244,7 +244,7 @@ def _log_rejections(peer_id: str, outcome: PushOutcome) -> None:
         kinds[r.reason] = kinds.get(r.reason, 0) + 1
     first = outcome.rejections[0]
     log.info(
-        "push from %s: %d accepted, %d rejected (%s); first: %s#%s %s",
+        "push from %s: %d accepted, %d rejected (%s); first: %r#%s %r",
         peer_id,
         outcome.accepted,
         len(outcome.rejections),
