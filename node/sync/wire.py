@@ -47,7 +47,8 @@ class PushReply(msgspec.Struct):
         if not self.rejections:
             return "no reason given"
         r = self.rejections[0]
-        return f"{r.get('agent')}#{r.get('seq')} {r.get('reason')}: {r.get('detail', '')}"
+        text = f"{r.get('agent')}#{r.get('seq')} {r.get('reason')}: {r.get('detail', '')}"
+        return text[:300]  # the peer wrote it: it goes into a log line and last_error
 
 
 _push_decoder = msgspec.json.Decoder(PushBody)
