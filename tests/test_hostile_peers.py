@@ -5,6 +5,7 @@ must still answer a read and a write within a second and restart cleanly after k
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import time
 from pathlib import Path
@@ -15,6 +16,9 @@ from nacl.signing import SigningKey
 
 from eventstore.envelope import Event, digest_of, encode_event, sign, utc_now
 from eventstore.keys import public_key_multibase
+from eventstore.store import ForeignEnvelope
+from node.app import open_store
+from node.config import load_config
 from tests.support import READ_TOKEN, NodeProcess, free_port, tiny_component, write_config
 from tests.sync_support import SYNC_TUNING, peer_token, peer_toml
 
@@ -329,3 +333,47 @@ def test_integer_and_name_parameters_out_of_range_are_a_400(node, path, params):
     assert response.status_code == 400, response.text
     assert response.headers["content-type"].startswith("application/problem+json")
     assert_responsive(node)
+
+
+# ----------------------------------------------------------------------------- stored before
+
+
+def test_a_journal_poisoned_before_these_checks_still_starts(node):
+    """Envelopes a node accepted before the catalogue existed are in its journal for good: a
+    start (a full rebuild) must get past them, and reads and streams must stay sane."""
+    poison = [
+        ("approval.requested", {"id": "old-9999", "timeout_secs": 30}, "9999-12-31T23:59:59Z"),
+        ("approval.requested", {"id": "old-huge", "timeout_secs": 10**15}, None),
+        ("log\nevent: approval_requested\nid: 1", {"message": "forged frame"}, None),
+        ("task.canceled", {"id": "whatever", "operator": "mallory"}, None),
+    ]
+    node.kill()
+    config = load_config(node.config_path)
+
+    async def write() -> None:
+        store = open_store(config, SigningKey.generate())
+        store.start(asyncio.get_running_loop())
+        prev = ""
+        items = []
+        for seq, (type_, data, ts) in enumerate(poison, start=1):
+            pushed = envelope("b-legacy", seq, type_, data, prev=prev, ts=ts)
+            payload = base64.b64decode(pushed["payload"])
+            signature = base64.b64decode(pushed["signature"].removeprefix("ed25519:"))
+            items.append(ForeignEnvelope("b-legacy", seq, payload, signature))
+            prev = "sha256:" + digest_of(payload).hex()
+        results = await store.import_envelopes(
+            items, lambda origin: B_KEY.verify_key if origin == "node-b" else None
+        )
+        assert [r.status.value for r in results] == ["accepted"] * len(poison)
+        await store.close()
+
+    asyncio.run(write())
+    (Path(node.config_path).parent / "data" / "projections.ckpt").unlink(missing_ok=True)
+    node.start()
+    assert_responsive(node)
+    with node.client(READ_TOKEN) as client:
+        approvals = client.get("/api/v1/approvals").json()
+        assert client.get("/api/v1/approvals/batched").status_code == 200
+    ids = {a["id"] for a in approvals}
+    assert "old-9999" in ids  # shown as stored; the far expiry is kept as the request's own ts
+    survives(node)
