@@ -1,12 +1,12 @@
 """A peer's push: check each envelope, store those that extend their journal, say what was not.
 
 Checks, in order: readable (seq, agent, base64 payload, `ed25519:` signature, decodable event),
-its content fits the event catalogue (projections/catalogue.py: known type, data of the right
-shape and bounds, a `ts` not too far ahead), not a node-level `$` journal, not a journal whose
+not a node-level `$` journal, its content fits the event catalogue (projections/catalogue.py:
+known type, data of the right shape and bounds, a `ts` not too far ahead), not a journal whose
 home is this node (sync/ownership.py), written by the journal's home (single writer), origin key
 known, then in the store: hash and signature, seq = head + 1, chain. Equivocation (a different
-envelope under a seq we hold) is also journaled as a critical finding, at most a few per peer
-per hour (sync/incidents.py). docs/mesh.md states the whole trust model.
+envelope under a seq we hold) is also journaled as a critical finding, at most
+MAX_EQUIVOCATION_FINDINGS_PER_HOUR per pushing peer. docs/mesh.md states the whole trust model.
 """
 
 from __future__ import annotations
