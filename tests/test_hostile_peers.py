@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import re
 import time
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from eventstore.keys import public_key_multibase
 from eventstore.store import ForeignEnvelope
 from node.app import open_store
 from node.config import load_config
+from node.streams.mapping import UNIFIED_NAMES
 from tests.support import READ_TOKEN, NodeProcess, free_port, tiny_component, write_config
 from tests.sync_support import SYNC_TUNING, peer_token, peer_toml
 
@@ -376,4 +378,32 @@ def test_a_journal_poisoned_before_these_checks_still_starts(node):
         assert client.get("/api/v1/approvals/batched").status_code == 200
     ids = {a["id"] for a in approvals}
     assert "old-9999" in ids  # shown as stored; the far expiry is kept as the request's own ts
+    frames = replayed_frames(node)
+    assert "forged frame" not in frames  # the stored type with line breaks is never sent
+    names = re.findall(r"^event: (.*)$", frames, re.MULTILINE)
+    assert "approval_requested" in names
+    assert set(names) <= set(UNIFIED_NAMES.values()) | {"keepalive"}
+    assert re.findall(r"^id: (.*)$", frames, re.MULTILINE) == sorted(
+        re.findall(r"^id: (.*)$", frames, re.MULTILINE), key=int
+    )
     survives(node)
+
+
+def replayed_frames(node: NodeProcess, seconds: float = 1.5) -> str:
+    """The raw SSE text of /api/v1/events replayed from the start (Last-Event-ID 0)."""
+    text = b""
+    deadline = time.monotonic() + seconds
+    headers = {"Authorization": f"Bearer {READ_TOKEN}", "Last-Event-ID": "0"}
+    with (
+        httpx.Client(base_url=node.url, timeout=seconds) as client,
+        client.stream("GET", "/api/v1/events", headers=headers) as response,
+    ):
+        assert response.status_code == 200
+        try:
+            for chunk in response.iter_raw():
+                text += chunk
+                if time.monotonic() > deadline:
+                    break
+        except httpx.ReadTimeout:
+            pass
+    return text.decode()
