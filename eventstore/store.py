@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 import os
 import queue
 import struct
@@ -46,6 +47,8 @@ from eventstore.envelope import (
 )
 
 CommitListener = Callable[[list[Envelope]], None]
+# Told when a commit listener raised: (the listener, the envelopes it was given, the exception).
+ListenerFaultHook = Callable[[CommitListener, list[Envelope], Exception], None]
 KeyLookup = Callable[[str], VerifyKey | None]
 
 _INITIAL_MAP_SIZE = 64 << 20
@@ -60,6 +63,7 @@ _record_decoder = msgspec.msgpack.Decoder(tuple[int, bytes, bytes, bytes])
 _SEQ = struct.Struct(">Q")  # the last 8 bytes of an events key
 _records_decoder = msgspec.msgpack.Decoder(list[tuple[int, bytes, bytes, bytes]])
 _head_decoder = msgspec.msgpack.Decoder(tuple[int, bytes])
+_log = logging.getLogger("agent-node.eventstore")
 _open_paths: set[str] = set()
 _open_paths_lock = threading.Lock()
 
@@ -190,6 +194,7 @@ class EventStore:
         self._resizing = False
         self._gate = threading.Condition()
         self._listeners: list[CommitListener] = []
+        self.on_listener_fault: ListenerFaultHook = _log_listener_fault
         self._stream_names = _StreamNames()
         self._valid_streams: set[str] = set()
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -238,7 +243,10 @@ class EventStore:
             _open_paths.discard(self._real)
 
     def add_commit_listener(self, listener: CommitListener) -> None:
-        """`listener(envelopes)` runs on the loop after each commit, before callers resume."""
+        """`listener(envelopes)` runs on the loop after each commit, before callers resume.
+
+        A listener that raises is reported to `on_listener_fault`; the other listeners still
+        run and the callers still resume (their writes are durable either way)."""
         self._listeners.append(listener)
 
     @property
@@ -379,6 +387,7 @@ class EventStore:
                 return heads[stream]
 
             plan: list[tuple[_Request, list[Envelope]]] = []
+            imported: dict[bytes, bytes] = {}  # event key → digest of imports staged in this batch
             signer = self._signer
             # each signed message goes to a helper thread (on another core) as soon as it is
             # staged; the messages it has not claimed when staging ends are signed here
@@ -392,7 +401,7 @@ class EventStore:
                     staged = (
                         self._stage_appends(request, head_of, ts, position)
                         if request.appends
-                        else self._stage_imports(request, head_of, txn, position)
+                        else self._stage_imports(request, head_of, txn, position, imported)
                     )
                 except Exception as exc:
                     request.error = exc
@@ -462,15 +471,22 @@ class EventStore:
         head_of: Callable[[str], Head | None],
         txn: lmdb.Transaction,
         position: int,
+        imported: dict[bytes, bytes],
     ) -> list[Envelope]:
+        """Import what extends its journal by one; `imported` holds what earlier requests of
+        the batch staged (not yet in `txn`), so a second copy is a duplicate, not a fork."""
         staged: list[Envelope] = []
         overlay: dict[str, Head] = {}
         for foreign, event, digest in request.imports:
             head = overlay.get(foreign.stream) or head_of(foreign.stream)
             head_seq = head.seq if head else 0
             if foreign.seq <= head_seq:
-                stored = txn.get(_event_key(foreign.stream, foreign.seq), db=self._events)
-                same = stored is not None and _record_decoder.decode(stored)[2] == digest
+                key = _event_key(foreign.stream, foreign.seq)
+                held = imported.get(key)
+                if held is None:
+                    stored = txn.get(key, db=self._events)
+                    held = _record_decoder.decode(stored)[2] if stored is not None else None
+                same = held == digest
                 status = ImportStatus.DUPLICATE if same else ImportStatus.EQUIVOCATION
                 request.result.append(ImportResult(status, detail=f"head is {head_seq}"))
                 continue
@@ -496,6 +512,7 @@ class EventStore:
             )
             position += 1
             staged.append(envelope)
+            imported[_event_key(foreign.stream, foreign.seq)] = digest
             overlay[foreign.stream] = Head(foreign.seq, digest)
             request.result.append(ImportResult(ImportStatus.ACCEPTED, envelope))
         return staged
@@ -514,16 +531,21 @@ class EventStore:
 
     def _deliver(self, batch: list[_Request], envelopes: list[Envelope]) -> None:
         def run() -> None:
-            if envelopes:
-                for listener in self._listeners:
-                    listener(envelopes)
-                self._last_delivered = envelopes[-1].position
-                waiters, self._waiters = self._waiters, []
-                for waiter in waiters:
-                    if not waiter.done():
-                        waiter.set_result(None)
-            for request in batch:
-                request.finish()
+            try:
+                if envelopes:
+                    for listener in self._listeners:
+                        try:
+                            listener(envelopes)
+                        except Exception as exc:
+                            self._listener_fault(listener, envelopes, exc)
+                    self._last_delivered = envelopes[-1].position
+                    waiters, self._waiters = self._waiters, []
+                    for waiter in waiters:
+                        if not waiter.done():
+                            waiter.set_result(None)
+            finally:  # whatever a listener did, no caller is left waiting
+                for request in batch:
+                    request.finish()
 
         loop = self._loop
         if loop is not None and not loop.is_closed():
@@ -533,6 +555,14 @@ class EventStore:
             except RuntimeError:
                 pass
         run()
+
+    def _listener_fault(
+        self, listener: CommitListener, envelopes: list[Envelope], exc: Exception
+    ) -> None:
+        try:
+            self.on_listener_fault(listener, envelopes, exc)
+        except Exception:  # the reporter itself failed: the log line is all that is left
+            _log_listener_fault(listener, envelopes, exc)
 
     async def wait_beyond(self, position: int) -> None:
         """Return once an envelope after `position` has been committed and delivered."""
@@ -656,6 +686,15 @@ class EventStore:
             after = envelopes[-1].seq
 
 
+def _log_listener_fault(
+    listener: CommitListener, envelopes: list[Envelope], exc: Exception
+) -> None:
+    name = getattr(listener, "__qualname__", repr(listener))
+    first = envelopes[0] if envelopes else None
+    where = f"{first.stream}#{first.seq}" if first else "?"
+    _log.error("commit listener %s raised on a batch from %s", name, where, exc_info=exc)
+
+
 def decode_record(raw: bytes) -> tuple[int, bytes, bytes, bytes]:
     """A stored record → (position, payload, digest, signature)."""
     return _record_decoder.decode(raw)
@@ -676,7 +715,7 @@ def _precheck(
             if item.seq < 1:
                 raise ValueError("seq must be at least 1")
             event = decode_event(item.payload)
-        except (ValueError, msgspec.DecodeError, msgspec.ValidationError) as exc:
+        except (ValueError, msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
             out.append(ImportResult(ImportStatus.MALFORMED, detail=str(exc)))
             continue
         key = key_for_origin(event.origin)

@@ -30,11 +30,13 @@ from node.api import (
 from node.auth import TOKENS, TokenTable, auth_middleware
 from node.config import Config
 from node.context import CONTEXT, NodeContext
+from node.faults import FaultReporter
 from node.http import problem_middleware
 from node.metrics import NodeMetrics
 from projections.base import Projections
 from projections.entries import Findings, Logs
 from projections.journals import Journals
+from projections.ownership import Owners
 
 log = logging.getLogger(__name__)
 JOURNAL_DIR = "journal"
@@ -67,7 +69,7 @@ def open_store(config: Config, key: SigningKey) -> EventStore:
 
 
 def core_projections() -> Projections:
-    return Projections([Journals(), Logs(), Findings()])
+    return Projections([Journals(), Owners(), Logs(), Findings()])
 
 
 def build_app(config: Config, *, key: SigningKey | None = None) -> web.Application:
@@ -96,12 +98,16 @@ def build_app(config: Config, *, key: SigningKey | None = None) -> web.Applicati
 async def journal_lifecycle(app: web.Application) -> AsyncIterator[None]:
     """Rebuild every read model from the journal, then fold live commits as they land."""
     ctx = app[CONTEXT]
+    faults = FaultReporter(ctx)
+    faults.attach()  # a read model that raises on an envelope never stops the rebuild
     if checkpoint.restore(ctx.projections, ctx.store, ctx.config.data_path):
         log.info("projections restored from checkpoint at position %d", ctx.projections.position)
     ctx.projections.rebuild(ctx.store.iter_chunks(ctx.projections.position))
     ctx.store.add_commit_listener(ctx.projections.apply)
     ctx.store.start()
+    faults.start()
     yield
+    await faults.stop()
     await ctx.store.close()
     checkpoint.save(ctx.projections, ctx.config.data_path)
 

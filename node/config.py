@@ -9,6 +9,8 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from projections.catalogue import MAX_APPROVAL_TIMEOUT_SECS
+
 AGENT_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 AGENT_NAME_RE = re.compile(AGENT_NAME)
 SCOPES = ("read", "operate", "publish", "sync", "admin")
@@ -210,6 +212,10 @@ def _check_agent(agent: AgentConfig, where: str) -> None:
         if key == "timeout_secs":
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ConfigError(f"{where}.approval.timeout_secs: expected a positive integer")
+            if value > MAX_APPROVAL_TIMEOUT_SECS:  # the event catalogue's bound
+                raise ConfigError(
+                    f"{where}.approval.timeout_secs: at most {MAX_APPROVAL_TIMEOUT_SECS} (30 days)"
+                )
         elif not isinstance(value, bool):
             raise ConfigError(f"{where}.approval.{key}: expected a boolean")
     for capability, value in agent.capabilities.items():

@@ -14,7 +14,7 @@ from node.routes import Query
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-NonNegative = Annotated[int, msgspec.Meta(ge=0)]
+NonNegative = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
 PROBLEM_TYPE = "application/problem+json"
 _TITLES = {
     400: "Bad Request",
@@ -92,16 +92,22 @@ def _detail_of(exc: web.HTTPException, request: web.Request) -> str:
 
 
 MAX_LIMIT = 1000
+# Positions, seqs and cursors are 64-bit signed in the journal: anything larger is a 400.
+MAX_INT_QUERY = 2**63 - 1
 
 
 def int_query(request: web.Request, name: str, default: int, *, clamp: int | None = None) -> int:
-    """A non-negative integer query parameter; anything else is a 400 naming it."""
+    """A non-negative integer query parameter up to MAX_INT_QUERY; anything else is a 400."""
     raw = request.query.get(name)
     if raw is None or raw == "":
         return default
     if not raw.isascii() or not raw.isdigit():
-        raise Problem(400, f"query parameter `{name}` must be a non-negative integer, got {raw!r}")
-    value = int(raw)
+        raise Problem(
+            400, f"query parameter `{name}` must be a non-negative integer, got {raw[:40]!r}"
+        )
+    value = int(raw) if len(raw) <= 19 else MAX_INT_QUERY + 1
+    if value > MAX_INT_QUERY:
+        raise Problem(400, f"query parameter `{name}` must be at most {MAX_INT_QUERY}")
     return min(value, clamp) if clamp is not None else value
 
 

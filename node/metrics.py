@@ -44,6 +44,16 @@ class NodeMetrics:
         self.request_duration = Histogram(
             "svc_http_request_duration_seconds", "API request latency", registry=r
         )
+        # Beyond the spec's eight: what hostile input cost (docs/mesh.md, docs/operations.md).
+        self.sync_rejected = Counter(
+            "svc_sync_rejected", "Replicated envelopes rejected, by reason", ["reason"], registry=r
+        )
+        self.listener_faults = Counter(
+            "svc_listener_faults",
+            "Commit listeners (read models, streams) that raised on an envelope",
+            ["listener"],
+            registry=r,
+        )
         self.build_info.labels(version=__version__, commit=build_commit()).set(1)
         for route in ("local", "cloud"):
             self.inference_requests.labels(route=route)

@@ -13,10 +13,11 @@ from __future__ import annotations
 from typing import Any
 
 from eventstore.envelope import Envelope
+from projections import catalogue as c
 from projections.approvals import APPROVAL_EVENTS
 from projections.tasks import TASK_EVENTS
 
-_TASK_END = ("task.completed", "task.failed")
+_TASK_END = (c.TASK_COMPLETED, c.TASK_FAILED)
 
 
 class A2AView:
@@ -41,7 +42,7 @@ class A2AView:
         if kind.startswith("approval."):
             self._approval(kind, agent, item_id, ts)
             return
-        if kind == "task.created":
+        if kind == c.TASK_CREATED:
             if item_id in self.updated:
                 return
             context = data.get("a2a")
@@ -49,19 +50,19 @@ class A2AView:
                 self.context[item_id] = context
         elif item_id not in self.updated:
             return  # an event for a task this journal never created
-        elif kind == "task.started":
+        elif kind == c.TASK_STARTED:
             self.working_on[agent] = item_id
         elif kind in _TASK_END:
             if self.working_on.get(agent) == item_id:
                 del self.working_on[agent]
             self.waiting.pop(item_id, None)
-        elif kind == "task.canceled":
+        elif kind == c.TASK_CANCELED:
             operator = data.get("operator")
             self.canceled.setdefault(item_id, operator if isinstance(operator, str) else "")
         self.updated[item_id] = ts
 
     def _approval(self, kind: str, agent: str, approval_id: str, ts: str) -> None:
-        if kind == "approval.requested":
+        if kind == c.APPROVAL_REQUESTED:
             task_id = self.working_on.get(agent)
             if task_id is None or approval_id in self.approval_task:
                 return

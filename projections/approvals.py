@@ -13,9 +13,10 @@ from typing import Any
 import msgspec
 
 from eventstore.envelope import Envelope
+from projections import catalogue as c
 
 DEFAULT_TIMEOUT_SECS = 300
-APPROVAL_EVENTS = frozenset({"approval.requested", "approval.decided", "approval.timed_out"})
+APPROVAL_EVENTS = frozenset({c.APPROVAL_REQUESTED, c.APPROVAL_DECIDED, c.APPROVAL_TIMED_OUT})
 
 
 class ApprovalRequest(msgspec.Struct, frozen=True):
@@ -51,9 +52,9 @@ def expiry_of(requested_at: str, timeout_secs: int) -> str:
     """`requested_at` + timeout in the journal's own timestamp format (as is if unparsable)."""
     try:
         start = datetime.fromisoformat(requested_at.replace("Z", "+00:00"))
-    except ValueError:
+        end = start + timedelta(seconds=timeout_secs)
+    except (ValueError, OverflowError):  # beyond year 9999: the catalogue keeps peers' out
         return requested_at
-    end = start + timedelta(seconds=timeout_secs)
     return end.isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
@@ -75,34 +76,33 @@ class Approvals:
         approval_id = data.get("id")
         if not isinstance(approval_id, str):
             return
-        if kind == "approval.requested":
+        if kind == c.APPROVAL_REQUESTED:
             if approval_id in self.pending or approval_id in self.resolved:
                 return
-            timeout = data.get("timeout_secs")
-            if not isinstance(timeout, int) or isinstance(timeout, bool) or timeout <= 0:
-                timeout = DEFAULT_TIMEOUT_SECS
+            asked = c.read(c.ApprovalRequested, data)  # rare events: read them whole
+            if asked is None:
+                return
             ts = envelope.event.ts
             request = ApprovalRequest(
                 id=approval_id,
                 agent=envelope.stream,
-                capability=str(data.get("capability", "")),
-                detail=str(data.get("detail", "")),
+                capability=asked.capability,
+                detail=asked.detail,
                 requested_at=ts,
-                timeout_secs=timeout,
-                expires_at=expiry_of(ts, timeout),
+                timeout_secs=asked.timeout_secs,
+                expires_at=expiry_of(ts, asked.timeout_secs),
             )
             self.pending[approval_id] = request
             self._groups.setdefault((request.agent, request.capability), {})[approval_id] = None
-        elif kind in ("approval.decided", "approval.timed_out"):
+        elif kind in (c.APPROVAL_DECIDED, c.APPROVAL_TIMED_OUT):
             request = self.pending.get(approval_id)
             if request is None or request.agent != envelope.stream:
                 return
-            if kind == "approval.decided":
-                outcome = data.get("decision")
-                if outcome not in ("approve", "deny"):
+            if kind == c.APPROVAL_DECIDED:
+                decided = c.read(c.ApprovalDecided, data)
+                if decided is None:
                     return
-                operator = data.get("operator")
-                operator = operator if isinstance(operator, str) else None
+                outcome, operator = decided.decision, decided.operator
             else:
                 outcome, operator = "timeout", None
             del self.pending[approval_id]

@@ -2,15 +2,32 @@
 
 Projections do no I/O: the node feeds them live commits, `rebuild` feeds them the journal from
 position 0, and both must end in the same state (tests/test_projections.py proves it).
+
+No envelope may stop the fold: a read model that raises on one envelope is reported to
+`on_fault` (the node logs it, counts it and journals a finding) and the other read models, and
+the later envelopes, are folded as usual, live or in a rebuild. Events that change a task or an
+approval reach the read models only from the journal that owns it (projections/ownership.py).
 """
 
 from __future__ import annotations
 
 import gc
+import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol, TypeVar
 
 from eventstore.envelope import Envelope
+from projections.ownership import GUARDED
+
+Applier = Callable[[Envelope], None]
+# Told when a read model raised: (the read model's name, the envelope, the exception).
+FaultHook = Callable[[str, Envelope, Exception], None]
+_log = logging.getLogger("agent-node.projections")
+
+
+def _log_fault(name: str, envelope: Envelope, exc: Exception) -> None:
+    _log.error("read model %s raised on %s#%s", name, envelope.stream, envelope.seq, exc_info=exc)
+
 
 P = TypeVar("P")
 
@@ -33,7 +50,8 @@ class Projections:
     def __init__(self, projections: Iterable[Projection] = ()) -> None:
         self._projections: dict[str, Projection] = {}
         self._by_class: dict[type, Projection] = {}
-        self._appliers_by_type: dict[str, tuple[Callable[[Envelope], None], ...]] = {}
+        self._appliers_by_type: dict[str, tuple[Applier, ...]] = {}
+        self.on_fault: FaultHook = _log_fault
         self.position = 0
         self.last_digest = b""  # of the envelope at `position`, to check a checkpoint against
         for projection in projections:
@@ -58,7 +76,7 @@ class Projections:
     def __iter__(self):
         return iter(self._projections.values())
 
-    def _appliers(self, event_type: str) -> tuple[Callable[[Envelope], None], ...]:
+    def _appliers(self, event_type: str) -> tuple[Applier, ...]:
         appliers = self._appliers_by_type.get(event_type)
         if appliers is None:
             appliers = tuple(
@@ -66,8 +84,36 @@ class Projections:
                 for p in self._projections.values()
                 if getattr(p, "handles", None) is None or event_type in p.handles
             )
+            owners = self._projections.get("owners")
+            if owners is not None and event_type in GUARDED:
+                appliers = (self._guarded(owners.allows, appliers),)
             self._appliers_by_type[event_type] = appliers
         return appliers
+
+    def _guarded(
+        self, allows: Callable[[Envelope], bool], appliers: tuple[Applier, ...]
+    ) -> Applier:
+        """One applier: the ownership rule, then each read model (each on its own)."""
+
+        def owned(envelope: Envelope) -> None:
+            if not allows(envelope):
+                return
+            for apply in appliers:
+                try:
+                    apply(envelope)
+                except Exception as exc:
+                    self._fault(apply, envelope, exc)
+
+        return owned
+
+    def _fault(self, apply: Applier, envelope: Envelope, exc: Exception) -> None:
+        name = getattr(getattr(apply, "__self__", None), "name", None) or getattr(
+            apply, "__qualname__", "?"
+        )
+        try:
+            self.on_fault(name, envelope, exc)
+        except Exception:  # the reporter failed too: the log line is all that is left
+            _log_fault(name, envelope, exc)
 
     def apply(self, envelopes: Iterable[Envelope]) -> None:
         """Fold envelopes newer than the current position (older ones were folded already)."""
@@ -78,7 +124,10 @@ class Projections:
                 if envelope.position <= position:
                     continue
                 for apply in by_type.get(envelope.event.type) or appliers_of(envelope.event.type):
-                    apply(envelope)
+                    try:
+                        apply(envelope)
+                    except Exception as exc:  # one read model, one envelope: never the fold
+                        self._fault(apply, envelope, exc)
                 position, last = envelope.position, envelope
         finally:  # the position moves once per call, not once per envelope (a replay's hot loop)
             if last is not None:
@@ -98,7 +147,9 @@ class Projections:
 
     def fresh(self) -> Projections:
         """Empty instances of the same projections (they take no constructor arguments)."""
-        return Projections(type(p)() for p in self._projections.values())
+        fresh = Projections(type(p)() for p in self._projections.values())
+        fresh.on_fault = self.on_fault
+        return fresh
 
     def snapshot(self) -> dict[str, Any]:
         return {name: p.snapshot() for name, p in self._projections.items()}

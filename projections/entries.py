@@ -8,9 +8,7 @@ from typing import Any
 import msgspec
 
 from eventstore.envelope import Envelope, Event
-
-LOG_LEVELS = ("trace", "debug", "info", "warn", "error")
-SEVERITIES = ("info", "low", "medium", "high", "critical")
+from projections.catalogue import FINDING, LOG
 
 
 class LogEntry(msgspec.Struct, frozen=True, gc=False):
@@ -71,7 +69,7 @@ class _SeqLog:
 
 class Logs(_SeqLog):
     name = "logs"
-    event_type = "log"
+    event_type = LOG
     handles = frozenset({event_type})
 
     def entry(self, seq: int, agent: str, event: Event) -> LogEntry:
@@ -83,10 +81,12 @@ class Logs(_SeqLog):
 
 class Findings(_SeqLog):
     """Also the set of sync incidents already reported: a finding carrying an `incident` key
-    (node/sync/incidents.py) is reported once, across restarts."""
+    (node/sync/incidents.py) is reported once, across restarts. A key counts only in the
+    journal it names (`<node>/...` in the journal `<node>`, whose home is that node), so a
+    finding a peer writes in its own journal cannot pre-suppress this node's alert."""
 
     name = "findings"
-    event_type = "finding"
+    event_type = FINDING
     handles = frozenset({event_type})
 
     def __init__(self) -> None:
@@ -96,7 +96,7 @@ class Findings(_SeqLog):
     def entry(self, seq: int, agent: str, event: Event) -> Finding:
         data = event.data
         incident = data.get("incident")
-        if isinstance(incident, str):
+        if isinstance(incident, str) and incident.startswith(agent + "/"):
             self.incidents.add(incident)
         return Finding(
             seq,

@@ -12,6 +12,7 @@ from typing import Any, Literal
 import msgspec
 
 from eventstore.envelope import Envelope
+from projections import catalogue as c
 
 
 class Grant(msgspec.Struct, kw_only=True):
@@ -24,7 +25,7 @@ class Grant(msgspec.Struct, kw_only=True):
 
 class Grants:
     name = "grants"
-    handles = frozenset({"grant.created", "grant.revoked", "grant.restored"})
+    handles = frozenset({c.GRANT_CREATED, c.GRANT_REVOKED, c.GRANT_RESTORED})
 
     def __init__(self) -> None:
         self.grants: dict[tuple[str, str], Grant] = {}
@@ -38,14 +39,14 @@ class Grants:
             return
         key = (envelope.stream, domain)
         grant = self.grants.get(key)
-        if kind == "grant.created" and grant is None:
+        if kind == c.GRANT_CREATED and grant is None:
             self.grants[key] = Grant(
                 agent=envelope.stream, domain=domain, status="active", granted_at=envelope.event.ts
             )
-        elif kind == "grant.revoked" and grant is not None and grant.status == "active":
+        elif kind == c.GRANT_REVOKED and grant is not None and grant.status == "active":
             grant.status = "revoked"
             grant.revoked_at = envelope.event.ts
-        elif kind == "grant.restored" and grant is not None and grant.status == "revoked":
+        elif kind == c.GRANT_RESTORED and grant is not None and grant.status == "revoked":
             grant.status = "active"
             grant.revoked_at = msgspec.UNSET
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 from typing import Any
 
 from eventstore.envelope import Envelope
+from projections.catalogue import PEER_ACKED as ACKED
+from projections.catalogue import PEER_KEY_PINNED as KEY_PINNED
 
 PEERS_STREAM = "$peers"
-KEY_PINNED = "peer.key_pinned"
-ACKED = "peer.acked"
 
 
 class PeerBook:

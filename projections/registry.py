@@ -13,6 +13,7 @@ from typing import Any
 import msgspec
 
 from eventstore.envelope import Envelope
+from projections.catalogue import PACKAGE_PUBLISHED
 
 REGISTRY_STREAM = "$registry"
 PACKAGE_ID = r"^[a-z0-9][a-z0-9._-]{0,63}$"
@@ -67,14 +68,14 @@ class Package(msgspec.Struct, frozen=True, kw_only=True):
 
 class Registry:
     name = "registry"
-    handles = frozenset({"package.published"})
+    handles = frozenset({PACKAGE_PUBLISHED})
 
     def __init__(self) -> None:
         self.packages: dict[str, dict[str, Package]] = {}
         self._sorted: dict[str, list[str]] = {}
 
     def apply(self, envelope: Envelope) -> None:
-        if envelope.stream != REGISTRY_STREAM or envelope.event.type != "package.published":
+        if envelope.stream != REGISTRY_STREAM or envelope.event.type != PACKAGE_PUBLISHED:
             return
         data = envelope.event.data
         package_id, version = data.get("id"), data.get("version")

@@ -13,18 +13,19 @@ from typing import Any, Literal
 import msgspec
 
 from eventstore.envelope import Envelope
+from projections import catalogue as c
 
 STATUSES = ("pending", "running", "completed", "failed")
 Status = Literal["pending", "running", "completed", "failed"]
 FINAL = ("completed", "failed")
 TASK_EVENTS = frozenset(
     {
-        "task.created",
-        "task.started",
-        "task.progress",
-        "task.completed",
-        "task.failed",
-        "task.canceled",
+        c.TASK_CREATED,
+        c.TASK_STARTED,
+        c.TASK_PROGRESS,
+        c.TASK_COMPLETED,
+        c.TASK_FAILED,
+        c.TASK_CANCELED,
     }
 )
 
@@ -61,7 +62,7 @@ class Tasks:
         task_id = data.get("id")
         if not isinstance(task_id, str):
             return
-        if kind == "task.created":
+        if kind == c.TASK_CREATED:
             if task_id in self.tasks:
                 return
             raw_input = data.get("input")
@@ -78,23 +79,23 @@ class Tasks:
         task = self.tasks.get(task_id)
         if task is None or task.to != envelope.stream or task.status in FINAL:
             return
-        if kind in ("task.started", "task.progress"):
+        if kind in (c.TASK_STARTED, c.TASK_PROGRESS):
             self._leave_pending(task)
             task.status = "running"
-            if kind == "task.progress" and "progress" in data:
+            if kind == c.TASK_PROGRESS and "progress" in data:
                 task.progress = data["progress"]
-        elif kind == "task.completed":
+        elif kind == c.TASK_COMPLETED:
             self._leave_pending(task)
             output = data.get("output")
             task.status = "completed"
             task.output = output if isinstance(output, dict) else {}
             task.completed_at = envelope.event.ts
-        elif kind == "task.failed":
+        elif kind == c.TASK_FAILED:
             self._leave_pending(task)
             task.status = "failed"
             task.error = str(data.get("error", ""))
             task.completed_at = envelope.event.ts
-        elif kind == "task.canceled":  # the spec's statuses have no "canceled": a failure
+        elif kind == c.TASK_CANCELED:  # the spec's statuses have no "canceled": a failure
             self._leave_pending(task)
             task.status = "failed"
             task.error = f"canceled by {data.get('operator') or 'an operator'}"

@@ -211,6 +211,8 @@ async def test_a_tick_that_asks_for_approval_is_interrupted_and_resumed(
     (startup,) = await until(lambda: node.ctx.projections.get(Approvals).list())
     await node.app[APPROVALS].decide(startup.id, "approve", "admin")  # its first tick
     await until(lambda: node.journal("payer", "action.performed"))
+    # the first tick logs "paid ..." just after the action: let it land before the run starts
+    await until(lambda: [e for e in node.journal("payer", "log") if "paid" in e["message"]])
     thread = str(uuid.uuid4())
     events = await run(node, "payer", run_input(thread))
     assert types(events) == [

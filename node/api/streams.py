@@ -19,6 +19,7 @@ from node.streams.mapping import A2AChannel, UnifiedChannel
 from node.streams.replay import backlog
 from node.streams.sse import ClientGone, SseWriter, open_stream, sse_content
 from projections.journals import Journals
+from projections.ownership import Owners
 
 log = logging.getLogger(__name__)
 AGENT = Query("agent", str, "the agent whose events to stream", required=True)
@@ -110,7 +111,7 @@ async def _journal_stream(
         if after is not None:
             writer.last_position = after
             async with contextlib.aclosing(
-                backlog(ctx.store, channel, agent, after, head)
+                backlog(ctx.store, channel, agent, after, head, ctx.projections.get(Owners).allows)
             ) as chunks:
                 async for chunk in chunks:
                     await writer.write_items(chunk)
@@ -181,7 +182,7 @@ def setup(app: web.Application) -> None:
     app[AGUI] = translator = AguiTranslator()
     adapters: dict[Channel, ChannelAdapter] = {
         "events": UnifiedChannel(),
-        "a2a": A2AChannel(),
+        "a2a": A2AChannel(app[CONTEXT].projections.get(Owners).allows),
         "agui": translator,
     }
     app[BUS] = EventBus(adapters, node.sse_queue_max, node.sse_keepalive_secs)

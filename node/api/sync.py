@@ -9,7 +9,7 @@ from aiohttp import web
 
 from eventstore.keys import verify_key_from_multibase
 from node.auth import IDENTITY
-from node.config import Config, ConfigError
+from node.config import AGENT_NAME_RE, Config, ConfigError
 from node.context import CONTEXT, context_of
 from node.http import (
     SINCE,
@@ -25,6 +25,7 @@ from node.sync.convergence import convergence_report
 from node.sync.receive import Rejection
 from node.sync.service import SYNC, SyncService
 from node.sync.wire import PushedEnvelope, parse_push
+from projections.journals import Journals
 from projections.peers import PeerBook
 
 SYNC_SCOPES = ("read", "sync")
@@ -76,7 +77,9 @@ def _service(request: web.Request) -> SyncService:
 def _journal_query(request: web.Request) -> str:
     agent = required_query(request, "agent")
     if agent.startswith("$"):
-        raise Problem(400, f"{agent!r} is a node-level journal; those are not replicated")
+        raise Problem(400, f"{agent[:80]!r} is a node-level journal; those are not replicated")
+    if not AGENT_NAME_RE.match(agent):
+        raise Problem(400, f"query parameter `agent` is not a journal name: {agent[:80]!r}")
     return agent
 
 
@@ -97,8 +100,10 @@ async def get_envelopes(request: web.Request) -> web.Response:
     ctx = context_of(request)
     envelopes = ctx.store.read_stream(agent, since, limit) if limit else []
     identity = request.get(IDENTITY)
-    if identity is not None and any(p.name == identity.name for p in ctx.config.peers):
-        _service(request).acks.note(identity.name, {agent: since})  # a pull acks `since`
+    head = ctx.projections.get(Journals).head.get(agent)
+    is_peer = identity is not None and any(p.name == identity.name for p in ctx.config.peers)
+    if is_peer and head is not None:  # a pull acks `since`, of a journal this node holds
+        _service(request).acks.note(identity.name, {agent: min(since, head)})
     ctx.metrics.sync_envelopes.inc(len(envelopes))
     return json_response({"envelopes": [e.as_read() for e in envelopes]})
 

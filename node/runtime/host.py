@@ -30,12 +30,13 @@ from node.runtime.capabilities import Capabilities
 from node.runtime.hostapi import AgentFault, HostError, Run, RunResult, Task
 from node.runtime.inference import InferenceClient, parse_request
 from node.runtime.tasks import TaskQueue
+from projections import catalogue as c
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-LOG_LEVELS = ("trace", "debug", "info", "warn", "error")
-SEVERITIES = ("info", "low", "medium", "high", "critical")
+LOG_LEVELS = c.LOG_LEVELS
+SEVERITIES = c.SEVERITIES
 MAX_TEXT = 64 * 1024
 MAX_DETAIL = 1000
 TASK_EVENT_WAIT_SECS = 30.0
@@ -160,15 +161,13 @@ class JournalHost:
     def log(self, level: str, message: str) -> None:
         if level not in LOG_LEVELS:
             message, level = f"[{level[:20]}] {message}", "info"
-        self._append("log", {"level": level, "message": message[:MAX_TEXT]})
+        self._append(*c.event_of(c.Log(level=level, message=message[:MAX_TEXT])))
 
     def report_finding(self, severity: str, title: str, detail: str) -> None:
         if severity not in SEVERITIES:
             title, severity = f"[{severity[:20]}] {title}", "info"
-        self._append(
-            "finding",
-            {"severity": severity, "title": title[:MAX_DETAIL], "detail": detail[:MAX_TEXT]},
-        )
+        finding = c.Finding(severity=severity, title=title[:MAX_DETAIL], detail=detail[:MAX_TEXT])
+        self._append(*c.event_of(finding))
 
     def invoke(self, capability: str, request: str) -> str:
         if not self.agent.capabilities.get(capability):
@@ -193,7 +192,7 @@ class JournalHost:
         else:
             result = self._on_loop(self.s.capabilities.action(self.name, capability, parsed))
             summary = {"request": parsed, "status": result["status"]}
-        self._append("action.performed", {"capability": capability, **summary})
+        self._append(*c.event_of(c.ActionPerformed(capability=capability, **summary)))
         return json.dumps(result)
 
     def _await_approval(self, capability: str, request: str) -> None:
@@ -218,7 +217,7 @@ class JournalHost:
             value = os.environ.get(secret_env_name(domain, key))
         if value is None:
             raise HostError("failed", f"no secret {key} in domain {domain}")
-        self._append("secret.accessed", {"domain": domain, "key": key})
+        self._append(*c.event_of(c.SecretAccessed(domain=domain, key=key)))
         return value
 
     def _grant_active(self, domain: str) -> bool:
@@ -240,7 +239,7 @@ class JournalHost:
             text = self._on_loop(self.s.inference.complete(route, prompt, max_tokens, on_token))
         finally:
             self._publish("TEXT_MESSAGE_END", frame)
-        self._append("inference.completed", {"route": route, "chars": len(text)})
+        self._append(*c.event_of(c.InferenceCompleted(route=route, chars=len(text))))
         return text
 
     def create_task(self, to: str, input: str) -> str:
@@ -267,7 +266,7 @@ class JournalHost:
         if self._state is None:  # durable state is the fold of the agent's state.set events
             state: dict[str, str] = {}
             for envelope in self.s.store.iter_stream(self.name):
-                if envelope.event.type == "state.set":
+                if envelope.event.type == c.STATE_SET:
                     data = envelope.event.data
                     state[str(data.get("key"))] = str(data.get("value"))
             self._state = state
@@ -278,7 +277,7 @@ class JournalHost:
 
     def state_set(self, key: str, value: str) -> None:
         states = self._states()
-        self._append("state.set", {"key": key, "value": value})
+        self._append(*c.event_of(c.StateSet(key=key, value=value)))
         states[key] = value
 
     # ---- AgentHooks ------------------------------------------------------------------------
@@ -286,17 +285,17 @@ class JournalHost:
     def agent_started(self, restart_count: int) -> None:
         if restart_count:
             self.s.metrics.agent_restarts.labels(agent=self.name).inc()
-            self._note("agent.restarted", {"restart_count": restart_count})
+            self._note(*c.event_of(c.AgentRestarted(restart_count=restart_count)))
         else:
-            self._note("agent.started", {})
+            self._note(*c.event_of(c.AgentStarted()))
 
     def agent_errored(self, fault: AgentFault, retry_in_ms: int) -> None:
-        self._note(
-            "agent.errored", {"error": fault.reason, "kind": fault.kind, "retry_in_ms": retry_in_ms}
-        )
+        reason = fault.reason[:MAX_TEXT]  # a trap's backtrace can be long; the catalogue's bound
+        errored = c.AgentErrored(error=reason, kind=fault.kind, retry_in_ms=retry_in_ms)
+        self._note(*c.event_of(errored))
 
     def agent_stopped(self) -> None:
-        self._note("agent.stopped", {})
+        self._note(*c.event_of(c.AgentStopped()))
 
     def status_changed(self, status: str) -> None:
         self._publish("agent_status", {"status": status})
@@ -336,7 +335,7 @@ class JournalHost:
 
     def output(self, stream: str, line: str) -> None:
         level = "info" if stream == "stdout" else "warn"
-        self._note("log", {"level": level, "message": line[:MAX_TEXT], "stream": stream})
+        self._note(*c.event_of(c.Log(level=level, message=line[:MAX_TEXT], stream=stream)))
 
     def next_task(self) -> Task | None:
         return self.s.tasks.take(self.name)

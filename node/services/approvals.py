@@ -24,8 +24,10 @@ from eventstore.store import NewEvent
 from node.context import NodeContext
 from node.http import Problem
 from node.services.journal import ensure_local
+from projections import catalogue as c
 from projections.approvals import DEFAULT_TIMEOUT_SECS, Approvals
 from projections.journals import Journals
+from projections.ownership import Owners
 
 log = logging.getLogger(__name__)
 Decision = Literal["approve", "deny"]
@@ -124,13 +126,14 @@ class ApprovalGate:
         try:
             await self.ctx.store.append(
                 agent,
-                "approval.requested",
-                {
-                    "id": approval_id,
-                    "capability": capability,
-                    "detail": detail,
-                    "timeout_secs": timeout_secs,
-                },
+                *c.event_of(
+                    c.ApprovalRequested(
+                        id=approval_id,
+                        capability=capability,
+                        detail=detail,
+                        timeout_secs=timeout_secs,
+                    )
+                ),
             )
             self._arm(approval_id, timeout_secs)
             return await future
@@ -162,8 +165,9 @@ class ApprovalGate:
         try:
             envelope = await self.ctx.store.append(
                 request.agent,
-                "approval.decided",
-                {"id": approval_id, "decision": decision, "operator": operator},
+                *c.event_of(
+                    c.ApprovalDecided(id=approval_id, decision=decision, operator=operator)
+                ),
             )
         finally:
             self._claimed.discard(approval_id)
@@ -203,8 +207,9 @@ class ApprovalGate:
             events.append(
                 NewEvent(
                     request.agent,
-                    "approval.decided",
-                    {"id": approval_id, "decision": decision, "operator": operator},
+                    *c.event_of(
+                        c.ApprovalDecided(id=approval_id, decision=decision, operator=operator)
+                    ),
                 )
             )
         if events:
@@ -238,7 +243,7 @@ class ApprovalGate:
             if not ids:
                 continue
             events = [
-                NewEvent(self.projection.pending[i].agent, "approval.timed_out", {"id": i})
+                NewEvent(self.projection.pending[i].agent, *c.event_of(c.ApprovalTimedOut(id=i)))
                 for i in ids
             ]
             self._claimed.update(ids)
@@ -256,12 +261,14 @@ class ApprovalGate:
         """Release the waiter and drop the timer of every request resolved in this commit."""
         for envelope in envelopes:
             kind = envelope.event.type
-            if kind == "approval.decided":
+            if kind == c.APPROVAL_DECIDED:
                 outcome = envelope.event.data.get("decision")
-            elif kind == "approval.timed_out":
+            elif kind == c.APPROVAL_TIMED_OUT:
                 outcome = "timeout"
             else:
                 continue
+            if not self.ctx.projections.get(Owners).allows(envelope):
+                continue  # a journal that does not own this approval cannot resolve it
             approval_id = envelope.event.data.get("id")
             if not isinstance(approval_id, str) or approval_id in self.projection.pending:
                 continue  # not a resolution the projection accepted

@@ -9,6 +9,7 @@ import msgspec
 from node.config import AGENT_NAME
 from node.context import NodeContext
 from node.services.journal import ensure_local
+from projections import catalogue as c
 from projections.entries import Findings
 
 Severity = Literal["info", "low", "medium", "high", "critical"]
@@ -26,8 +27,9 @@ async def report_finding(ctx: NodeContext, finding: NewFinding) -> int:
     ensure_local(ctx, finding.agent)
     envelope = await ctx.store.append(
         finding.agent,
-        "finding",
-        {"severity": finding.severity, "title": finding.title, "detail": finding.detail},
+        *c.event_of(
+            c.Finding(severity=finding.severity, title=finding.title, detail=finding.detail)
+        ),
     )
     seq = ctx.projections.get(Findings).seq_at(envelope.position)
     assert seq is not None, "the findings projection folds before append returns"

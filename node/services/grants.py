@@ -15,6 +15,7 @@ from eventstore.store import NewEvent
 from node.context import NodeContext
 from node.http import Problem
 from node.services.journal import ensure_local
+from projections import catalogue as c
 from projections.grants import Grants
 from projections.journals import Journals
 
@@ -49,26 +50,31 @@ class GrantService:
                 continue
             for domain in dict.fromkeys(agent.grants.domains):
                 if self.projection.get(agent.name, domain) is None:
-                    events.append(NewEvent(agent.name, "grant.created", {"domain": domain}))
+                    events.append(NewEvent(agent.name, *c.event_of(c.GrantCreated(domain=domain))))
         if events:
             await self.ctx.store.append_many(events)
         return len(events)
 
     async def revoke(self, agent: str, domain: str) -> dict[str, str]:
-        return await self._change(agent, domain, "active", "grant.revoked", "revoked")
+        return await self._change(agent, domain, "active", c.GrantRevoked, "revoked")
 
     async def restore(self, agent: str, domain: str) -> dict[str, str]:
-        return await self._change(agent, domain, "revoked", "grant.restored", "active")
+        return await self._change(agent, domain, "revoked", c.GrantRestored, "active")
 
     async def _change(
-        self, agent: str, domain: str, needed: str, kind: str, result: str
+        self,
+        agent: str,
+        domain: str,
+        needed: str,
+        kind: type[c.GrantRevoked | c.GrantRestored],
+        result: str,
     ) -> dict[str, str]:
         async with self._lock:
             grant = self.projection.get(agent, domain)
             if grant is None or grant.status != needed:
                 raise Problem(404, f"no {needed} grant for agent {agent!r} and domain {domain!r}")
             ensure_local(self.ctx, agent)
-            await self.ctx.store.append(agent, kind, {"domain": domain})
+            await self.ctx.store.append(agent, *c.event_of(kind(domain=domain)))
         return {"agent": agent, "domain": domain, "status": result}
 
 

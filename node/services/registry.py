@@ -31,6 +31,7 @@ from node.config import Config
 from node.context import NodeContext
 from node.files import move_durably
 from node.http import Problem
+from projections import catalogue as c
 from projections.registry import (
     PACKAGE_ID,
     PACKAGE_ID_RE,
@@ -167,14 +168,15 @@ class RegistryService:
                     await loop.run_in_executor(None, move_durably, upload.path, blob)
                 envelope = await self.ctx.store.append(
                     REGISTRY_STREAM,
-                    "package.published",
-                    {
-                        "id": package_id,
-                        "version": version,
-                        "description": description,
-                        "checksum": checksum,
-                        "wasm_size_bytes": upload.size,
-                    },
+                    *c.event_of(
+                        c.PackagePublished(
+                            id=package_id,
+                            version=version,
+                            description=description,
+                            checksum=checksum,
+                            wasm_size_bytes=upload.size,
+                        )
+                    ),
                 )
             except BaseException:
                 if created:

@@ -17,6 +17,7 @@ from eventstore.envelope import Envelope
 from node.context import NodeContext
 from node.http import Problem
 from node.services.journal import ensure_local
+from projections import catalogue as c
 from projections.tasks import Task, Tasks
 
 
@@ -50,33 +51,33 @@ class TaskService:
         data: dict[str, Any] = {"id": task_id, "from": from_agent, "to": to, "input": input}
         if a2a is not None:
             data["a2a"] = a2a
-        envelope = await self.ctx.store.append(to, "task.created", data)
+        envelope = await self.ctx.store.append(to, c.TASK_CREATED, data)
         return {"id": task_id, "status": "pending", "created_at": envelope.event.ts}
 
     async def cancel(self, task_id: str, operator: str) -> Envelope:
         """pending/running → canceled (`task.canceled`): never delivered again; a result the
         agent still reports for it is ignored, since the task is already final."""
         self._check(task_id, ("pending", "running"), "cancel")
-        return await self._finish(task_id, "task.canceled", {"operator": operator})
+        return await self._finish(task_id, c.TASK_CANCELED, {"operator": operator})
 
     async def start(self, task_id: str) -> Envelope:
         """pending → running; a running task is started again when it is delivered again
         after a restart (delivery is at least once)."""
         self._check(task_id, ("pending", "running"), "start")
-        return await self._append(task_id, "task.started", {})
+        return await self._append(task_id, c.TASK_STARTED, {})
 
     async def progress(self, task_id: str, progress: dict[str, Any] | str) -> Envelope:
         """An intermediate report; a pending task becomes running."""
         self._check(task_id, ("pending", "running"), "report progress on")
-        return await self._append(task_id, "task.progress", {"progress": progress})
+        return await self._append(task_id, c.TASK_PROGRESS, {"progress": progress})
 
     async def complete(self, task_id: str, output: dict[str, Any]) -> Envelope:
         self._check(task_id, ("pending", "running"), "complete")
-        return await self._finish(task_id, "task.completed", {"output": output})
+        return await self._finish(task_id, c.TASK_COMPLETED, {"output": output})
 
     async def fail(self, task_id: str, error: str) -> Envelope:
         self._check(task_id, ("pending", "running"), "fail")
-        return await self._finish(task_id, "task.failed", {"error": error})
+        return await self._finish(task_id, c.TASK_FAILED, {"error": error})
 
     def get(self, task_id: str) -> Task:
         task = self.projection.get(task_id)

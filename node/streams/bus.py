@@ -252,7 +252,12 @@ class EventBus:
             if adapter.stateful or self._subs[channel]:
                 on_journal, offer = adapter.on_journal, self.offer
                 for envelope in envelopes:
-                    offer(channel, on_journal(envelope))
+                    try:
+                        offer(channel, on_journal(envelope))
+                    except Exception:  # one envelope's frames, never the rest of the batch
+                        log.exception(
+                            "no %s frames for %s#%s", channel, envelope.stream, envelope.seq
+                        )
 
     def offer(self, channel: Channel, items: list[Item]) -> None:
         """Queue items for every subscriber of `channel`, cutting those that fall behind."""

@@ -7,8 +7,9 @@ it reaches the client's queue live, so the seam has neither gap nor duplicate.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
+from eventstore.envelope import Envelope
 from eventstore.store import EventStore
 from node.streams.mapping import a2a_item, unified_item
 from node.streams.sse import Item
@@ -17,7 +18,12 @@ CHUNK = 1000
 
 
 async def backlog(
-    store: EventStore, channel: str, agent: str | None, after: int, upto: int
+    store: EventStore,
+    channel: str,
+    agent: str | None,
+    after: int,
+    upto: int,
+    allows: Callable[[Envelope], bool] | None = None,
 ) -> AsyncIterator[list[Item]]:
     """Chunks of items with after < position <= upto, in order, for one channel (and agent)."""
     if after >= upto:
@@ -31,7 +37,9 @@ async def backlog(
         return
     position = after
     while position < upto:
-        chunk, position, done = await asyncio.to_thread(_all_chunk, store, channel, position, upto)
+        chunk, position, done = await asyncio.to_thread(
+            _all_chunk, store, channel, position, upto, allows
+        )
         if chunk:
             yield chunk
         if done:
@@ -39,7 +47,11 @@ async def backlog(
 
 
 def _all_chunk(
-    store: EventStore, channel: str, after: int, upto: int
+    store: EventStore,
+    channel: str,
+    after: int,
+    upto: int,
+    allows: Callable[[Envelope], bool] | None = None,
 ) -> tuple[list[Item], int, bool]:
     envelopes = store.read_all(after, CHUNK)
     items: list[Item] = []
@@ -48,7 +60,7 @@ def _all_chunk(
         if envelope.position > upto:
             return items, last, True
         last = envelope.position
-        item = unified_item(envelope) if channel == "events" else a2a_item(envelope)
+        item = unified_item(envelope) if channel == "events" else a2a_item(envelope, allows)
         if item is not None:
             items.append(item)
     return items, last, len(envelopes) < CHUNK

@@ -39,6 +39,8 @@ def sse_content(events: str) -> dict[str, object]:
 
 
 def encode_frame(name: str, data: dict[str, Any], position: int | None = None) -> bytes:
+    if "\n" in name or "\r" in name:  # names come from code and the catalogue; never a frame
+        raise ValueError(f"SSE event name {name!r} contains a line break")
     head = f"id: {position}\nevent: {name}\ndata: " if position else f"event: {name}\ndata: "
     return head.encode() + _encoder.encode(data) + b"\n\n"
 

@@ -13,7 +13,8 @@ import logging
 from collections.abc import Mapping
 
 from eventstore.store import EventStore, NewEvent, StoreClosedError
-from projections.peers import ACKED, PEERS_STREAM, PeerBook
+from projections import catalogue as c
+from projections.peers import PEERS_STREAM, PeerBook
 
 log = logging.getLogger("agent-node.sync")
 
@@ -54,7 +55,7 @@ class AckRecorder:
         if not pending:
             return
         events = [
-            NewEvent(PEERS_STREAM, ACKED, {"peer": peer, "heads": heads})
+            NewEvent(PEERS_STREAM, *c.event_of(c.PeerAcked(peer=peer, heads=heads)))
             for peer, heads in sorted(pending.items())
         ]
         self._flushing = pending

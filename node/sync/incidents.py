@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 
 from node.context import NodeContext
+from projections import catalogue as c
 from projections.entries import Findings
 from projections.journals import Journals
 
@@ -25,7 +26,7 @@ class Incidents:
         full = self._full(key)
         return full in self._ctx.projections.get(Findings).incidents or full in self._in_flight
 
-    async def report(self, key: str, severity: str, title: str, detail: str) -> None:
+    async def report(self, key: str, severity: c.Severity, title: str, detail: str) -> None:
         """Journal a finding for `key` unless one was already journaled."""
         if self.seen(key):
             return
@@ -39,8 +40,9 @@ class Incidents:
         try:
             await ctx.store.append(
                 ctx.name,
-                "finding",
-                {"severity": severity, "title": title, "detail": detail, "incident": full},
+                *c.event_of(
+                    c.Finding(severity=severity, title=title, detail=detail, incident=full)
+                ),
             )
         finally:
             self._in_flight.discard(full)

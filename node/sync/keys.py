@@ -9,6 +9,7 @@ signed by it never verify and the journal history stays verifiable with the pinn
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Iterable
@@ -21,7 +22,9 @@ from eventstore.store import EventStore
 from node.config import Peer
 from node.context import NodeContext
 from node.sync.incidents import Incidents
-from projections.peers import KEY_PINNED, PEERS_STREAM, PeerBook
+from node.sync.wire import MAX_DID_BYTES, read_capped
+from projections import catalogue as c
+from projections.peers import PEERS_STREAM, PeerBook
 
 log = logging.getLogger("agent-node.sync")
 DID_PATH = "/.well-known/did.json"
@@ -68,8 +71,7 @@ class PeerKeys:
                 verify_key_from_multibase(key_text)  # ValueError: not an ed25519 multibase key
                 await self._ctx.store.append(
                     PEERS_STREAM,
-                    KEY_PINNED,
-                    {"peer": peer, "public_key": key_text, "source": source},
+                    *c.event_of(c.PeerKeyPinned(peer=peer, public_key=key_text, source=source)),
                 )
                 log.info("pinned the key of peer %s from %s: %s", peer, source, key_text)
                 return True
@@ -126,9 +128,17 @@ async def fetch_did_key(http: aiohttp.ClientSession | None, base_url: str) -> st
         async with http.get(base_url.rstrip("/") + DID_PATH) as response:
             if response.status != 200:
                 return None
-            doc = await response.json(content_type=None)
+            doc = json.loads(await read_capped(response, MAX_DID_BYTES))
         key = doc["verificationMethod"][0]["publicKeyMultibase"]
-    except (TimeoutError, aiohttp.ClientError, ValueError, KeyError, IndexError, TypeError):
+    except (
+        TimeoutError,
+        aiohttp.ClientError,
+        ValueError,
+        KeyError,
+        IndexError,
+        TypeError,
+        RecursionError,
+    ):
         return None
     return key if isinstance(key, str) else None
 

@@ -1,9 +1,12 @@
 """A peer's push: check each envelope, store those that extend their journal, say what was not.
 
 Checks, in order: readable (seq, agent, base64 payload, `ed25519:` signature, decodable event),
-not a node-level `$` journal, written by the journal's home (single writer), origin key known,
-then in the store: hash and signature, seq = head + 1, chain. Equivocation (a different envelope
-under a seq we hold) is also journaled as a critical finding.
+not a node-level `$` journal, its content fits the event catalogue (projections/catalogue.py:
+known type, data of the right shape and bounds, a `ts` not too far ahead), not a journal whose
+home is this node (sync/ownership.py), written by the journal's home (single writer), origin key
+known, then in the store: hash and signature, seq = head + 1, chain. Equivocation (a different
+envelope under a seq we hold) is also journaled as a critical finding, at most
+MAX_EQUIVOCATION_FINDINGS_PER_HOUR per pushing peer. docs/mesh.md states the whole trust model.
 """
 
 from __future__ import annotations
@@ -11,18 +14,23 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 import msgspec
 
-from eventstore.envelope import decode_event, digest_of
+from eventstore.envelope import Event, decode_event, digest_of
 from eventstore.store import ForeignEnvelope, ImportResult, ImportStatus
 from node.context import NodeContext
 from node.sync.acks import AckRecorder
 from node.sync.incidents import Incidents
 from node.sync.keys import PeerKeys
+from node.sync.ownership import OWN_JOURNAL, Ownership
 from node.sync.wire import MalformedEnvelope, agent_of, parse_envelope
+from projections.catalogue import CatalogueError, check_replicated
 from projections.journals import Journals
 
 NODE_LEVEL = "node_level"
@@ -31,6 +39,9 @@ log = logging.getLogger("agent-node.sync")
 # Concurrent import requests per push (signature checks run on that many threads).
 VERIFY_LANES = max(1, min(4, os.cpu_count() or 1))
 MIN_LANE_SPLIT = 64
+# Equivocation findings journaled per pushing peer and hour; more are logged and counted only,
+# so a peer that forks journals on purpose cannot fill this node's journal with findings.
+MAX_EQUIVOCATION_FINDINGS_PER_HOUR = 10
 
 
 class Rejection(msgspec.Struct):
@@ -65,6 +76,8 @@ class Receiver:
         self._incidents = incidents
         self._acks = acks
         self._peers = {p.name for p in ctx.config.peers}
+        self._ownership = Ownership(ctx)
+        self._equivocations: dict[str, deque[float]] = {}  # peer → times of its findings
 
     async def receive(self, peer_id: str, items: Sequence[msgspec.Raw]) -> PushOutcome:
         outcome = PushOutcome()
@@ -86,6 +99,8 @@ class Receiver:
         outcome.rejections.sort(key=lambda r: r.index)
         if outcome.rejections:
             _log_rejections(peer_id, outcome)
+            for rejection in outcome.rejections:
+                self._ctx.metrics.sync_rejected.labels(reason=rejection.reason).inc()
         outcome.heads = self._heads({item.stream for _, item in candidates}, bool(items))
         self._ctx.metrics.sync_envelopes.inc(len(items))
         if peer_id in self._peers and held:
@@ -96,37 +111,55 @@ class Receiver:
         self, items: Sequence[msgspec.Raw], outcome: PushOutcome
     ) -> tuple[list[tuple[int, ForeignEnvelope]], set[str]]:
         """Everything that needs neither key nor head; the rest goes to the store."""
-        journals = self._ctx.projections.get(Journals)
         batch_home: dict[str, str] = {}
         candidates: list[tuple[int, ForeignEnvelope]] = []
         origins: set[str] = set()
+        now = datetime.now(UTC)
         for index, raw in enumerate(items):
             try:
                 item = parse_envelope(raw)
                 event = decode_event(item.payload)
-            except (MalformedEnvelope, msgspec.DecodeError, msgspec.ValidationError) as exc:
+            except (
+                MalformedEnvelope,
+                msgspec.DecodeError,
+                msgspec.ValidationError,
+                RecursionError,  # a payload nested past msgspec's depth limit
+            ) as exc:
                 agent, seq = agent_of(raw)
                 reason = ImportStatus.MALFORMED.value
-                outcome.rejections.append(Rejection(index, agent, seq, reason, str(exc)))
+                outcome.rejections.append(Rejection(index, agent, seq, reason, str(exc)[:300]))
                 continue
-            if item.stream.startswith("$"):
-                detail = "node-level journals are not replicated"
-                outcome.rejections.append(
-                    Rejection(index, item.stream, item.seq, NODE_LEVEL, detail)
-                )
-                continue
-            home = journals.home_of(item.stream) or batch_home.get(item.stream)
-            if home is None and item.seq == 1:
-                batch_home[item.stream] = event.origin
-            elif home is not None and event.origin != home:
-                detail = f"journal is written by {home!r}, envelope by {event.origin!r}"
-                outcome.rejections.append(
-                    Rejection(index, item.stream, item.seq, FOREIGN_WRITER, detail)
-                )
+            refusal = self._refusal(item, event, now, batch_home)
+            if refusal is not None:
+                reason, detail = refusal
+                outcome.rejections.append(Rejection(index, item.stream, item.seq, reason, detail))
                 continue
             origins.add(event.origin)
             candidates.append((index, item))
         return candidates, origins
+
+    def _refusal(
+        self, item: ForeignEnvelope, event: Event, now: datetime, batch_home: dict[str, str]
+    ) -> tuple[str, str] | None:
+        """(reason, detail) when the envelope's content or its journal rules it out."""
+        if item.stream.startswith("$"):
+            return NODE_LEVEL, "node-level journals are not replicated"
+        try:
+            check_replicated(event, now)
+        except CatalogueError as exc:
+            return exc.reason, exc.detail
+        refused = self._ownership.refuse(item.stream)
+        if refused is not None:
+            return OWN_JOURNAL, refused
+        home = self._ownership.home_of(item.stream) or batch_home.get(item.stream)
+        if home is None and item.seq == 1:
+            refused = self._ownership.refuse_home(item.stream, event.origin)
+            if refused is not None:
+                return FOREIGN_WRITER, refused
+            batch_home[item.stream] = event.origin
+        elif home is not None and event.origin != home:
+            return FOREIGN_WRITER, f"journal is written by {home!r}, envelope by {event.origin!r}"
+        return None
 
     async def _import(self, items: list[ForeignEnvelope]) -> list[ImportResult]:
         """Import in up to VERIFY_LANES concurrent requests, each holding whole journals.
@@ -159,13 +192,37 @@ class Receiver:
         theirs = "sha256:" + digest_of(item.payload).hex()
         ours = stored.payload_hash if stored else "(none)"
         origin = stored.event.origin if stored else "?"
+        key = f"equivocation/{item.stream}/{item.seq}/{theirs}"
+        if self._incidents.seen(key):
+            return
+        if not self._within_budget(peer_id):
+            log.warning(
+                "equivocation in %s#%s pushed by %s: over %d findings/h for this peer; "
+                "not journaled",
+                item.stream,
+                item.seq,
+                peer_id,
+                MAX_EQUIVOCATION_FINDINGS_PER_HOUR,
+            )
+            return
         await self._incidents.report(
-            f"equivocation/{item.stream}/{item.seq}/{theirs}",
+            key,
             "critical",
             f"equivocation in journal {item.stream} at seq {item.seq}",
             f"peer {peer_id} pushed {theirs}, this node holds {ours} signed by {origin}; "
             "the pushed envelope was rejected",
         )
+
+    def _within_budget(self, peer_id: str) -> bool:
+        """peer_id is an authenticated token name, so this dict is bounded by the config."""
+        now = time.monotonic()
+        times = self._equivocations.setdefault(peer_id, deque())
+        while times and now - times[0] > 3600:
+            times.popleft()
+        if len(times) >= MAX_EQUIVOCATION_FINDINGS_PER_HOUR:
+            return False
+        times.append(now)
+        return True
 
 
 def _lanes(items: Sequence[ForeignEnvelope]) -> list[list[int]]:
@@ -188,7 +245,7 @@ def _log_rejections(peer_id: str, outcome: PushOutcome) -> None:
         kinds[r.reason] = kinds.get(r.reason, 0) + 1
     first = outcome.rejections[0]
     log.info(
-        "push from %s: %d accepted, %d rejected (%s); first: %s#%s %s",
+        "push from %s: %d accepted, %d rejected (%s); first: %r#%s %r",
         peer_id,
         outcome.accepted,
         len(outcome.rejections),

@@ -21,7 +21,7 @@ from node.config import Peer
 from node.context import NodeContext
 from node.sync.acks import AckRecorder
 from node.sync.keys import PeerKeys
-from node.sync.wire import PushReply, decode_reply, encode_push
+from node.sync.wire import MAX_REPLY_BYTES, PushReply, decode_reply, encode_push, read_capped
 from projections.journals import Journals
 
 log = logging.getLogger("agent-node.sync")
@@ -186,7 +186,7 @@ class Replicator:
         async with self._http.post(
             self._url, data=data, headers=self._headers, timeout=timeout
         ) as response:
-            raw = await response.read()
+            raw = await read_capped(response, MAX_REPLY_BYTES)
             if response.status == 413 and count > 1:
                 self._limit = max(1, count // 2)
                 raise PushFailed(f"batch of {count} too large for the peer; now {self._limit}")
@@ -198,10 +198,13 @@ class Replicator:
         return reply
 
     def _learn(self, heads: dict[str, int], *, probe: bool = False) -> None:
-        """Take the peer's word for its heads of our journals (all of them after a probe)."""
+        """Take the peer's word for its heads of our journals (all of them after a probe); of
+        the rest, only journals this node holds are recorded, and no seq beyond our head."""
         journals = self._ctx.projections.get(Journals)
         me = self._ctx.name
         ours = {s for s, home in journals.home.items() if home == me and not s.startswith("$")}
+        held = journals.head
+        heads = {s: min(q, held[s]) for s, q in heads.items() if s in held and q >= 0}
         if probe:
             self.acked = {s: heads.get(s, 0) for s in ours}
             self._acks.note(self.peer.name, {**dict.fromkeys(ours, 0), **heads})

@@ -6,6 +6,7 @@ import binascii
 from collections.abc import Sequence
 from typing import Any
 
+import aiohttp
 import msgspec
 
 from eventstore.envelope import Envelope, parse_signature
@@ -16,6 +17,10 @@ from node.http import MAX_LIMIT, Problem
 MAX_SEQ = 2**63 - 1
 # A push may carry more than a page of reads, but not unboundedly many envelopes.
 MAX_PUSH_ENVELOPES = 10 * MAX_LIMIT
+# What this node reads of a peer's answers: a push reply (counts, heads, one rejection per
+# envelope at most) and a DID document. A larger answer is refused, never buffered whole.
+MAX_REPLY_BYTES = 8 << 20
+MAX_DID_BYTES = 64 << 10
 
 
 class PushBody(msgspec.Struct):
@@ -41,7 +46,8 @@ class PushReply(msgspec.Struct):
         if not self.rejections:
             return "no reason given"
         r = self.rejections[0]
-        return f"{r.get('agent')}#{r.get('seq')} {r.get('reason')}: {r.get('detail', '')}"
+        text = f"{r.get('agent')}#{r.get('seq')} {r.get('reason')}: {r.get('detail', '')}"
+        return text[:300]  # the peer wrote it: it goes into a log line and last_error
 
 
 _push_decoder = msgspec.json.Decoder(PushBody)
@@ -64,6 +70,8 @@ def parse_push(body: bytes) -> PushBody:
         raise Problem(400, f"invalid body: {str(exc).replace('`$.', '`')}") from None
     except msgspec.DecodeError as exc:
         raise Problem(400, f"malformed JSON: {exc}") from None
+    except RecursionError:
+        raise Problem(400, "the body is nested too deeply") from None
     if len(push.envelopes) > MAX_PUSH_ENVELOPES:
         raise Problem(413, f"at most {MAX_PUSH_ENVELOPES} envelopes per push")
     return push
@@ -73,7 +81,7 @@ def parse_envelope(raw: msgspec.Raw) -> ForeignEnvelope:
     """One pushed envelope → raw payload and signature; MalformedEnvelope says what is wrong."""
     try:
         item = _item_decoder.decode(raw)
-    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError) as exc:
         raise MalformedEnvelope(str(exc).replace("`$.", "`")) from None
     if not 1 <= item.seq <= MAX_SEQ:
         raise MalformedEnvelope(f"seq {item.seq} is out of range")
@@ -91,7 +99,7 @@ def agent_of(raw: msgspec.Raw) -> tuple[str | None, int | None]:
     """Best effort (agent, seq) of an envelope, for a rejection report."""
     try:
         value = msgspec.json.decode(raw)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         return None, None
     if not isinstance(value, dict):
         return None, None
@@ -106,9 +114,21 @@ def encode_push(peer_id: str, envelopes: Sequence[Envelope]) -> bytes:
     return _encoder.encode({"peer_id": peer_id, "envelopes": [e.as_pushed() for e in envelopes]})
 
 
+async def read_capped(response: aiohttp.ClientResponse, cap: int) -> bytes:
+    """The body of `response`, or ValueError once it passes `cap` bytes."""
+    if response.content_length is not None and response.content_length > cap:
+        raise ValueError(f"peer's answer of {response.content_length} bytes is over {cap}")
+    body = bytearray()
+    async for chunk in response.content.iter_chunked(64 << 10):
+        body += chunk
+        if len(body) > cap:
+            raise ValueError(f"peer's answer is over {cap} bytes")
+    return bytes(body)
+
+
 def decode_reply(body: bytes) -> PushReply:
     """A peer's answer; a ValueError when it is not the spec's shape."""
     try:
         return _reply_decoder.decode(body)
-    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError) as exc:
         raise ValueError(f"unexpected sync reply: {exc}") from None

@@ -197,21 +197,19 @@ def test_rebuild_from_chunks_equals_live_folding() -> None:
     assert gc.get_freeze_count() > 0  # the rebuilt state is frozen
 
 
-def test_rebuild_enables_the_gc_again_when_a_fold_raises() -> None:
-    registry = Projections([Exploding()])
-    with pytest.raises(RuntimeError):
-        registry.rebuild([journal("a", "boom")])
+def test_a_raising_fold_is_reported_and_the_rebuild_goes_on() -> None:
+    """One read model raising on one envelope stops neither the others nor the rebuild."""
+    faults: list[tuple[str, int, str]] = []
+    recorder, exploding = Recorder(), Exploding()
+    registry = Projections([exploding, recorder])
+    registry.on_fault = lambda name, env, exc: faults.append((name, env.position, str(exc)))
+    envelopes = journal("a", "boom", "c")
+    registry.rebuild([envelopes])
     assert gc.isenabled()
-
-
-def test_a_raising_fold_leaves_the_position_at_the_last_envelope_folded() -> None:
-    envelopes = journal("a", "b", "boom", "c")
-    exploding = Exploding()
-    registry = Projections([exploding])
-    with pytest.raises(RuntimeError):
-        registry.apply(envelopes)
-    assert (registry.position, registry.last_digest) == (2, envelopes[1].digest)
-    assert exploding.seen == [(1, "a"), (2, "b")]
+    assert faults == [("exploding", 2, "boom")]
+    assert exploding.seen == [(1, "a"), (3, "c")]
+    assert recorder.seen == [(1, "a"), (2, "boom"), (3, "c")]
+    assert (registry.position, registry.last_digest) == (3, envelopes[2].digest)
 
 
 def test_envelope_positions_need_not_be_contiguous() -> None:

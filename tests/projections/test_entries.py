@@ -99,14 +99,16 @@ def test_a_finding_is_an_entry_with_severity_title_and_detail() -> None:
     assert findings.incidents == set()
 
 
-def test_findings_keep_the_incident_keys_they_carry() -> None:
+def test_findings_keep_the_incident_keys_of_their_own_journal() -> None:
+    """A key counts only in the journal it names (`<node>/...` in journal `<node>`): a finding
+    a peer writes in its own journal cannot pre-suppress this node's alert."""
     j = Journal()
-    j.add("$node", "finding", {"title": "fork", "incident": "fork:alice:3"})
-    j.add("$node", "finding", {"title": "again", "incident": "fork:alice:3"})  # reported twice
-    j.add("$node", "finding", {"title": "no key", "incident": 42})  # not a string: no key
-    j.add("$node", "finding", {"title": "other", "incident": "bad-sig:bob:1"})
+    j.add("node-a", "finding", {"title": "fork", "incident": "node-a/fork:alice:3"})
+    j.add("node-a", "finding", {"title": "again", "incident": "node-a/fork:alice:3"})
+    j.add("node-a", "finding", {"title": "other", "incident": "node-a/bad-sig:bob:1"})
+    j.add("node-b", "finding", {"title": "forged", "incident": "node-a/fork:carol:1"})
     findings = fold(Findings(), j.envelopes)
-    assert findings.incidents == {"fork:alice:3", "bad-sig:bob:1"}
+    assert findings.incidents == {"node-a/fork:alice:3", "node-a/bad-sig:bob:1"}
     assert findings.last_seq == 4  # the entries are all there; the set only remembers keys
 
 
@@ -124,11 +126,11 @@ def test_snapshot_and_refold(kind: type[Any]) -> None:
 def test_snapshots_list_the_entries_and_for_findings_the_sorted_incidents() -> None:
     j = Journal()
     j.add("a", "log", {"message": "m"})
-    j.add("a", "finding", {"title": "t", "incident": "z"})
-    j.add("a", "finding", {"title": "u", "incident": "b"})
+    j.add("a", "finding", {"title": "t", "incident": "a/z"})
+    j.add("a", "finding", {"title": "u", "incident": "a/b"})
     assert fold(Logs(), j.envelopes).snapshot() == [
         {"seq": 1, "ts": ts_at(1), "level": "info", "agent": "a", "message": "m"}
     ]
     snapshot = fold(Findings(), j.envelopes).snapshot()
-    assert snapshot["incidents"] == ["b", "z"]
+    assert snapshot["incidents"] == ["a/b", "a/z"]
     assert [e["seq"] for e in snapshot["entries"]] == [1, 2]

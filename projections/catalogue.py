@@ -1,0 +1,368 @@
+"""The event catalogue: every event type the node writes, by name, with the shape of its data.
+
+Why one module: signatures prove who wrote an envelope, not that its content is sane. Writers
+build their events from these Structs (`event_of`), folds use these names, and the sync
+receiver checks every replicated payload against the catalogue (`check_replicated`) before it
+is stored, so a peer can only send events this node knows how to fold, with bounded strings and
+numbers and a timestamp it can parse.
+
+Extending it: a new type is one Struct with its `type` and one `@entry` line; a new optional
+field is one line with a default. Unknown extra fields in a payload are accepted (a newer peer
+may carry more); the push body's size cap (`[node] max_body_kb`) bounds the whole payload.
+docs/design.md lists the events; tests/test_catalogue.py checks that list against this module.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
+
+import msgspec
+
+from eventstore.envelope import Event
+
+# ----------------------------------------------------------------------------- names
+APPROVAL_REQUESTED = "approval.requested"
+APPROVAL_DECIDED = "approval.decided"
+APPROVAL_TIMED_OUT = "approval.timed_out"
+GRANT_CREATED = "grant.created"
+GRANT_REVOKED = "grant.revoked"
+GRANT_RESTORED = "grant.restored"
+TASK_CREATED = "task.created"
+TASK_STARTED = "task.started"
+TASK_PROGRESS = "task.progress"
+TASK_COMPLETED = "task.completed"
+TASK_FAILED = "task.failed"
+TASK_CANCELED = "task.canceled"
+LOG = "log"
+FINDING = "finding"
+STATE_SET = "state.set"
+SECRET_ACCESSED = "secret.accessed"
+ACTION_PERFORMED = "action.performed"
+INFERENCE_COMPLETED = "inference.completed"
+AGENT_STARTED = "agent.started"
+AGENT_STOPPED = "agent.stopped"
+AGENT_RESTARTED = "agent.restarted"
+AGENT_ERRORED = "agent.errored"
+PACKAGE_PUBLISHED = "package.published"
+PEER_KEY_PINNED = "peer.key_pinned"
+PEER_ACKED = "peer.acked"
+
+# ----------------------------------------------------------------------------- bounds
+LOG_LEVELS = ("trace", "debug", "info", "warn", "error")
+SEVERITIES = ("info", "low", "medium", "high", "critical")
+MAX_TEXT = 64 * 1024  # a log message, a finding's detail, an error text
+MAX_TITLE = 1000  # a finding's title, an approval's detail as the gate writes it
+MAX_APPROVAL_TIMEOUT_SECS = 30 * 24 * 3600
+# How far ahead of this node's clock a replicated event's `ts` may be (clocks of a mesh drift).
+MAX_FUTURE_SKEW_SECS = 300
+MAX_COUNT = 2**53  # integers a JSON client can still read exactly
+
+Id = Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
+# An operator, a capability, a domain...: set by the config or the code, never that long.
+Name = Annotated[str, msgspec.Meta(max_length=1000)]
+JournalName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
+Title = Annotated[str, msgspec.Meta(max_length=MAX_TITLE)]
+Text = Annotated[str, msgspec.Meta(max_length=MAX_TEXT)]
+Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_COUNT)]
+Timeout = Annotated[int, msgspec.Meta(gt=0, le=MAX_APPROVAL_TIMEOUT_SECS)]
+LogLevel = Literal["trace", "debug", "info", "warn", "error"]
+Severity = Literal["info", "low", "medium", "high", "critical"]
+
+
+class Payload(msgspec.Struct, kw_only=True):
+    """The `data` of one event type; `type` names it, `replicated` says whether peers may send
+    it (node-level `$` journals never leave their node)."""
+
+    type: ClassVar[str]
+    replicated: ClassVar[bool] = True
+
+
+CATALOGUE: dict[str, type[Payload]] = {}
+P = TypeVar("P", bound=type[Payload])
+
+
+def entry(cls: P) -> P:
+    """Add a payload Struct to the catalogue under its `type`."""
+    if cls.type in CATALOGUE:
+        raise ValueError(f"event type {cls.type!r} catalogued twice")
+    CATALOGUE[cls.type] = cls
+    return cls
+
+
+# ----------------------------------------------------------------------------- approvals
+@entry
+class ApprovalRequested(Payload):
+    type = APPROVAL_REQUESTED
+    id: Id
+    capability: Name = ""
+    detail: Text = ""
+    timeout_secs: Timeout = 300
+
+
+@entry
+class ApprovalDecided(Payload):
+    type = APPROVAL_DECIDED
+    id: Id
+    decision: Literal["approve", "deny"]
+    operator: Name | None = None
+
+
+@entry
+class ApprovalTimedOut(Payload):
+    type = APPROVAL_TIMED_OUT
+    id: Id
+
+
+# ----------------------------------------------------------------------------- grants
+@entry
+class GrantCreated(Payload):
+    type = GRANT_CREATED
+    domain: Name
+
+
+@entry
+class GrantRevoked(Payload):
+    type = GRANT_REVOKED
+    domain: Name
+
+
+@entry
+class GrantRestored(Payload):
+    type = GRANT_RESTORED
+    domain: Name
+
+
+# ----------------------------------------------------------------------------- tasks
+@entry
+class TaskCreated(Payload):
+    type = TASK_CREATED
+    id: Id
+    from_: Name = msgspec.field(name="from", default="")
+    to: JournalName | None = None
+    input: dict[str, Any] = {}
+    a2a: dict[str, Any] | None = None  # the A2A context (contextId, the asking message)
+
+
+@entry
+class TaskStarted(Payload):
+    type = TASK_STARTED
+    id: Id
+
+
+@entry
+class TaskProgress(Payload):
+    type = TASK_PROGRESS
+    id: Id
+    progress: Any = None
+
+
+@entry
+class TaskCompleted(Payload):
+    type = TASK_COMPLETED
+    id: Id
+    output: dict[str, Any] = {}
+
+
+@entry
+class TaskFailed(Payload):
+    type = TASK_FAILED
+    id: Id
+    error: Text = ""
+
+
+@entry
+class TaskCanceled(Payload):
+    type = TASK_CANCELED
+    id: Id
+    operator: Name | None = None
+
+
+# ----------------------------------------------------------------------------- agent output
+@entry
+class Log(Payload):
+    type = LOG
+    level: LogLevel = "info"
+    message: Text = ""
+    stream: Literal["stdout", "stderr"] | None = None
+
+
+@entry
+class Finding(Payload):
+    type = FINDING
+    severity: Severity = "info"
+    title: Title = ""
+    detail: Text = ""
+    incident: Title | None = None  # a sync incident's de-duplication key (node/sync/incidents)
+
+
+@entry
+class StateSet(Payload):
+    type = STATE_SET
+    key: str  # agent-chosen, bounded only by the payload: peers must not refuse what we write
+    value: str
+
+
+@entry
+class SecretAccessed(Payload):
+    type = SECRET_ACCESSED
+    domain: Name
+    key: Name
+
+
+@entry
+class ActionPerformed(Payload):
+    type = ACTION_PERFORMED
+    capability: Name
+    method: str | None = None  # from the agent's request, as the agent wrote it
+    url: str | None = None
+    status: int | str | None = None
+    request: Any = None
+
+
+@entry
+class InferenceCompleted(Payload):
+    type = INFERENCE_COMPLETED
+    route: Name
+    chars: Count = 0
+
+
+# ----------------------------------------------------------------------------- agent life
+@entry
+class AgentStarted(Payload):
+    type = AGENT_STARTED
+
+
+@entry
+class AgentStopped(Payload):
+    type = AGENT_STOPPED
+
+
+@entry
+class AgentRestarted(Payload):
+    type = AGENT_RESTARTED
+    restart_count: Count = 0
+
+
+@entry
+class AgentErrored(Payload):
+    type = AGENT_ERRORED
+    error: Text = ""
+    kind: Name = ""
+    retry_in_ms: Count = 0
+
+
+# ----------------------------------------------------------------------------- node-level
+@entry
+class PackagePublished(Payload):
+    type = PACKAGE_PUBLISHED
+    replicated = False
+    id: Name
+    version: Name
+    description: Text = ""
+    checksum: Name = ""
+    wasm_size_bytes: Count = 0
+
+
+@entry
+class PeerKeyPinned(Payload):
+    type = PEER_KEY_PINNED
+    replicated = False
+    peer: Name
+    public_key: Name
+    source: Name = ""
+
+
+@entry
+class PeerAcked(Payload):
+    type = PEER_ACKED
+    replicated = False
+    peer: Name
+    heads: dict[str, Count] = {}
+
+
+# ----------------------------------------------------------------------------- use
+def event_of(payload: Payload) -> tuple[str, dict[str, Any]]:
+    """(type, data) of a payload, as `EventStore.append(stream, *event_of(...))` takes them.
+
+    An optional field (default None) left at None is absent from the data, as before the
+    catalogue existed; every other field is written."""
+    data = msgspec.to_builtins(payload)
+    for name in _optional(type(payload)):
+        if data.get(name, 0) is None:
+            del data[name]
+    return payload.type, data
+
+
+_OPTIONAL: dict[type[Payload], tuple[str, ...]] = {}
+
+
+def _optional(cls: type[Payload]) -> tuple[str, ...]:
+    names = _OPTIONAL.get(cls)
+    if names is None:
+        fields = msgspec.structs.fields(cls)
+        names = _OPTIONAL[cls] = tuple(f.encode_name for f in fields if f.default is None)
+    return names
+
+
+P_co = TypeVar("P_co", bound=Payload)
+
+
+def read(cls: type[P_co], data: dict[str, Any]) -> P_co | None:
+    """`data` as `cls`, or None when it does not fit (a fold then ignores the event)."""
+    try:
+        return msgspec.convert(data, cls)
+    except msgspec.ValidationError:
+        return None
+
+
+UNKNOWN_TYPE = "unknown_type"
+INVALID_DATA = "invalid_data"
+BAD_TIMESTAMP = "bad_timestamp"
+FUTURE_TIMESTAMP = "future_timestamp"
+NOT_REPLICATED = "not_replicated"
+
+
+class CatalogueError(ValueError):
+    """A replicated event the catalogue refuses; `reason` is the sync rejection's reason."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
+
+
+def parse_ts(text: str) -> datetime | None:
+    """An event's `ts` as an aware datetime, or None when it is not ISO 8601 with a zone."""
+    if len(text) > 64:
+        return None
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else None
+
+
+def check_replicated(event: Event, now: datetime | None = None) -> None:
+    """Raise CatalogueError unless a peer may send `event`: a catalogued, replicated type whose
+    data decodes as its Struct, and a `ts` no more than MAX_FUTURE_SKEW_SECS ahead of `now`."""
+    if len(event.origin) > 256:
+        raise CatalogueError(INVALID_DATA, "origin is longer than 256 characters")
+    cls = CATALOGUE.get(event.type)
+    if cls is None:
+        raise CatalogueError(UNKNOWN_TYPE, f"event type {event.type[:80]!r} is not catalogued")
+    if not cls.replicated:
+        raise CatalogueError(NOT_REPLICATED, f"{event.type} events stay on their node")
+    try:
+        msgspec.convert(event.data, cls)
+    except msgspec.ValidationError as exc:
+        raise CatalogueError(INVALID_DATA, f"{event.type} data: {str(exc)[:300]}") from None
+    ts = parse_ts(event.ts)
+    if ts is None:
+        raise CatalogueError(BAD_TIMESTAMP, f"ts {event.ts[:80]!r} is not ISO 8601 with a zone")
+    limit = (now or datetime.now(UTC)) + timedelta(seconds=MAX_FUTURE_SKEW_SECS)
+    if ts > limit:
+        raise CatalogueError(
+            FUTURE_TIMESTAMP,
+            f"ts {event.ts!r} is more than {MAX_FUTURE_SKEW_SECS} s ahead of this node's clock",
+        )
