@@ -1,5 +1,10 @@
 """Approval requests: pending ones (listed and grouped) and how each resolved one ended.
 
+A request carries the exact text that will be performed once approved (`request`) and its
+`request_hash` (`sha256:` + hex of the UTF-8 text), which decisions bind to; `detail` is a
+one-line summary kept for the spec's list. Requests journaled before `request` existed show
+an empty `request` and hash: they can still be decided, never adopted after a restart.
+
 A request is pending from `approval.requested` until the first `approval.decided` or
 `approval.timed_out` for its id in the same journal; later resolutions of the same id are
 ignored, so the fold is deterministic whatever a damaged or replicated journal holds.
@@ -7,6 +12,7 @@ ignored, so the fold is deterministic whatever a damaged or replicated journal h
 
 from __future__ import annotations
 
+import hashlib
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -28,6 +34,14 @@ class ApprovalRequest(msgspec.Struct, frozen=True):
     requested_at: str
     timeout_secs: int
     expires_at: str
+    request: str = ""
+    request_hash: str = ""
+    task: str | None = None  # the task whose run asked, when a task's run asked
+
+
+def hash_request(request: str) -> str:
+    """What a decision binds to: `sha256:` and the hex digest of the request's UTF-8 text."""
+    return "sha256:" + hashlib.sha256(request.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 class Resolution(msgspec.Struct, frozen=True):
@@ -38,6 +52,7 @@ class Resolution(msgspec.Struct, frozen=True):
     outcome: str
     at: str
     operator: str | None = None
+    reason: str | None = None  # why the node decided by itself (a canceled task)
 
 
 class Group(msgspec.Struct, frozen=True):
@@ -82,6 +97,9 @@ class Approvals:
             if not isinstance(timeout, int) or isinstance(timeout, bool) or timeout <= 0:
                 timeout = DEFAULT_TIMEOUT_SECS
             ts = envelope.event.ts
+            text, digest, task = data.get("request"), data.get("request_hash"), data.get("task")
+            if not isinstance(text, str) or digest != hash_request(text):
+                text, digest = "", ""  # absent or inconsistent: nothing to bind a decision to
             request = ApprovalRequest(
                 id=approval_id,
                 agent=envelope.stream,
@@ -90,6 +108,9 @@ class Approvals:
                 requested_at=ts,
                 timeout_secs=timeout,
                 expires_at=expiry_of(ts, timeout),
+                request=text,
+                request_hash=digest,
+                task=task if isinstance(task, str) else None,
             )
             self.pending[approval_id] = request
             self._groups.setdefault((request.agent, request.capability), {})[approval_id] = None
@@ -103,8 +124,10 @@ class Approvals:
                     return
                 operator = data.get("operator")
                 operator = operator if isinstance(operator, str) else None
+                reason = data.get("reason")
+                reason = reason if isinstance(reason, str) else None
             else:
-                outcome, operator = "timeout", None
+                outcome, operator, reason = "timeout", None, None
             del self.pending[approval_id]
             key = (request.agent, request.capability)
             group = self._groups[key]
@@ -112,7 +135,7 @@ class Approvals:
             if not group:
                 del self._groups[key]
             self.resolved[approval_id] = Resolution(
-                approval_id, request.agent, outcome, envelope.event.ts, operator
+                approval_id, request.agent, outcome, envelope.event.ts, operator, reason
             )
 
     @property
@@ -121,6 +144,10 @@ class Approvals:
 
     def get(self, approval_id: str) -> ApprovalRequest | None:
         return self.pending.get(approval_id)
+
+    def pending_for_task(self, agent: str, task_id: str) -> list[str]:
+        """Ids of the agent's pending requests asked by that task's run."""
+        return [r.id for r in self.pending.values() if r.agent == agent and r.task == task_id]
 
     def list(self) -> list[ApprovalRequest]:
         """Pending requests, oldest first."""

@@ -17,8 +17,13 @@ from projections.approvals import Approvals
 ApprovalId = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
 
 
+RequestHash = Annotated[str, msgspec.Meta(pattern=r"^sha256:[0-9a-f]{64}$(?!\n)")]
+
+
 class DecisionBody(msgspec.Struct, forbid_unknown_fields=True):
     decision: Decision
+    # optional: decide only if the request is still exactly the one the operator read (409)
+    request_hash: RequestHash | None = None
 
 
 class BatchBody(msgspec.Struct, forbid_unknown_fields=True):
@@ -41,7 +46,10 @@ async def list_batched(request: web.Request) -> web.Response:
 async def decide(request: web.Request) -> web.Response:
     body = await json_body(request, DecisionBody)
     result = await gate_of(request).decide(
-        request.match_info["approval_id"], body.decision, request[IDENTITY].name
+        request.match_info["approval_id"],
+        body.decision,
+        request[IDENTITY].name,
+        request_hash=body.request_hash,
     )
     return json_response(result)
 

@@ -13,6 +13,7 @@ import json
 import logging
 from typing import Any
 
+from node.boundedjson import JsonBoundsError, loads
 from node.runtime.hostapi import Tool
 from node.runtime.runtime import AgentRuntime
 from node.version import __version__
@@ -64,8 +65,10 @@ class McpServer:
 
     async def handle(self, agent: str, body: bytes) -> dict[str, Any] | None:
         try:
-            message = json.loads(body)
-        except (ValueError, UnicodeDecodeError):
+            message = loads(body)
+        except JsonBoundsError as exc:
+            return _error(None, exc.rpc_code, f"request refused: {exc}")
+        except ValueError:
             return _error(None, PARSE_ERROR, "the body is not JSON")
         if (
             not isinstance(message, dict)
