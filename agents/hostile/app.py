@@ -32,7 +32,8 @@ class WitWorld(wit_world.WitWorld):
         size = int(data.get("size", 0))
         try:
             if case == "spend":
-                request = {"amount_cents": data["amount"], "pad": "x" * int(data.get("pad", 0))}
+                # the padding first: a summary cut short would hide the amount
+                request = {"pad": "x" * int(data.get("pad", 0)), "amount_cents": data["amount"]}
                 result = host.invoke("spend", json.dumps(request))
                 return json.dumps({"result": json.loads(result)})
             if case == "leak":
