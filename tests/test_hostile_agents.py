@@ -223,3 +223,79 @@ allow_hosts = ["127.0.0.1:{target.port}"]
     assert journal(app, "hostile", "state.set")[0]["value"] == MARKER
     assert done["output"]["echo"] == MARKER
     assert failed["type"] == "task.failed" and MARKER in failed["error"]
+
+
+# ---- 3. bounded agents -------------------------------------------------------------------------
+
+
+async def test_every_agent_payload_is_capped_with_an_error_naming_the_limit(
+    aiohttp_client, tmp_path, built_agents
+):
+    toml = hostile_toml(built_agents) + agent_toml(
+        "other", built_agents["task_worker"], "tick_interval_ms = 60000"
+    )
+    app, client, _ = await start_node(aiohttp_client, tmp_path, toml)
+    big = 70_000
+    state = await outcome(app, await new_task(client, "state", size=big))
+    progress = await outcome(app, await new_task(client, "progress", size=big))
+    output = await outcome(app, await new_task(client, "output", size=big))
+    created = await outcome(app, await new_task(client, "create", size=big, to="other"))
+    fine = await outcome(app, await new_task(client, "state", size=60_000))
+
+    limit = "the limit is 65536 bytes"
+    assert state["type"] == "task.failed" and limit in state["error"]
+    assert "state key 'big'" in state["error"]
+    assert progress["type"] == "task.failed" and "task progress" in progress["error"]
+    assert limit in progress["error"]
+    assert output["type"] == "task.failed" and "task output" in output["error"]
+    assert limit in output["error"]
+    assert created["output"]["error_kind"] == "HostError_Failed"
+    assert "task input" in created["output"]["error"] and limit in created["output"]["error"]
+    assert fine["type"] == "task.completed" and fine["output"] == {"stored": 60_000}
+    assert not journal(app, "other", "task.created")
+    assert all(len(e["value"]) <= 65536 for e in journal(app, "hostile", "state.set"))
+
+
+async def test_cheap_host_calls_do_not_refill_the_run_budget(
+    aiohttp_client, tmp_path, built_agents
+):
+    toml = hostile_toml(built_agents, "tick_timeout_ms = 500\nfuel_per_tick = 1_000_000_000_000")
+    app, client, _ = await start_node(aiohttp_client, tmp_path, toml)
+    failed = await outcome(app, await new_task(client, "spin"))
+    assert failed["type"] == "task.failed"
+    assert "deadline exceeded: ran longer than 500 ms" in failed["error"]
+    (errored,) = await until(lambda: journal(app, "hostile", "agent.errored"))
+    assert errored["kind"] == "deadline"
+
+
+async def test_default_fuel_ends_a_loop_of_host_calls(aiohttp_client, tmp_path, built_agents):
+    # no fuel_per_tick and a deadline far away: the default fuel budget is what stops it
+    toml = hostile_toml(built_agents, "tick_timeout_ms = 600000")
+    app, client, _ = await start_node(aiohttp_client, tmp_path, toml)
+    failed = await outcome(app, await new_task(client, "spin"))
+    assert failed["type"] == "task.failed"
+    assert "fuel exhausted: used all 2000000000 units" in failed["error"]
+
+
+async def test_fetch_reaches_only_allowed_host_and_port_with_the_nodes_host_header(
+    aiohttp_client, aiohttp_server, tmp_path, built_agents
+):
+    target_app, seen = recorder()
+    target = await aiohttp_server(target_app)
+    toml = hostile_toml(
+        built_agents,
+        f"""[agents.capabilities]
+http_fetch = true
+[agents.http]
+allow_hosts = ["127.0.0.1", "localhost:{target.port}"]
+""",
+    )
+    app, client, _ = await start_node(aiohttp_client, tmp_path, toml)
+    # a bare host is its scheme's default port only: not the node's API on another port
+    node_url = f"http://127.0.0.1:{client.port}/api/v1/health"
+    refused = await outcome(app, await new_task(client, "fetch", request={"url": node_url}))
+    assert refused["output"]["error_kind"] == "HostError_NotPermitted"
+    spoof = {"url": f"http://localhost:{target.port}/x", "headers": {"Host": "evil.example"}}
+    fetched = await outcome(app, await new_task(client, "fetch", request=spoof))
+    assert fetched["output"]["result"]["status"] == 200
+    assert seen[0]["headers"]["Host"] == f"localhost:{target.port}"
