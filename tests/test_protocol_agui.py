@@ -164,6 +164,10 @@ async def test_an_approval_gate_interrupts_the_run_and_resume_decides_it(node):
     assert interrupt["toolCallId"] == events[2]["toolCallId"]
     assert interrupt["expiresAt"] == approval.expires_at
     assert "spend" in interrupt["message"] and "INV-0077" in interrupt["message"]
+    # the operator is shown the whole request the agent will perform, and its hash
+    assert interrupt["metadata"]["request"] == approval.request
+    assert approval.request in interrupt["message"]
+    assert interrupt["metadata"]["requestHash"] == approval.request_hash
 
     resume = [{"interruptId": approval.id, "status": "resolved"}]
     resumed = await run(node, "cashier", run_input(thread, "pay INV-0077", resume=resume))
@@ -186,6 +190,7 @@ async def test_an_approval_gate_interrupts_the_run_and_resume_decides_it(node):
             "id": approval.id,
             "decision": "approve",
             "operator": "operator",
+            "request_hash": approval.request_hash,
         }
     ]
     assert len(node.journal("cashier", "task.created")) == 1  # resuming made no new task

@@ -428,13 +428,13 @@ class AguiTranslator:
             "id": approval_id,
             "reason": "approval",
             "message": _approval_message(data),
-            "metadata": {
-                "capability": data.get("capability"),
-                "agent": agent,
-                "request": data.get("request"),
-                "requestHash": data.get("request_hash"),
-            },
+            "metadata": {"capability": data.get("capability"), "agent": agent},
         }
+        if isinstance(data.get("request"), str) and data.get("request_hash"):
+            interrupt["metadata"] |= {
+                "request": data["request"],
+                "requestHash": data["request_hash"],
+            }
         if t.tools:
             interrupt["toolCallId"] = next(reversed(t.tools))
         expires = _expiry(envelope.event.ts, data.get("timeout_secs"))
