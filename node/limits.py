@@ -11,6 +11,7 @@ from __future__ import annotations
 
 MAX_PAYLOAD_BYTES = 64 * 1024  # approval request, state value, task input/output/progress
 MAX_STATE_KEY_BYTES = 256
+MAX_EVENT_BYTES = 256 * 1024  # a whole task.created (input and the A2A message that carried it)
 MAX_TEXT = 64 * 1024  # log messages and finding details (longer ones are cut, not refused)
 MAX_DETAIL = 1000  # a finding's title, an approval's one-line summary
 # Fuel of one run when `fuel_per_tick` is not set: a trivial Python tick takes ~25k-250k,

@@ -268,13 +268,15 @@ async def test_cheap_host_calls_do_not_refill_the_run_budget(
     assert errored["kind"] == "deadline"
 
 
-async def test_default_fuel_ends_a_loop_of_host_calls(aiohttp_client, tmp_path, built_agents):
+async def test_a_default_fuel_budget_ends_a_spin_without_fuel_per_tick(
+    aiohttp_client, tmp_path, built_agents
+):
     # no fuel_per_tick and a deadline far away: the default fuel budget is what stops it
-    toml = hostile_toml(built_agents, "tick_timeout_ms = 600000")
-    app, client, _ = await start_node(aiohttp_client, tmp_path, toml)
-    failed = await outcome(app, await new_task(client, "spin"))
-    assert failed["type"] == "task.failed"
-    assert "fuel exhausted: used all 2000000000 units" in failed["error"]
+    toml = agent_toml("loop", built_agents["bad_loop"], "tick_timeout_ms = 600000")
+    app, _, _ = await start_node(aiohttp_client, tmp_path, toml)
+    errored = await until(lambda: journal(app, "loop", "agent.errored"), timeout=120)
+    assert errored[0]["kind"] == "fuel"
+    assert "used all 2000000000 units" in errored[0]["error"]
 
 
 async def test_fetch_reaches_only_allowed_host_and_port_with_the_nodes_host_header(

@@ -111,3 +111,11 @@ async def test_sync_push_bodies_past_the_bounds_are_4xx(node):
     for body in (DEEP, json.dumps({"peer_id": "x", "envelopes": [], "pad": JUST_TOO_DEEP})):
         response = await post(node, "/api/v1/sync/envelopes", body, token=ADMIN_TOKEN)
         assert 400 <= response.status < 500, await response.text()
+
+
+async def test_a_task_input_over_64_kib_is_413_so_its_event_stays_replicable(node):
+    body = {"from": "tester", "to": "hostile", "input": {"blob": "x" * 70_000}}
+    detail = await problem(await post(node, "/api/v1/a2a/tasks", json.dumps(body)), 413)
+    assert "the task input is" in detail and "the limit is 65536 bytes" in detail
+    body["input"] = {"blob": "x" * 60_000}
+    assert (await post(node, "/api/v1/a2a/tasks", json.dumps(body))).status == 201

@@ -85,6 +85,8 @@ SCHEMAS: dict[str, Any] = {
             "decision": {"type": "string", "enum": ["approve", "deny"]},
             "decided_at": TS,
             "operator": S,
+            "request_hash": S,
+            "reason": S,
         },
         ["id", "decision", "decided_at"],
     ),
@@ -331,7 +333,8 @@ CATALOG: dict[tuple[str, str], dict[str, Any]] = {
         errors=(400, 404, 409),
         body=json_content(ref("DecisionBody")),
         description="404 when the id is unknown, decided or timed out; 409 (with `home_node`) "
-        "when the agent is hosted on another node.",
+        "when the agent is hosted on another node, or when `request_hash` is given and is not "
+        "the pending request's.",
     ),
     ("GET", "/api/v1/a2a/tasks"): op(
         "A2A tasks, oldest first",
@@ -348,8 +351,9 @@ CATALOG: dict[tuple[str, str], dict[str, Any]] = {
         "a2a",
         json_content(ref("TaskCreated")),
         status=201,
-        errors=(400, 404, 409),
+        errors=(400, 404, 409, 413),
         body=json_content(ref("NewTask")),
+        description="413 when the input is over 64 KiB as JSON (its event must stay replicable).",
     ),
     ("GET", "/api/v1/a2a/tasks/{}"): op(
         "One A2A task", "a2a", json_content(ref("Task")), errors=(404,)
