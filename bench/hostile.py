@@ -63,7 +63,7 @@ def main() -> None:
     finding = json.dumps(
         {"agent": "scanner", "severity": "high", "title": "port 22 open", "detail": "x" * 200}
     ).encode()
-    items = [{"sku": f"item-{i}", "qty": i, "tags": ["a", "b"]} for i in range(700)]
+    items = [{"sku": f"item-{i}", "qty": i, "tags": ["a", "b"]} for i in range(1200)]
     task = json.dumps({"to": "worker", "input": {"items": items}}).encode()
     assert 50_000 < len(task) < 70_000
 
