@@ -44,15 +44,20 @@ def ended(app, task_id: str) -> dict[str, Any] | None:
     return None
 
 
+# The first test to load the agent after it changed compiles it (tens of seconds on a busy
+# machine), so waits for its first answers are generous.
+FIRST_LOAD_SECS = 180
+
+
 async def outcome(app, task_id: str) -> dict[str, Any]:
-    return await until(lambda: ended(app, task_id))
+    return await until(lambda: ended(app, task_id), timeout=FIRST_LOAD_SECS)
 
 
 async def pending(client) -> dict[str, Any]:
     async def listed() -> list[dict[str, Any]]:
         return await (await client.get("/api/v1/approvals", headers=auth(READ_TOKEN))).json()
 
-    for _ in range(1500):
+    for _ in range(FIRST_LOAD_SECS * 50):
         items = await listed()
         if items:
             return items[0]
@@ -301,3 +306,28 @@ allow_hosts = ["127.0.0.1", "localhost:{target.port}"]
     fetched = await outcome(app, await new_task(client, "fetch", request=spoof))
     assert fetched["output"]["result"]["status"] == 200
     assert seen[0]["headers"]["Host"] == f"localhost:{target.port}"
+
+
+async def test_an_mcp_tool_result_holding_a_secret_is_redacted(
+    aiohttp_client, tmp_path, built_agents
+):
+    toml = hostile_toml(
+        built_agents,
+        'mcp = true\n[agents.grants]\ndomains = ["payments"]\n',
+        f'\n[secrets.payments]\napi_key = "{SECRET}"\n',
+    )
+    app, client, sink = await start_node(aiohttp_client, tmp_path, toml, sink=True)
+    call = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "reveal", "arguments": {"domain": "payments", "key": "api_key"}},
+    }
+    response = await client.post("/api/v1/mcp/hostile", json=call, headers=auth(OPERATE_TOKEN))
+    result = (await response.json())["result"]
+    assert result["isError"] is False
+    assert json.loads(result["content"][0]["text"]) == {"secret": MARKER}
+    assert sink.named("tool_call_end")[0]["result"] == json.dumps({"secret": MARKER})
+    assert SECRET not in json.dumps(sink.events)
+    for envelope in app[CONTEXT].store.iter_stream("hostile"):
+        assert SECRET.encode() not in envelope.payload

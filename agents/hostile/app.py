@@ -7,7 +7,8 @@ Cases: `spend` (a gated request padded with `pad` characters), `leak` (reads a s
 puts it everywhere the node journals or emits), `leak_fail` (fails with the secret in its
 error), `state` (state-set of `size` characters), `progress` / `output` / `create` (task
 progress, output or a new task's input of `size` characters), `spin` (cheap host calls for
-ever), `fetch` (http_fetch of `request`), `flood` (`size` bytes to stdout).
+ever), `fetch` (http_fetch of `request`), `flood` (`size` bytes to stdout). Its MCP tool
+`reveal` returns a secret it reads.
 """
 
 import json
@@ -94,7 +95,14 @@ class WitWorld(wit_world.WitWorld):
         return json.dumps({"echo": secret, "fetched": fetched, "spent": spent})
 
     def list_tools(self) -> list[types.Tool]:
-        return []
+        schema = {"type": "object", "properties": {"domain": {}, "key": {}}}
+        return [types.Tool("reveal", "returns a secret it reads", json.dumps(schema))]
 
     def call_tool(self, name: str, arguments: str) -> str:
-        raise Err(f"unknown tool {name}")
+        if name != "reveal":
+            raise Err(f"unknown tool {name}")
+        args = json.loads(arguments)
+        try:
+            return json.dumps({"secret": host.get_secret(args["domain"], args["key"])})
+        except Err as e:
+            raise Err(str(e.value.value)) from None

@@ -118,7 +118,7 @@ async def runtime_lifecycle(app: web.Application) -> AsyncIterator[None]:
 
     ctx.store.add_commit_listener(on_commit)
     ctx.services[RUNTIME] = runtime
-    ctx.services["mcp"] = McpServer(runtime, services.sink.publish)
+    ctx.services["mcp"] = McpServer(runtime, services.sink.publish, services.redactor.value)
     ctx.metrics.agents_total.set(len(runtime.workers))
     runtime.start()
     try:
