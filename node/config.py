@@ -60,7 +60,7 @@ class NodeSection(_Section, kw_only=True):
 class TokenEntry(_Section, kw_only=True):
     name: AgentName
     token: str | None = None
-    token_sha256: Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{64}$")] | None = None
+    token_sha256: Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{64}$(?!\n)")] | None = None
     scopes: list[Scope]
 
 
