@@ -214,6 +214,8 @@ async def test_a_tick_that_asks_for_approval_is_interrupted_and_resumed(
     (startup,) = await until(lambda: node.ctx.projections["approvals"].list())
     await node.ctx.services["approvals"].decide(startup.id, "approve", "admin")  # its first tick
     await until(lambda: node.journal("payer", "action.performed"))
+    # that tick ends with a log line; a run started before it lands would take it as its own
+    await until(lambda: node.journal("payer", "log"))
     thread = str(uuid.uuid4())
     events = await run(node, "payer", run_input(thread))
     assert types(events) == [
