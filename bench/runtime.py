@@ -35,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 from node.runtime import AgentRuntime, AgentSpec, RuntimeOptions  # noqa: E402
 from node.runtime.bindings import make_linker  # noqa: E402
 from node.runtime.engine import AgentEngine  # noqa: E402
+from node.runtime.hostapi import run_clock  # noqa: E402
 from node.runtime.memhost import MemoryHost  # noqa: E402
 from projections.approvals import Approvals  # noqa: E402
 
@@ -70,11 +71,12 @@ def bench_tick(wasm: Path, cache: Path, seconds: float) -> dict[str, float]:
     # Bare: one store, trivial host functions, call `tick` in a loop.
     host = MemoryHost("bare")
     host.log = lambda level, message: None  # type: ignore[method-assign]
-    linker = make_linker(engine.engine, host, engine.deadline_ticks(10_000))
+    linker = make_linker(engine.engine, host, engine.epoch_interval_ms)
     store = wasmtime.Store(engine.engine)
     store.set_wasi(wasmtime.WasiConfig())
     store.set_fuel(1 << 62)
     store.set_epoch_deadline(1 << 40)
+    run_clock().start(1 << 40)  # host calls re-arm the deadline from this run's budget
     instance = linker.instantiate(store, component)
     tick = instance.get_func(store, "tick")
     assert tick is not None

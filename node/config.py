@@ -9,15 +9,31 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from node.limits import DEFAULT_FUEL_PER_TICK
 from projections.catalogue import MAX_APPROVAL_TIMEOUT_SECS
 
-AGENT_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+# `(?!\n)`: Python's `$` also matches before a final newline, so "scanner\n" would pass
+# msgspec's pattern check (a search); the look-ahead makes the match whole in Python and ECMA.
+AGENT_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$(?!\n)"
 AGENT_NAME_RE = re.compile(AGENT_NAME)
 SCOPES = ("read", "operate", "publish", "sync", "admin")
 Scope = Literal["read", "operate", "publish", "sync", "admin"]
 AgentName = Annotated[str, msgspec.Meta(pattern=AGENT_NAME)]
 PositiveInt = Annotated[int, msgspec.Meta(gt=0)]
 NonNegative = Annotated[float, msgspec.Meta(ge=0)]
+
+
+# Secrets from the environment: AGENT_SECRET_<DOMAIN>_<KEY> is looked up only for domains and
+# keys of lower-case letters, digits and `_`, so upper-casing cannot merge two names, and a
+# config is refused when one secret domain is another plus `_...` (see _check_secret_domains).
+ENV_SECRET_PART = re.compile(r"[a-z0-9_]{1,100}")
+
+
+def secret_env_name(domain: str, key: str) -> str | None:
+    """The environment variable of (domain, key), or None when it has no unambiguous one."""
+    if not (ENV_SECRET_PART.fullmatch(domain) and ENV_SECRET_PART.fullmatch(key)):
+        return None
+    return f"AGENT_SECRET_{domain}_{key}".upper()
 
 
 class ConfigError(Exception):
@@ -45,7 +61,7 @@ class NodeSection(_Section, kw_only=True):
 class TokenEntry(_Section, kw_only=True):
     name: AgentName
     token: str | None = None
-    token_sha256: Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{64}$")] | None = None
+    token_sha256: Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{64}$(?!\n)")] | None = None
     scopes: list[Scope]
 
 
@@ -96,7 +112,7 @@ class AgentConfig(_Section, kw_only=True):
     description: str = ""
     tick_interval_ms: PositiveInt = 1000
     mcp: bool = False
-    fuel_per_tick: PositiveInt | None = None
+    fuel_per_tick: PositiveInt = DEFAULT_FUEL_PER_TICK  # every run is bounded
     memory_limit_mb: PositiveInt = 64
     tick_timeout_ms: PositiveInt = 10_000
     capabilities: dict[str, Any] = {}
@@ -202,9 +218,26 @@ def _check(config: Config, source: str) -> None:
             raise ConfigError(f"{source}: peers[{i}].name: {peer.name!r} is not unique")
         if not re.match(r"^https?://", peer.url):
             raise ConfigError(f"{source}: peers[{i}].url: must start with http:// or https://")
+    _check_secret_domains(config, source)
     host, _, port = config.node.listen.rpartition(":")
     if not host or not port.isdigit() or not 0 <= int(port) < 65536:
         raise ConfigError(f"{source}: node.listen: expected HOST:PORT, got {config.node.listen!r}")
+
+
+def _check_secret_domains(config: Config, source: str) -> None:
+    """Refuse domains whose environment names overlap: with `payments` and `payments_admin`,
+    AGENT_SECRET_PAYMENTS_ADMIN_API_KEY would be both payments/admin_api_key and
+    payments_admin/api_key."""
+    domains = {d for a in config.agents for d in a.grants.domains} | set(config.secrets)
+    env_domains = sorted(d for d in domains if ENV_SECRET_PART.fullmatch(d))
+    for short in env_domains:
+        for long in env_domains:
+            if long.startswith(short + "_"):
+                raise ConfigError(
+                    f"{source}: secret domains {short!r} and {long!r} are ambiguous: the "
+                    f"environment variable AGENT_SECRET_{long.upper()}_<KEY> could belong to "
+                    f"either; rename one (for example without the `_`)"
+                )
 
 
 def _check_agent(agent: AgentConfig, where: str) -> None:

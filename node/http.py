@@ -10,6 +10,7 @@ from typing import Annotated, Any, TypeVar
 import msgspec
 from aiohttp import web
 
+from node.boundedjson import JsonBoundsError, loads_as
 from node.routes import Query
 
 log = logging.getLogger(__name__)
@@ -131,16 +132,18 @@ def required_query(request: web.Request, name: str) -> str:
 
 
 async def json_body(request: web.Request, kind: type[T]) -> T:
-    """Decode and validate the body in one pass; msgspec's message names the bad field."""
+    """Decode (bounded: node.boundedjson) and validate; msgspec's message names the bad field."""
     body = await request.read()
     if not body:
         raise Problem(400, "the request needs a JSON body")
     try:
-        return msgspec.json.decode(body, type=kind)
+        return loads_as(body, kind)
     except msgspec.ValidationError as exc:
         raise Problem(400, f"invalid body: {str(exc).replace('`$.', '`')}") from None
-    except msgspec.DecodeError as exc:
-        raise Problem(400, f"malformed JSON: {exc}") from None
+    except JsonBoundsError as exc:
+        raise Problem(400, f"JSON body refused: {exc}") from None
+    except ValueError as exc:
+        raise Problem(400, str(exc)) from None
 
 
 def json_response(data: object, status: int = 200) -> web.Response:

@@ -7,8 +7,9 @@ decided here in one place and never reaches a method.
 
 from __future__ import annotations
 
-import json
 from typing import Any
+
+from node.boundedjson import JsonBoundsError, loads
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
@@ -87,8 +88,10 @@ def parse(body: bytes, *, notifications: bool = False) -> Call | dict[str, Any]:
     """The request in `body`, or the error response to send instead. Notifications are
     refused unless the protocol has them (MCP does, A2A does not)."""
     try:
-        message = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+        message = loads(body)
+    except JsonBoundsError as exc:
+        return error_response(None, RpcError(exc.rpc_code, f"request refused: {exc}"))
+    except ValueError:
         return error_response(None, RpcError(PARSE_ERROR, "the body is not valid JSON"))
     if isinstance(message, list):
         return error_response(

@@ -1,5 +1,10 @@
 """Approval requests: pending ones (listed and grouped) and how each resolved one ended.
 
+A request carries the exact text that will be performed once approved (`request`) and its
+`request_hash` (`sha256:` + hex of the UTF-8 text), which decisions bind to; `detail` is a
+one-line summary kept for the spec's list. Requests journaled before `request` existed show
+an empty `request` and hash: they can still be decided, never adopted after a restart.
+
 A request is pending from `approval.requested` until the first `approval.decided` or
 `approval.timed_out` for its id in the same journal; later resolutions of the same id are
 ignored, so the fold is deterministic whatever a damaged or replicated journal holds.
@@ -7,6 +12,7 @@ ignored, so the fold is deterministic whatever a damaged or replicated journal h
 
 from __future__ import annotations
 
+import hashlib
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -29,6 +35,14 @@ class ApprovalRequest(msgspec.Struct, frozen=True):
     requested_at: str
     timeout_secs: int
     expires_at: str
+    request: str = ""
+    request_hash: str = ""
+    task: str | None = None  # the task whose run asked, when a task's run asked
+
+
+def hash_request(request: str) -> str:
+    """What a decision binds to: `sha256:` and the hex digest of the request's UTF-8 text."""
+    return "sha256:" + hashlib.sha256(request.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 class Resolution(msgspec.Struct, frozen=True):
@@ -39,6 +53,7 @@ class Resolution(msgspec.Struct, frozen=True):
     outcome: str
     at: str
     operator: str | None = None
+    reason: str | None = None  # why the node decided by itself (a canceled task)
 
 
 class Group(msgspec.Struct, frozen=True):
@@ -83,6 +98,9 @@ class Approvals:
             if asked is None:
                 return
             ts = envelope.event.ts
+            if asked.request_hash != hash_request(asked.request):
+                # absent or inconsistent: nothing to bind a decision to
+                asked = msgspec.structs.replace(asked, request="", request_hash="")
             request = ApprovalRequest(
                 id=approval_id,
                 agent=envelope.stream,
@@ -91,6 +109,9 @@ class Approvals:
                 requested_at=ts,
                 timeout_secs=asked.timeout_secs,
                 expires_at=expiry_of(ts, asked.timeout_secs),
+                request=asked.request,
+                request_hash=asked.request_hash,
+                task=asked.task,
             )
             self.pending[approval_id] = request
             self._groups.setdefault((request.agent, request.capability), {})[approval_id] = None
@@ -102,9 +123,9 @@ class Approvals:
                 decided = c.read(c.ApprovalDecided, data)
                 if decided is None:
                     return
-                outcome, operator = decided.decision, decided.operator
+                outcome, operator, reason = decided.decision, decided.operator, decided.reason
             else:
-                outcome, operator = "timeout", None
+                outcome, operator, reason = "timeout", None, None
             del self.pending[approval_id]
             key = (request.agent, request.capability)
             group = self._groups[key]
@@ -112,7 +133,7 @@ class Approvals:
             if not group:
                 del self._groups[key]
             self.resolved[approval_id] = Resolution(
-                approval_id, request.agent, outcome, envelope.event.ts, operator
+                approval_id, request.agent, outcome, envelope.event.ts, operator, reason
             )
 
     @property
@@ -121,6 +142,10 @@ class Approvals:
 
     def get(self, approval_id: str) -> ApprovalRequest | None:
         return self.pending.get(approval_id)
+
+    def pending_for_task(self, agent: str, task_id: str) -> list[str]:
+        """Ids of the agent's pending requests asked by that task's run."""
+        return [r.id for r in self.pending.values() if r.agent == agent and r.task == task_id]
 
     def list(self) -> list[ApprovalRequest]:
         """Pending requests, oldest first."""

@@ -66,6 +66,9 @@ Title = Annotated[str, msgspec.Meta(max_length=MAX_TITLE)]
 Text = Annotated[str, msgspec.Meta(max_length=MAX_TEXT)]
 Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_COUNT)]
 Timeout = Annotated[int, msgspec.Meta(gt=0, le=MAX_APPROVAL_TIMEOUT_SECS)]
+# an approval's request: an agent's is at most 64 KiB, and masking secrets may lengthen it
+Request = Annotated[str, msgspec.Meta(max_length=2 * MAX_TEXT)]
+RequestHash = Annotated[str, msgspec.Meta(pattern=r"^(sha256:[0-9a-f]{64})?$")]
 LogLevel = Literal["trace", "debug", "info", "warn", "error"]
 Severity = Literal["info", "low", "medium", "high", "critical"]
 
@@ -98,6 +101,11 @@ class ApprovalRequested(Payload):
     capability: Name = ""
     detail: Text = ""
     timeout_secs: Timeout = 300
+    # the exact request that is performed once approved (secrets masked) and its hash, which
+    # a decision binds to; the task whose run asked, if one did
+    request: Request = ""
+    request_hash: RequestHash = ""
+    task: Id | None = None
 
 
 @entry
@@ -106,6 +114,8 @@ class ApprovalDecided(Payload):
     id: Id
     decision: Literal["approve", "deny"]
     operator: Name | None = None
+    request_hash: RequestHash = ""  # the request decided on
+    reason: Text | None = None  # why, when the node decided (a canceled task's approvals)
 
 
 @entry

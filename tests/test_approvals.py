@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
 
 import pytest
@@ -56,12 +57,14 @@ async def test_request_is_listed_and_approval_releases_the_agent(client):
     response = await client.get("/api/v1/approvals", headers=auth(READ_TOKEN))
     assert response.status == 200
     [item] = await response.json()
-    assert {k: item[k] for k in ("id", "agent", "capability", "detail")} == {
+    assert {k: item[k] for k in ("id", "agent", "capability", "detail", "request")} == {
         "id": approval_id,
         "agent": "payer",
         "capability": "spend",
-        "detail": "pay 10 EUR",
+        "detail": "spend: pay 10 EUR",
+        "request": "pay 10 EUR",
     }
+    assert item["request_hash"] == "sha256:" + hashlib.sha256(b"pay 10 EUR").hexdigest()
     assert item["requested_at"].endswith("Z")
     assert item["timeout_secs"] == 300
     assert await pending_gauge(client) == 1
@@ -82,7 +85,12 @@ async def test_request_is_listed_and_approval_releases_the_agent(client):
     # the audit log: decision, timestamp (the envelope's) and the token's name as operator
     assert events_of(client, "payer")[-1] == (
         "approval.decided",
-        {"id": approval_id, "decision": "approve", "operator": "operator"},
+        {
+            "id": approval_id,
+            "decision": "approve",
+            "operator": "operator",
+            "request_hash": item["request_hash"],  # the decision binds to what was shown
+        },
     )
 
 
@@ -314,13 +322,13 @@ def test_a_real_node_times_out_overdue_requests_at_start_and_the_rest_later(tmp_
 
     journal("overdue", 1)
     time.sleep(1.2)  # "overdue" expires while no node is running
-    journal("later", 4)
+    journal("later", 8)  # enough for a node to start on a busy machine before it expires
     with NodeProcess(config_path) as node, node.client() as http:
         listed = [i["id"] for i in http.get("/api/v1/approvals").json()]
         assert listed == ["later"]
         overdue = http.post("/api/v1/approvals/overdue", json={"decision": "approve"})
         assert overdue.status_code == 404
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + 20
         while http.get("/api/v1/approvals").json() and time.monotonic() < deadline:
             time.sleep(0.1)
         assert http.get("/api/v1/approvals").json() == []

@@ -7,6 +7,7 @@ import contextlib
 from node.app import build_app
 from node.context import CONTEXT
 from node.services.approvals import APPROVALS, GateClosedError
+from projections.approvals import Approvals
 from tests.support import OPERATE_TOKEN, auth
 
 
@@ -76,3 +77,35 @@ async def test_a_request_while_the_decision_is_being_journaled_waits_for_it(aioh
     assert await asyncio.wait_for(gate.request("payer", "spend", "INV-1", 60), 5) == "approve"
     await deciding
     assert requested(ctx) == [approval_id]  # no second request was journaled
+
+
+async def test_a_different_request_with_the_same_start_is_not_adopted(aiohttp_client, config):
+    """Adoption matches the whole request by its hash, not a summary cut at 1,000 chars."""
+    client = await aiohttp_client(build_app(config))
+    gate = client.app[APPROVALS]
+    padding = "x" * 2000
+    waiting = asyncio.create_task(gate.request("payer", "spend", f"{padding} pay 1 EUR", 60))
+    while not gate.projection.count:
+        await asyncio.sleep(0.01)
+    (approval_id,) = gate.projection.pending
+    await client.close()
+    with contextlib.suppress(GateClosedError):
+        await waiting
+
+    client = await aiohttp_client(build_app(config))
+    ctx = client.app[CONTEXT]
+    decided = await client.post(
+        f"/api/v1/approvals/{approval_id}",
+        json={"decision": "approve"},
+        headers=auth(OPERATE_TOKEN),
+    )
+    assert decided.status == 200
+    asking = asyncio.create_task(
+        client.app[APPROVALS].request("payer", "spend", f"{padding} pay 9999 EUR", 60)
+    )
+    while len(requested(ctx)) < 2:  # a new request of its own, not the approved one
+        await asyncio.sleep(0.01)
+    assert not asking.done()
+    (new,) = ctx.projections.get(Approvals).pending.values()
+    assert new.request.endswith("pay 9999 EUR") and new.id != approval_id
+    asking.cancel()

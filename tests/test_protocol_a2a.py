@@ -145,6 +145,9 @@ async def test_an_approval_gated_task_is_input_required_until_answered(node, htt
     (pending,) = (await http.get(f"{node.url}/api/v1/approvals", headers=auth(READ_TOKEN))).json()
     assert pending["agent"] == "cashier" and pending["capability"] == "spend"
     assert pending["id"] in last.message.parts[0].text
+    # the A2A message carries the whole request and the hash a decision binds to
+    assert pending["request"] in last.message.parts[0].text
+    assert pending["request_hash"] in last.message.parts[0].text
 
     fetched = await client.get_task(GetTaskRequest(id=task_id))
     assert fetched.status.state == S.TASK_STATE_INPUT_REQUIRED
@@ -179,6 +182,7 @@ async def test_an_approval_gated_task_is_input_required_until_answered(node, htt
             "id": pending["id"],
             "decision": "approve",
             "operator": "operator",
+            "request_hash": pending["request_hash"],
         }
     ]
     await client.close()

@@ -126,7 +126,8 @@ async def test_status_reports_every_agent_with_measured_figures(
 
     one = await client.get("/api/v1/status?agent=trap", headers=auth(READ_TOKEN))
     (trap,) = await one.json()
-    assert trap["name"] == "trap" and trap["memory_profile"]["fuel_remaining"] is None
+    # no fuel_per_tick in its config: the default budget (node.limits), never unlimited
+    assert trap["name"] == "trap" and trap["memory_profile"]["fuel_remaining"] == 2_000_000_000
     missing = await client.get("/api/v1/status?agent=nope", headers=auth(READ_TOKEN))
     assert missing.status == 404
     assert (await client.get("/api/v1/status")).status == 401

@@ -361,3 +361,24 @@ async def test_agui_stream_of_one_agent(client):
         ("STATE_DELTA", "other"),  # state is every agent's: the document has them all
         ("RUN_STARTED", "payer"),
     ]
+
+
+def test_an_interrupt_shows_the_full_request_and_its_hash():
+    r = Recorder()
+    r.run("RUN_STARTED", agent="payer", run_id="r1")
+    request = '{"pad": "' + "x" * 3000 + '", "amount_cents": 987654321}'
+    out = r.journal(
+        "payer",
+        "approval.requested",
+        id="ap1",
+        capability="spend",
+        detail="spend: " + request[:990] + "…",
+        request=request,
+        request_hash="sha256:" + "a" * 64,
+        timeout_secs=30,
+    )
+    (interrupt,) = out[-1]["outcome"]["interrupts"]
+    assert interrupt["message"] == f"approve spend: {request}"
+    assert interrupt["metadata"]["request"] == request
+    assert interrupt["metadata"]["requestHash"] == "sha256:" + "a" * 64
+    validate(r.events)

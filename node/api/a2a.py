@@ -83,8 +83,10 @@ def setup(app: web.Application) -> None:
             "a2a",
             TaskCreated,
             status=201,
-            errors=(400, 404, 409),
+            errors=(400, 404, 409, 413),
             body=NewTask,
+            description="413 when the input is over 64 KiB as JSON (its event must stay "
+            "replicable).",
         ),
     )
     add_route(

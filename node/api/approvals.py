@@ -27,6 +27,8 @@ class DecisionResult(msgspec.Struct, omit_defaults=True):
     decision: Decision
     decided_at: str
     operator: str = ""
+    request_hash: str = ""
+    reason: str = ""
 
 
 class BatchResult(msgspec.Struct):
@@ -37,8 +39,13 @@ class BatchResult(msgspec.Struct):
     skipped: list[str]
 
 
+RequestHash = Annotated[str, msgspec.Meta(pattern=r"^sha256:[0-9a-f]{64}$(?!\n)")]
+
+
 class DecisionBody(msgspec.Struct, forbid_unknown_fields=True):
     decision: Decision
+    # optional: decide only if the request is still exactly the one the operator read (409)
+    request_hash: RequestHash | None = None
 
 
 class BatchBody(msgspec.Struct, forbid_unknown_fields=True):
@@ -61,7 +68,10 @@ async def list_batched(request: web.Request) -> web.Response:
 async def decide(request: web.Request) -> web.Response:
     body = await json_body(request, DecisionBody)
     result = await gate_of(request).decide(
-        request.match_info["approval_id"], body.decision, request[IDENTITY].name
+        request.match_info["approval_id"],
+        body.decision,
+        request[IDENTITY].name,
+        request_hash=body.request_hash,
     )
     return json_response(result)
 
@@ -131,6 +141,7 @@ def setup(app: web.Application) -> None:
             errors=(400, 404, 409),
             body=DecisionBody,
             description="404 when the id is unknown, decided or timed out; 409 (with "
-            "`home_node`) when the agent is hosted on another node.",
+            "`home_node`) when the agent is hosted on another node, or when `request_hash` is "
+            "given and is not the pending request's.",
         ),
     )

@@ -178,7 +178,7 @@ async def runtime_lifecycle(
             runtime.notify_task(agent)
 
     ctx.store.add_commit_listener(on_commit)
-    agents.attach(runtime, McpServer(runtime, services.sink.publish))
+    agents.attach(runtime, McpServer(runtime, services.sink.publish, services.redactor.value))
     ctx.metrics.agents_total.set(len(runtime.workers))
     runtime.start()
     try:

@@ -9,11 +9,11 @@ failed → FAILED, or CANCELED when it ended by CancelTask.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import msgspec
 
+from node import boundedjson
 from node.jsonrpc import RpcError
 from node.protocols.a2a_params import Message, Part
 from projections.a2a import A2AView
@@ -97,10 +97,11 @@ class TaskViews:
         request = self.approvals.get(approval_id)
         if request is None:
             return f"approval {approval_id} is pending"
-        detail = request.detail.removeprefix(f"{request.capability}: ")
+        text = request.request or request.detail.removeprefix(f"{request.capability}: ")
+        hashed = f", {request.request_hash}" if request.request_hash else ""
         return (
             f"waiting for an operator to approve {request.capability} "
-            f"(approval {approval_id}, expires {request.expires_at}): {detail}"
+            f"(approval {approval_id}{hashed}, expires {request.expires_at}): {text}"
         )
 
     def to_json(
@@ -204,7 +205,7 @@ def _json_object(text: str) -> dict[str, Any] | None:
     if not stripped.startswith("{"):
         return None
     try:
-        value = json.loads(stripped)
+        value = boundedjson.loads(stripped)
     except ValueError:
         return None
     return value if isinstance(value, dict) else None

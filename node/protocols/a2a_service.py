@@ -167,8 +167,18 @@ class A2AService:
             raise RpcError(
                 m.TASK_NOT_CANCELABLE, exc.detail, reason="TASK_NOT_CANCELABLE", taskId=task_id
             ) from None
-        await self._decide_all(task_id, "deny", operator)
+        await self._deny_canceled(agent, task_id, operator)
         return self.views.to_json(self.get(agent, task_id))
+
+    async def _deny_canceled(self, agent: str, task_id: str, operator: str) -> None:
+        """Deny, with the reason, what the canceled task asked for: requests that name the
+        task, and those the A2A view linked to it (journaled before requests named tasks)."""
+        gate = self.approvals
+        reason = f"task {task_id} was canceled by {operator}"
+        await gate.deny_for_task(agent, task_id, operator, reason)
+        for approval_id in self.ctx.projections.get(A2AView).pending_approvals(task_id):
+            with contextlib.suppress(Problem):  # decided or timed out meanwhile
+                await gate.decide(approval_id, "deny", operator, reason=reason)
 
     async def _decide_all(self, task_id: str, decision: str, operator: str) -> None:
         gate = self.approvals
@@ -337,7 +347,7 @@ def _check_history_length(value: int | None) -> None:
 def _page_token(token: str) -> int:
     if not token:
         return 0
-    if not token.isascii() or not token.isdigit():
+    if not token.isascii() or not token.isdigit() or len(token) > 18:
         raise RpcError(INVALID_PARAMS, "pageToken is not one this node issued")
     return int(token)
 

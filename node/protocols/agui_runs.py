@@ -26,6 +26,7 @@ from typing import Any
 from aiohttp import web
 
 from eventstore.envelope import Envelope
+from node import boundedjson
 from node.context import NodeContext
 from node.http import Problem
 from node.protocols.a2a_model import input_from_text
@@ -306,7 +307,7 @@ class AguiRuns:
         data = envelope.event.data
         approval_id = str(data["id"])
         capability = str(data.get("capability", "capability"))
-        detail = str(data.get("detail", ""))
+        detail = _full_request(data)
         call_id = tool_call_id(approval_id)
         request = self.ctx.projections.get(Approvals).get(approval_id)
         interrupt: dict[str, Any] = {
@@ -314,7 +315,12 @@ class AguiRuns:
             "reason": "approval",
             "message": f"{agent} asks to use {capability}: {_request_text(capability, detail)}",
             "toolCallId": call_id,
-            "metadata": {"agent": agent, "capability": capability},
+            "metadata": {
+                "agent": agent,
+                "capability": capability,
+                "request": _request_text(capability, detail),
+                "requestHash": data.get("request_hash"),
+            },
         }
         if request is not None:
             interrupt["expiresAt"] = request.expires_at
@@ -353,6 +359,14 @@ def tool_call_id(approval_id: str) -> str:
     return f"call-{approval_id}"
 
 
+def _full_request(data: dict[str, Any]) -> str:
+    """`<capability>: <request>` in full (older events have only the cut `detail`)."""
+    request = data.get("request")
+    if isinstance(request, str) and request:
+        return f"{data.get('capability', 'capability')}: {request}"
+    return str(data.get("detail", ""))
+
+
 def _request_text(capability: str, detail: str) -> str:
     """The request an approval shows: what follows `<capability>: ` in its detail."""
     return detail.removeprefix(f"{capability}: ")
@@ -361,7 +375,7 @@ def _request_text(capability: str, detail: str) -> str:
 def _request_args(capability: str, detail: str) -> Any:
     raw = _request_text(capability, detail)
     try:
-        return json.loads(raw)
+        return boundedjson.loads(raw)
     except ValueError:
         return {"request": raw}
 

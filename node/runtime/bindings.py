@@ -1,8 +1,9 @@
 """Binds an `AgentHost` to the WIT imports of `agent-runtime:agent/host@0.1.0`.
 
-Each import is wrapped so that: a `HostError` becomes the WIT `host-error` case; time spent
-blocked in the call does not count against the run's epoch deadline (it is re-armed when the
-call returns); and no Python exception ever unwinds into wasmtime-py, whose exception
+Each import is wrapped so that: a `HostError` becomes the WIT `host-error` case; the run's
+epoch deadline is re-armed from its one wall-clock budget when the call returns (host calls
+do not refill it; time blocked on an operator's approval is excluded, see RunClock); and no
+Python exception ever unwinds into wasmtime-py, whose exception
 hand-off is a process-wide global and so not safe with one thread per agent. A host failure
 in a call that has no error channel (log, state-set, ...) traps the agent instead of being
 swallowed, so lost journal writes are never silent.
@@ -18,7 +19,7 @@ import wasmtime
 from wasmtime import _ffi as ffi
 from wasmtime import component as cm
 
-from node.runtime.hostapi import AgentHost, HostError
+from node.runtime.hostapi import AgentHost, HostError, run_clock
 
 log = logging.getLogger(__name__)
 
@@ -39,11 +40,14 @@ _PLAIN_FUNCS = {
 }
 
 
-def _rearm(ctx: Any, ticks: int) -> None:
+def _rearm(ctx: Any, interval_ms: int) -> None:
+    """Deadline = what is left of the run's budget (0 when spent: the next check traps)."""
+    remaining = run_clock().remaining_ms()
+    ticks = max(0, -(-int(remaining) // interval_ms)) if remaining > 0 else 0
     ffi.wasmtime_context_set_epoch_deadline(ctx._context(), ticks)
 
 
-def _result_func(name: str, fn: Callable[..., str], ticks: int) -> Callable[..., Any]:
+def _result_func(name: str, fn: Callable[..., str], interval_ms: int) -> Callable[..., Any]:
     """`result<string, host-error>`: ok is a plain str, err a Variant of host-error."""
 
     def call(ctx: Any, *args: Any) -> Any:
@@ -58,12 +62,12 @@ def _result_func(name: str, fn: Callable[..., str], ticks: int) -> Callable[...,
             log.exception("host call %s failed", name)
             return cm.Variant("failed", f"host error in {name}: {type(e).__name__}")
         finally:
-            _rearm(ctx, ticks)
+            _rearm(ctx, interval_ms)
 
     return call
 
 
-def _plain_func(name: str, fn: Callable[..., Any], ticks: int) -> Callable[..., Any]:
+def _plain_func(name: str, fn: Callable[..., Any], interval_ms: int) -> Callable[..., Any]:
     def call(ctx: Any, *args: Any) -> Any:
         try:
             return fn(*args)
@@ -71,18 +75,19 @@ def _plain_func(name: str, fn: Callable[..., Any], ticks: int) -> Callable[..., 
             log.exception("host call %s failed", name)
             raise wasmtime.WasmtimeError(f"host call {name} failed: {e}") from None
         finally:
-            _rearm(ctx, ticks)
+            _rearm(ctx, interval_ms)
 
     return call
 
 
-def make_linker(engine: wasmtime.Engine, host: AgentHost, deadline_ticks: int) -> cm.Linker:
-    """A linker with WASI p2 (the Store's WasiConfig grants nothing) and `host` bound."""
+def make_linker(engine: wasmtime.Engine, host: AgentHost, interval_ms: int) -> cm.Linker:
+    """A linker with WASI p2 (the Store's WasiConfig grants nothing) and `host` bound;
+    `interval_ms` is the engine's epoch interval."""
     linker = cm.Linker(engine)
     linker.add_wasip2()
     with linker.root() as root, root.add_instance(HOST_INTERFACE) as iface:
         for wit_name, attr in _RESULT_FUNCS.items():
-            iface.add_func(wit_name, _result_func(wit_name, getattr(host, attr), deadline_ticks))
+            iface.add_func(wit_name, _result_func(wit_name, getattr(host, attr), interval_ms))
         for wit_name, attr in _PLAIN_FUNCS.items():
-            iface.add_func(wit_name, _plain_func(wit_name, getattr(host, attr), deadline_ticks))
+            iface.add_func(wit_name, _plain_func(wit_name, getattr(host, attr), interval_ms))
     return linker

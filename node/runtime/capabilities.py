@@ -21,21 +21,33 @@ from node.runtime.hostapi import HostError
 MAX_BODY = 1 << 20
 FETCH_TIMEOUT = 30.0
 _METHODS = {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
+_NODE_HEADERS = {"host", "content-length", "transfer-encoding", "connection"}
 
 
 def host_allowed(url: str, allow_hosts: list[str]) -> bool:
-    """`allow_hosts` entries are host names or addresses, optionally with `:port`."""
+    """`allow_hosts` entries are `host:port`, or a bare host meaning the URL scheme's default
+    port only (80 for http, 443 for https): a bare `127.0.0.1` must not open every service
+    on that machine, the node's own API included."""
     parts = urlsplit(url)
     host = (parts.hostname or "").lower()
+    default = 443 if parts.scheme == "https" else 80
     try:
-        port = parts.port or (443 if parts.scheme == "https" else 80)
+        port = parts.port or default
     except ValueError:
         return False
     for entry in allow_hosts:
         entry = entry.lower().strip()
-        if entry in (host, f"{host}:{port}", f"[{host}]:{port}"):
+        if entry in (f"{host}:{port}", f"[{host}]:{port}"):
+            return True
+        if entry in (host, f"[{host}]") and port == default:
             return True
     return False
+
+
+def _headers(raw: dict[Any, Any]) -> dict[str, str]:
+    """The agent's headers, without those the node sets itself: `Host` (from the URL, so
+    it always names the allowed host) and the framing ones aiohttp computes."""
+    return {str(k): str(v) for k, v in raw.items() if str(k).strip().lower() not in _NODE_HEADERS}
 
 
 class Capabilities:
@@ -62,7 +74,7 @@ class Capabilities:
             async with self.session.request(
                 method,
                 url,
-                headers={str(k): str(v) for k, v in headers.items()},
+                headers=_headers(headers),
                 data=body.encode() if body is not None else None,
                 allow_redirects=False,
                 timeout=aiohttp.ClientTimeout(total=FETCH_TIMEOUT),

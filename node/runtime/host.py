@@ -6,6 +6,10 @@ reports) for one agent. It runs on the agent's worker thread: journal writes use
 that belongs on the event loop (approval waits, HTTP, inference, task creation) is sent there
 with `run_coroutine_threadsafe`, and gives up when the agent is being stopped. Ephemeral
 stream events (tokens, run framing, tool calls) go to an `EventSink`, not the journal.
+
+Everything an agent hands over is hostile: JSON is decoded with bounds (node.boundedjson),
+payloads are capped (node.limits) with an error naming the limit, and secret values the
+agent has read are redacted from whatever is journaled or published (node.runtime.redact).
 """
 
 from __future__ import annotations
@@ -15,7 +19,6 @@ import concurrent.futures
 import json
 import logging
 import os
-import re
 import threading
 import time
 import uuid
@@ -24,11 +27,21 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from eventstore.store import EventStore
-from node.config import AgentConfig, Config
+from node import boundedjson
+from node.config import AgentConfig, Config, secret_env_name
+from node.limits import MAX_DETAIL, MAX_PAYLOAD_BYTES, MAX_STATE_KEY_BYTES, MAX_TEXT, over_limit
 from node.metrics import NodeMetrics
 from node.runtime.capabilities import Capabilities
-from node.runtime.hostapi import AgentFault, HostError, Run, RunResult, Task
+from node.runtime.hostapi import (
+    AgentFault,
+    HostError,
+    Run,
+    RunResult,
+    Task,
+    exempt_from_deadline,
+)
 from node.runtime.inference import InferenceClient, parse_request
+from node.runtime.redact import SecretRedactor
 from node.runtime.tasks import TaskQueue
 from projections import catalogue as c
 
@@ -37,8 +50,7 @@ T = TypeVar("T")
 
 LOG_LEVELS = c.LOG_LEVELS
 SEVERITIES = c.SEVERITIES
-MAX_TEXT = 64 * 1024
-MAX_DETAIL = 1000
+MAX_SUMMARY_URL = 2048  # an http_fetch URL as journaled in action.performed
 TASK_EVENT_WAIT_SECS = 30.0
 
 
@@ -46,7 +58,12 @@ class ApprovalGate(Protocol):
     """Issue 3's gate: journals the request, waits for an operator or the timeout."""
 
     async def request(
-        self, agent: str, capability: str, detail: str, timeout_secs: int
+        self,
+        agent: str,
+        capability: str,
+        request: str,
+        timeout_secs: int | None = None,
+        task_id: str | None = None,
     ) -> str: ...  # "approve" | "deny" | "timeout"
 
 
@@ -94,6 +111,7 @@ class HostServices:
     grants: Grants
     task_service: TaskLifecycle
     sink: EventSink = field(default_factory=NullSink)
+    redactor: SecretRedactor = field(default_factory=SecretRedactor)
 
 
 def _reason(error: Exception) -> str:
@@ -101,9 +119,18 @@ def _reason(error: Exception) -> str:
     return str(detail or error) or type(error).__name__
 
 
-def secret_env_name(domain: str, key: str) -> str:
-    """AGENT_SECRET_<DOMAIN>_<KEY>, upper case, other characters as `_`."""
-    return re.sub(r"[^A-Z0-9]", "_", f"AGENT_SECRET_{domain}_{key}".upper())
+def _json(text: str, what: str) -> Any:
+    """An agent's JSON text, bounded; HostError when it is not JSON or past a bound."""
+    try:
+        return boundedjson.loads(text)
+    except ValueError as e:
+        raise HostError("failed", f"{what} is not usable JSON: {e}") from None
+
+
+def _cap(what: str, text: str, limit: int = MAX_PAYLOAD_BYTES) -> None:
+    problem = over_limit(what, text, limit)
+    if problem is not None:
+        raise HostError("failed", problem)
 
 
 class JournalHost:
@@ -120,7 +147,7 @@ class JournalHost:
     # ---- plumbing --------------------------------------------------------------------------
 
     def _append(self, type_: str, data: dict[str, Any], stream: str | None = None) -> None:
-        self.s.store.append_blocking(stream or self.name, type_, data)
+        self.s.store.append_blocking(stream or self.name, type_, self.s.redactor.value(data))
 
     def _note(self, type_: str, data: dict[str, Any]) -> None:
         """Journal a life event; during shutdown the store may be closed already."""
@@ -131,7 +158,8 @@ class JournalHost:
 
     def _publish(self, event: str, data: dict[str, Any]) -> None:
         try:
-            self.s.sink.publish(self.name, event, {"agent": self.name, **data})
+            payload = self.s.redactor.value({"agent": self.name, **data})
+            self.s.sink.publish(self.name, event, payload)
         except Exception:
             log.exception("event sink failed on %s", event)
 
@@ -174,10 +202,8 @@ class JournalHost:
             raise HostError(
                 "not-permitted", f"capability {capability} is not enabled for agent {self.name}"
             )
-        try:
-            parsed = json.loads(request)
-        except ValueError:
-            raise HostError("failed", f"{capability} request is not JSON") from None
+        _cap(f"the {capability} request", request)
+        parsed = _json(request, f"the {capability} request")
         if self.agent.is_gated(capability):
             self._await_approval(capability, request)
         if capability == "http_fetch":
@@ -185,8 +211,8 @@ class JournalHost:
                 self.s.capabilities.http_fetch(parsed, self.agent.http.allow_hosts)
             )
             summary = {
-                "method": str(parsed.get("method", "GET")).upper(),
-                "url": parsed["url"],
+                "method": str(parsed.get("method", "GET")).upper()[:20],
+                "url": parsed["url"][:MAX_SUMMARY_URL],
                 "status": result["status"],
             }
         else:
@@ -197,11 +223,13 @@ class JournalHost:
 
     def _await_approval(self, capability: str, request: str) -> None:
         gate = self.s.approvals
-        detail = f"{capability}: {request}"
-        if len(detail) > MAX_DETAIL:
-            detail = detail[: MAX_DETAIL - 1] + "…"
+        # What the operator sees and approves, and what its hash binds: the request with the
+        # secrets the agent read masked; approved, it is performed with the real values.
+        shown = self.s.redactor.text(request)
         timeout = self.agent.approval_timeout_secs
-        decision = self._on_loop(gate.request(self.name, capability, detail, timeout))
+        task_id = self._run.detail if self._run is not None and self._run.kind == "task" else None
+        with exempt_from_deadline():  # waiting for a person is not the agent's wasm time
+            decision = self._on_loop(gate.request(self.name, capability, shown, timeout, task_id))
         if decision == "deny":
             raise HostError("approval-denied", f"an operator denied {capability}")
         if decision != "approve":
@@ -213,10 +241,11 @@ class JournalHost:
         if not self._grant_active(domain):
             raise HostError("not-permitted", f"no active grant of {domain} for {self.name}")
         value = self.s.config.secrets.get(domain, {}).get(key)
+        if value is None and (env_name := secret_env_name(domain, key)) is not None:
+            value = os.environ.get(env_name)
         if value is None:
-            value = os.environ.get(secret_env_name(domain, key))
-        if value is None:
-            raise HostError("failed", f"no secret {key} in domain {domain}")
+            raise HostError("failed", f"no secret {key[:200]} in domain {domain[:200]}")
+        self.s.redactor.learn(domain, key, value)
         self._append(*c.event_of(c.SecretAccessed(domain=domain, key=key)))
         return value
 
@@ -243,10 +272,8 @@ class JournalHost:
         return text
 
     def create_task(self, to: str, input: str) -> str:
-        try:
-            data = json.loads(input)
-        except ValueError:
-            data = None
+        _cap("the task input", input)
+        data = self.s.redactor.value(_json(input, "the task input"))
         if not isinstance(data, dict):
             raise HostError("failed", "task input must be a JSON object")
         created = self._on_loop(self.s.task_service.create(self.name, to, data))
@@ -256,10 +283,15 @@ class JournalHost:
         if not self.s.tasks.is_open(self.name, task_id):
             self.log("warn", f"progress for task {task_id}, which this agent is not handling")
             return
+        problem = over_limit("the task progress", progress)
+        if problem is not None:  # no error channel: the agent traps with this reason
+            raise ValueError(problem)
         try:
-            value: Any = json.loads(progress)
+            value: Any = boundedjson.loads(progress)
+        except boundedjson.JsonBoundsError as e:
+            raise ValueError(f"the task progress is not usable JSON: {e}") from None
         except ValueError:
-            value = progress[:MAX_TEXT]
+            value = progress
         self._on_loop(self.s.task_service.progress(task_id, value))
 
     def _states(self) -> dict[str, str]:
@@ -276,9 +308,16 @@ class JournalHost:
         return self._states().get(key)
 
     def state_set(self, key: str, value: str) -> None:
+        # No error channel in the WIT: a refusal traps the agent with the limit as reason.
+        for problem in (
+            over_limit("the state key", key, MAX_STATE_KEY_BYTES),
+            over_limit(f"the value of state key {key[:100]!r}", value),
+        ):
+            if problem is not None:
+                raise ValueError(problem)
         states = self._states()
         self._append(*c.event_of(c.StateSet(key=key, value=value)))
-        states[key] = value
+        states[key] = self.s.redactor.text(value)  # what the journal holds, as after a restart
 
     # ---- AgentHooks ------------------------------------------------------------------------
 
@@ -344,10 +383,15 @@ class JournalHost:
         self._task_event(self.s.task_service.start(task.id))
 
     def task_completed(self, task: Task, output: str) -> None:
+        problem = over_limit("the task output", output)
+        if problem is not None:
+            self.task_failed(task, problem)
+            return
         try:
-            value = json.loads(output)
-        except ValueError:
-            value = None
+            value = boundedjson.loads(output)
+        except ValueError as e:
+            self.task_failed(task, f"the agent's output is not usable JSON: {e}")
+            return
         if not isinstance(value, dict):
             self.task_failed(task, "the agent's output is not a JSON object")
             return
@@ -372,3 +416,6 @@ class JournalHost:
         except Exception as e:
             future.cancel()
             log.warning("agent %s: task event not journaled: %s", self.name, _reason(e))
+
+    def redact(self, text: str) -> str:
+        return self.s.redactor.text(text)

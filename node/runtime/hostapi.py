@@ -9,6 +9,10 @@ engine knows nothing of journals, approvals, grants or HTTP: implementations plu
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -24,6 +28,48 @@ class HostError(Exception):
         super().__init__(f"{kind}: {message}")
         self.kind: HostErrorKind = kind
         self.message = message
+
+
+class RunClock:
+    """One entry into wasm's wall-clock budget, on the worker thread that runs it.
+
+    Host calls do not refill the budget (a loop of cheap host calls must end), except for
+    time blocked waiting for an operator's approval, which the host marks with
+    `exempt_from_deadline`. The bindings re-arm the epoch deadline from `remaining_ms` after
+    every host call.
+    """
+
+    def __init__(self) -> None:
+        self.budget_ms = 0.0
+        self.started = 0.0
+        self.exempt = 0.0
+
+    def start(self, budget_ms: int) -> None:
+        self.budget_ms, self.started, self.exempt = float(budget_ms), time.monotonic(), 0.0
+
+    def remaining_ms(self) -> float:
+        return self.budget_ms - (time.monotonic() - self.started - self.exempt) * 1000
+
+
+_clocks = threading.local()
+
+
+def run_clock() -> RunClock:
+    """The clock of the run on this thread (each agent has its own worker thread)."""
+    clock = getattr(_clocks, "clock", None)
+    if clock is None:
+        clock = _clocks.clock = RunClock()
+    return clock
+
+
+@contextmanager
+def exempt_from_deadline() -> Iterator[None]:
+    """Time spent inside does not count against the current run's wall-clock budget."""
+    start = time.monotonic()
+    try:
+        yield
+    finally:
+        run_clock().exempt += time.monotonic() - start
 
 
 @dataclass(frozen=True)
@@ -135,3 +181,6 @@ class AgentHooks(Protocol):
     def task_completed(self, task: Task, output: str) -> None: ...
 
     def task_failed(self, task: Task, error: str) -> None: ...
+
+    def redact(self, text: str) -> str:
+        """`text` (a fault reason, say) with secret values the agent has read masked."""

@@ -3,27 +3,36 @@
 Each streamed token is handed to `on_token` as it arrives (the host turns it into `token`
 and AG-UI TEXT_MESSAGE_CONTENT events); the whole text is returned to the agent. Runs on the
 event loop.
+
+A server that misbehaves gets a clean HostError, never a partial success: an `{"error": ...}`
+chunk inside the stream, a stream that ends without `[DONE]` or a `finish_reason`, an SSE line
+longer than MAX_LINE, or more than MAX_TEXT of text. There is no total timeout (a long
+generation is fine while tokens flow): `timeout_secs` bounds the wait for the response and
+for each next piece of the stream.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable
 from typing import Any
 
 import aiohttp
+from aiohttp.http_exceptions import LineTooLong
 
+from node import boundedjson
 from node.config import InferenceSection
 from node.runtime.hostapi import HostError
 
 ROUTES = ("local", "cloud")
+MAX_LINE = 1 << 20  # one SSE line of the stream
+MAX_TEXT = 4 << 20  # the whole generated text handed back to the agent
 
 
 def parse_request(text: str, default_route: str) -> tuple[str, str, int | None]:
     """(route, prompt, max_tokens) from the agent's JSON request, or HostError."""
     try:
-        request = json.loads(text)
+        request = boundedjson.loads(text)
     except ValueError:
         raise HostError("failed", "inference request is not JSON") from None
     if not isinstance(request, dict) or not isinstance(request.get("prompt"), str):
@@ -68,44 +77,75 @@ class InferenceClient:
         if max_tokens is not None:
             body["max_tokens"] = max_tokens
         parts: list[str] = []
+        size = 0
+        finished = False
+        wait = self.config.timeout_secs
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=wait, sock_read=wait)
         try:
             async with self.session.post(
-                url,
-                json=body,
-                headers=headers,
-                timeout=aiohttp.ClientTimeout(total=self.config.timeout_secs),
+                url, json=body, headers=headers, timeout=timeout, read_bufsize=MAX_LINE // 2
             ) as response:
                 if response.status >= 400:
                     text = (await response.content.read(500)).decode("utf-8", "replace")
                     raise HostError(
                         "failed", f"inference {route} answered {response.status}: {text}"
                     )
-                async for raw in response.content:
-                    token = _token_of(raw.decode("utf-8", "replace").strip())
-                    if token is None:
+                while not finished:
+                    raw = await response.content.readuntil(b"\n")
+                    if not raw:
+                        break  # the end of the body
+                    if len(raw) > MAX_LINE:
+                        raise HostError(
+                            "failed", f"inference {route} sent a line over {MAX_LINE} bytes"
+                        )
+                    chunk = _chunk_of(raw.decode("utf-8", "replace").strip(), route)
+                    if chunk is None:
                         continue
-                    if token is _DONE:
-                        break
-                    parts.append(token)
-                    on_token(token)
+                    token, finished = chunk
+                    if token:
+                        size += len(token)
+                        if size > MAX_TEXT:
+                            raise HostError(
+                                "failed", f"inference {route} sent over {MAX_TEXT} characters"
+                            )
+                        parts.append(token)
+                        on_token(token)
+        except (LineTooLong, ValueError) as e:  # aiohttp: a line past its buffer limit
+            raise HostError("failed", f"inference {route} sent an over-long line: {e}") from e
         except (TimeoutError, aiohttp.ClientError) as e:
-            raise HostError("failed", f"inference {route} failed: {type(e).__name__}") from e
+            raise HostError(
+                "failed",
+                f"inference {route} failed: {type(e).__name__} (no data for {wait} s)"
+                if isinstance(e, TimeoutError)
+                else f"inference {route} failed: {type(e).__name__}",
+            ) from e
+        if not finished:
+            raise HostError("failed", f"inference {route} stream ended before it finished")
         return "".join(parts)
 
 
-_DONE = "\0done"
-
-
-def _token_of(line: str) -> str | None:
-    """The content delta of one SSE line of a chat completion stream (None: nothing)."""
+def _chunk_of(line: str, route: str) -> tuple[str, bool] | None:
+    """(content delta, finished) of one SSE line of a chat completion stream; None when the
+    line carries nothing; HostError for an error the server reports inside the stream."""
     if not line.startswith("data:"):
         return None
     data = line[5:].strip()
     if data == "[DONE]":
-        return _DONE
+        return "", True
     try:
-        chunk = json.loads(data)
-        content = chunk["choices"][0].get("delta", {}).get("content")
-    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+        chunk = boundedjson.loads(data)
+    except ValueError:
+        raise HostError("failed", f"inference {route} sent a chunk that is not JSON") from None
+    if not isinstance(chunk, dict):
         return None
-    return content if isinstance(content, str) and content else None
+    if chunk.get("error") is not None:
+        error = chunk["error"]
+        message = error.get("message") if isinstance(error, dict) else error
+        raise HostError("failed", f"inference {route} reported an error: {str(message)[:500]}")
+    try:
+        choice = chunk["choices"][0]
+        content = (choice.get("delta") or {}).get("content")
+    except (KeyError, IndexError, TypeError, AttributeError):
+        return None
+    token = content if isinstance(content, str) else ""
+    return token, choice.get("finish_reason") is not None

@@ -18,7 +18,7 @@ import wasmtime
 from wasmtime import component as cm
 
 from node.runtime.engine import AgentEngine
-from node.runtime.hostapi import AgentFault, FaultKind
+from node.runtime.hostapi import AgentFault, FaultKind, run_clock
 from node.runtime.memory import MemoryMeter, metering
 from node.runtime.output import OutputCapture
 from node.runtime.spec import AgentSpec
@@ -89,7 +89,10 @@ class AgentInstance:
             raise AgentFaultError(AgentFault("load", "component does not export `tick`"))
 
     def _arm(self) -> None:
+        """A fresh fuel budget and one wall-clock budget for the run (host calls re-arm the
+        deadline from what is left of it, see RunClock)."""
         self.store.set_fuel(self.budget)
+        run_clock().start(self.spec.tick_timeout_ms)
         self.store.set_epoch_deadline(self.deadline_ticks)
 
     def call(self, export: str, *args: Any) -> Any:

@@ -41,9 +41,12 @@ def tool_json(tool: Tool) -> dict[str, Any]:
 class McpServer:
     """Answers JSON-RPC messages for the agents of `runtime` (the route checks `mcp = true`)."""
 
-    def __init__(self, runtime: AgentRuntime, publish: Any = None) -> None:
+    def __init__(self, runtime: AgentRuntime, publish: Any = None, redact: Any = None) -> None:
         self.runtime = runtime
-        self.publish = publish or (lambda agent, event, data: None)
+        emit = publish or (lambda agent, event, data: None)
+        # secret values agents have read stay out of tool results and tool-call events
+        self.redact = redact or (lambda value: value)
+        self.publish = lambda agent, event, data: emit(agent, event, self.redact(data))
 
     async def handle(self, agent: str, body: bytes) -> dict[str, Any] | None:
         """The response to send, or None for a notification (accepted, never answered)."""
@@ -98,5 +101,6 @@ class McpServer:
                 agent, "tool_call_end", {"agent": agent, "tool": name, "result": f"error: {e}"}
             )
             raise RpcError(INTERNAL_ERROR, f"agent {agent} failed: {e}") from e
-        self.publish(agent, "tool_call_end", {"agent": agent, "tool": name, "result": result.text})
-        return {"content": [{"type": "text", "text": result.text}], "isError": not result.ok}
+        text = self.redact(result.text)
+        self.publish(agent, "tool_call_end", {"agent": agent, "tool": name, "result": text})
+        return {"content": [{"type": "text", "text": text}], "isError": not result.ok}

@@ -15,7 +15,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from node.runtime.hostapi import AgentFault, HostError, Run, RunResult, Task
+from node.runtime.hostapi import (
+    AgentFault,
+    HostError,
+    Run,
+    RunResult,
+    Task,
+    exempt_from_deadline,
+)
 
 Decide = Callable[[str, str], str]  # (capability, request) -> "approve" | "deny" | "timeout"
 
@@ -58,7 +65,8 @@ class MemoryHost:
             raise HostError("not-permitted", f"capability {capability} is not enabled")
         if capability in self.gated:
             self.record("approval.requested", capability=capability, detail=request)
-            decision = self.decide(capability, request)
+            with exempt_from_deadline():  # an operator's time, as in the node's host
+                decision = self.decide(capability, request)
             self.record("approval.decided", capability=capability, decision=decision)
             if decision == "deny":
                 raise HostError("approval-denied", f"{capability} denied by operator")
@@ -137,6 +145,9 @@ class MemoryHost:
 
     def task_completed(self, task: Task, output: str) -> None:
         self.record("task.completed", id=task.id, output=output)
+
+    def redact(self, text: str) -> str:
+        return text  # nothing here is journaled or replicated
 
     def task_failed(self, task: Task, error: str) -> None:
         self.record("task.failed", id=task.id, error=error)

@@ -6,7 +6,10 @@ Python callbacks: those run on wasmtime's I/O threads and cost ~0.2 ms per write
 hand-offs, and must not outlive the interpreter. A chatty or hostile agent cannot grow memory
 or disk without bound: each read takes at most `max_bytes` (the rest is skipped), read
 ranges are released with FALLOC_FL_PUNCH_HOLE, long lines are cut and excess lines dropped,
-with a note saying so.
+with a note saying so. Disk is bounded during a run too, not only after it: `trim`, called
+every few milliseconds by the runtime's OutputGuard thread, drops (punches out) the unread
+part of a file once it passes `max_bytes`, so an agent printing in a loop for its whole run
+holds at most about `max_bytes` plus one guard interval's writes on disk.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import contextlib
 import ctypes
 import itertools
 import os
+import threading
 from collections import deque
 from pathlib import Path
 from typing import Literal
@@ -33,9 +37,23 @@ class _File:
     def __init__(self, path: Path) -> None:
         self.path = path
         path.touch(mode=0o600)
-        self.fd = os.open(path, os.O_RDONLY)
+        self.fd = os.open(path, os.O_RDWR)  # punching holes needs write access
         self.offset = 0
         self.partial = bytearray()
+        self.lock = threading.Lock()  # the worker reads, the guard trims
+
+    def drop_excess(self, limit: int) -> int:
+        """Skip (and free) every unread byte once more than `limit` are waiting."""
+        if self.fd < 0:
+            return 0
+        end = os.fstat(self.fd).st_size
+        if end - self.offset <= limit:
+            return 0
+        skipped = end - self.offset
+        self.offset = end
+        self.partial.clear()  # the rest of that line is gone
+        _punch(self.fd, end)
+        return skipped
 
     def read(self, limit: int) -> tuple[bytes, int]:
         """New bytes (at most `limit`) and how many more were skipped."""
@@ -44,14 +62,21 @@ class _File:
         data = os.pread(self.fd, take, self.offset) if take > 0 else b""
         skipped = max(0, end - self.offset - take)
         if end > self.offset:
-            with contextlib.suppress(Exception):  # only frees disk; fine where unsupported
-                _libc.fallocate(self.fd, _FALLOC_PUNCH_HOLE, 0, end)
+            _punch(self.fd, end)
         self.offset = end
         return data, skipped
 
     def close(self) -> None:
-        os.close(self.fd)
+        with self.lock:
+            os.close(self.fd)
+            self.fd = -1
         self.path.unlink(missing_ok=True)
+
+
+def _punch(fd: int, end: int) -> None:
+    """Free the disk blocks of [0, end); the file keeps its size (reads are by offset)."""
+    with contextlib.suppress(Exception):  # only frees disk; fine where unsupported
+        _libc.fallocate(fd, _FALLOC_PUNCH_HOLE, 0, end)
 
 
 class OutputCapture:
@@ -72,6 +97,7 @@ class OutputCapture:
         self._lines: deque[tuple[Stream, str]] = deque()
         self._dropped_lines = 0
         self._skipped_bytes = 0
+        self._skipped_lock = threading.Lock()
         self.stderr_tail: deque[str] = deque(maxlen=5)
 
     def attach(self, wasi: wasmtime.WasiConfig) -> None:
@@ -94,9 +120,11 @@ class OutputCapture:
 
     def collect(self, flush_partial: bool = False) -> None:
         """Read what the agent wrote since the last call into complete lines."""
-        for stream, f in self._files.items():
-            data, skipped = f.read(self.max_bytes)
-            self._skipped_bytes += skipped
+        for stream, f in list(self._files.items()):
+            with f.lock:
+                data, skipped = f.read(self.max_bytes)
+            with self._skipped_lock:
+                self._skipped_bytes += skipped
             f.partial += data
             while (end := f.partial.find(b"\n")) >= 0:
                 self._add(stream, bytes(f.partial[:end]))
@@ -104,6 +132,18 @@ class OutputCapture:
             if len(f.partial) > self.max_line or (flush_partial and f.partial):
                 self._add(stream, bytes(f.partial))
                 f.partial.clear()
+
+    def trim(self) -> None:
+        """Bound the disk an instance's output holds while it runs (any thread)."""
+        for f in list(self._files.values()):
+            with f.lock:
+                try:
+                    skipped = f.drop_excess(self.max_bytes)
+                except OSError:  # closed by the worker meanwhile
+                    continue
+            if skipped:
+                with self._skipped_lock:
+                    self._skipped_bytes += skipped
 
     def _add(self, stream: Stream, raw: bytes) -> None:
         line = raw.decode("utf-8", "replace").rstrip("\r")
@@ -120,12 +160,11 @@ class OutputCapture:
         """Collected lines, oldest first, plus a note if any output was dropped."""
         lines = list(self._lines)
         self._lines.clear()
-        if self._dropped_lines or self._skipped_bytes:
+        with self._skipped_lock:
+            skipped, self._skipped_bytes = self._skipped_bytes, 0
+        if self._dropped_lines or skipped:
             lines.append(
-                (
-                    "stderr",
-                    f"[output dropped: {self._dropped_lines} lines, {self._skipped_bytes} bytes]",
-                )
+                ("stderr", f"[output dropped: {self._dropped_lines} lines, {skipped} bytes]")
             )
-            self._dropped_lines = self._skipped_bytes = 0
+            self._dropped_lines = 0
         return lines

@@ -22,6 +22,7 @@ from pathlib import Path
 from node.runtime.engine import AgentEngine
 from node.runtime.hostapi import AgentHooks, AgentHost, Tool, ToolResult
 from node.runtime.instance import AgentInstance
+from node.runtime.outputguard import OutputGuard
 from node.runtime.spec import AgentSpec, RuntimeOptions
 from node.runtime.status import AgentStatus
 from node.runtime.worker import AgentWorker, Resolver, run_tick
@@ -60,11 +61,13 @@ class AgentRuntime:
             self.workers[spec.name] = AgentWorker(
                 spec, self.engine, host, hooks, self.options, stopping, resolve
             )
+        self._output_guard = OutputGuard(lambda: [w.output for w in self.workers.values()])
 
     def start(self) -> None:
         """Start every worker; each loads its component on its own thread."""
         for worker in self.workers.values():
             worker.start()
+        self._output_guard.start()
 
     def stop(self, timeout: float = 15.0) -> None:
         """Stop all agents (in parallel, within one `timeout` for all), then free the engine.
@@ -79,6 +82,7 @@ class AgentRuntime:
         for worker in self.workers.values():
             if not worker.stop(max(0.0, deadline - time.monotonic())):
                 log.error("agent %s did not stop within %.0f s", worker.spec.name, timeout)
+        self._output_guard.stop()
         self.engine.close()
         gc.collect()  # free what is left of the stores now, not at interpreter exit
         if self._own_output_dir and self.options.output_dir is not None:

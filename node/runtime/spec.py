@@ -24,7 +24,7 @@ class AgentSpec:
     tick_interval_ms: int = 1000
     fuel_per_tick: int | None = None  # None: unlimited, fuel_remaining reported as null
     memory_limit_mb: int | None = None  # None: no limit beyond wasm32's 4 GiB
-    tick_timeout_ms: int = 10_000  # wasm time per run, excluding time blocked in host calls
+    tick_timeout_ms: int = 10_000  # wall-clock time per run, excluding approval waits only
     mcp: bool = False
 
 

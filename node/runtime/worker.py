@@ -196,8 +196,8 @@ class AgentWorker:
             loaded = self.engine.load(self._component_path())
             self.load_seconds, self.load_cache_hit = loaded.seconds, loaded.cache_hit
             if self._linker is None:
-                ticks = self.engine.deadline_ticks(self.spec.tick_timeout_ms)
-                self._linker = make_linker(self.engine.engine, self.host, ticks)
+                interval = self.engine.epoch_interval_ms
+                self._linker = make_linker(self.engine.engine, self.host, interval)
             instance = AgentInstance(
                 self.engine, loaded.component, self._linker, self.spec, self.meter, self.output
             )
@@ -334,6 +334,7 @@ class AgentWorker:
                 self._fail(fault)
 
     def _fail(self, fault: AgentFault) -> None:
+        fault = AgentFault(fault.kind, self.hooks.redact(fault.reason))  # stderr may hold one
         self._failures += 1
         delay_ms = min(
             self.options.restart_backoff_ms * 2 ** (self._failures - 1),

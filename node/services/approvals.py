@@ -5,6 +5,11 @@ Everything goes through the agent's journal: `request` appends `approval.request
 by a commit listener that watches for those resolutions, so a waiter learns its outcome from
 the journal, whoever wrote it. Timers are armed from the projection at start, so requests left
 pending by a stopped node still time out (at once when already overdue).
+
+A request is the exact text the agent will perform, journaled with its hash; a decision
+binds to that hash (a decision naming another hash is refused), and after a restart an agent
+asking again is matched to a request left pending only when the hash is the same. A request
+asked by a task's run is denied by the node itself, with a reason, when the task is canceled.
 """
 
 from __future__ import annotations
@@ -23,15 +28,18 @@ from eventstore.envelope import Envelope
 from eventstore.store import NewEvent
 from node.context import NodeContext
 from node.http import Problem
+from node.limits import MAX_DETAIL
 from node.services.journal import ensure_local
 from projections import catalogue as c
-from projections.approvals import DEFAULT_TIMEOUT_SECS, Approvals
+from projections.approvals import DEFAULT_TIMEOUT_SECS, Approvals, hash_request
 from projections.journals import Journals
 from projections.ownership import Owners
 
 log = logging.getLogger(__name__)
 Decision = Literal["approve", "deny"]
 Outcome = Literal["approve", "deny", "timeout"]
+# (agent, capability, request_hash): what identifies "the same request" across restarts
+RequestKey = tuple[str, str, str]
 
 
 class GateClosedError(RuntimeError):
@@ -48,8 +56,9 @@ class ApprovalGate:
         self._due: set[str] = set()
         # Requests left pending by a previous run of the node (their agent instance is gone),
         # by id, and the decisions on them that arrived before the agent asked again.
-        self._orphans: dict[str, tuple[str, str, str]] = {}
-        self._unclaimed: dict[tuple[str, str, str], Outcome] = {}
+        self._orphans: dict[str, RequestKey] = {}
+        self._unclaimed: dict[RequestKey, Outcome] = {}
+        self._denials: set[asyncio.Task[None]] = set()
         self._flusher: asyncio.Task[None] | None = None
         self._closed = False
 
@@ -72,7 +81,9 @@ class ApprovalGate:
                 overdue.append(request.id)
             else:
                 self._arm(request.id, remaining)
-                self._orphans[request.id] = (request.agent, request.capability, request.detail)
+                if request.request_hash:
+                    key = (request.agent, request.capability, request.request_hash)
+                    self._orphans[request.id] = key
         if overdue:
             log.info("timing out %d approval(s) that expired while the node was down", len(overdue))
             self._due.update(overdue)
@@ -88,6 +99,8 @@ class ApprovalGate:
             self._flusher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._flusher
+        for denial in list(self._denials):
+            denial.cancel()
         for future in self._waiters.values():
             if not future.done():
                 future.set_exception(GateClosedError("the node is shutting down"))
@@ -95,9 +108,17 @@ class ApprovalGate:
 
     # ------------------------------------------------------------------ commands
     async def request(
-        self, agent: str, capability: str, detail: str, timeout_secs: int | None = None
+        self,
+        agent: str,
+        capability: str,
+        request: str,
+        timeout_secs: int | None = None,
+        task_id: str | None = None,
     ) -> Outcome:
-        """Journal a request and wait for its outcome: "approve", "deny" or "timeout"."""
+        """Journal the exact request and wait for its outcome: "approve", "deny" or "timeout".
+
+        `task_id` names the task whose run asks, so that canceling the task denies it.
+        """
         if self._closed:
             raise GateClosedError("the node is shutting down")
         ensure_local(self.ctx, agent)
@@ -108,11 +129,13 @@ class ApprovalGate:
             )
         if timeout_secs <= 0:
             raise ValueError("timeout_secs must be positive")
-        decided = self._unclaimed.pop((agent, capability, detail), None)
+        request_hash = hash_request(request)
+        key = (agent, capability, request_hash)
+        decided = self._unclaimed.pop(key, None)
         if decided is not None:
             return decided  # decided while the agent was restarting: no second request
         future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
-        orphan = self._orphan(agent, capability, detail)
+        orphan = self._orphan(key)
         if orphan is not None:
             # The same request, left pending by an agent instance that is gone (a restart):
             # wait for the operator's decision on it instead of asking twice.
@@ -123,60 +146,90 @@ class ApprovalGate:
                 self._waiters.pop(orphan, None)
         approval_id = str(uuid.uuid4())
         self._waiters[approval_id] = future
+        data: dict[str, Any] = {
+            "id": approval_id,
+            "capability": capability,
+            "detail": summary(capability, request),
+            "request": request,
+            "request_hash": request_hash,
+            "timeout_secs": timeout_secs,
+        }
+        if task_id is not None:
+            data["task"] = task_id
         try:
-            await self.ctx.store.append(
-                agent,
-                *c.event_of(
-                    c.ApprovalRequested(
-                        id=approval_id,
-                        capability=capability,
-                        detail=detail,
-                        timeout_secs=timeout_secs,
-                    )
-                ),
-            )
+            await self.ctx.store.append(agent, *c.event_of(c.ApprovalRequested(**data)))
             self._arm(approval_id, timeout_secs)
             return await future
         finally:
             self._waiters.pop(approval_id, None)
 
-    def _orphan(self, agent: str, capability: str, detail: str) -> str | None:
+    def _orphan(self, key: RequestKey) -> str | None:
         """A request left pending by a previous run, for the same thing, that nobody awaits.
 
         One whose decision is being journaled right now counts too: the agent then waits for
         that decision rather than asking again and missing it.
         """
-        for approval_id, key in self._orphans.items():
+        for approval_id, orphan_key in self._orphans.items():
             if (
-                key == (agent, capability, detail)
+                orphan_key == key
                 and approval_id not in self._waiters
                 and approval_id in self.projection.pending
             ):
                 return approval_id
         return None
 
-    async def decide(self, approval_id: str, decision: Decision, operator: str) -> dict[str, Any]:
-        """Decide one pending request; 404 when unknown, already decided or timed out."""
+    async def decide(
+        self,
+        approval_id: str,
+        decision: Decision,
+        operator: str,
+        request_hash: str | None = None,
+        reason: str | None = None,
+    ) -> dict[str, Any]:
+        """Decide one pending request; 404 when unknown, already decided or timed out.
+
+        With `request_hash`, the decision holds only for that exact request (409 otherwise);
+        `reason` says why the node decided by itself.
+        """
         request = self.projection.get(approval_id)
         if request is None or approval_id in self._claimed:
             raise Problem(404, f"no pending approval with id {approval_id!r}")
         ensure_local(self.ctx, request.agent)
+        if request_hash is not None and request_hash != request.request_hash:
+            raise Problem(
+                409,
+                f"approval {approval_id} is for request {request.request_hash or '(unhashed)'}, "
+                f"not {request_hash[:80]}",
+            )
         self._claimed.add(approval_id)
         try:
             envelope = await self.ctx.store.append(
                 request.agent,
                 *c.event_of(
-                    c.ApprovalDecided(id=approval_id, decision=decision, operator=operator)
+                    _decided(approval_id, decision, operator, request.request_hash, reason)
                 ),
             )
         finally:
             self._claimed.discard(approval_id)
-        return {
+        result = {
             "id": approval_id,
             "decision": decision,
             "decided_at": envelope.event.ts,
             "operator": operator,
+            "request_hash": request.request_hash,
         }
+        if reason is not None:
+            result["reason"] = reason
+        return result
+
+    async def deny_for_task(self, agent: str, task_id: str, operator: str, reason: str) -> int:
+        """Deny every pending request a task's run asked for; how many were denied."""
+        denied = 0
+        for approval_id in self.projection.pending_for_task(agent, task_id):
+            with contextlib.suppress(Problem):  # decided or timed out meanwhile
+                await self.decide(approval_id, "deny", operator, reason=reason)
+                denied += 1
+        return denied
 
     async def decide_batch(
         self, ids: Iterable[str], decision: Decision, operator: str
@@ -207,9 +260,7 @@ class ApprovalGate:
             events.append(
                 NewEvent(
                     request.agent,
-                    *c.event_of(
-                        c.ApprovalDecided(id=approval_id, decision=decision, operator=operator)
-                    ),
+                    *c.event_of(_decided(approval_id, decision, operator, request.request_hash)),
                 )
             )
         if events:
@@ -261,6 +312,9 @@ class ApprovalGate:
         """Release the waiter and drop the timer of every request resolved in this commit."""
         for envelope in envelopes:
             kind = envelope.event.type
+            if kind == c.TASK_CANCELED:
+                self._deny_canceled(envelope)
+                continue
             if kind == c.APPROVAL_DECIDED:
                 outcome = envelope.event.data.get("decision")
             elif kind == c.APPROVAL_TIMED_OUT:
@@ -281,6 +335,53 @@ class ApprovalGate:
                 future.set_result(outcome)
             elif orphan is not None and outcome in ("approve", "deny"):
                 self._unclaimed[orphan] = outcome
+
+    def _deny_canceled(self, envelope: Envelope) -> None:
+        """A canceled task's pending requests can never be performed: deny them, saying why."""
+        task_id = envelope.event.data.get("id")
+        agent = envelope.stream
+        if self._closed or not isinstance(task_id, str):
+            return
+        if self.ctx.projections.get(Journals).home_of(agent) not in (None, self.ctx.name):
+            return  # a replica: the home node denies
+        if not self.projection.pending_for_task(agent, task_id):
+            return
+        operator = envelope.event.data.get("operator")
+        by = f" by {operator}" if isinstance(operator, str) and operator else ""
+        reason = f"task {task_id} was canceled{by}"
+        denial = asyncio.get_running_loop().create_task(
+            self._deny_logged(agent, task_id, operator if isinstance(operator, str) else "", reason)
+        )
+        self._denials.add(denial)
+        denial.add_done_callback(self._denials.discard)
+
+    async def _deny_logged(self, agent: str, task_id: str, operator: str, reason: str) -> None:
+        try:
+            await self.deny_for_task(agent, task_id, operator or "node", reason)
+        except Exception:
+            log.exception("could not deny the approvals of canceled task %s", task_id)
+
+
+def summary(capability: str, request: str) -> str:
+    """The one-line `detail` of the spec's list; the full request is in `request`."""
+    detail = f"{capability}: {request}"
+    return detail if len(detail) <= MAX_DETAIL else detail[: MAX_DETAIL - 1] + "…"
+
+
+def _decided(
+    approval_id: str,
+    decision: Decision,
+    operator: str,
+    request_hash: str,
+    reason: str | None = None,
+) -> c.ApprovalDecided:
+    return c.ApprovalDecided(
+        id=approval_id,
+        decision=decision,
+        operator=operator,
+        request_hash=request_hash,
+        reason=reason,
+    )
 
 
 def _seconds_until(timestamp: str, now: datetime, fallback: float) -> float:

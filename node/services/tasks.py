@@ -11,11 +11,13 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import msgspec
 from aiohttp import web
 
 from eventstore.envelope import Envelope
 from node.context import NodeContext
 from node.http import Problem
+from node.limits import MAX_EVENT_BYTES, MAX_PAYLOAD_BYTES
 from node.services.journal import ensure_local
 from projections import catalogue as c
 from projections.tasks import Task, Tasks
@@ -51,6 +53,14 @@ class TaskService:
         data: dict[str, Any] = {"id": task_id, "from": from_agent, "to": to, "input": input}
         if a2a is not None:
             data["a2a"] = a2a
+        # A journal event must stay replicable (under the peers' push limit).
+        for what, value, limit in (
+            ("the task input", input, MAX_PAYLOAD_BYTES),
+            ("the task with its A2A message", data, MAX_EVENT_BYTES),
+        ):
+            size = len(msgspec.json.encode(value))
+            if size > limit:
+                raise Problem(413, f"{what} is {size} bytes as JSON; the limit is {limit} bytes")
         envelope = await self.ctx.store.append(to, c.TASK_CREATED, data)
         return {"id": task_id, "status": "pending", "created_at": envelope.event.ts}
 

@@ -440,9 +440,14 @@ class AguiTranslator:
         interrupt: dict[str, Any] = {
             "id": approval_id,
             "reason": "approval",
-            "message": str(data.get("detail") or f"approve {data.get('capability')}"),
+            "message": _approval_message(data),
             "metadata": {"capability": data.get("capability"), "agent": agent},
         }
+        if isinstance(data.get("request"), str) and data.get("request_hash"):
+            interrupt["metadata"] |= {
+                "request": data["request"],
+                "requestHash": data["request_hash"],
+            }
         if t.tools:
             interrupt["toolCallId"] = next(reversed(t.tools))
         expires = _expiry(envelope.event.ts, data.get("timeout_secs"))
@@ -467,6 +472,14 @@ class AguiTranslator:
 def _error_of(data: dict[str, Any]) -> str:
     error = _pick(data, "error", "reason", "message")
     return error if isinstance(error, str) else "agent error"
+
+
+def _approval_message(data: dict[str, Any]) -> str:
+    """What the operator is asked: the full request the agent will perform."""
+    request = data.get("request")
+    if isinstance(request, str) and request:
+        return f"approve {data.get('capability')}: {request}"
+    return str(data.get("detail") or f"approve {data.get('capability')}")
 
 
 def _expiry(ts: str, timeout_secs: Any) -> str | None:

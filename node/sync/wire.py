@@ -85,7 +85,7 @@ def parse_envelope(raw: msgspec.Raw) -> ForeignEnvelope:
         raise MalformedEnvelope(str(exc).replace("`$.", "`")) from None
     if not 1 <= item.seq <= MAX_SEQ:
         raise MalformedEnvelope(f"seq {item.seq} is out of range")
-    if not item.agent.startswith("$") and not AGENT_NAME_RE.match(item.agent):
+    if not item.agent.startswith("$") and not AGENT_NAME_RE.fullmatch(item.agent):
         raise MalformedEnvelope(f"agent {item.agent!r} is not a journal name")
     try:
         payload = binascii.a2b_base64(item.payload, strict_mode=True)

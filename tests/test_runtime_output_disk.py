@@ -1,0 +1,52 @@
+"""An agent printing for its whole run cannot fill the disk: its output files are trimmed
+while it runs, and what was dropped is said in its log."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+from pathlib import Path
+
+from node.runtime import AgentSpec, Task
+from node.runtime.memhost import MemoryHost
+from tests.runtime_support import running, wait_for
+
+WRITTEN = 96 << 20
+
+
+def disk_use(directory: Path) -> int:
+    total = 0
+    for path in directory.iterdir():
+        with contextlib.suppress(FileNotFoundError):  # a restart may remove it meanwhile
+            total += os.stat(path).st_blocks * 512
+    return total
+
+
+def test_output_flood_is_trimmed_on_disk_during_the_run(built_agents, tmp_path):
+    host = MemoryHost("hostile")
+    host.tasks.append(Task("t-1", "tester", json.dumps({"case": "flood", "size": WRITTEN})))
+    spec = AgentSpec("hostile", built_agents["hostile"], tick_interval_ms=60_000)
+    peak = 0
+    done = threading.Event()
+
+    def watch() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, disk_use(tmp_path))
+            done.wait(0.005)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        with running([spec], {"hostile": host}, output_dir=tmp_path):
+            finished = wait_for(lambda: host.of_type("task.completed"), timeout=120)
+    finally:
+        done.set()
+        watcher.join()
+    assert json.loads(finished[0]["output"]) == {"printed": WRITTEN}
+    notes = [o["line"] for o in host.of_type("output") if o["line"].startswith("[output dropped")]
+    dropped = int(notes[0].split(", ")[1].split()[0])
+    assert dropped > WRITTEN - (8 << 20)  # nearly all of it was dropped, and said so
+    assert peak < 24 << 20, f"{peak} bytes on disk at the peak for {WRITTEN} written"
