@@ -108,7 +108,9 @@ def int_query(request: web.Request, name: str, default: int, *, clamp: int | Non
         )
     value = int(raw) if len(raw) <= 19 else MAX_INT_QUERY + 1
     if value > MAX_INT_QUERY:
-        raise Problem(400, f"query parameter `{name}` must be at most {MAX_INT_QUERY}")
+        raise Problem(
+            400, f"query parameter `{name}` must be a non-negative integer, at most {MAX_INT_QUERY}"
+        )
     return min(value, clamp) if clamp is not None else value
 
 

@@ -158,7 +158,7 @@ async def test_an_oversize_request_is_refused_to_the_agent_naming_the_limit(
 
 
 async def test_canceling_a_task_denies_its_pending_approval_with_the_reason(
-    aiohttp_client, tmp_path, built_agents
+    aiohttp_client, tmp_path, built_agents, caplog
 ):
     toml = hostile_toml(
         built_agents, "[agents.capabilities]\nspend = true\n[agents.approval]\nspend = true\n"
@@ -174,11 +174,11 @@ async def test_canceling_a_task_denies_its_pending_approval_with_the_reason(
     assert await (await client.get("/api/v1/approvals", headers=auth(READ_TOKEN))).json() == []
     resolved = app[CONTEXT].projections.get(Approvals).resolved[item["id"]]
     assert resolved.outcome == "deny" and resolved.reason == decided[0]["reason"]
-    # the agent got the denial (its late output is ignored: the task is already canceled)
-    await until(lambda: journal(app, "hostile", "task.completed"))
-    assert journal(app, "hostile", "task.completed")[0]["output"]["error_kind"] == (
-        "HostError_ApprovalDenied"
-    )
+    # the agent got the denial and answered; the task service refuses its late output, since
+    # the task is already canceled (one writer of task events: node/services/tasks.py)
+    refused = f"cannot complete task {task_id!r}"
+    await until(lambda: any(refused in r.getMessage() for r in caplog.records))
+    assert journal(app, "hostile", "task.completed") == []
 
 
 # ---- 2. secrets the agent read never reach the journal ----------------------------------------

@@ -292,7 +292,7 @@ class JournalHost:
             raise ValueError(f"the task progress is not usable JSON: {e}") from None
         except ValueError:
             value = progress
-        self._on_loop(self.s.task_service.progress(task_id, value))
+        self._on_loop(self.s.task_service.progress(task_id, self.s.redactor.value(value)))
 
     def _states(self) -> dict[str, str]:
         if self._state is None:  # durable state is the fold of the agent's state.set events
@@ -395,10 +395,10 @@ class JournalHost:
         if not isinstance(value, dict):
             self.task_failed(task, "the agent's output is not a JSON object")
             return
-        self._task_event(self.s.task_service.complete(task.id, value))
+        self._task_event(self.s.task_service.complete(task.id, self.s.redactor.value(value)))
 
     def task_failed(self, task: Task, error: str) -> None:
-        self._task_event(self.s.task_service.fail(task.id, error[:MAX_TEXT]))
+        self._task_event(self.s.task_service.fail(task.id, self.redact(error)[:MAX_TEXT]))
 
     def _task_event(self, transition: Coroutine[Any, Any, Any]) -> None:
         """A task transition the worker reports, through the task service's checks. It waits
