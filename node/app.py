@@ -15,6 +15,7 @@ from node import checkpoint
 from node.api import a2a, approvals, discovery, entries, grants, health, openapi, registry
 from node.auth import ROUTE_SCOPES, TOKENS, TokenTable, auth_middleware
 from node.config import Config
+from node.console import area as console
 from node.context import CONTEXT, NodeContext
 from node.errors import problem_middleware
 from node.metrics import NodeMetrics
@@ -39,6 +40,7 @@ AREAS = (
     streams,
     a2a,  # after streams: its own GET /api/v1/a2a/events is only a fallback
     sync,
+    console,  # the operator console at /console/ and the read endpoints it needs
     protocols,  # A2A JSON-RPC and AG-UI runs: uses tasks and approvals
     runtime_area,  # last: its agents stop first, before the services they call close
     openapi,  # after every route exists: the document is built from the router

@@ -22,7 +22,7 @@ from node.auth import PUBLIC, ROUTE_SCOPES, add_route
 from node.context import CONTEXT
 from node.services.findings import NewFinding
 from node.version import __version__
-from projections.approvals import ApprovalRequest, Group
+from projections.approvals import ApprovalRequest, Group, Resolution
 from projections.entries import Finding, LogEntry
 from projections.grants import Grant
 from projections.registry import PACKAGE_ID, Package
@@ -38,6 +38,7 @@ _REF = "#/components/schemas/{name}"
 _STRUCTS = (
     ApprovalRequest,
     Group,
+    Resolution,
     DecisionBody,
     BatchBody,
     Task,
@@ -124,6 +125,26 @@ SCHEMAS: dict[str, Any] = {
             "peers": array(obj({"peer_id": S, "acked_seq": I, "lag": I})),
             "converged": {"type": "boolean"},
             "home": {"type": ["string", "null"], "description": "node that writes this journal"},
+        }
+    ),
+    "Mesh": obj(
+        {
+            "node": S,
+            "peers": array(
+                obj(
+                    {
+                        "name": S,
+                        "url": S,
+                        "public_key": {"type": ["string", "null"]},
+                        "key_source": {
+                            "type": ["string", "null"],
+                            "enum": ["pinned", "config", None],
+                        },
+                    }
+                )
+            ),
+            "journals": array(ref("Convergence")),
+            "incidents": array(ref("Finding")),
         }
     ),
     "EnvelopeRead": obj(
@@ -486,6 +507,30 @@ CATALOG: dict[tuple[str, str], dict[str, Any]] = {
     ),
     ("GET", "/api/v1/agui/events"): op(
         "AG-UI event stream", "streams", sse("the AG-UI lifecycle events")
+    ),
+    ("GET", "/api/v1/auth/whoami"): op(
+        "The calling token's name and scopes",
+        "auth",
+        json_content(obj({"name": S, "scopes": array(S)})),
+        description="Lets a client (the console) hide actions its token may not take.",
+    ),
+    ("GET", "/api/v1/approvals/history"): op(
+        "Resolved approval requests, newest first",
+        "approvals",
+        json_content(array(ref("Resolution"))),
+        errors=(400,),
+        query_params=(limit(100),),
+        description="`outcome` is approve, deny or timeout; `operator` is who decided.",
+    ),
+    ("GET", "/api/v1/mesh"): op(
+        "Peers, their keys, replication per journal and recent sync incidents",
+        "sync",
+        json_content(ref("Mesh")),
+    ),
+    ("GET", "/console/"): op(
+        "The operator console (HTML; its data calls need a token)",
+        "console",
+        {"text/html": {"schema": S}},
     ),
 }
 
