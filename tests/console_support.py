@@ -65,7 +65,12 @@ api_key = "console-test-secret"
 
 
 def seed_pending(
-    config_path: Path, journal: str, capability: str, ids: list[str], timeout_secs: int = 600
+    config_path: Path,
+    journal: str,
+    capability: str,
+    ids: list[str],
+    timeout_secs: int = 600,
+    detail: str | None = None,
 ) -> None:
     """Journal approval requests while no node runs, as a node killed while its agents waited
     leaves them: the next node lists them as pending and arms their timeouts."""
@@ -78,7 +83,7 @@ def seed_pending(
             data = {
                 "id": approval_id,
                 "capability": capability,
-                "detail": f"{capability} request {approval_id}",
+                "detail": detail or f"{capability} request {approval_id}",
                 "timeout_secs": timeout_secs,
             }
             await store.append(journal, "approval.requested", data)

@@ -93,7 +93,7 @@ export function countdown(expiresAt) {
   if (Number.isNaN(left)) return "";
   if (left <= 0) return "timing out";
   const s = Math.ceil(left / 1000);
-  return `${Math.floor(s / 60)}:${String(s % 60).padStart(2, "0")}`;
+  return `times out in ${Math.floor(s / 60)}:${String(s % 60).padStart(2, "0")}`;
 }
 
 export function bytes(n) {

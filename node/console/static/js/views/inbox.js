@@ -97,7 +97,7 @@ function requestRow(request) {
     {
       class: "request",
       tabindex: 0,
-      dataset: { id },
+      dataset: { id, requestedAt: request.requested_at },
       "aria-label": `${request.agent} asks ${request.capability}: ${detail}`,
       onfocus: () => {
         focusedId = id;
