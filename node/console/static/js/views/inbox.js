@@ -99,7 +99,7 @@ function requestRow(request) {
       tabindex: 0,
       dataset: { id, requestedAt: request.requested_at },
       "aria-label": `${request.agent} asks ${request.capability}: ${detail}`,
-      onfocus: () => {
+      onfocusin: () => {
         focusedId = id;
       },
     },
