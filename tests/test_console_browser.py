@@ -214,3 +214,35 @@ def test_keyboard_approves_and_the_stream_resumes_after_a_restart(node, open_pag
         http.post(f"/api/v1/approvals/{waiting_id}", json={"decision": "deny"}).raise_for_status()
     expect(page.locator(f'li.request[data-id="{waiting_id}"]')).to_have_count(0)
     expect(page.locator("table tr", has_text=waiting_id)).to_contain_text("deny")
+
+
+@screenshot_on_failure
+def test_create_and_cancel_a_task_and_publish_a_component(node, open_page, built_agents):
+    page = open_page()
+    sign_in(page, node, ADMIN_TOKEN, view="tasks")
+    page.get_by_label("To", exact=True).select_option("cashier")
+    page.get_by_label("Input (JSON object)").fill('{"pay": {"invoice": "INV-9"}}')
+    page.get_by_role("button", name="Create task").click()
+    detail = page.locator("#task-detail")
+    expect(detail).to_contain_text("running")  # it waits for the spend approval
+    expect(detail).to_contain_text("asking to pay")  # its latest progress
+    detail.get_by_role("button", name="Cancel task").click()
+    expect(detail).to_contain_text("canceled by admin")
+    page.get_by_label("Status", exact=True).select_option("failed")
+    task_id = page.url.rsplit("/", 1)[1]
+    expect(page.locator(f'#task-list tr[data-id="{task_id}"]')).to_contain_text("failed")
+
+    page.keyboard.press("Escape")
+    page.goto(f"{node.url}/console/#/registry")
+    page.get_by_label("Package id").fill("trap-agent")
+    page.get_by_label("Version (SemVer)").fill("1.0.0")
+    # a small (WAT-built) component: the node compiles each upload to validate it
+    page.get_by_label("Component (.wasm)").set_input_files(str(built_agents["bad_trap"]))
+    page.get_by_role("button", name="Publish").click()
+    expect(page.locator("#publish-result")).to_contain_text("Published trap-agent 1.0.0")
+    expect(page.locator("#package-list")).to_contain_text("trap-agent")
+    page.get_by_label("Package id").fill("trap-agent")
+    page.get_by_label("Version (SemVer)").fill("1.0.0")
+    page.get_by_label("Component (.wasm)").set_input_files(str(built_agents["bad_trap"]))
+    page.get_by_role("button", name="Publish").click()
+    expect(page.locator("#error")).to_contain_text("publish failed")  # 409: the node's detail

@@ -46,11 +46,22 @@ function publishForm() {
       onsubmit: (e) => {
         e.preventDefault();
         const form = e.target;
+        const status = form.querySelector("#publish-result");
+        const button = form.querySelector("button[type=submit]");
+        button.disabled = true;
+        status.textContent = "Publishing… (the node validates the component first)";
         attempt("publish failed", async () => {
-          const result = await api("/api/v1/registry/packages", { method: "POST", form: new FormData(form) });
-          form.reset();
-          root.querySelector("#publish-result").textContent = `Published ${result.id} ${result.version} (${result.checksum})`;
-          await load();
+          try {
+            const result = await api("/api/v1/registry/packages", { method: "POST", form: new FormData(form) });
+            form.reset();
+            status.textContent = `Published ${result.id} ${result.version} (${result.checksum})`;
+            await load();
+          } catch (err) {
+            status.textContent = "";
+            throw err;
+          } finally {
+            button.disabled = false;
+          }
         });
       },
     },
