@@ -123,6 +123,12 @@ def test_approve_live_and_see_the_next_log_line_and_request(node, open_page):
     page.get_by_role("button", name=f"approve {first_id}").click()
     # the agent's next log line arrives in the other tab's live tail
     expect(tail.locator("#log-lines")).to_contain_text(f"paid {invoice}")
+    tail.get_by_label("Level at least").select_option("error")  # the tail's filters
+    expect(tail.locator("#log-lines")).not_to_contain_text(f"paid {invoice}")
+    tail.get_by_label("Level at least").select_option("info")
+    tail.get_by_label("Agent").select_option("vault")
+    expect(tail.locator("#log-lines")).not_to_contain_text(f"paid {invoice}")
+    expect(tail.locator("#log-lines")).to_contain_text("vault")
     # and its next request appears in the inbox, without a reload
     expect(payer_row(page).first).not_to_have_attribute("data-id", first_id)
     expect(payer_row(page).first).to_contain_text("INV-")

@@ -38,11 +38,15 @@ function render() {
     if (focused) agentSelect.focus();
   }
   const logLines = logs.filter((l) => shown(l, "level", LEVELS, filters.level)).slice(-300).reverse();
-  fill(root.querySelector("#log-lines"), 
+  fill(
+    root.querySelector("#log-lines"),
+    logLines.length ? [] : h("li", { class: "line empty" }, "No log entries match."),
     ...logLines.map((l) => h("li", { class: `line level-${l.level}` }, h("time", {}, when(l.ts)), " ", h("span", { class: "tag" }, l.level), " ", h("strong", {}, l.agent), " ", l.message)),
   );
   const found = findings.filter((f) => shown(f, "severity", SEVERITIES, filters.severity)).slice(-300).reverse();
-  fill(root.querySelector("#finding-lines"), 
+  fill(
+    root.querySelector("#finding-lines"),
+    found.length ? [] : h("li", { class: "line empty" }, "No findings match."),
     ...found.map((f) => h("li", { class: `line severity-${f.severity}` }, h("time", {}, when(f.ts)), " ", h("span", { class: "tag" }, f.severity), " ", h("strong", {}, f.agent), " ", h("b", {}, f.title), f.detail ? ` — ${f.detail}` : "")),
   );
 }
