@@ -105,3 +105,21 @@ async def test_mesh_shows_peers_keys_journals_and_incidents(mesh_client):
     assert journals["scout"]["home"] == "node-b" and not journals["payer"]["converged"]
     assert [i["title"] for i in mesh["incidents"]] == ["equivocation"]
     assert (await mesh_client.get("/api/v1/mesh")).status == 401
+
+
+def test_every_console_file_is_declared_package_data():
+    """`pip install .` ships only what pyproject.toml declares: a file outside its globs would be
+    missing from an installed node's console."""
+    import tomllib
+
+    from tests.support import ROOT
+
+    globs = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "package-data"
+    ]["node.console"]
+    package = STATIC_DIR.parent
+    files = [p for p in STATIC_DIR.rglob("*") if p.is_file()]
+    assert files
+    for path in files:
+        relative = path.relative_to(package)
+        assert any(relative.match(pattern) for pattern in globs), f"{relative} is not declared"
