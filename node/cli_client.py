@@ -13,10 +13,11 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-import httpx
+if TYPE_CHECKING:
+    import httpx
 
 URL_ENV = "AGENT_NODE_URL"
 TOKEN_ENV = "AGENT_NODE_TOKEN"
@@ -38,12 +39,16 @@ class Node:
     """The API of one node with one token."""
 
     def __init__(self, url: str, token: str, timeout: float = 30) -> None:
+        import httpx  # here, not at the top: `agent-node run` should not pay for importing it
+
         self.url = url.rstrip("/")
         self._http = httpx.Client(
             base_url=self.url, headers={"Authorization": f"Bearer {token}"}, timeout=timeout
         )
 
     def call(self, method: str, path: str, **kwargs: Any) -> Any:
+        import httpx
+
         try:
             response = self._http.request(method, path, **kwargs)
         except httpx.HTTPError as exc:
