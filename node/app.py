@@ -29,6 +29,7 @@ from node.api import (
 )
 from node.auth import TOKENS, TokenTable, auth_middleware
 from node.config import Config
+from node.console import area as console
 from node.context import CONTEXT, NodeContext
 from node.faults import FaultReporter
 from node.http import problem_middleware
@@ -53,6 +54,7 @@ AREAS = (
     a2a,
     sync,
     discovery,
+    console,  # the operator console at /console/ and the read endpoints it needs
     runtime,  # takes approvals, registry, grants, the bus and tasks; its agents stop first
     protocols,  # takes tasks, approvals and the runtime's agents
     openapi,  # after every route exists: the document is built from the router

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from eventstore.audit import verify_journals
 from eventstore.keys import KEY_FILE, KeyFileError, load_or_create_key, public_key_multibase
+from node.cli_client import add_client_commands
 from node.config import SCOPES, Config, ConfigError, load_config
 from node.keyring import key_resolver
 from node.version import __version__
@@ -68,6 +69,7 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--agent", required=True, help="journal (agent) name")
     export.add_argument("--output", "-o", help="file to write (default: standard output)")
     export.set_defaults(func=cmd_journal_export)
+    add_client_commands(sub)  # approvals, status, tasks, logs, findings against a running node
     return parser
 
 

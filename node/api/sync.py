@@ -21,7 +21,7 @@ from node.http import (
     required_query,
 )
 from node.routes import Doc, Query, add_route
-from node.sync.convergence import convergence_report
+from node.sync.convergence import Convergence, convergence_report
 from node.sync.receive import Rejection
 from node.sync.service import SYNC, SyncService
 from node.sync.wire import PushedEnvelope, parse_push
@@ -30,20 +30,6 @@ from projections.peers import PeerBook
 
 SYNC_SCOPES = ("read", "sync")
 AGENT_QUERY = Query("agent", str, "journal (agent) name", required=True)
-
-
-class PeerLag(msgspec.Struct):
-    peer_id: str
-    acked_seq: int
-    lag: int
-
-
-class Convergence(msgspec.Struct):
-    agent: str
-    local_seq: int
-    peers: list[PeerLag]
-    converged: bool
-    home: str | None  # the node that writes this journal
 
 
 class EnvelopeRead(msgspec.Struct):

@@ -1,0 +1,369 @@
+"""`agent-node approvals|status|tasks|logs|findings`: a client of a running node's public API.
+
+Every command is an ordinary API call with the operator's token, so what it does is journaled
+exactly as any other client's call. Human tables by default, `--json` for scripts; a failed
+call prints the problem's `detail` and exits 1 (2 for a usage error such as a missing token).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+if TYPE_CHECKING:
+    import httpx
+
+URL_ENV = "AGENT_NODE_URL"
+TOKEN_ENV = "AGENT_NODE_TOKEN"
+DEFAULT_URL = "http://127.0.0.1:8080"
+FOLLOW_INTERVAL_SECS = 1.0
+PAGE = 1000  # the API's largest `limit`
+
+
+class ClientError(Exception):
+    """A call that failed; `detail` is what the node (or the network) said was wrong."""
+
+    def __init__(self, detail: str, exit_code: int = 1) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.exit_code = exit_code
+
+
+class Node:
+    """The API of one node with one token."""
+
+    def __init__(self, url: str, token: str, timeout: float = 30) -> None:
+        import httpx  # here, not at the top: `agent-node run` should not pay for importing it
+
+        self.url = url.rstrip("/")
+        self._http = httpx.Client(
+            base_url=self.url, headers={"Authorization": f"Bearer {token}"}, timeout=timeout
+        )
+
+    def call(self, method: str, path: str, **kwargs: Any) -> Any:
+        import httpx
+
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.HTTPError as exc:
+            raise ClientError(f"cannot reach the node at {self.url}: {exc}") from None
+        if response.status_code >= 400:
+            raise ClientError(problem_detail(response))
+        if not response.content:
+            return None
+        return response.json()
+
+    def close(self) -> None:
+        self._http.close()
+
+
+def problem_detail(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if isinstance(body, dict) and isinstance(body.get("detail"), str):
+        return f"{body['detail']} (HTTP {response.status_code})"
+    return f"HTTP {response.status_code} {response.reason_phrase}: {response.text[:200]}"
+
+
+# ---------------------------------------------------------------------------- output
+def table(rows: Iterable[dict[str, Any]], columns: Sequence[tuple[str, str]]) -> str:
+    """Columns are (heading, key); values are shown as text, dicts and lists as JSON."""
+    cells = [[heading.upper() for heading, _ in columns]]
+    for row in rows:
+        cells.append([_cell(row.get(key)) for _, key in columns])
+    if len(cells) == 1:
+        return "(none)"
+    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
+    return "\n".join(
+        "  ".join(value.ljust(width) for value, width in zip(line, widths, strict=True)).rstrip()
+        for line in cells
+    )
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, dict | list):
+        return json.dumps(value, separators=(",", ":"))
+    return str(value).replace("\n", " ")
+
+
+def emit(args: argparse.Namespace, data: Any, human: Callable[[Any], str]) -> None:
+    print(json.dumps(data, indent=2) if args.json else human(data), flush=True)
+
+
+# ---------------------------------------------------------------------------- commands
+def cmd_status(node: Node, args: argparse.Namespace) -> int:
+    params = {"agent": args.agent} if args.agent else None
+    statuses = node.call("GET", "/api/v1/status", params=params)
+    rows = [
+        {
+            **s,
+            "heap": s.get("memory_profile", {}).get("heap_bytes"),
+            "fuel": s.get("memory_profile", {}).get("fuel_remaining") or "unlimited",
+        }
+        for s in statuses
+    ]
+    columns = [
+        ("agent", "name"),
+        ("status", "status"),
+        ("uptime_ms", "uptime_ms"),
+        ("heap_bytes", "heap"),
+        ("fuel", "fuel"),
+        ("restarts", "restart_count"),
+        ("idle_ms", "last_activity_ms_ago"),
+    ]
+    emit(args, statuses, lambda _: table(rows, columns))
+    return 0
+
+
+def cmd_approvals_list(node: Node, args: argparse.Namespace) -> int:
+    if args.batched:
+        groups = node.call("GET", "/api/v1/approvals/batched")
+        columns = [("agent", "agent"), ("capability", "capability"), ("count", "count")]
+        columns.append(("ids", "ids"))
+        emit(args, groups, lambda g: table(g["groups"], columns))
+        return 0
+    pending = node.call("GET", "/api/v1/approvals")
+    columns = [
+        ("id", "id"),
+        ("agent", "agent"),
+        ("capability", "capability"),
+        ("expires_at", "expires_at"),
+        ("detail", "detail"),
+    ]
+    emit(args, pending, lambda p: table(p, columns))
+    return 0
+
+
+def _decide(decision: str) -> Callable[[Node, argparse.Namespace], int]:
+    def command(node: Node, args: argparse.Namespace) -> int:
+        ids = list(args.ids)
+        for group in args.group or ():
+            ids.extend(_group_ids(node, group))
+        if not ids:
+            raise ClientError("give approval ids, or --group AGENT:CAPABILITY", exit_code=2)
+        if len(ids) == 1 and not args.group:
+            path = f"/api/v1/approvals/{_segment(ids[0])}"
+            result = node.call("POST", path, json={"decision": decision})
+            emit(args, result, lambda r: f"{r['decision']} {r['id']} at {r['decided_at']}")
+            return 0
+        result = node.call(
+            "POST", "/api/v1/approvals/batch", json={"ids": ids, "decision": decision}
+        )
+        emit(args, result, lambda r: _batch_summary(decision, r))
+        return 0 if result["decided"] or not ids else 1
+
+    return command
+
+
+def _group_ids(node: Node, group: str) -> list[str]:
+    agent, sep, capability = group.partition(":")
+    if not sep or not agent or not capability:
+        raise ClientError(f"--group takes AGENT:CAPABILITY, got {group!r}", exit_code=2)
+    groups = node.call("GET", "/api/v1/approvals/batched")["groups"]
+    for g in groups:
+        if g["agent"] == agent and g["capability"] == capability:
+            return list(g["ids"])
+    raise ClientError(f"no pending approvals for {agent} asking {capability}")
+
+
+def _batch_summary(decision: str, result: dict[str, Any]) -> str:
+    lines = [f"{decision}: {result['decided']} decided"]
+    lines += [f"  {decision} {i}" for i in result["ids"]]
+    lines += [
+        f"  skipped {i} (unknown, already resolved or hosted elsewhere)"
+        for i in result.get("skipped", [])
+    ]
+    return "\n".join(lines)
+
+
+TASK_COLUMNS = [
+    ("id", "id"),
+    ("from", "from"),
+    ("to", "to"),
+    ("status", "status"),
+    ("created_at", "created_at"),
+    ("completed_at", "completed_at"),
+]
+
+
+def cmd_tasks_list(node: Node, args: argparse.Namespace) -> int:
+    params = {k: v for k, v in (("status", args.status), ("agent", args.agent)) if v}
+    tasks = node.call("GET", "/api/v1/a2a/tasks", params=params)
+    emit(args, tasks, lambda t: table(t, TASK_COLUMNS))
+    return 0
+
+
+def cmd_tasks_get(node: Node, args: argparse.Namespace) -> int:
+    task = node.call("GET", f"/api/v1/a2a/tasks/{_segment(args.id)}")
+    emit(args, task, _task_text)
+    return 0
+
+
+def _task_text(task: dict[str, Any]) -> str:
+    lines = [f"{key}: {_cell(task.get(key))}" for key in ("id", "from", "to", "status")]
+    for key in ("created_at", "completed_at", "input", "progress", "output", "error"):
+        if task.get(key) is not None:
+            lines.append(f"{key}: {_cell(task[key])}")
+    return "\n".join(lines)
+
+
+def cmd_tasks_create(node: Node, args: argparse.Namespace) -> int:
+    try:
+        task_input = json.loads(args.input)
+    except json.JSONDecodeError as exc:
+        raise ClientError(f"--input is not JSON: {exc}", exit_code=2) from None
+    body = {"from": args.from_, "to": args.to, "input": task_input}
+    created = node.call("POST", "/api/v1/a2a/tasks", json=body)
+    emit(args, created, lambda c: f"created {c['id']} ({c['status']})")
+    return 0
+
+
+def cmd_tasks_cancel(node: Node, args: argparse.Namespace) -> int:
+    """Through the agent's A2A endpoint (CancelTask): the REST API has no cancel."""
+    task = node.call("GET", f"/api/v1/a2a/tasks/{_segment(args.id)}")
+    rpc = {"jsonrpc": "2.0", "id": 1, "method": "CancelTask", "params": {"id": task["id"]}}
+    reply = node.call("POST", f"/a2a/{_segment(task['to'])}", json=rpc)
+    if reply.get("error"):
+        raise ClientError(f"cannot cancel {task['id']}: {reply['error'].get('message')}")
+    emit(args, reply["result"], lambda _: f"canceled {task['id']}")
+    return 0
+
+
+def _segment(value: str) -> str:
+    """One path segment, whatever the id holds."""
+    return quote(value, safe="")
+
+
+LOG_COLUMNS = [("seq", "seq"), ("ts", "ts"), ("level", "level"), ("agent", "agent")]
+LOG_COLUMNS.append(("message", "message"))
+FINDING_COLUMNS = [("seq", "seq"), ("ts", "ts"), ("severity", "severity"), ("agent", "agent")]
+FINDING_COLUMNS += [("title", "title"), ("detail", "detail")]
+
+
+def _entries(
+    kind: str, columns: list[tuple[str, str]]
+) -> Callable[[Node, argparse.Namespace], int]:
+    """Page through /api/v1/{kind} from --since; with --follow keep polling with next_seq."""
+
+    def command(node: Node, args: argparse.Namespace) -> int:
+        since, printed_header = args.since, False
+        remaining = args.limit
+        while True:
+            size = PAGE if remaining is None else min(PAGE, remaining)
+            page = node.call("GET", f"/api/v1/{kind}", params={"since": since, "limit": size})
+            entries = page[kind]
+            if args.agent:
+                entries = [e for e in entries if e.get("agent") == args.agent]
+            if args.json:
+                for entry in entries:
+                    print(json.dumps(entry), flush=True)
+            elif entries:
+                text = table(entries, columns)
+                print(text if not printed_header else text.split("\n", 1)[1], flush=True)
+                printed_header = True
+            since = page["next_seq"]
+            if remaining is not None:
+                remaining -= len(page[kind])
+                if remaining <= 0:
+                    return 0
+            if len(page[kind]) < size:
+                if not args.follow:
+                    if not printed_header and not args.json:
+                        print("(none)")
+                    return 0
+                time.sleep(FOLLOW_INTERVAL_SECS)
+
+    return command
+
+
+# ---------------------------------------------------------------------------- wiring
+def add_client_commands(sub: argparse._SubParsersAction) -> None:
+    """Register the client commands on agent-node's sub-command parser."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--url", default=os.environ.get(URL_ENV, DEFAULT_URL), help=f"node URL (${URL_ENV})"
+    )
+    common.add_argument(
+        "--token", default=os.environ.get(TOKEN_ENV), help=f"bearer token (${TOKEN_ENV})"
+    )
+    common.add_argument("--json", action="store_true", help="JSON output for scripts")
+
+    def command(parent, name: str, func, help: str) -> argparse.ArgumentParser:
+        p = parent.add_parser(name, help=help, description=help, parents=[common])
+        p.set_defaults(func=_run(func))
+        return p
+
+    status = command(sub, "status", cmd_status, "status of the node's agents")
+    status.add_argument("--agent", help="only this agent")
+
+    approvals = sub.add_parser("approvals", help="list and decide pending approvals")
+    actions = approvals.add_subparsers(metavar="ACTION")
+    listing = command(actions, "list", cmd_approvals_list, "pending approval requests")
+    listing.add_argument("--batched", action="store_true", help="grouped by agent and capability")
+    for decision, verb in (("approve", "approve"), ("deny", "deny")):
+        p = command(actions, verb, _decide(decision), f"{verb} approvals (several: one batch)")
+        p.add_argument("ids", nargs="*", help="approval ids")
+        p.add_argument(
+            "--group", action="append", metavar="AGENT:CAPABILITY", help="every pending one of it"
+        )
+
+    tasks = sub.add_parser("tasks", help="A2A tasks").add_subparsers(metavar="ACTION")
+    listing = command(tasks, "list", cmd_tasks_list, "tasks, oldest first")
+    listing.add_argument(
+        "--status", choices=("pending", "running", "completed", "failed"), help="only this status"
+    )
+    listing.add_argument("--agent", help="only tasks assigned to this agent")
+    command(tasks, "get", cmd_tasks_get, "one task").add_argument("id")
+    create = command(tasks, "create", cmd_tasks_create, "create a task for a hosted agent")
+    create.add_argument("--from", dest="from_", default="operator", help="delegating agent")
+    create.add_argument("--to", required=True, help="assigned agent")
+    create.add_argument("--input", default="{}", help="JSON object (default {})")
+    command(tasks, "cancel", cmd_tasks_cancel, "cancel a pending or running task").add_argument(
+        "id"
+    )
+
+    for kind, columns, help in (
+        ("logs", LOG_COLUMNS, "log entries"),
+        ("findings", FINDING_COLUMNS, "findings"),
+    ):
+        p = command(sub, kind, _entries(kind, columns), help)
+        p.add_argument("--since", type=_non_negative, default=0, help="entries after this seq")
+        p.add_argument("--limit", type=_non_negative, help="at most this many (default all)")
+        p.add_argument("--agent", help="only this agent's")
+        p.add_argument("--follow", "-f", action="store_true", help="keep printing new ones")
+
+
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be 0 or more")
+    return value
+
+
+def _run(func: Callable[[Node, argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        if not args.token:
+            print(f"agent-node: give --token or set {TOKEN_ENV}", file=sys.stderr)
+            return 2
+        node = Node(args.url, args.token)
+        try:
+            return func(node, args)
+        except ClientError as exc:
+            print(f"agent-node: {exc.detail}", file=sys.stderr)
+            return exc.exit_code
+        except KeyboardInterrupt:
+            return 130
+        finally:
+            node.close()
+
+    return run

@@ -1,0 +1,285 @@
+// Approvals inbox: pending requests live, grouped as /approvals/batched groups them, decided
+// one by one, by selection or by group; and the history of decisions.
+
+import { api } from "../api.js";
+import { h, action, can, attempt, when, countdown, json, table, fill } from "../ui.js";
+
+const HISTORY_SHOWN = 50;
+const pending = new Map(); // id → request, in request order
+const selected = new Set();
+let history = [];
+let root = null;
+let focusedId = null;
+let ticker = null;
+let renderQueued = false;
+let notice = "";
+
+function expiryOf(ts, timeoutSecs) {
+  const start = new Date(ts).getTime();
+  return Number.isNaN(start) ? ts : new Date(start + timeoutSecs * 1000).toISOString();
+}
+
+function add(request) {
+  if (!pending.has(request.id)) pending.set(request.id, request);
+}
+
+function resolve(id, agent, outcome, at, operator) {
+  const request = pending.get(id);
+  pending.delete(id);
+  selected.delete(id);
+  if (history.some((r) => r.id === id)) return;
+  history.unshift({ id, agent: agent || request?.agent, outcome, at, operator });
+  history = history.slice(0, HISTORY_SHOWN);
+}
+
+/** Groups by (agent, capability) in order of their first pending request. */
+function groups() {
+  const out = new Map();
+  for (const request of pending.values()) {
+    const key = `${request.agent}\u0000${request.capability}`;
+    if (!out.has(key)) out.set(key, { agent: request.agent, capability: request.capability, ids: [] });
+    out.get(key).ids.push(request.id);
+  }
+  return [...out.values()];
+}
+
+function updateBadge() {
+  const badge = document.getElementById("inbox-count");
+  if (badge) badge.textContent = pending.size ? String(pending.size) : "";
+}
+
+function scheduleRender() {
+  updateBadge();
+  if (renderQueued || !root) return;
+  renderQueued = true;
+  queueMicrotask(() => {
+    renderQueued = false;
+    render();
+  });
+}
+
+async function decide(ids, decision) {
+  await attempt(`${decision} failed`, async () => {
+    if (ids.length === 1) {
+      const result = await api(`/api/v1/approvals/${encodeURIComponent(ids[0])}`, {
+        method: "POST",
+        body: { decision },
+      });
+      resolve(result.id, pending.get(result.id)?.agent, decision, result.decided_at, result.operator);
+      notice = `${decision === "approve" ? "Approved" : "Denied"} ${result.id}`;
+    } else {
+      const result = await api("/api/v1/approvals/batch", { method: "POST", body: { ids, decision } });
+      for (const id of result.ids) resolve(id, pending.get(id)?.agent, decision, new Date().toISOString(), null);
+      const skipped = result.skipped?.length ? `, ${result.skipped.length} skipped (already resolved or not hosted here)` : "";
+      notice = `${decision === "approve" ? "Approved" : "Denied"} ${result.decided}${skipped}`;
+    }
+    scheduleRender();
+  });
+}
+
+function requestRow(request) {
+  const id = request.id;
+  const { agent: _a, capability: _c, detail, ...rest } = request;
+  const checkbox = can("operate")
+    ? h("input", {
+        type: "checkbox",
+        "aria-label": `select ${id}`,
+        checked: selected.has(id),
+        onchange: (e) => {
+          if (e.target.checked) selected.add(id);
+          else selected.delete(id);
+          scheduleRender();
+        },
+      })
+    : null;
+  return h(
+    "li",
+    {
+      class: "request",
+      tabindex: 0,
+      dataset: { id, requestedAt: request.requested_at },
+      "aria-label": `${request.agent} asks ${request.capability}: ${detail}`,
+      onfocusin: () => {
+        focusedId = id;
+      },
+    },
+    checkbox,
+    h(
+      "div",
+      { class: "what" },
+      h("p", { class: "asked" }, detail || "(no description)"),
+      h(
+        "p",
+        { class: "meta" },
+        `${request.agent}${request.origin ? ` on ${request.origin}` : ""} · asked ${when(request.requested_at)} · `,
+        h("span", { class: "countdown", dataset: { expires: request.expires_at } }, countdown(request.expires_at)),
+      ),
+      h("details", {}, h("summary", {}, "Full request"), h("pre", {}, json({ ...rest, detail }))),
+    ),
+    h(
+      "div",
+      { class: "actions" },
+      action("operate", "Approve", () => decide([id], "approve"), { class: "approve", "aria-label": `approve ${id}` }),
+      action("operate", "Deny", () => decide([id], "deny"), { class: "deny", "aria-label": `deny ${id}` }),
+    ),
+  );
+}
+
+function groupSection(group) {
+  const label = `${group.agent} · ${group.capability}`;
+  return h(
+    "section",
+    { class: "group", "aria-label": label, dataset: { agent: group.agent, capability: group.capability } },
+    h(
+      "header",
+      {},
+      h("h3", {}, label, " ", h("span", { class: "badge" }, String(group.ids.length))),
+      h(
+        "div",
+        { class: "actions" },
+        action("operate", "Approve group", () => decide(group.ids, "approve"), { "aria-label": `approve all of ${label}` }),
+        action("operate", "Deny group", () => decide(group.ids, "deny"), { class: "deny", "aria-label": `deny all of ${label}` }),
+      ),
+    ),
+    h("ul", { class: "requests" }, group.ids.map((id) => requestRow(pending.get(id)))),
+  );
+}
+
+function historyTable() {
+  const rows = history.map((r) =>
+    h(
+      "tr",
+      { dataset: { id: r.id } },
+      h("td", {}, when(r.at)),
+      h("td", {}, r.agent || ""),
+      h("td", { class: `outcome ${r.outcome}` }, r.outcome),
+      h("td", {}, r.operator || (r.outcome === "timeout" ? "(timed out)" : "")),
+      h("td", { class: "mono" }, r.id),
+    ),
+  );
+  return table(["When", "Agent", "Outcome", "Operator", "Id"], rows, "Decisions, newest first");
+}
+
+function render() {
+  if (!root) return;
+  const hadFocus = root.contains(document.activeElement);
+  const list = groups();
+  const chosen = [...selected].filter((id) => pending.has(id));
+  const parts = [
+    h("h2", {}, "Approvals inbox"),
+    h("p", { class: "notice", role: "status" }, notice),
+    can("operate") && pending.size
+      ? h(
+          "div",
+          { class: "toolbar" },
+          h("span", {}, `${chosen.length} selected`),
+          h("button", { type: "button", disabled: !chosen.length, onclick: () => decide(chosen, "approve") }, "Approve selected"),
+          h("button", { type: "button", class: "deny", disabled: !chosen.length, onclick: () => decide(chosen, "deny") }, "Deny selected"),
+        )
+      : null,
+    list.length
+      ? h("div", { class: "groups" }, list.map(groupSection))
+      : h("p", { class: "empty" }, "No pending approvals. New requests appear here as agents make them."),
+    h("h2", {}, "History"),
+    historyTable(),
+  ];
+  fill(root, parts);
+  if (hadFocus && focusedId) root.querySelector(`li[data-id="${CSS.escape(focusedId)}"]`)?.focus();
+}
+
+function rows() {
+  return [...root.querySelectorAll("li.request")];
+}
+
+function move(step) {
+  const all = rows();
+  if (!all.length) return;
+  const at = all.findIndex((el) => el.dataset.id === focusedId);
+  const next = all[Math.min(all.length - 1, Math.max(0, at < 0 ? 0 : at + step))];
+  next.focus();
+}
+
+export default {
+  async start() {
+    await this.refresh();
+    clearInterval(ticker);
+    ticker = setInterval(() => {
+      if (!root) return;
+      for (const el of root.querySelectorAll(".countdown")) el.textContent = countdown(el.dataset.expires);
+    }, 1000);
+  },
+
+  stop() {
+    clearInterval(ticker);
+    pending.clear();
+    selected.clear();
+    history = [];
+    root = null;
+    updateBadge();
+  },
+
+  /** Re-read the pending list, its groups and the history (on sign-in and every reconnect). */
+  async refresh() {
+    await attempt("loading approvals", async () => {
+      const [batched, list, past] = await Promise.all([
+        api("/api/v1/approvals/batched"),
+        api("/api/v1/approvals"),
+        api(`/api/v1/approvals/history?limit=${HISTORY_SHOWN}`),
+      ]);
+      const byId = new Map(list.map((r) => [r.id, r]));
+      pending.clear();
+      for (const group of batched.groups) {
+        for (const id of group.ids) if (byId.has(id)) add(byId.get(id));
+      }
+      for (const r of list) add(r); // any that arrived between the two reads
+      history = past;
+      scheduleRender();
+    });
+  },
+
+  onEvent(name, data) {
+    if (name === "approval_requested" && typeof data.id === "string") {
+      const timeout = Number.isInteger(data.timeout_secs) && data.timeout_secs > 0 ? data.timeout_secs : 300;
+      const { ts, timeout_secs: _t, ...rest } = data;
+      add({ ...rest, requested_at: ts, timeout_secs: timeout, expires_at: expiryOf(ts, timeout) });
+      scheduleRender();
+    } else if (name === "approval_decided" && pending.has(data.id)) {
+      resolve(data.id, data.agent, data.decision, data.ts, data.operator);
+      scheduleRender();
+    } else if (name === "approval_timed_out" && pending.has(data.id)) {
+      resolve(data.id, data.agent, "timeout", data.ts, null);
+      scheduleRender();
+    }
+  },
+
+  async mount(main) {
+    root = main;
+    notice = "";
+    render();
+  },
+
+  unmount() {
+    root = null;
+  },
+
+  onKey(event) {
+    if (!root) return false;
+    const key = event.key;
+    if (key === "j") move(1);
+    else if (key === "k") move(-1);
+    else if (!can("operate")) return false;
+    else if (key === "x" && focusedId && pending.has(focusedId)) {
+      if (selected.has(focusedId)) selected.delete(focusedId);
+      else selected.add(focusedId);
+      scheduleRender();
+    } else if ((key === "a" || key === "d") && focusedId && pending.has(focusedId)) {
+      const id = focusedId;
+      move(1);
+      decide([id], key === "a" ? "approve" : "deny");
+    } else if (key === "A" || key === "D") {
+      const chosen = [...selected].filter((id) => pending.has(id));
+      if (chosen.length) decide(chosen, key === "A" ? "approve" : "deny");
+    } else return false;
+    return true;
+  },
+};

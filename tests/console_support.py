@@ -1,0 +1,92 @@
+"""Nodes for the console and CLI tests: a gated payer, a secret reader, a task worker and a
+cashier, optionally with approval requests already pending in the journal."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from eventstore.keys import load_or_create_key
+from node.app import open_store
+from node.config import load_config
+from tests.support import write_config
+
+# what an on-call operator holds: read to see, operate to decide (operate alone cannot read)
+ONCALL_TOKEN = "test-oncall-token-00000001"
+
+
+def console_config(directory: Path, agents: dict[str, Path], *, payer_tick_ms: int = 400) -> Path:
+    """payer (spend gated), vault (grant on `payments`), worker (tasks), cashier (gated tasks)."""
+    return write_config(
+        directory,
+        f"""
+[[auth.tokens]]
+name = "oncall"
+token = "{ONCALL_TOKEN}"
+scopes = ["read", "operate"]
+
+[[agents]]
+name = "payer"
+description = "Pays invoices, each after an operator's approval"
+component = "{agents["payer"]}"
+tick_interval_ms = {payer_tick_ms}
+[agents.capabilities]
+spend = true
+[agents.approval]
+spend = true
+timeout_secs = 600
+
+[[agents]]
+name = "vault"
+component = "{agents["secrets_reader"]}"
+tick_interval_ms = 1000
+[agents.grants]
+domains = ["payments"]
+
+[[agents]]
+name = "worker"
+component = "{agents["task_worker"]}"
+tick_interval_ms = 200
+
+[[agents]]
+name = "cashier"
+component = "{agents["cashier"]}"
+tick_interval_ms = 60000
+[agents.capabilities]
+spend = true
+[agents.approval]
+spend = true
+timeout_secs = 600
+
+[secrets.payments]
+api_key = "console-test-secret"
+""",
+    )
+
+
+def seed_pending(
+    config_path: Path,
+    journal: str,
+    capability: str,
+    ids: list[str],
+    timeout_secs: int = 600,
+    detail: str | None = None,
+) -> None:
+    """Journal approval requests while no node runs, as a node killed while its agents waited
+    leaves them: the next node lists them as pending and arms their timeouts."""
+    config = load_config(config_path)
+    store = open_store(config, load_or_create_key(config.data_path))
+
+    async def write() -> None:
+        store.start()
+        for approval_id in ids:
+            data = {
+                "id": approval_id,
+                "capability": capability,
+                "detail": detail or f"{capability} request {approval_id}",
+                "timeout_secs": timeout_secs,
+            }
+            await store.append(journal, "approval.requested", data)
+        await store.close()
+
+    asyncio.run(write())

@@ -1,0 +1,254 @@
+"""The operator console in a real browser (Debian's chromium, driven by Playwright) against a
+real node process hosting a gated payer: sign-in, live approvals, decisions, batch denial,
+grants, read-only tokens, errors, and the stream coming back after the node restarts.
+
+A failing test saves a screenshot of every open page in test-artifacts/console/."""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+
+from tests.console_support import ONCALL_TOKEN, console_config, seed_pending
+from tests.support import ADMIN_TOKEN, READ_TOKEN, ROOT, NodeProcess, logs_on_failure
+
+CHROMIUM = os.environ.get("CHROMIUM", shutil.which("chromium") or "/usr/bin/chromium")
+ARTIFACTS = ROOT / "test-artifacts" / "console"
+TIMEOUT_MS = 15_000
+PAGES: list[Page] = []
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory, built_agents) -> Iterator[NodeProcess]:
+    from node.api.runtime import COMPILED_CACHE_ENV
+    from tests.runtime_support import COMPILED_CACHE
+
+    os.environ[COMPILED_CACHE_ENV] = str(COMPILED_CACHE)
+    directory = tmp_path_factory.mktemp("console-node")
+    config = console_config(directory, built_agents)
+    seed_pending(config, "ledger", "refund", ["refund-1", "refund-2", "refund-3"])
+    node = NodeProcess(config)
+    with logs_on_failure(node.log_path), node:
+        yield node
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    if not Path(CHROMIUM).exists():
+        pytest.fail(
+            f"no chromium at {CHROMIUM}: scripts/setup installs it (apt-get install chromium)"
+        )
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def open_page(browser) -> Iterator[Callable[..., Page]]:
+    """Pages in fresh contexts (each its own sessionStorage), closed after the test."""
+    contexts = []
+
+    def open_(width: int = 1280, height: int = 800) -> Page:
+        context = browser.new_context(viewport={"width": width, "height": height})
+        contexts.append(context)
+        page = context.new_page()
+        page.set_default_timeout(TIMEOUT_MS)
+        PAGES.append(page)
+        return page
+
+    yield open_
+    PAGES.clear()
+    for context in contexts:
+        context.close()
+
+
+def screenshot_on_failure(test):
+    @functools.wraps(test)
+    def wrapper(*args, **kwargs):
+        try:
+            return test(*args, **kwargs)
+        except BaseException:
+            ARTIFACTS.mkdir(parents=True, exist_ok=True)
+            for index, page in enumerate(PAGES):
+                try:
+                    page.screenshot(path=str(ARTIFACTS / f"{test.__name__}-{index}.png"))
+                except Exception as exc:  # a closed page: report the test's own failure
+                    print(f"no screenshot of page {index}: {exc}")
+            raise
+
+    return wrapper
+
+
+def sign_in(page: Page, node: NodeProcess, token: str, view: str = "inbox") -> None:
+    page.goto(f"{node.url}/console/#/{view}")
+    page.get_by_label("Bearer token").fill(token)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.locator("#stream-state")).to_have_text("live")
+
+
+def payer_row(page: Page):
+    return page.locator('section.group[data-agent="payer"] li.request')
+
+
+@screenshot_on_failure
+def test_a_wrong_token_shows_the_problem_detail(node, open_page):
+    page = open_page()
+    page.goto(f"{node.url}/console/")
+    page.get_by_label("Bearer token").fill("not-a-token")
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.locator("#signin-error")).to_contain_text("the bearer token is not valid")
+    expect(page.locator("#app")).to_be_hidden()
+
+
+@screenshot_on_failure
+def test_approve_live_and_see_the_next_log_line_and_request(node, open_page):
+    page, tail = open_page(), open_page()
+    sign_in(page, node, ONCALL_TOKEN)
+    sign_in(tail, node, ONCALL_TOKEN, view="logs")
+    page.evaluate("window.notReloaded = true")
+    first = payer_row(page).first
+    expect(first).to_contain_text("INV-")
+    first_id = first.get_attribute("data-id")
+    invoice = re.search(r"INV-\d+", first.inner_text()).group(0)
+    expect(first).to_contain_text(re.compile(r"\d+:\d\d"))  # the countdown to its timeout
+
+    page.get_by_role("button", name=f"approve {first_id}").click()
+    # the agent's next log line arrives in the other tab's live tail
+    expect(tail.locator("#log-lines")).to_contain_text(f"paid {invoice}")
+    tail.get_by_label("Level at least").select_option("error")  # the tail's filters
+    expect(tail.locator("#log-lines")).not_to_contain_text(f"paid {invoice}")
+    tail.get_by_label("Level at least").select_option("info")
+    tail.get_by_label("Agent").select_option("vault")
+    expect(tail.locator("#log-lines")).not_to_contain_text(f"paid {invoice}")
+    expect(tail.locator("#log-lines")).to_contain_text("vault")
+    # and its next request appears in the inbox, without a reload
+    expect(payer_row(page).first).not_to_have_attribute("data-id", first_id)
+    expect(payer_row(page).first).to_contain_text("INV-")
+    assert page.evaluate("window.notReloaded") is True
+    history = page.locator("table tr", has_text=first_id)
+    expect(history).to_contain_text("approve")
+    expect(history).to_contain_text("oncall")
+    with node.client() as http:
+        decided = http.get("/api/v1/approvals/history").json()
+    assert {"id": first_id, "outcome": "approve", "operator": "oncall"}.items() <= next(
+        r for r in decided if r["id"] == first_id
+    ).items()
+
+
+@screenshot_on_failure
+def test_batch_deny_a_group(node, open_page):
+    page = open_page()
+    sign_in(page, node, ONCALL_TOKEN)
+    group = page.locator('section.group[data-agent="ledger"][data-capability="refund"]')
+    expect(group.locator("li.request")).to_have_count(3)
+    group.get_by_role("button", name="deny all of ledger · refund").click()
+    expect(group).to_have_count(0)
+    expect(page.locator(".notice")).to_have_text("Denied 3")
+    for approval_id in ("refund-1", "refund-2", "refund-3"):
+        expect(page.locator("table tr", has_text=approval_id)).to_contain_text("deny")
+    with node.client() as http:
+        pending = {p["id"] for p in http.get("/api/v1/approvals").json()}
+        history = {r["id"]: r for r in http.get("/api/v1/approvals/history").json()}
+    assert not pending & {"refund-1", "refund-2", "refund-3"}
+    assert history["refund-2"]["outcome"] == "deny" and history["refund-2"]["operator"] == "oncall"
+
+
+@screenshot_on_failure
+def test_revoke_and_restore_a_grant(node, open_page):
+    page = open_page()
+    sign_in(page, node, ONCALL_TOKEN, view="grants")
+    row = page.locator('tr[data-agent="vault"][data-domain="payments"]')
+    expect(row).to_contain_text("active")
+    row.get_by_role("button", name="revoke payments from vault").click()
+    expect(row).to_contain_text("revoked")
+    with node.client() as http:
+        [grant] = [g for g in http.get("/api/v1/broker/grants").json() if g["agent"] == "vault"]
+        assert grant["status"] == "revoked"
+    row.get_by_role("button", name="restore payments to vault").click()
+    expect(row).to_contain_text("active")
+    with node.client() as http:
+        [grant] = [g for g in http.get("/api/v1/broker/grants").json() if g["agent"] == "vault"]
+        assert grant["status"] == "active"
+
+
+@screenshot_on_failure
+def test_a_read_only_token_sees_no_action_buttons(node, open_page):
+    page = open_page(390, 844)  # and at phone width
+    sign_in(page, node, READ_TOKEN)
+    expect(payer_row(page).first).to_be_visible()
+    expect(page.locator("#whoami")).to_have_text("reader (read)")
+    main = page.locator("main")
+    expect(main.get_by_role("button", name=re.compile("approve|deny", re.I))).to_have_count(0)
+    expect(main.locator("input[type=checkbox]")).to_have_count(0)
+    page.keyboard.press("5")  # grants
+    expect(page.locator('tr[data-agent="vault"]')).to_contain_text("active")
+    expect(main.get_by_role("button", name=re.compile("revoke|restore", re.I))).to_have_count(0)
+    page.keyboard.press("3")  # tasks: no create form, no cancel
+    expect(page.locator("#task-list")).to_be_visible()
+    expect(main.get_by_role("button", name=re.compile("create|cancel", re.I))).to_have_count(0)
+
+
+@screenshot_on_failure
+def test_keyboard_approves_and_the_stream_resumes_after_a_restart(node, open_page):
+    page = open_page()
+    sign_in(page, node, ADMIN_TOKEN)
+    row = payer_row(page).first
+    expect(row).to_be_visible()
+    page.keyboard.press("j")
+    expect(row).to_be_focused()
+    approval_id = row.get_attribute("data-id")
+    page.keyboard.press("a")  # approve the focused request
+    expect(page.locator(f'li.request[data-id="{approval_id}"]')).to_have_count(0)
+
+    node.terminate()
+    expect(page.locator("#stream-state")).to_have_text("reconnecting…")
+    node.start()
+    expect(page.locator("#stream-state")).to_have_text("live", timeout=30_000)
+    # a decision made elsewhere after the restart reaches the page over the resumed stream
+    waiting = payer_row(page).first
+    expect(waiting).to_be_visible()
+    waiting_id = waiting.get_attribute("data-id")
+    with node.client() as http:
+        http.post(f"/api/v1/approvals/{waiting_id}", json={"decision": "deny"}).raise_for_status()
+    expect(page.locator(f'li.request[data-id="{waiting_id}"]')).to_have_count(0)
+    expect(page.locator("table tr", has_text=waiting_id)).to_contain_text("deny")
+
+
+@screenshot_on_failure
+def test_create_and_cancel_a_task_and_publish_a_component(node, open_page, built_agents):
+    page = open_page()
+    sign_in(page, node, ADMIN_TOKEN, view="tasks")
+    page.get_by_label("To", exact=True).select_option("cashier")
+    page.get_by_label("Input (JSON object)").fill('{"pay": {"invoice": "INV-9"}}')
+    page.get_by_role("button", name="Create task").click()
+    detail = page.locator("#task-detail")
+    expect(detail).to_contain_text("running")  # it waits for the spend approval
+    expect(detail).to_contain_text("asking to pay")  # its latest progress
+    detail.get_by_role("button", name="Cancel task").click()
+    expect(detail).to_contain_text("canceled by admin")
+    page.get_by_label("Status", exact=True).select_option("failed")
+    task_id = page.url.rsplit("/", 1)[1]
+    expect(page.locator(f'#task-list tr[data-id="{task_id}"]')).to_contain_text("failed")
+
+    page.keyboard.press("Escape")
+    page.goto(f"{node.url}/console/#/registry")
+    page.get_by_label("Package id").fill("trap-agent")
+    page.get_by_label("Version (SemVer)").fill("1.0.0")
+    # a small (WAT-built) component: the node compiles each upload to validate it
+    page.get_by_label("Component (.wasm)").set_input_files(str(built_agents["bad_trap"]))
+    page.get_by_role("button", name="Publish").click()
+    expect(page.locator("#publish-result")).to_contain_text("Published trap-agent 1.0.0")
+    expect(page.locator("#package-list")).to_contain_text("trap-agent")
+    page.get_by_label("Package id").fill("trap-agent")
+    page.get_by_label("Version (SemVer)").fill("1.0.0")
+    page.get_by_label("Component (.wasm)").set_input_files(str(built_agents["bad_trap"]))
+    page.get_by_role("button", name="Publish").click()
+    expect(page.locator("#error")).to_contain_text("publish failed")  # 409: the node's detail
