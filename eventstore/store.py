@@ -31,7 +31,6 @@ import lmdb
 import msgspec
 from nacl.signing import SigningKey, VerifyKey
 
-from eventstore.batch_sign import SharedSigner
 from eventstore.envelope import (
     Envelope,
     Event,
@@ -44,6 +43,7 @@ from eventstore.envelope import (
     utc_now,
     verify_signature,
 )
+from eventstore.signing import SharedSigner
 
 CommitListener = Callable[[list[Envelope]], None]
 KeyLookup = Callable[[str], VerifyKey | None]
@@ -170,6 +170,7 @@ class EventStore:
         *,
         map_size: int = _INITIAL_MAP_SIZE,
         max_batch: int = 1000,
+        signer: Callable[[SigningKey], SharedSigner] = SharedSigner,
     ) -> None:
         self.path = Path(path)
         self.origin = origin
@@ -194,7 +195,7 @@ class EventStore:
         self._valid_streams: set[str] = set()
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._writer: threading.Thread | None = None
-        self._signer = SharedSigner(signing_key)
+        self._signer = signer(signing_key)  # the C extension's, or PyNaCl's (signing.py)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
         self._waiters: list[asyncio.Future[None]] = []

@@ -8,6 +8,7 @@ import signal
 
 from aiohttp import web
 
+from eventstore.signing import SIGNER
 from node.app import build_app
 from node.config import Config, listen_address
 from node.context import CONTEXT
@@ -27,6 +28,7 @@ async def serve(config: Config) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     log.info("node %s listening on http://%s:%d", config.node.name, host, port)
+    log.info("journal signer: %s", SIGNER)
     try:
         await stop.wait()
     finally:
