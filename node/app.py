@@ -11,7 +11,7 @@ from nacl.signing import SigningKey
 
 from eventstore.keys import load_or_create_key
 from eventstore.store import EventStore
-from node import checkpoint
+from node import checkpoint, logsetup
 from node.api import a2a, approvals, discovery, entries, grants, health, openapi, registry
 from node.auth import ROUTE_SCOPES, TOKENS, TokenTable, auth_middleware
 from node.config import Config
@@ -72,6 +72,7 @@ def build_app(config: Config, *, key: SigningKey | None = None) -> web.Applicati
         middlewares=[timing_middleware, problem_middleware, auth_middleware],
         client_max_size=config.node.max_body_kb * 1024,
     )
+    logsetup.install(app)  # request ids, log context
     app[CONTEXT] = ctx
     app[TOKENS] = TokenTable(config.auth)
     app[ROUTE_SCOPES] = {}

@@ -6,13 +6,13 @@ import argparse
 import asyncio
 import base64
 import json
-import logging
 import sys
 import time
 from collections.abc import Sequence
 
 from eventstore.audit import verify_journals
 from eventstore.keys import KEY_FILE, KeyFileError, load_or_create_key, public_key_multibase
+from node import logsetup
 from node.config import SCOPES, Config, ConfigError, load_config
 from node.keyring import key_resolver
 from node.version import __version__
@@ -43,7 +43,7 @@ def _parser() -> argparse.ArgumentParser:
         p.set_defaults(func=func)
         return p
 
-    command("run", cmd_run, "run the node until SIGTERM or SIGINT")
+    logsetup.add_arguments(command("run", cmd_run, "run the node until SIGTERM or SIGINT"))
     command("keygen", cmd_keygen, "create the node key in data_dir (if absent) and show it")
 
     token = sub.add_parser("token", help="manage API tokens").add_subparsers(metavar="ACTION")
@@ -84,11 +84,11 @@ def _progress(label: str):
 def cmd_run(args: argparse.Namespace) -> int:
     from node.server import serve
 
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
     config = load_config(args.config)
-    asyncio.run(serve(config))
+    redactor = logsetup.configure_logging(
+        args.log_level, args.log_format, logsetup.Redactor(logsetup.secrets_of(config))
+    )
+    asyncio.run(serve(config, access_log=args.access_log, redactor=redactor))
     return 0
 
 

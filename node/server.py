@@ -12,13 +12,22 @@ from eventstore.signing import SIGNER
 from node.app import build_app
 from node.config import Config, listen_address
 from node.context import CONTEXT
+from node.logsetup import AccessLogger, Redactor, access_logger
 
 log = logging.getLogger("agent-node")
 
 
-async def serve(config: Config) -> None:
+async def serve(
+    config: Config, *, access_log: bool = False, redactor: Redactor | None = None
+) -> None:
     app = build_app(config)
-    runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=30)
+    runner = web.AppRunner(
+        app,
+        handle_signals=False,
+        access_log=access_logger(access_log),
+        access_log_class=AccessLogger,
+        shutdown_timeout=30,
+    )
     await runner.setup()
     host, port = listen_address(config)
     site = web.TCPSite(runner, host, port)
