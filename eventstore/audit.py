@@ -47,8 +47,10 @@ def verify_journals(
                 return AuditReport(len(names), checked, AuditFailure(stream, seq, failure))
             prev_hash, expected_seq = failure, seq + 1
             checked += 1
-            if progress and checked % 10_000 == 0:
+            if progress and checked % 1000 == 0:
                 progress(checked)
+        if progress:
+            progress(checked)
         if expected_seq - 1 != head.seq or (head.seq and prev_hash != head.payload_hash):
             reason = f"head says seq {head.seq} but the journal ends at {expected_seq - 1}"
             return AuditReport(len(names), checked, AuditFailure(stream, head.seq, reason))

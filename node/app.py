@@ -11,7 +11,7 @@ from nacl.signing import SigningKey
 
 from eventstore.keys import load_or_create_key
 from eventstore.store import EventStore
-from node import checkpoint, logsetup
+from node import checkpoint, logsetup, progress
 from node.api import a2a, approvals, discovery, entries, grants, health, openapi, registry
 from node.auth import ROUTE_SCOPES, TOKENS, TokenTable, auth_middleware
 from node.config import Config
@@ -87,7 +87,9 @@ async def journal_lifecycle(app: web.Application) -> AsyncIterator[None]:
     ctx = app[CONTEXT]
     if checkpoint.restore(ctx.projections, ctx.store, ctx.config.data_path):
         log.info("projections restored from checkpoint at position %d", ctx.projections.position)
-    ctx.projections.rebuild(ctx.store.iter_chunks(ctx.projections.position))
+    after = ctx.projections.position
+    pending = ctx.store.last_position - after
+    ctx.projections.rebuild(progress.chunks(ctx.store.iter_chunks(after), pending, "rebuild"))
     ctx.store.add_commit_listener(ctx.projections.apply)
     ctx.store.start()
     yield

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from eventstore.audit import verify_journals
 from eventstore.keys import KEY_FILE, KeyFileError, load_or_create_key, public_key_multibase
-from node import logsetup
+from node import logsetup, progress
 from node.config import SCOPES, Config, ConfigError, load_config
 from node.keyring import key_resolver
 from node.version import __version__
@@ -71,16 +71,6 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _progress(label: str):
-    started = time.monotonic()
-
-    def report(count: int) -> None:
-        rate = count / max(time.monotonic() - started, 1e-9)
-        print(f"{label}: {count:,} envelopes ({rate:,.0f}/s)", file=sys.stderr, flush=True)
-
-    return report
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     from node.server import serve
 
@@ -134,9 +124,15 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
     key, store = _open_offline(config)
     try:
         streams = [args.agent] if args.agent else None
-        report = verify_journals(
-            store, key_resolver(config, key, store), streams, _progress("verified")
-        )
+        heads = store.heads()
+        total = sum(h.seq for name, h in heads.items() if streams is None or name in streams)
+        with progress.bar(total, "audit verify") as shown:
+            report = verify_journals(
+                store,
+                key_resolver(config, key, store),
+                streams,
+                lambda checked: shown.update(checked - shown.n),
+            )
     finally:
         store.close_sync()
     if report.failure:
@@ -153,19 +149,16 @@ def cmd_replay(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     ctx = build_app(config)[CONTEXT]
     started = time.monotonic()
-    report = _progress("replayed")
     try:
         count = 0
 
         def counted():
             nonlocal count
             for chunk in ctx.store.iter_chunks():
-                if (count + len(chunk)) // 50_000 > count // 50_000:
-                    report(count + len(chunk))
                 count += len(chunk)
                 yield chunk
 
-        ctx.projections.rebuild(counted())
+        ctx.projections.rebuild(progress.chunks(counted(), ctx.store.last_position, "replay"))
     finally:
         ctx.store.close_sync()
     elapsed = time.monotonic() - started
@@ -191,10 +184,11 @@ def cmd_journal_export(args: argparse.Namespace) -> int:
     _key, store = _open_offline(config)
     out = open(args.output, "w") if args.output else sys.stdout  # noqa: SIM115
     try:
-        if store.head(args.agent) is None:
+        head = store.head(args.agent)
+        if head is None:
             print(f"agent-node: no journal named {args.agent!r}", file=sys.stderr)
             return 1
-        for envelope in store.iter_stream(args.agent):
+        for envelope in progress.items(store.iter_stream(args.agent), head.seq, "export"):
             record = {
                 **envelope.as_read(),
                 "position": envelope.position,
