@@ -9,10 +9,11 @@ import json
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from eventstore.audit import verify_journals
 from eventstore.keys import KEY_FILE, KeyFileError, load_or_create_key, public_key_multibase
-from node import logsetup, progress
+from node import cli_config, logsetup, progress
 from node.config import SCOPES, Config, ConfigError, load_config
 from node.keyring import key_resolver
 from node.version import __version__
@@ -60,6 +61,7 @@ def _parser() -> argparse.ArgumentParser:
     verify.add_argument("--agent", help="only this journal")
     verify.set_defaults(func=cmd_audit_verify)
 
+    cli_config.register(sub)  # config check, config schema (node/cli_config.py)
     command("replay", cmd_replay, "rebuild every projection from the journal and report counts")
 
     journal = sub.add_parser("journal", help="read journals").add_subparsers(metavar="ACTION")
@@ -78,7 +80,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     redactor = logsetup.configure_logging(
         args.log_level, args.log_format, logsetup.Redactor(logsetup.secrets_of(config))
     )
-    asyncio.run(serve(config, access_log=args.access_log, redactor=redactor))
+    asyncio.run(
+        serve(
+            config,
+            access_log=args.access_log,
+            redactor=redactor,
+            config_path=Path(args.config),
+        )
+    )
     return 0
 
 

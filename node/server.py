@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+from pathlib import Path
 
 from aiohttp import web
 
@@ -13,12 +14,17 @@ from node.app import build_app
 from node.config import Config, listen_address
 from node.context import CONTEXT
 from node.logsetup import AccessLogger, Redactor, access_logger
+from node.reload import Reloader
 
 log = logging.getLogger("agent-node")
 
 
 async def serve(
-    config: Config, *, access_log: bool = False, redactor: Redactor | None = None
+    config: Config,
+    *,
+    access_log: bool = False,
+    redactor: Redactor | None = None,
+    config_path: Path | None = None,
 ) -> None:
     app = build_app(config)
     runner = web.AppRunner(
@@ -36,6 +42,8 @@ async def serve(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    if config_path is not None:  # tokens and secrets again, without a restart (node/reload.py)
+        loop.add_signal_handler(signal.SIGHUP, Reloader(app, config_path, redactor).trigger)
     log.info("node %s listening on http://%s:%d", config.node.name, host, port)
     log.info("journal signer: %s", SIGNER)
     try:
