@@ -8,6 +8,7 @@ from typing import NamedTuple
 import msgspec
 
 from eventstore.envelope import decode_event, digest_of, verify_signature
+from eventstore.keychain import key_for_envelope
 from eventstore.store import EventStore, KeyLookup, decode_record
 
 
@@ -78,7 +79,7 @@ def _check(
         return f"payload does not decode: {exc}"
     if event.prev != prev_hash:
         return "prev does not match the previous envelope's payload_hash (broken chain)"
-    key = key_for_origin(event.origin)
+    key = key_for_envelope(key_for_origin(event.origin), stream, seq)
     if key is None:
         return f"no public key known for origin {event.origin!r}"
     if not verify_signature(key, stream, seq, digest, signature):

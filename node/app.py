@@ -25,6 +25,7 @@ from node.sync import api as sync
 from projections.base import Projections
 from projections.entries import Findings, Logs
 from projections.journals import Journals
+from projections.keys import KeyHistory
 
 log = logging.getLogger(__name__)
 JOURNAL_DIR = "journal"
@@ -55,7 +56,7 @@ def open_store(config: Config, key: SigningKey) -> EventStore:
 
 
 def core_projections() -> Projections:
-    return Projections([Journals(), Logs(), Findings()])
+    return Projections([Journals(), Logs(), Findings(), KeyHistory()])
 
 
 def build_app(config: Config, *, key: SigningKey | None = None) -> web.Application:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from eventstore.audit import verify_journals
 from eventstore.keys import KEY_FILE, KeyFileError, load_or_create_key, public_key_multibase
-from node import cli_config, logsetup, progress
+from node import cli_config, keyrotate, logsetup, progress
 from node.config import SCOPES, Config, ConfigError, load_config
 from node.keyring import key_resolver
 from node.version import __version__
@@ -62,6 +62,7 @@ def _parser() -> argparse.ArgumentParser:
     verify.set_defaults(func=cmd_audit_verify)
 
     cli_config.register(sub)  # config check, config schema (node/cli_config.py)
+    keyrotate.register(sub)  # key rotate (node/keyrotate.py)
     command("replay", cmd_replay, "rebuild every projection from the journal and report counts")
 
     journal = sub.add_parser("journal", help="read journals").add_subparsers(metavar="ACTION")
@@ -77,6 +78,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from node.server import serve
 
     config = load_config(args.config)
+    keyrotate.check_no_pending_rotation(config)
     redactor = logsetup.configure_logging(
         args.log_level, args.log_format, logsetup.Redactor(logsetup.secrets_of(config))
     )

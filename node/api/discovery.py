@@ -63,8 +63,22 @@ def agent_card(ctx: NodeContext) -> dict[str, Any]:
 
 
 def did_document(ctx: NodeContext) -> dict[str, Any]:
+    """The current key first (`#key-<n>`, n = rotations + 1); after a key rotation each retired
+    key follows as `#key-<i>` with `revoked` (its rotation's time) and in no relationship, so
+    verifiers know it signed the past and signs nothing new (docs/mesh.md, key rotation)."""
     did = did_web(ctx.config.public_url)
-    key_id = f"{did}#key-1"
+    rotations = ctx.projections["keys"].retired(ctx.name)
+    key_id = f"{did}#key-{len(rotations) + 1}"
+    retired = [
+        {
+            "id": f"{did}#key-{i + 1}",
+            "type": "Ed25519VerificationKey2020",
+            "controller": did,
+            "publicKeyMultibase": rotation.previous_public_key,
+            "revoked": rotation.ts,
+        }
+        for i, rotation in reversed(list(enumerate(rotations)))
+    ]
     return {
         "@context": DID_CONTEXT,
         "id": did,
@@ -74,7 +88,8 @@ def did_document(ctx: NodeContext) -> dict[str, Any]:
                 "type": "Ed25519VerificationKey2020",
                 "controller": did,
                 "publicKeyMultibase": public_key_multibase(ctx.key.verify_key),
-            }
+            },
+            *retired,
         ],
         "authentication": [key_id],
         "assertionMethod": [key_id],

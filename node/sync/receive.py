@@ -23,6 +23,7 @@ from node.sync.acks import AckRecorder
 from node.sync.incidents import Incidents
 from node.sync.keys import PeerKeys
 from node.sync.wire import MalformedEnvelope, agent_of, parse_envelope
+from projections.keys import is_key_journal, key_journal
 
 NODE_LEVEL = "node_level"
 FOREIGN_WRITER = "foreign_writer"
@@ -112,6 +113,12 @@ class Receiver:
                 detail = "node-level journals are not replicated"
                 outcome.rejections.append(
                     Rejection(index, item.stream, item.seq, NODE_LEVEL, detail)
+                )
+                continue
+            if is_key_journal(item.stream) and item.stream != key_journal(event.origin):
+                detail = f"{item.stream} is written by its node only, not by {event.origin!r}"
+                outcome.rejections.append(
+                    Rejection(index, item.stream, item.seq, FOREIGN_WRITER, detail)
                 )
                 continue
             home = journals.home_of(item.stream) or batch_home.get(item.stream)
