@@ -169,3 +169,19 @@ def test_a_build_without_a_c_compiler_installs_and_signs_through_pynacl(tmp_path
         timeout=60,
     )
     assert missing.returncode != 0 and "C signer is not installed" in missing.stderr
+
+
+def test_the_extension_source_compiles_where_linux_only_calls_are_missing():
+    """macOS and the BSDs lack sched_getcpu and pthread_setaffinity_np: compiled without
+    __linux__, the source must still build (the helper thread is then simply not pinned)."""
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    assert compiler, "the development install builds the extension, so a C compiler is here"
+    source = ROOT / "eventstore" / "sign_batch.c"
+    for flags in (["-U__linux__"], []):
+        done = subprocess.run(
+            [compiler, "-std=c11", "-Wall", "-Werror", "-fsyntax-only", *flags, str(source)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
