@@ -50,11 +50,12 @@ token = "{PEER_TOKEN}"
     node = NodeProcess(config, ("--log-level", "debug", "--log-format", "json", "--access-log"))
     with node:
         with node.client() as client:
-            assert (
-                client.get("/api/v1/status", headers={"X-Request-Id": "req-42"}).status_code == 200
-            )
+            answered = client.get("/api/v1/status", headers={"X-Request-Id": "req-42"})
+            assert answered.status_code == 200 and answered.headers["X-Request-Id"] == "req-42"
             response = client.get("/api/v1/logs", params={"since": 0, "token": "abc"})
-            assert response.headers["X-Request-Id"]  # generated when the client sends none
+            assert len(response.headers["X-Request-Id"]) == 32  # made when the client sends none
+            odd = client.get("/api/v1/status", headers={"X-Request-Id": "no spaces\tallowed"})
+            assert odd.headers["X-Request-Id"] != "no spaces\tallowed"  # not echoed into logs
             wait_for(
                 lambda: any(
                     "read payments/api_key" in entry["message"]
