@@ -22,7 +22,6 @@ from typing import Literal
 
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
-from pythonjsonlogger.json import JsonFormatter
 
 from node.auth import identity_of
 from node.config import Config
@@ -119,18 +118,20 @@ class _TextFormatter(logging.Formatter):
         return self._redact(f"{line} [{context}]" if context else line)
 
 
-class _JsonFormatter(JsonFormatter):
-    def __init__(self, redact: Redactor) -> None:
-        super().__init__(
-            "{asctime}{levelname}{name}{message}",
-            style="{",
-            rename_fields={"asctime": "ts", "levelname": "level", "name": "logger"},
-            datefmt="%Y-%m-%dT%H:%M:%S%z",
-        )
-        self._redact = redact
+def _json_formatter(redact: Redactor) -> logging.Formatter:
+    """python-json-logger's formatter, redacted; imported only when JSON logs are asked for."""
+    from pythonjsonlogger.json import JsonFormatter
 
-    def format(self, record: logging.LogRecord) -> str:
-        return self._redact(super().format(record))
+    class RedactedJsonFormatter(JsonFormatter):
+        def format(self, record: logging.LogRecord) -> str:
+            return redact(super().format(record))
+
+    return RedactedJsonFormatter(
+        "{asctime}{levelname}{name}{message}",
+        style="{",
+        rename_fields={"asctime": "ts", "levelname": "level", "name": "logger"},
+        datefmt="%Y-%m-%dT%H:%M:%S%z",
+    )
 
 
 def configure_logging(
@@ -140,7 +141,7 @@ def configure_logging(
     redactor = redactor or Redactor()
     handler = logging.StreamHandler(sys.stderr)
     handler.addFilter(ContextFilter())
-    handler.setFormatter(_JsonFormatter(redactor) if fmt == "json" else _TextFormatter(redactor))
+    handler.setFormatter(_json_formatter(redactor) if fmt == "json" else _TextFormatter(redactor))
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)

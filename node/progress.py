@@ -8,23 +8,41 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterable, Iterator, Sequence
-from typing import TextIO, TypeVar
-
-from tqdm import tqdm
+from typing import Any, TextIO, TypeVar
 
 T = TypeVar("T")
 
 
-def bar(total: int, label: str, *, stream: TextIO | None = None) -> tqdm:
-    """A bar over `total` envelopes; disabled (a no-op) unless the stream is a terminal."""
+class _Quiet:
+    """What `bar` gives off a terminal: counts, draws nothing, and spares importing tqdm (a
+    node under systemd starts without it)."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def update(self, count: int = 1) -> None:
+        self.n += count
+
+    def __enter__(self) -> _Quiet:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def bar(total: int, label: str, *, stream: TextIO | None = None) -> Any:
+    """A tqdm bar over `total` envelopes on a terminal; elsewhere a silent counter."""
     stream = stream or sys.stderr
+    if not _is_tty(stream):
+        return _Quiet()
+    from tqdm import tqdm
+
     return tqdm(
         total=total,
         desc=label,
         unit=" envelopes",
         unit_scale=True,
         file=stream,
-        disable=not _is_tty(stream),
         mininterval=0.25,
         dynamic_ncols=True,
     )

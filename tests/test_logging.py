@@ -6,7 +6,7 @@ import time
 
 import httpx
 
-from node.logsetup import ContextFilter, Redactor, _JsonFormatter, _TextFormatter
+from node.logsetup import ContextFilter, Redactor, _json_formatter, _TextFormatter
 from tests.support import ADMIN_TOKEN, NodeProcess, auth, free_port, write_config
 
 SECRET_VALUE = "sk-live-abcdef0123456789"
@@ -126,7 +126,7 @@ def test_a_secret_in_a_message_or_traceback_is_redacted_in_both_formats():
     assert SECRET_VALUE not in text and 'quote"d-secret' not in text
     assert "[redacted]" in text and "agent=payer" in text
     failing.exc_text = None
-    line = _JsonFormatter(redact).format(failing)
+    line = _json_formatter(redact).format(failing)
     parsed = json.loads(line)
     assert parsed["agent"] == "payer" and parsed["message"] == "calling with [redacted]"
     assert SECRET_VALUE not in line and 'quote\\"d-secret' not in line
