@@ -79,6 +79,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     config = load_config(args.config)
     keyrotate.check_no_pending_rotation(config)
+    keyrotate.check_key_matches_journal(config)
     redactor = logsetup.configure_logging(
         args.log_level, args.log_format, logsetup.Redactor(logsetup.secrets_of(config))
     )

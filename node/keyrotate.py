@@ -51,6 +51,31 @@ def check_no_pending_rotation(config: Config) -> None:
         )
 
 
+def check_key_matches_journal(config: Config) -> None:
+    """At start: after a rotation, `node.key` must be the journal's newest key. An older key (a
+    backup restored over it) would sign envelopes every peer rejects as `bad_signature`."""
+    from node.app import open_store
+
+    key_path = config.data_path / KEY_FILE
+    if not key_path.exists():
+        return
+    key = load_key(key_path)
+    store = open_store(config, key)
+    try:
+        history = KeyHistory()
+        for envelope in store.iter_stream(key_journal(config.node.name)):
+            history.apply(envelope)
+    finally:
+        store.close_sync()
+    current, ours = history.current(config.node.name), public_key_multibase(key.verify_key)
+    if current is not None and current != ours:
+        raise KeyFileError(
+            f"{key_path} holds {ours}, but the journal says the node key is {current} since "
+            "its last rotation: restore the right node.key (an older one signs nothing peers "
+            "accept)"
+        )
+
+
 def cmd_key_rotate(args: argparse.Namespace) -> int:
     from node.app import open_store
 

@@ -216,3 +216,8 @@ def test_an_interrupted_rotation_blocks_start_and_is_finished_or_discarded(tmp_p
     assert (data / KEY_FILE).read_bytes() == rotated
     audit = run_cli("audit", "verify", "--config", str(config_path))
     assert audit.returncode == 0, audit.stderr
+    # an old key restored over the rotated one would sign what peers reject: no start
+    (data / KEY_FILE).unlink()
+    write_key(data / KEY_FILE, SigningKey(original))
+    stale = run_cli("run", "--config", str(config_path), timeout=60)
+    assert stale.returncode == 2 and "the journal says the node key is" in stale.stderr
