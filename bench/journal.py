@@ -2,7 +2,8 @@
 
 (a) durable signed appends/s through the group-commit writer, 64 concurrent producers, vs the
     raw limit: msgspec encode + sha256 + ed25519 sign + LMDB put, 1000 per txn, one fsync each
-    (and, for context, the same with 256 producers, whose batches are not capped at 64);
+    (and, for context, the same with 256 producers, whose batches are not capped at 64; and the
+    same with the PyNaCl signer, an install without the C extension);
 (b) projection rebuild events/s vs a raw LMDB scan + decode of the same journal;
 (c) POST /api/v1/findings requests/s at concurrency 64 vs a bare aiohttp handler.
 
@@ -27,8 +28,14 @@ from nacl.signing import SigningKey
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import http_load, report, start_process, stop_process
-from eventstore.batch_sign import BatchSigner
 from eventstore.envelope import Event, decode_event, encode_event, signed_bytes, utc_now
+from eventstore.signing import (
+    SIGNER,
+    BatchSigner,
+    PyNaClBatchSigner,
+    PyNaClSharedSigner,
+    SharedSigner,
+)
 from eventstore.store import EventStore
 from node.app import build_app
 from node.context import CONTEXT
@@ -47,7 +54,7 @@ def node_projections():
 DATA = {"severity": "low", "title": "disk almost full", "detail": "92% used on /var"}
 
 
-def raw_append_limit(directory: Path, count: int) -> float:
+def raw_append_limit(directory: Path, count: int, pynacl: bool = False) -> float:
     """What one thread can do with no queue at all: the ceiling for the writer.
 
     It signs with the writer's own primitive (one C call per transaction, on this thread), the
@@ -56,7 +63,7 @@ def raw_append_limit(directory: Path, count: int) -> float:
     env = lmdb.open(str(directory), map_size=1 << 30, max_dbs=4)
     db = env.open_db(b"events")
     record = msgspec.msgpack.Encoder()
-    signer = BatchSigner(KEY)
+    signer = PyNaClBatchSigner(KEY) if pynacl else BatchSigner(KEY)
     prev = ""
     started = time.perf_counter()
     for start in range(0, count, 1000):
@@ -79,8 +86,11 @@ def raw_append_limit(directory: Path, count: int) -> float:
     return count / elapsed
 
 
-async def group_commit_rate(directory: Path, count: int, producers: int = 64) -> float:
-    store = EventStore(directory, KEY, "bench")
+async def group_commit_rate(
+    directory: Path, count: int, producers: int = 64, pynacl: bool = False
+) -> float:
+    signer = PyNaClSharedSigner if pynacl else SharedSigner
+    store = EventStore(directory, KEY, "bench", signer=signer)
     projections = node_projections()
     projections.rebuild(())  # as the node does at start: collector state frozen after set-up
     store.add_commit_listener(projections.apply)
@@ -184,15 +194,17 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bench-journal-"))
     try:
 
-        def appends_round(i: int, producers: int) -> tuple[float, float]:
+        def appends_round(i: int, producers: int, pynacl: bool = False) -> tuple[float, float]:
             # alternate which runs first: the first of a pair is measurably disadvantaged here
+            tag = f"{i}-{producers}{'-pynacl' if pynacl else ''}"
+
             def ours() -> float:
                 return asyncio.run(
-                    group_commit_rate(tmp / f"store{i}-{producers}", args.events, producers)
+                    group_commit_rate(tmp / f"store{tag}", args.events, producers, pynacl)
                 )
 
             def limit() -> float:
-                return raw_append_limit(tmp / f"raw{i}-{producers}", args.events)
+                return raw_append_limit(tmp / f"raw{tag}", args.events, pynacl)
 
             if i % 2:
                 peer = limit()
@@ -209,6 +221,11 @@ def main() -> None:
             args.rounds, lambda i: appends_round(i, 256)
         )
         print(f"    with 256 producers {wide:,.0f} vs {wide_limit:,.0f}: {wide_ratio:.2f}")
+        # an install without the C extension (AGENT_NODE_SIGNER=pynacl, or no compiler)
+        plain, plain_limit, plain_ratio, _ = paired_rounds(
+            args.rounds, lambda i: appends_round(i, 64, pynacl=True)
+        )
+        print(f"    PyNaCl signer {plain:,.0f} vs {plain_limit:,.0f}: {plain_ratio:.2f}")
 
         def replay_round(i: int) -> tuple[float, float]:
             if i % 2:
@@ -236,6 +253,10 @@ def main() -> None:
             "limit_per_s": round(limit),
             "append_ratio": round(append_ratio, 2),
             "append_ratio_rounds": append_rounds,
+            "signer": SIGNER,
+            "appends_per_s_pynacl": round(plain),
+            "limit_per_s_pynacl": round(plain_limit),
+            "append_ratio_pynacl": round(plain_ratio, 2),
             "appends_256_per_s": round(wide),
             "limit_256_per_s": round(wide_limit),
             "append_ratio_256": round(wide_ratio, 2),

@@ -8,6 +8,7 @@ from typing import NamedTuple
 import msgspec
 
 from eventstore.envelope import decode_event, digest_of, verify_signature
+from eventstore.keychain import key_for_envelope
 from eventstore.store import EventStore, KeyLookup, decode_record
 
 
@@ -47,8 +48,10 @@ def verify_journals(
                 return AuditReport(len(names), checked, AuditFailure(stream, seq, failure))
             prev_hash, expected_seq = failure, seq + 1
             checked += 1
-            if progress and checked % 10_000 == 0:
+            if progress and checked % 1000 == 0:
                 progress(checked)
+        if progress:
+            progress(checked)
         if expected_seq - 1 != head.seq or (head.seq and prev_hash != head.payload_hash):
             reason = f"head says seq {head.seq} but the journal ends at {expected_seq - 1}"
             return AuditReport(len(names), checked, AuditFailure(stream, head.seq, reason))
@@ -76,7 +79,7 @@ def _check(
         return f"payload does not decode: {exc}"
     if event.prev != prev_hash:
         return "prev does not match the previous envelope's payload_hash (broken chain)"
-    key = key_for_origin(event.origin)
+    key = key_for_envelope(key_for_origin(event.origin), stream, seq)
     if key is None:
         return f"no public key known for origin {event.origin!r}"
     if not verify_signature(key, stream, seq, digest, signature):

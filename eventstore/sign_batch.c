@@ -159,7 +159,10 @@ shared_signer *shared_new(uintptr_t crypto_sign, const unsigned char *secret_key
     return s;
 }
 
-/* Anywhere but the caller's CPU; with one allowed CPU, leave the choice to the scheduler. */
+/* Anywhere but the caller's CPU; with one allowed CPU, leave the choice to the scheduler.
+ * CPU affinity calls are Linux's (glibc, musl); elsewhere (macOS, the BSDs) the helper is left
+ * where the scheduler puts it, which costs speed, never correctness. */
+#ifdef __linux__
 static void pin_away_from_caller(shared_signer *s) {
     int here = sched_getcpu();
     if (here < 0 || here == s->pinned_away_from) return;
@@ -169,6 +172,9 @@ static void pin_away_from_caller(shared_signer *s) {
     if (CPU_COUNT(&allowed) > 0) pthread_setaffinity_np(s->helper, sizeof allowed, &allowed);
     s->pinned_away_from = here;
 }
+#else
+static void pin_away_from_caller(shared_signer *s) { (void)s; }
+#endif
 
 static int reserve(shared_signer *s, size_t count, size_t slot_bytes) {
     if (count <= s->capacity && slot_bytes <= s->slot_bytes) return 0;

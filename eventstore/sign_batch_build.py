@@ -1,4 +1,8 @@
-"""cffi build of `eventstore._sign_batch` (run by setuptools through setup.py's cffi_modules)."""
+"""cffi build of `eventstore._sign_batch` (run by setuptools through setup.py's cffi_modules).
+
+`optional=True`: a failed compile (no compiler, no Python headers) is a warning, not a failed
+install; the store then signs through PyNaCl (eventstore/signing.py).
+"""
 
 from pathlib import Path
 
@@ -23,6 +27,7 @@ ffibuilder.set_source(
     (Path(__file__).parent / "sign_batch.c").read_text(),
     extra_compile_args=["-O2", "-std=c11"],
     libraries=["pthread"],
+    optional=True,
 )
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import fcntl
 import logging
 import os
 import queue
@@ -32,7 +33,6 @@ import lmdb
 import msgspec
 from nacl.signing import SigningKey, VerifyKey
 
-from eventstore.batch_sign import SharedSigner
 from eventstore.envelope import (
     Envelope,
     Event,
@@ -45,11 +45,14 @@ from eventstore.envelope import (
     utc_now,
     verify_signature,
 )
+from eventstore.keychain import KeyChain, key_for_envelope
+from eventstore.signing import SharedSigner
 
 CommitListener = Callable[[list[Envelope]], None]
 # Told when a commit listener raised: (the listener, the envelopes it was given, the exception).
 ListenerFaultHook = Callable[[CommitListener, list[Envelope], Exception], None]
-KeyLookup = Callable[[str], VerifyKey | None]
+# origin → its key, or its KeyChain once it rotated keys (keychain.py), or None if unknown
+KeyLookup = Callable[[str], VerifyKey | KeyChain | None]
 
 _INITIAL_MAP_SIZE = 64 << 20
 _MAX_STREAM_BYTES = 200
@@ -64,6 +67,7 @@ _SEQ = struct.Struct(">Q")  # the last 8 bytes of an events key
 _records_decoder = msgspec.msgpack.Decoder(list[tuple[int, bytes, bytes, bytes]])
 _head_decoder = msgspec.msgpack.Decoder(tuple[int, bytes])
 _log = logging.getLogger("agent-node.eventstore")
+WRITER_LOCK = "writer.lock"  # in the environment's folder, flock()ed by the writing process
 _open_paths: set[str] = set()
 _open_paths_lock = threading.Lock()
 
@@ -174,6 +178,7 @@ class EventStore:
         *,
         map_size: int = _INITIAL_MAP_SIZE,
         max_batch: int = 1000,
+        signer: Callable[[SigningKey], SharedSigner] = SharedSigner,
     ) -> None:
         self.path = Path(path)
         self.origin = origin
@@ -199,7 +204,8 @@ class EventStore:
         self._valid_streams: set[str] = set()
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._writer: threading.Thread | None = None
-        self._signer = SharedSigner(signing_key)
+        self._writer_lock: int | None = None
+        self._signer = signer(signing_key)  # the C extension's, or PyNaCl's (signing.py)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
         self._waiters: list[asyncio.Future[None]] = []
@@ -211,11 +217,26 @@ class EventStore:
     # ----------------------------------------------------------------- lifecycle
     def start(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
         """Bind the event loop that listeners run on and start the writer thread."""
+        self._lock_writer()
         self._loop = loop or asyncio.get_running_loop()
         self._writer = threading.Thread(
             target=self._write_loop, name="eventstore-writer", daemon=True
         )
         self._writer.start()
+
+    def _lock_writer(self) -> None:
+        """One writing process per environment (readers need no lock): a second node on the
+        same data dir, or an offline writer such as `key rotate` next to a running node, is
+        refused instead of interleaving commits. The OS drops the lock when the process dies."""
+        fd = os.open(self.path / WRITER_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise StoreAlreadyOpenError(
+                f"{self.path} is being written by another process (a running node?)"
+            ) from None
+        self._writer_lock = fd
 
     async def close(self) -> None:
         """Refuse new writes, commit everything already queued, then close the environment."""
@@ -239,6 +260,9 @@ class EventStore:
     def _close_env(self) -> None:
         self._env.close()
         self._signer.close()
+        if self._writer_lock is not None:
+            os.close(self._writer_lock)  # releases the flock
+            self._writer_lock = None
         with _open_paths_lock:
             _open_paths.discard(self._real)
 
@@ -718,7 +742,7 @@ def _precheck(
         except (ValueError, msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
             out.append(ImportResult(ImportStatus.MALFORMED, detail=str(exc)))
             continue
-        key = key_for_origin(event.origin)
+        key = key_for_envelope(key_for_origin(event.origin), item.stream, item.seq)
         if key is None:
             out.append(ImportResult(ImportStatus.UNKNOWN_ORIGIN, detail=f"origin {event.origin!r}"))
             continue

@@ -11,7 +11,7 @@ from nacl.signing import SigningKey
 
 from eventstore.keys import load_or_create_key
 from eventstore.store import EventStore
-from node import checkpoint
+from node import checkpoint, logsetup, progress
 from node.api import (
     a2a,
     approvals,
@@ -37,6 +37,7 @@ from node.metrics import NodeMetrics
 from projections.base import Projections
 from projections.entries import Findings, Logs
 from projections.journals import Journals
+from projections.keys import KeyHistory
 from projections.ownership import Owners
 
 log = logging.getLogger(__name__)
@@ -71,7 +72,7 @@ def open_store(config: Config, key: SigningKey) -> EventStore:
 
 
 def core_projections() -> Projections:
-    return Projections([Journals(), Owners(), Logs(), Findings()])
+    return Projections([Journals(), Owners(), Logs(), Findings(), KeyHistory()])
 
 
 def build_app(config: Config, *, key: SigningKey | None = None) -> web.Application:
@@ -88,6 +89,7 @@ def build_app(config: Config, *, key: SigningKey | None = None) -> web.Applicati
         middlewares=[timing_middleware, problem_middleware, auth_middleware],
         client_max_size=config.node.max_body_kb * 1024,
     )
+    logsetup.install(app)  # request ids, log context
     app[CONTEXT] = ctx
     app[TOKENS] = TokenTable(config.auth)
     app.cleanup_ctx.append(journal_lifecycle)
@@ -104,7 +106,9 @@ async def journal_lifecycle(app: web.Application) -> AsyncIterator[None]:
     faults.attach()  # a read model that raises on an envelope never stops the rebuild
     if checkpoint.restore(ctx.projections, ctx.store, ctx.config.data_path):
         log.info("projections restored from checkpoint at position %d", ctx.projections.position)
-    ctx.projections.rebuild(ctx.store.iter_chunks(ctx.projections.position))
+    after = ctx.projections.position
+    pending = ctx.store.last_position - after
+    ctx.projections.rebuild(progress.chunks(ctx.store.iter_chunks(after), pending, "rebuild"))
     ctx.store.add_commit_listener(ctx.projections.apply)
     ctx.store.start()
     faults.start()

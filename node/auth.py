@@ -36,6 +36,10 @@ def identity_of(request: web.Request) -> Identity | None:
 
 class TokenTable:
     def __init__(self, auth: AuthSection) -> None:
+        self.reload(auth)
+
+    def reload(self, auth: AuthSection) -> None:
+        """Swap in a new set of tokens (SIGHUP) in one assignment: a request sees old or new."""
         self._entries = [
             (
                 bytes.fromhex(t.token_sha256) if t.token_sha256 else token_digest(t.token or ""),

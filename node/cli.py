@@ -6,13 +6,14 @@ import argparse
 import asyncio
 import base64
 import json
-import logging
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from eventstore.audit import verify_journals
 from eventstore.keys import KEY_FILE, KeyFileError, load_or_create_key, public_key_multibase
+from node import cli_config, keyrotate, logsetup, progress
 from node.cli_client import add_client_commands
 from node.config import SCOPES, Config, ConfigError, load_config
 from node.keyring import key_resolver
@@ -44,7 +45,7 @@ def _parser() -> argparse.ArgumentParser:
         p.set_defaults(func=func)
         return p
 
-    command("run", cmd_run, "run the node until SIGTERM or SIGINT")
+    logsetup.add_arguments(command("run", cmd_run, "run the node until SIGTERM or SIGINT"))
     command("keygen", cmd_keygen, "create the node key in data_dir (if absent) and show it")
 
     token = sub.add_parser("token", help="manage API tokens").add_subparsers(metavar="ACTION")
@@ -61,6 +62,8 @@ def _parser() -> argparse.ArgumentParser:
     verify.add_argument("--agent", help="only this journal")
     verify.set_defaults(func=cmd_audit_verify)
 
+    cli_config.register(sub)  # config check, config schema (node/cli_config.py)
+    keyrotate.register(sub)  # key rotate (node/keyrotate.py)
     command("replay", cmd_replay, "rebuild every projection from the journal and report counts")
 
     journal = sub.add_parser("journal", help="read journals").add_subparsers(metavar="ACTION")
@@ -73,24 +76,23 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _progress(label: str):
-    started = time.monotonic()
-
-    def report(count: int) -> None:
-        rate = count / max(time.monotonic() - started, 1e-9)
-        print(f"{label}: {count:,} envelopes ({rate:,.0f}/s)", file=sys.stderr, flush=True)
-
-    return report
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     from node.server import serve
 
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
     config = load_config(args.config)
-    asyncio.run(serve(config))
+    keyrotate.check_no_pending_rotation(config)
+    keyrotate.check_key_matches_journal(config)
+    redactor = logsetup.configure_logging(
+        args.log_level, args.log_format, logsetup.Redactor(logsetup.secrets_of(config))
+    )
+    asyncio.run(
+        serve(
+            config,
+            access_log=args.access_log,
+            redactor=redactor,
+            config_path=Path(args.config),
+        )
+    )
     return 0
 
 
@@ -136,9 +138,15 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
     key, store = _open_offline(config)
     try:
         streams = [args.agent] if args.agent else None
-        report = verify_journals(
-            store, key_resolver(config, key, store), streams, _progress("verified")
-        )
+        heads = store.heads()
+        total = sum(h.seq for name, h in heads.items() if streams is None or name in streams)
+        with progress.bar(total, "audit verify") as shown:
+            report = verify_journals(
+                store,
+                key_resolver(config, key, store),
+                streams,
+                lambda checked: shown.update(checked - shown.n),
+            )
     finally:
         store.close_sync()
     if report.failure:
@@ -155,19 +163,16 @@ def cmd_replay(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     ctx = build_app(config)[CONTEXT]
     started = time.monotonic()
-    report = _progress("replayed")
     try:
         count = 0
 
         def counted():
             nonlocal count
             for chunk in ctx.store.iter_chunks():
-                if (count + len(chunk)) // 50_000 > count // 50_000:
-                    report(count + len(chunk))
                 count += len(chunk)
                 yield chunk
 
-        ctx.projections.rebuild(counted())
+        ctx.projections.rebuild(progress.chunks(counted(), ctx.store.last_position, "replay"))
     finally:
         ctx.store.close_sync()
     elapsed = time.monotonic() - started
@@ -193,10 +198,11 @@ def cmd_journal_export(args: argparse.Namespace) -> int:
     _key, store = _open_offline(config)
     out = open(args.output, "w") if args.output else sys.stdout  # noqa: SIM115
     try:
-        if store.head(args.agent) is None:
+        head = store.head(args.agent)
+        if head is None:
             print(f"agent-node: no journal named {args.agent!r}", file=sys.stderr)
             return 1
-        for envelope in store.iter_stream(args.agent):
+        for envelope in progress.items(store.iter_stream(args.agent), head.seq, "export"):
             record = {
                 **envelope.as_read(),
                 "position": envelope.position,

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import re
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import msgspec
 
 from node.limits import DEFAULT_FUEL_PER_TICK
+from node.secretfiles import read_secret_files
 from projections.catalogue import MAX_APPROVAL_TIMEOUT_SECS
 
 # `(?!\n)`: Python's `$` also matches before a final newline, so "scanner\n" would pass
@@ -62,6 +64,7 @@ class TokenEntry(_Section, kw_only=True):
     name: AgentName
     token: str | None = None
     token_sha256: Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{64}$(?!\n)")] | None = None
+    token_file: str | None = None  # read at start and on SIGHUP (node/secretfiles.py)
     scopes: list[Scope]
 
 
@@ -72,7 +75,8 @@ class AuthSection(_Section, kw_only=True):
 class Peer(_Section, kw_only=True):
     name: AgentName
     url: str
-    token: str
+    token: str | None = None  # one of token or token_file (read at start and on SIGHUP)
+    token_file: str | None = None
     public_key: str | None = None
 
 
@@ -182,8 +186,15 @@ def parse_config(raw: dict, source: str = "runtime.toml") -> Config:
         config = msgspec.convert(raw, Config)
     except msgspec.ValidationError as exc:
         raise ConfigError(f"{source}: {_readable(str(exc))}") from exc
-    _check(config, source)
+    for problem in config_problems(config, source):
+        raise ConfigError(problem)
     return config
+
+
+def config_problems(config: Config, source: str) -> Iterator[str]:
+    """Every problem of a converted config, in order: unreadable `*_file`s, then the checks."""
+    yield from read_secret_files(config, source)
+    yield from _check(config, source)
 
 
 def _readable(message: str) -> str:
@@ -191,40 +202,43 @@ def _readable(message: str) -> str:
     return message.replace("`$.", "`").replace("at `$`", "at the top level")
 
 
-def _check(config: Config, source: str) -> None:
+def _check(config: Config, source: str) -> Iterator[str]:
     names = [a.name for a in config.agents]
     for name in {n for n in names if names.count(n) > 1}:
-        raise ConfigError(f"{source}: agents: the name {name!r} is used twice")
+        yield f"{source}: agents: the name {name!r} is used twice"
     for i, agent in enumerate(config.agents):
-        _check_agent(agent, f"{source}: agents[{i}]")
+        yield from _check_agent(agent, f"{source}: agents[{i}]")
     token_names = [t.name for t in config.auth.tokens]
     for i, token in enumerate(config.auth.tokens):
         where = f"{source}: auth.tokens[{i}]"
-        if (token.token is None) == (token.token_sha256 is None):
-            raise ConfigError(f"{where}: give exactly one of `token` or `token_sha256`")
+        given = [token.token, token.token_sha256, token.token_file]
+        if sum(value is not None for value in given) != 1 and token.token_file is None:
+            yield f"{where}: give exactly one of `token`, `token_sha256` or `token_file`"
         if token.token is not None and len(token.token) < 16:
-            raise ConfigError(f"{where}.token: must be at least 16 characters")
+            yield f"{where}.token: must be at least 16 characters"
         if token_names.count(token.name) > 1:
-            raise ConfigError(f"{where}.name: {token.name!r} is used twice")
+            yield f"{where}.name: {token.name!r} is used twice"
         if not token.scopes:
-            raise ConfigError(f"{where}.scopes: give at least one scope")
+            yield f"{where}.scopes: give at least one scope"
     for domain, values in config.secrets.items():
         for key, value in values.items():
             if not isinstance(value, str):
-                raise ConfigError(f"{source}: secrets.{domain}.{key}: expected a string")
+                yield f"{source}: secrets.{domain}.{key}: expected a string"
     peer_names = [p.name for p in config.peers]
     for i, peer in enumerate(config.peers):
         if peer.name == config.node.name or peer_names.count(peer.name) > 1:
-            raise ConfigError(f"{source}: peers[{i}].name: {peer.name!r} is not unique")
+            yield f"{source}: peers[{i}].name: {peer.name!r} is not unique"
+        if peer.token is None and peer.token_file is None:
+            yield f"{source}: peers[{i}]: give `token` or `token_file`"
         if not re.match(r"^https?://", peer.url):
-            raise ConfigError(f"{source}: peers[{i}].url: must start with http:// or https://")
-    _check_secret_domains(config, source)
+            yield f"{source}: peers[{i}].url: must start with http:// or https://"
+    yield from _check_secret_domains(config, source)
     host, _, port = config.node.listen.rpartition(":")
     if not host or not port.isdigit() or not 0 <= int(port) < 65536:
-        raise ConfigError(f"{source}: node.listen: expected HOST:PORT, got {config.node.listen!r}")
+        yield f"{source}: node.listen: expected HOST:PORT, got {config.node.listen!r}"
 
 
-def _check_secret_domains(config: Config, source: str) -> None:
+def _check_secret_domains(config: Config, source: str) -> Iterator[str]:
     """Refuse domains whose environment names overlap: with `payments` and `payments_admin`,
     AGENT_SECRET_PAYMENTS_ADMIN_API_KEY would be both payments/admin_api_key and
     payments_admin/api_key."""
@@ -233,29 +247,28 @@ def _check_secret_domains(config: Config, source: str) -> None:
     for short in env_domains:
         for long in env_domains:
             if long.startswith(short + "_"):
-                raise ConfigError(
+                yield (
                     f"{source}: secret domains {short!r} and {long!r} are ambiguous: the "
                     f"environment variable AGENT_SECRET_{long.upper()}_<KEY> could belong to "
                     f"either; rename one (for example without the `_`)"
                 )
 
 
-def _check_agent(agent: AgentConfig, where: str) -> None:
+def _check_agent(agent: AgentConfig, where: str) -> Iterator[str]:
     for key, value in agent.approval.items():
         if key == "timeout_secs":
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ConfigError(f"{where}.approval.timeout_secs: expected a positive integer")
-            if value > MAX_APPROVAL_TIMEOUT_SECS:  # the event catalogue's bound
-                raise ConfigError(
-                    f"{where}.approval.timeout_secs: at most {MAX_APPROVAL_TIMEOUT_SECS} (30 days)"
-                )
+                yield f"{where}.approval.timeout_secs: expected a positive integer"
+            elif value > MAX_APPROVAL_TIMEOUT_SECS:  # the event catalogue's bound
+                limit = MAX_APPROVAL_TIMEOUT_SECS
+                yield f"{where}.approval.timeout_secs: at most {limit} (30 days)"
         elif not isinstance(value, bool):
-            raise ConfigError(f"{where}.approval.{key}: expected a boolean")
+            yield f"{where}.approval.{key}: expected a boolean"
     for capability, value in agent.capabilities.items():
         if capability == "timeout_secs":
-            raise ConfigError(f"{where}.capabilities.timeout_secs: not a capability name")
+            yield f"{where}.capabilities.timeout_secs: not a capability name"
         if not isinstance(value, bool):
-            raise ConfigError(f"{where}.capabilities.{capability}: expected a boolean")
+            yield f"{where}.capabilities.{capability}: expected a boolean"
 
 
 def listen_address(config: Config) -> tuple[str, int]:

@@ -5,19 +5,35 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+from pathlib import Path
 
 from aiohttp import web
 
+from eventstore.signing import SIGNER
 from node.app import build_app
 from node.config import Config, listen_address
 from node.context import CONTEXT
+from node.logsetup import AccessLogger, Redactor, access_logger
+from node.reload import Reloader
 
 log = logging.getLogger("agent-node")
 
 
-async def serve(config: Config) -> None:
+async def serve(
+    config: Config,
+    *,
+    access_log: bool = False,
+    redactor: Redactor | None = None,
+    config_path: Path | None = None,
+) -> None:
     app = build_app(config)
-    runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=30)
+    runner = web.AppRunner(
+        app,
+        handle_signals=False,
+        access_log=access_logger(access_log),
+        access_log_class=AccessLogger,
+        shutdown_timeout=30,
+    )
     await runner.setup()
     host, port = listen_address(config)
     site = web.TCPSite(runner, host, port)
@@ -26,7 +42,10 @@ async def serve(config: Config) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    if config_path is not None:  # tokens and secrets again, without a restart (node/reload.py)
+        loop.add_signal_handler(signal.SIGHUP, Reloader(app, config_path, redactor).trigger)
     log.info("node %s listening on http://%s:%d", config.node.name, host, port)
+    log.info("journal signer: %s", SIGNER)
     try:
         await stop.wait()
     finally:

@@ -47,6 +47,8 @@ AGENT_ERRORED = "agent.errored"
 PACKAGE_PUBLISHED = "package.published"
 PEER_KEY_PINNED = "peer.key_pinned"
 PEER_ACKED = "peer.acked"
+KEY_ROTATED = "node.key_rotated"
+NODE_RELOADED = "node.reloaded"
 
 # ----------------------------------------------------------------------------- bounds
 LOG_LEVELS = ("trace", "debug", "info", "warn", "error")
@@ -56,6 +58,7 @@ MAX_TITLE = 1000  # a finding's title, an approval's detail as the gate writes i
 MAX_APPROVAL_TIMEOUT_SECS = 30 * 24 * 3600
 # How far ahead of this node's clock a replicated event's `ts` may be (clocks of a mesh drift).
 MAX_FUTURE_SKEW_SECS = 300
+MAX_ROTATION_HEADS = 100_000  # journals one key rotation may list
 MAX_COUNT = 2**53  # integers a JSON client can still read exactly
 
 Id = Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
@@ -289,6 +292,29 @@ class PeerAcked(Payload):
     replicated = False
     peer: Name
     heads: dict[str, Count] = {}
+
+
+@entry
+class KeyRotated(Payload):
+    """In the node's key journal `@<node>` (projections/keys.py), signed by the previous key:
+    the new key, and the heads of every journal the previous key signed."""
+
+    type = KEY_ROTATED
+    previous_public_key: Name
+    new_public_key: Name
+    heads: Annotated[dict[str, Count], msgspec.Meta(max_length=MAX_ROTATION_HEADS)] = {}
+
+
+@entry
+class NodeReloaded(Payload):
+    """In `$node`: what a SIGHUP reloaded, by name only (never a value or a hash)."""
+
+    type = NODE_RELOADED
+    replicated = False
+    tokens: list[Name] = []
+    peer_tokens: list[Name] = []
+    secrets: list[Name] = []
+    restart_needed: list[Name] = []
 
 
 # ----------------------------------------------------------------------------- use

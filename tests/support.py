@@ -101,8 +101,9 @@ def logs_on_failure(*paths: Path):
 class NodeProcess:
     """`python -m node run` in a subprocess: the real thing, killable with SIGKILL."""
 
-    def __init__(self, config_path: Path) -> None:
+    def __init__(self, config_path: Path, args: tuple[str, ...] = ()) -> None:
         self.config_path = config_path
+        self.args = args  # more `agent-node run` flags (logging)
         self.config = load_config(config_path)
         self.url = f"http://{self.config.node.listen}"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -111,7 +112,7 @@ class NodeProcess:
     def start(self, timeout: float = 30) -> NodeProcess:
         log = open(self.log_path, "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "node", "run", "--config", str(self.config_path)],
+            [sys.executable, "-m", "node", "run", "--config", str(self.config_path), *self.args],
             cwd=ROOT,
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -322,13 +322,13 @@ def test_a_real_node_times_out_overdue_requests_at_start_and_the_rest_later(tmp_
 
     journal("overdue", 1)
     time.sleep(1.2)  # "overdue" expires while no node is running
-    journal("later", 8)  # enough for a node to start on a busy machine before it expires
+    journal("later", 10)  # long enough for a node to start on a loaded host
     with NodeProcess(config_path) as node, node.client() as http:
         listed = [i["id"] for i in http.get("/api/v1/approvals").json()]
         assert listed == ["later"]
         overdue = http.post("/api/v1/approvals/overdue", json={"decision": "approve"})
         assert overdue.status_code == 404
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 25
         while http.get("/api/v1/approvals").json() and time.monotonic() < deadline:
             time.sleep(0.1)
         assert http.get("/api/v1/approvals").json() == []

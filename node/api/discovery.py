@@ -17,6 +17,7 @@ from node.context import NodeContext, context_of
 from node.http import json_response
 from node.routes import PUBLIC, Doc, add_route
 from node.version import __version__
+from projections.keys import KeyHistory
 
 DID_CONTEXT = "https://www.w3.org/ns/did/v1"
 API_PREFIX = "/api/v1"
@@ -57,6 +58,7 @@ class VerificationMethod(msgspec.Struct):
     type: Literal["Ed25519VerificationKey2020"]
     controller: str
     publicKeyMultibase: str
+    revoked: str | None = None  # a key retired by rotation: when (it signed the past only)
 
 
 class DidDocument(msgspec.Struct):
@@ -109,8 +111,22 @@ def agent_card(ctx: NodeContext) -> dict[str, Any]:
 
 
 def did_document(ctx: NodeContext) -> dict[str, Any]:
+    """The current key first (`#key-<n>`, n = rotations + 1); after a key rotation each retired
+    key follows as `#key-<i>` with `revoked` (its rotation's time) and in no relationship, so
+    verifiers know it signed the past and signs nothing new (docs/mesh.md, key rotation)."""
     did = did_web(ctx.config.public_url)
-    key_id = f"{did}#key-1"
+    rotations = ctx.projections.get(KeyHistory).retired(ctx.name)
+    key_id = f"{did}#key-{len(rotations) + 1}"
+    retired = [
+        {
+            "id": f"{did}#key-{i + 1}",
+            "type": "Ed25519VerificationKey2020",
+            "controller": did,
+            "publicKeyMultibase": rotation.previous_public_key,
+            "revoked": rotation.ts,
+        }
+        for i, rotation in reversed(list(enumerate(rotations)))
+    ]
     return {
         "@context": DID_CONTEXT,
         "id": did,
@@ -120,7 +136,8 @@ def did_document(ctx: NodeContext) -> dict[str, Any]:
                 "type": "Ed25519VerificationKey2020",
                 "controller": did,
                 "publicKeyMultibase": public_key_multibase(ctx.key.verify_key),
-            }
+            },
+            *retired,
         ],
         "authentication": [key_id],
         "assertionMethod": [key_id],

@@ -26,6 +26,7 @@ from node.sync.receive import Rejection
 from node.sync.service import SYNC, SyncService
 from node.sync.wire import PushedEnvelope, parse_push
 from projections.journals import Journals
+from projections.keys import KEY_JOURNAL_PREFIX
 from projections.peers import PeerBook
 
 SYNC_SCOPES = ("read", "sync")
@@ -64,7 +65,8 @@ def _journal_query(request: web.Request) -> str:
     agent = required_query(request, "agent")
     if agent.startswith("$"):
         raise Problem(400, f"{agent[:80]!r} is a node-level journal; those are not replicated")
-    if not AGENT_NAME_RE.match(agent):
+    # an agent's journal, or `@<node>`: a node's key journal (projections/keys.py)
+    if not AGENT_NAME_RE.fullmatch(agent.removeprefix(KEY_JOURNAL_PREFIX)):
         raise Problem(400, f"query parameter `agent` is not a journal name: {agent[:80]!r}")
     return agent
 

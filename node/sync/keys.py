@@ -17,6 +17,7 @@ from collections.abc import Iterable
 import aiohttp
 from nacl.signing import VerifyKey
 
+from eventstore.keychain import KeyChain, RetiredKey
 from eventstore.keys import verify_key_from_multibase
 from eventstore.store import EventStore
 from node.config import Peer
@@ -24,11 +25,14 @@ from node.context import NodeContext
 from node.sync.incidents import Incidents
 from node.sync.wire import MAX_DID_BYTES, read_capped
 from projections import catalogue as c
+from projections.keys import KeyHistory
 from projections.peers import PEERS_STREAM, PeerBook
 
 log = logging.getLogger("agent-node.sync")
+ChainCache = dict[str, tuple[int, KeyChain]]
 DID_PATH = "/.well-known/did.json"
 DID_RETRY_SECS = 2.0
+MAX_DID_METHODS = 64  # a hostile peer's DID document is read this far
 
 
 class PeerKeys:
@@ -44,9 +48,14 @@ class PeerKeys:
         self._locks: dict[str, asyncio.Lock] = {}
         self._fetching: dict[str, asyncio.Lock] = {}
         self._tried_at: dict[str, float] = {}
+        self._chains: ChainCache = {}
 
-    def lookup(self, origin: str) -> VerifyKey | None:
-        """The key for `origin`; safe to call from the store's verification thread."""
+    def lookup(self, origin: str) -> VerifyKey | KeyChain | None:
+        """The key for `origin` (its KeyChain once it rotated keys); safe to call from the
+        store's verification thread."""
+        chain = chain_of(self._ctx.projections.get(KeyHistory), origin, self._chains)
+        if chain is not None:
+            return chain
         if origin == self._ctx.name:
             return self._ctx.key.verify_key
         text = self._book.pins.get(origin)
@@ -63,8 +72,15 @@ class PeerKeys:
             if peer.public_key:
                 await self.offer(peer.name, peer.public_key, "config")
 
-    async def offer(self, peer: str, key_text: str, source: str) -> bool:
-        """Pin `key_text` if `peer` has no pin yet; True when it is (now) the pinned key."""
+    async def offer(
+        self, peer: str, key_text: str, source: str, retired: frozenset[str] = frozenset()
+    ) -> bool:
+        """Pin `key_text` if `peer` has no pin yet; True when it is (now) the pinned key, or
+        the peer's current key by its signed rotations. `retired`: keys the peer's DID document
+        lists as no longer current (a rotation it announces)."""
+        current = self._ctx.projections.get(KeyHistory).current(peer)
+        if current is not None and key_text == current:
+            return True
         async with self._lock(peer):
             pinned = self._book.pins.get(peer)
             if pinned is None:
@@ -77,6 +93,14 @@ class PeerKeys:
                 return True
         if pinned == key_text:
             return True
+        if (current or pinned) in retired:
+            # announced, not yet proven: the signed node.key_rotated event is on its way (the
+            # peer pushes its key journal); until it lands, envelopes signed by the new key are
+            # rejected and retried, and nothing is reported
+            log.info(
+                "peer %s announces a key rotation to %s; awaiting its signed event", peer, key_text
+            )
+            return False
         await self._incidents.report(
             f"key-changed/{peer}/{key_text}",
             "critical",
@@ -108,11 +132,12 @@ class PeerKeys:
                 if now - self._tried_at.get(peer.name, -1e9) < retry_after:
                     return
                 self._tried_at[peer.name] = now
-            key_text = await fetch_did_key(self.http, peer.url)
-            if key_text is None:
+            found = await fetch_did_keys(self.http, peer.url)
+            if found is None:
                 return
+            key_text, retired = found
             try:
-                await self.offer(peer.name, key_text, "did")
+                await self.offer(peer.name, key_text, "did", retired)
             except ValueError as exc:
                 log.warning("peer %s publishes an unusable key %r: %s", peer.name, key_text, exc)
 
@@ -120,8 +145,11 @@ class PeerKeys:
         return self._locks.setdefault(peer, asyncio.Lock())
 
 
-async def fetch_did_key(http: aiohttp.ClientSession | None, base_url: str) -> str | None:
-    """verificationMethod[0].publicKeyMultibase of a node's DID document, or None."""
+async def fetch_did_keys(
+    http: aiohttp.ClientSession | None, base_url: str
+) -> tuple[str, frozenset[str]] | None:
+    """A node's DID document: verificationMethod[0].publicKeyMultibase (its current key) and
+    the keys of the methods marked `revoked` (retired by rotation), or None."""
     if http is None:
         return None
     try:
@@ -129,7 +157,15 @@ async def fetch_did_key(http: aiohttp.ClientSession | None, base_url: str) -> st
             if response.status != 200:
                 return None
             doc = json.loads(await read_capped(response, MAX_DID_BYTES))
-        key = doc["verificationMethod"][0]["publicKeyMultibase"]
+        methods = doc["verificationMethod"][:MAX_DID_METHODS]
+        key = methods[0]["publicKeyMultibase"]
+        retired = frozenset(
+            m["publicKeyMultibase"]
+            for m in methods[1:]
+            if isinstance(m, dict)
+            and m.get("revoked")
+            and isinstance(m.get("publicKeyMultibase"), str)
+        )
     except (
         TimeoutError,
         aiohttp.ClientError,
@@ -140,7 +176,7 @@ async def fetch_did_key(http: aiohttp.ClientSession | None, base_url: str) -> st
         RecursionError,
     ):
         return None
-    return key if isinstance(key, str) else None
+    return (key, retired) if isinstance(key, str) else None
 
 
 def pinned_keys(store: EventStore) -> dict[str, VerifyKey]:
@@ -155,3 +191,19 @@ def pinned_keys(store: EventStore) -> dict[str, VerifyKey]:
         except ValueError:
             continue
     return keys
+
+
+def chain_of(history: KeyHistory, node: str, cache: ChainCache) -> KeyChain | None:
+    """The node's KeyChain once it has rotated, decoded once per rotation; else None."""
+    rotations = history.rotations.get(node)
+    if not rotations:
+        return None
+    cached = cache.get(node)
+    if cached is not None and cached[0] == len(rotations):
+        return cached[1]
+    chain = KeyChain(
+        [RetiredKey(verify_key_from_multibase(r.previous_public_key), r.heads) for r in rotations],
+        verify_key_from_multibase(rotations[-1].new_public_key),
+    )
+    cache[node] = (len(rotations), chain)
+    return chain

@@ -32,6 +32,7 @@ from node.sync.ownership import OWN_JOURNAL, Ownership
 from node.sync.wire import MalformedEnvelope, agent_of, parse_envelope
 from projections.catalogue import CatalogueError, check_replicated
 from projections.journals import Journals
+from projections.keys import is_key_journal, key_journal
 
 NODE_LEVEL = "node_level"
 FOREIGN_WRITER = "foreign_writer"
@@ -144,6 +145,11 @@ class Receiver:
         """(reason, detail) when the envelope's content or its journal rules it out."""
         if item.stream.startswith("$"):
             return NODE_LEVEL, "node-level journals are not replicated"
+        if is_key_journal(item.stream) and item.stream != key_journal(event.origin):
+            return (
+                FOREIGN_WRITER,
+                f"{item.stream} is written by its node only, not {event.origin!r}",
+            )
         try:
             check_replicated(event, now)
         except CatalogueError as exc:

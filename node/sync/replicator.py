@@ -66,6 +66,10 @@ class Replicator:
         self.connected = False
         self.last_error = ""
 
+    def use_token(self, token: str) -> None:
+        """SIGHUP gave a new token for this peer: present it from the next request on."""
+        self._headers = {**self._headers, "Authorization": f"Bearer {token}"}
+
     # ----------------------------------------------------------------- loop
     async def run(self) -> None:
         while True:

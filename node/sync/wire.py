@@ -13,6 +13,7 @@ from eventstore.envelope import Envelope, parse_signature
 from eventstore.store import ForeignEnvelope
 from node.config import AGENT_NAME_RE
 from node.http import MAX_LIMIT, Problem
+from projections.keys import KEY_JOURNAL_PREFIX
 
 MAX_SEQ = 2**63 - 1
 # A push may carry more than a page of reads, but not unboundedly many envelopes.
@@ -85,7 +86,8 @@ def parse_envelope(raw: msgspec.Raw) -> ForeignEnvelope:
         raise MalformedEnvelope(str(exc).replace("`$.", "`")) from None
     if not 1 <= item.seq <= MAX_SEQ:
         raise MalformedEnvelope(f"seq {item.seq} is out of range")
-    if not item.agent.startswith("$") and not AGENT_NAME_RE.fullmatch(item.agent):
+    name = item.agent.removeprefix(KEY_JOURNAL_PREFIX)  # `@<node>`: a node's key journal
+    if not item.agent.startswith("$") and not AGENT_NAME_RE.fullmatch(name):
         raise MalformedEnvelope(f"agent {item.agent!r} is not a journal name")
     try:
         payload = binascii.a2b_base64(item.payload, strict_mode=True)

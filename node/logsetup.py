@@ -1,0 +1,233 @@
+"""Log output for operators: level, text or JSON lines, request ids, an opt-in access log.
+
+Each record gets the context it happened in, where there is one: `request_id` (from a valid
+`X-Request-Id` header, else generated, and echoed in the response), `agent` (the agent whose
+worker thread or route it is) and `peer` (the mesh peer being pushed to, or pushing). Every
+formatted line passes through a `Redactor` holding the tokens and secret values the node knows,
+so a secret that slips into a message or a traceback is written as `[redacted]`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import os
+import re
+import sys
+import threading
+import uuid
+from collections.abc import Iterable
+from typing import Literal
+
+from aiohttp import web
+from aiohttp.abc import AbstractAccessLogger
+
+from node.auth import identity_of
+from node.config import Config
+
+LogFormat = Literal["text", "json"]
+LEVELS = ("debug", "info", "warning", "error", "critical")
+ACCESS_LOGGER = "agent-node.access"
+REQUEST_ID: web.RequestKey[str] = web.RequestKey("request_id", str)
+REQUEST_ID_HEADER = "X-Request-Id"
+REDACTED = "[redacted]"
+_VALID_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
+_SENSITIVE_QUERY = re.compile(r"(?i)token|secret|password|passwd|key|auth|signature")
+_MIN_SECRET = 4  # shorter values would redact ordinary words
+_current_request: contextvars.ContextVar[web.Request | None] = contextvars.ContextVar(
+    "current_request", default=None
+)
+
+
+class Redactor:
+    """Replaces every known secret in formatted log text; `update` swaps the set (SIGHUP)."""
+
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
+        self._pattern: re.Pattern[str] | None = None
+        self._lock = threading.Lock()
+        self.update(secrets)
+
+    def update(self, secrets: Iterable[str]) -> None:
+        values = {s for s in secrets if len(s) >= _MIN_SECRET}
+        # a value as it appears in JSON text too (quotes and backslashes escaped)
+        values |= {s.replace("\\", "\\\\").replace('"', '\\"') for s in values}
+        longest_first = sorted(values, key=len, reverse=True)
+        pattern = re.compile("|".join(map(re.escape, longest_first))) if values else None
+        with self._lock:
+            self._pattern = pattern
+
+    def __call__(self, text: str) -> str:
+        pattern = self._pattern
+        return pattern.sub(REDACTED, text) if pattern is not None else text
+
+
+def secrets_of(config: Config) -> list[str]:
+    """Everything in a config that must never be logged: tokens, peer tokens, secret values."""
+    found = [t.token for t in config.auth.tokens if t.token]
+    found += [p.token for p in config.peers]
+    for values in config.secrets.values():
+        found += [v for v in values.values() if isinstance(v, str)]
+    if config.inference.cloud_api_key_env:
+        found.append(os.environ.get(config.inference.cloud_api_key_env, ""))
+    return [s for s in found if s]
+
+
+class ContextFilter(logging.Filter):
+    """Adds request_id, agent and peer to a record where they apply (never None fields)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        request = _current_request.get()
+        if request is not None:
+            record.request_id = request.get(REQUEST_ID, "")
+            agent = request.match_info.get("agent")
+            if agent:
+                record.agent = agent
+            identity = identity_of(request)
+            if identity is not None and request.path.startswith("/api/v1/sync/"):
+                record.peer = identity.name
+        if not hasattr(record, "agent") and record.threadName.startswith("agent-"):
+            record.agent = record.threadName.removeprefix("agent-")
+        if not hasattr(record, "peer"):
+            task_name = _task_name()
+            if task_name.startswith("sync-to-"):
+                record.peer = task_name.removeprefix("sync-to-")
+        return True
+
+
+def _task_name() -> str:
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # no loop in this thread
+        return ""
+    return task.get_name() if task is not None else ""
+
+
+class _TextFormatter(logging.Formatter):
+    def __init__(self, redact: Redactor) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+        self._redact = redact
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        context = " ".join(
+            f"{field}={getattr(record, field)}"
+            for field in ("agent", "peer", "request_id")
+            if getattr(record, field, "")
+        )
+        return self._redact(f"{line} [{context}]" if context else line)
+
+
+def _json_formatter(redact: Redactor) -> logging.Formatter:
+    """python-json-logger's formatter, redacted; imported only when JSON logs are asked for."""
+    from pythonjsonlogger.json import JsonFormatter
+
+    class RedactedJsonFormatter(JsonFormatter):
+        def format(self, record: logging.LogRecord) -> str:
+            return redact(super().format(record))
+
+    return RedactedJsonFormatter(
+        "{asctime}{levelname}{name}{message}",
+        style="{",
+        rename_fields={"asctime": "ts", "levelname": "level", "name": "logger"},
+        datefmt="%Y-%m-%dT%H:%M:%S%z",
+    )
+
+
+def configure_logging(
+    level: str = "info", fmt: LogFormat = "text", redactor: Redactor | None = None
+) -> Redactor:
+    """One handler on the root logger, writing to standard error."""
+    redactor = redactor or Redactor()
+    handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(ContextFilter())
+    handler.setFormatter(_json_formatter(redactor) if fmt == "json" else _TextFormatter(redactor))
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level.upper())
+    return redactor
+
+
+@web.middleware
+async def request_context_middleware(request: web.Request, handler) -> web.StreamResponse:
+    """Give the request an id (the client's, if it is a sane one) and make it the log context."""
+    offered = request.headers.get(REQUEST_ID_HEADER, "")
+    request[REQUEST_ID] = offered if _VALID_REQUEST_ID.match(offered) else uuid.uuid4().hex
+    token = _current_request.set(request)
+    try:
+        return await handler(request)
+    finally:
+        _current_request.reset(token)
+
+
+async def echo_request_id(request: web.Request, response: web.StreamResponse) -> None:
+    """on_response_prepare: every response, streams included, says which request it answers."""
+    request_id = request.get(REQUEST_ID)
+    if request_id:
+        response.headers[REQUEST_ID_HEADER] = request_id
+
+
+def install(app: web.Application) -> None:
+    app.middlewares.insert(0, request_context_middleware)
+    app.on_response_prepare.append(echo_request_id)
+
+
+def safe_target(request: web.Request) -> str:
+    """Path and query, with the values of token-, key- or secret-like parameters redacted."""
+    url = request.rel_url
+    if not url.query:
+        return url.path
+    parts = [
+        f"{name}={REDACTED if _SENSITIVE_QUERY.search(name) else value}"
+        for name, value in url.query.items()
+    ]
+    return f"{url.path}?{'&'.join(parts)}"
+
+
+class AccessLogger(AbstractAccessLogger):
+    """One line per request: never headers (Authorization), only who the token belongs to."""
+
+    def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
+        identity = identity_of(request)  # type: ignore[arg-type]
+        fields = {
+            "request_id": request.get(REQUEST_ID, ""),
+            "method": request.method,
+            "path": safe_target(request),  # type: ignore[arg-type]
+            "status": response.status,
+            "bytes": response.body_length,
+            "duration_ms": round(time * 1000, 2),
+            "remote": request.remote or "",
+            "identity": identity.name if identity else "",
+        }
+        self.logger.info(
+            '%s "%s %s" %d %dB %.1fms %s',
+            fields["remote"],
+            fields["method"],
+            fields["path"],
+            fields["status"],
+            fields["bytes"],
+            fields["duration_ms"],
+            fields["identity"] or "-",
+            extra={k: v for k, v in fields.items() if v != ""},
+        )
+
+    @property
+    def enabled(self) -> bool:
+        return self.logger.isEnabledFor(logging.INFO)
+
+
+def access_logger(enabled: bool) -> logging.Logger | None:
+    return logging.getLogger(ACCESS_LOGGER) if enabled else None
+
+
+def add_arguments(parser) -> None:
+    """`agent-node run`'s logging flags."""
+    parser.add_argument("--log-level", choices=LEVELS, default="info", help="default info")
+    parser.add_argument(
+        "--log-format", choices=("text", "json"), default="text", help="json: one object a line"
+    )
+    parser.add_argument(
+        "--access-log", action="store_true", help=f"one line per request (logger {ACCESS_LOGGER})"
+    )

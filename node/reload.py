@@ -1,0 +1,118 @@
+"""SIGHUP: re-read the config and its `*_file`s, apply new tokens and secrets without a restart.
+
+What changes at once: API tokens (`[[auth.tokens]]`, including peers' incoming sync tokens), the
+tokens presented to peers (`[[peers]] token`), and `[secrets.*]` values (an agent's next
+`get-secret` sees the new value), plus the log redactor's list. Everything else needs a
+restart; a reload that finds other changes says which sections in the log and in the event. A
+config that does not load is refused as a whole and the running one stays.
+
+Each applied reload is journaled as `node.reloaded` in the node-level `$node` journal (never
+replicated) with names only: which tokens, peer tokens and secret keys are now configured,
+never a value or a hash.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from aiohttp import web
+
+from node.auth import TOKENS
+from node.config import Config, ConfigError, load_config
+from node.context import CONTEXT
+from node.logsetup import Redactor, secrets_of
+from node.sync.service import SYNC
+from projections import catalogue as c
+
+log = logging.getLogger("agent-node")
+NODE_STREAM = "$node"
+_RESTART_SECTIONS = ("node", "agents", "inference", "sync", "actions")
+
+
+class Reloader:
+    def __init__(self, app: web.Application, config_path: Path, redactor: Redactor | None) -> None:
+        self._app = app
+        self._path = config_path
+        self._redactor = redactor
+        self._running: asyncio.Task[bool] | None = None
+
+    def trigger(self) -> None:
+        """The signal handler: one reload at a time; a SIGHUP during one waits for it."""
+        previous = self._running
+
+        async def after_previous() -> bool:
+            if previous is not None:
+                await asyncio.gather(previous, return_exceptions=True)
+            return await self.reload()
+
+        self._running = asyncio.get_running_loop().create_task(after_previous())
+
+    async def reload(self) -> bool:
+        try:
+            new = await asyncio.to_thread(load_config, self._path)
+        except ConfigError as exc:
+            log.error("SIGHUP: config not reloaded, the running one stays: %s", exc)
+            return False
+        ctx = self._app[CONTEXT]
+        old = ctx.config
+        restart_needed = _sections_needing_restart(old, new)
+        self._app[TOKENS].reload(new.auth)
+        old.auth = new.auth
+        old.secrets = new.secrets  # the runtime reads secrets through this config object
+        peer_tokens = self._apply_peer_tokens(old, new)
+        if self._redactor is not None:
+            self._redactor.update(secrets_of(old))
+        data = {
+            "tokens": sorted(t.name for t in new.auth.tokens),
+            "peer_tokens": peer_tokens,
+            "secrets": sorted(f"{d}.{k}" for d, values in new.secrets.items() for k in values),
+            "restart_needed": restart_needed,
+        }
+        await ctx.store.append(NODE_STREAM, c.NODE_RELOADED, data)
+        log.info(
+            "SIGHUP: reloaded %d token(s), %d peer token(s), %d secret(s)",
+            len(data["tokens"]),
+            len(peer_tokens),
+            len(data["secrets"]),
+        )
+        if restart_needed:
+            log.warning("SIGHUP: changes to %s need a restart to apply", ", ".join(restart_needed))
+        return True
+
+    def _apply_peer_tokens(self, old: Config, new: Config) -> list[str]:
+        """New tokens for the peers the node already replicates to (new peers need a restart)."""
+        tokens = {p.name: p.token for p in new.peers if p.token}
+        replicators = self._app[SYNC].replicators
+        applied = []
+        for peer in old.peers:
+            token = tokens.get(peer.name)
+            if token is None:
+                continue
+            peer.token = token
+            for replicator in replicators:
+                if replicator.peer.name == peer.name:
+                    replicator.use_token(token)
+            applied.append(peer.name)
+        return sorted(applied)
+
+
+def _sections_needing_restart(old: Config, new: Config) -> list[str]:
+    changed = [
+        name
+        for name in _RESTART_SECTIONS
+        if msgspec.to_builtins(getattr(old, name)) != msgspec.to_builtins(getattr(new, name))
+    ]
+    if _peers_without_tokens(old) != _peers_without_tokens(new):
+        changed.append("peers")
+    return changed
+
+
+def _peers_without_tokens(config: Config) -> list[dict[str, Any]]:
+    return [
+        {k: v for k, v in msgspec.to_builtins(p).items() if k not in ("token", "token_file")}
+        for p in config.peers
+    ]
