@@ -92,6 +92,7 @@ async def test_public_paths_are_the_designed_ones(client):
         "GET /a2a/{agent}/.well-known/agent-card.json",
         "GET /api/v1/health",
         "GET /api/v1/openapi.json",
+        "GET /console/",
     ]
 
 

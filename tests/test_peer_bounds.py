@@ -14,7 +14,7 @@ from nacl.signing import SigningKey
 from eventstore.keys import public_key_multibase
 from node.app import build_app
 from node.context import CONTEXT
-from node.sync.keys import fetch_did_key
+from node.sync.keys import fetch_did_keys
 from node.sync.service import SYNC
 from node.sync.wire import MAX_DID_BYTES, MAX_REPLY_BYTES
 from projections.peers import PeerBook
@@ -46,8 +46,8 @@ async def test_a_did_document_over_the_cap_is_not_read(aiohttp_server):
     small = await fake_peer(aiohttp_server, did_doc=did(key_text), reply=b"{}")
     huge = await fake_peer(aiohttp_server, did_doc=did(key_text, MAX_DID_BYTES), reply=b"{}")
     async with aiohttp.ClientSession() as http:
-        assert await fetch_did_key(http, str(small.make_url(""))) == key_text
-        assert await fetch_did_key(http, str(huge.make_url(""))) is None
+        assert await fetch_did_keys(http, str(small.make_url(""))) == (key_text, frozenset())
+        assert await fetch_did_keys(http, str(huge.make_url(""))) is None
 
 
 async def node_with_peer(tmp_path, aiohttp_client, peer_url: str):
