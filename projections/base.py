@@ -1,7 +1,7 @@
 """A projection is a pure fold over envelopes in global order; the registry feeds them all.
 
 Projections do no I/O: the node feeds them live commits, `rebuild` feeds them the journal from
-position 0, and both must end in the same state (tests/test_projections.py proves it).
+position 0, and both must end in the same state (tests/projections/test_projections.py proves it).
 
 No envelope may stop the fold: a read model that raises on one envelope is reported to
 `on_fault` (the node logs it, counts it and journals a finding) and the other read models, and

@@ -9,7 +9,8 @@ numbers and a timestamp it can parse.
 Extending it: a new type is one Struct with its `type` and one `@entry` line; a new optional
 field is one line with a default. Unknown extra fields in a payload are accepted (a newer peer
 may carry more); the push body's size cap (`[node] max_body_kb`) bounds the whole payload.
-docs/design.md lists the events; tests/test_catalogue.py checks that list against this module.
+docs/design.md lists the events; tests/projections/test_catalogue.py checks that list
+against this module.
 """
 
 from __future__ import annotations

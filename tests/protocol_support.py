@@ -6,16 +6,14 @@ the ones the official clients then call.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
 from aiohttp import web
 
 from node.app import build_app
 from node.context import CONTEXT
+from tests.polling import until
 from tests.support import free_port, make_config
 
 
@@ -64,18 +62,6 @@ async def start_node(aiohttp_server, tmp_path: Path, toml: str) -> Node:
     server = await aiohttp_server(app, port=port)
     node = Node(app, str(server.make_url("")).rstrip("/"))
     return node
-
-
-async def until(predicate: Callable[[], Any], timeout: float = 30.0) -> Any:
-    """Poll without blocking the loop (the agents' journal writes need it)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while loop.time() < deadline:
-        value = predicate()
-        if value:
-            return value
-        await asyncio.sleep(0.02)
-    pytest.fail(f"condition not met within {timeout} s")
 
 
 async def started(node: Node, *agents: str) -> None:

@@ -1,15 +1,12 @@
-"""Helpers for the runtime tests: run agents with in-memory hosts, wait for conditions."""
+"""Helpers for the runtime tests: run agents with in-memory hosts."""
 
 from __future__ import annotations
 
 import os
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from node.runtime import AgentRuntime, AgentSpec, RuntimeOptions
 from node.runtime.memhost import MemoryHost
@@ -17,17 +14,6 @@ from node.runtime.memhost import MemoryHost
 ROOT = Path(__file__).resolve().parent.parent
 # Compiled components persist across sessions (gitignored), so only changed agents compile.
 COMPILED_CACHE = Path(os.environ.get("AGENT_COMPILED_CACHE", ROOT / ".cache" / "wasmtime"))
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, interval: float = 0.02) -> Any:
-    """Poll until `predicate()` is truthy; returns its value or fails the test."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    pytest.fail(f"condition not met within {timeout} s")
 
 
 @contextmanager

@@ -22,15 +22,18 @@ class NewFinding(msgspec.Struct, forbid_unknown_fields=True):
     detail: Annotated[str, msgspec.Meta(max_length=65_536)] = ""
 
 
-async def report_finding(ctx: NodeContext, finding: NewFinding) -> int:
-    """Journal the finding in the reporter's journal; returns its finding seq."""
+async def report_finding(ctx: NodeContext, finding: NewFinding, incident: str = "") -> int:
+    """Journal the finding in the reporter's journal; returns its finding seq. The one writer of
+    findings the node reports (over the API, and its own sync incidents, which carry an
+    `incident` key); an agent's own findings are its host's (node/runtime/host.py)."""
     ensure_local(ctx, finding.agent)
-    envelope = await ctx.store.append(
-        finding.agent,
-        *c.event_of(
-            c.Finding(severity=finding.severity, title=finding.title, detail=finding.detail)
-        ),
+    payload = c.Finding(
+        severity=finding.severity,
+        title=finding.title,
+        detail=finding.detail,
+        incident=incident or None,
     )
+    envelope = await ctx.store.append(finding.agent, *c.event_of(payload))
     seq = ctx.projections.get(Findings).seq_at(envelope.position)
     assert seq is not None, "the findings projection folds before append returns"
     return seq

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 
 from node.context import NodeContext
+from node.services.findings import NewFinding, report_finding
 from projections import catalogue as c
 from projections.entries import Findings
 from projections.journals import Journals
@@ -38,12 +39,8 @@ class Incidents:
             return
         self._in_flight.add(full)
         try:
-            await ctx.store.append(
-                ctx.name,
-                *c.event_of(
-                    c.Finding(severity=severity, title=title, detail=detail, incident=full)
-                ),
-            )
+            finding = NewFinding(agent=ctx.name, severity=severity, title=title, detail=detail)
+            await report_finding(ctx, finding, incident=full)
         finally:
             self._in_flight.discard(full)
 

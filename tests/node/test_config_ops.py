@@ -2,7 +2,6 @@
 
 import json
 import signal
-import time
 import tomllib
 
 import httpx
@@ -10,6 +9,7 @@ import jsonschema
 import pytest
 
 from node.config import ConfigError, load_config
+from tests.polling import wait_until
 from tests.support import ADMIN_TOKEN, ROOT, NodeProcess, auth, run_cli, write_config
 
 BROKEN = """
@@ -127,15 +127,6 @@ region = "eu"
         load_config(path)
 
 
-def wait_for(predicate, timeout: float = 30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise TimeoutError("condition not met")
-
-
 def status_with(node: NodeProcess, token: str) -> int:
     return httpx.get(node.url + "/api/v1/status", headers=auth(token), timeout=10).status_code
 
@@ -179,19 +170,19 @@ api_key_file = "api.key"
     node = NodeProcess(path)
     with node:
         assert status_with(node, old_token) == 200
-        wait_for(lambda: last_secret_length(node) == len(old_secret))
+        wait_until(lambda: last_secret_length(node) == len(old_secret))
         token_file.write_text(new_token + "\n")
         secret_file.write_text(new_secret)
         assert status_with(node, old_token) == 200  # nothing changes before the signal
         node.proc.send_signal(signal.SIGHUP)
-        wait_for(lambda: status_with(node, new_token) == 200)
+        wait_until(lambda: status_with(node, new_token) == 200)
         assert status_with(node, old_token) == 401
-        wait_for(lambda: last_secret_length(node) == len(new_secret))
+        wait_until(lambda: last_secret_length(node) == len(new_secret))
         # a config that does not load is refused as a whole: the running tokens stay
         good_config = path.read_text()
         path.write_text(good_config + "\n[node.oops]\n")
         node.proc.send_signal(signal.SIGHUP)
-        wait_for(lambda: "config not reloaded" in node.log_path.read_text())
+        wait_until(lambda: "config not reloaded" in node.log_path.read_text())
         assert status_with(node, new_token) == 200
         path.write_text(good_config)
         assert node.terminate() == 0

@@ -19,14 +19,14 @@ from node.keyrotate import PENDING_KEY_FILE
 from node.sync.keys import chain_of
 from projections.keys import KEY_ROTATED, KeyHistory
 from tests.support import run_cli, write_config
-from tests.sync_support import prefill
-from tests.test_sync_mesh import (
+from tests.sync.test_sync_mesh import (
     Mesh,
     assert_audits_pass,
     assert_same_everywhere,
     post_findings,
     wait_converged,
 )
+from tests.sync_support import prefill
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
+from tests.streams.test_streams_agui import check_nesting, validate
 from tests.support import OPERATE_TOKEN, READ_TOKEN, SseStream, auth, make_config
-from tests.test_streams_agui import check_nesting, validate
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from tests.console_support import ONCALL_TOKEN, console_config, seed_pending
-from tests.runtime_support import wait_for
+from tests.polling import wait_until
 from tests.support import (
     ADMIN_TOKEN,
     READ_TOKEN,
@@ -49,7 +49,7 @@ def ok_json(node, *args: str, token: str = ADMIN_TOKEN):
 
 
 def test_status_table_and_json(node):
-    wait_for(lambda: len(ok_json(node, "status")) == 4)
+    wait_until(lambda: len(ok_json(node, "status")) == 4)
     table = cli(node, "status")
     assert table.returncode == 0, table.stderr
     header, *rows = table.stdout.splitlines()
@@ -99,7 +99,7 @@ def test_a_read_token_may_list_but_not_decide(node):
 def test_tasks_create_get_list_and_cancel(node):
     created = ok_json(node, "tasks", "create", "--to", "worker", "--input", '{"numbers": [2, 3]}')
     assert created["status"] == "pending"
-    done = wait_for(
+    done = wait_until(
         lambda: (t := ok_json(node, "tasks", "get", created["id"]))["status"] == "completed" and t
     )
     assert done["output"]["sum"] == 5
@@ -110,10 +110,10 @@ def test_tasks_create_get_list_and_cancel(node):
     assert cli(node, "tasks", "list", "--agent", "worker").stdout.startswith("ID")
 
     paying = ok_json(node, "tasks", "create", "--to", "cashier", "--input", '{"pay": {"n": 1}}')
-    wait_for(lambda: ok_json(node, "tasks", "get", paying["id"])["status"] == "running")
+    wait_until(lambda: ok_json(node, "tasks", "get", paying["id"])["status"] == "running")
     canceled = cli(node, "tasks", "cancel", paying["id"], token=ONCALL_TOKEN)
     assert canceled.returncode == 0, canceled.stderr
-    failed = wait_for(
+    failed = wait_until(
         lambda: (t := ok_json(node, "tasks", "get", paying["id"]))["status"] == "failed" and t
     )
     assert failed["error"] == "canceled by oncall"

@@ -9,11 +9,12 @@ import time
 
 from node.runtime import AgentRuntime, AgentSpec, RuntimeOptions
 from node.runtime.memhost import MemoryHost
-from tests.runtime_support import running, wait_for
+from tests.polling import wait_until
+from tests.runtime_support import running
 
 
 def _first_error(hosts: dict[str, MemoryHost], name: str) -> dict:
-    return wait_for(lambda: hosts[name].of_type("agent.errored"))[0]
+    return wait_until(lambda: hosts[name].of_type("agent.errored"))[0]
 
 
 def test_fuel_exhaustion(built_agents):
@@ -68,13 +69,13 @@ def test_trap_and_err_are_errors_with_reasons(built_agents):
             "kind": "err",
             "error": "tick returned err: upstream refused the request",
         }
-        wait_for(lambda: runtime.status("err")[0].restart_count >= 1)
+        wait_until(lambda: runtime.status("err")[0].restart_count >= 1)
 
 
 def test_python_exception_reason_includes_its_traceback(built_agents):
     spec = AgentSpec("mcp_tools", built_agents["mcp_tools"], tick_interval_ms=60_000)
     with running([spec]) as (runtime, hosts):
-        wait_for(lambda: hosts["mcp_tools"].of_type("agent.started"))
+        wait_until(lambda: hosts["mcp_tools"].of_type("agent.started"))
         future = runtime.worker("mcp_tools").submit(
             "tool", "crash", lambda inst: inst.call("call-tool", "crash", "{}")
         )
@@ -89,7 +90,7 @@ def test_python_exception_reason_includes_its_traceback(built_agents):
 def test_restarts_back_off_exponentially(built_agents):
     spec = AgentSpec("trap", built_agents["bad_trap"], tick_interval_ms=10)
     with running([spec], restart_backoff_ms=40, restart_backoff_max_ms=200) as (runtime, hosts):
-        wait_for(lambda: len(hosts["trap"].of_type("agent.errored")) >= 5, timeout=5)
+        wait_until(lambda: len(hosts["trap"].of_type("agent.errored")) >= 5, timeout=5)
         errors = hosts["trap"].of_type("agent.errored")[:5]
         starts = hosts["trap"].of_type("agent.started")
         (status,) = runtime.status("trap")
@@ -111,7 +112,7 @@ def test_sandbox_denies_files_environment_and_sockets(built_agents):
     spec = AgentSpec("probe", built_agents["sandbox_probe"], tick_interval_ms=100)
     try:
         with running([spec], {"probe": host}):
-            wait_for(lambda: any(m["message"] == "probe done" for m in host.of_type("log")))
+            wait_until(lambda: any(m["message"] == "probe done" for m in host.of_type("log")))
         try:
             listener.accept()
             connected = True
@@ -137,7 +138,7 @@ def test_one_bad_agent_never_stops_another(built_agents):
         AgentSpec("err", built_agents["bad_err"], tick_interval_ms=10),
     ]
     with running(specs, restart_backoff_ms=20, restart_backoff_max_ms=100) as (runtime, hosts):
-        wait_for(lambda: hosts["hello"].of_type("log"))
+        wait_until(lambda: hosts["hello"].of_type("log"))
         start = time.monotonic()
         before = len(hosts["hello"].of_type("log"))
         time.sleep(1.5)
@@ -180,7 +181,7 @@ def test_stop_keeps_one_deadline_for_all_agents(tmp_path):
 def test_stop_ends_even_a_spinning_agent(built_agents):
     spec = AgentSpec("loop", built_agents["bad_loop"], tick_interval_ms=10, tick_timeout_ms=500)
     with running([spec]) as (runtime, hosts):
-        wait_for(lambda: hosts["loop"].of_type("run.started"))
+        wait_until(lambda: hosts["loop"].of_type("run.started"))
         start = time.monotonic()
         runtime.stop(timeout=5)
         assert time.monotonic() - start < 1.5

@@ -11,7 +11,8 @@ import wasmtime
 from node.runtime import AgentSpec
 from node.runtime.engine import AgentEngine
 from node.runtime.memory import live_regions
-from tests.runtime_support import COMPILED_CACHE, running, wait_for
+from tests.polling import wait_until
+from tests.runtime_support import COMPILED_CACHE, running
 
 
 def test_second_load_deserializes_instead_of_compiling(built_agents, tmp_path):
@@ -66,9 +67,9 @@ def test_bad_component_puts_only_that_agent_in_error(built_agents, tmp_path):
         AgentSpec("hello", built_agents["hello"], tick_interval_ms=50),
     ]
     with running(specs) as (runtime, hosts):
-        wait_for(lambda: len(hosts["hello"].of_type("log")) >= 3)
+        wait_until(lambda: len(hosts["hello"].of_type("log")) >= 3)
         for name in ("garbage", "core", "missing"):
-            errors = wait_for(lambda n=name: hosts[n].of_type("agent.errored"))
+            errors = wait_until(lambda n=name: hosts[n].of_type("agent.errored"))
             assert errors[0]["kind"] == "load"
             (status,) = runtime.status(name)
             assert status.status == "error"
@@ -80,9 +81,9 @@ def test_bad_component_puts_only_that_agent_in_error(built_agents, tmp_path):
 def test_missing_component_starts_once_it_appears(built_agents, tmp_path):
     late = tmp_path / "late.wasm"
     with running([AgentSpec("late", late, tick_interval_ms=50)]) as (runtime, hosts):
-        wait_for(lambda: hosts["late"].of_type("agent.errored"))
+        wait_until(lambda: hosts["late"].of_type("agent.errored"))
         late.write_bytes(Path(built_agents["hello"]).read_bytes())
-        wait_for(lambda: hosts["late"].of_type("log"), timeout=20)
+        wait_until(lambda: hosts["late"].of_type("log"), timeout=20)
         (status,) = runtime.status("late")
         assert status.restart_count >= 1
 
@@ -94,11 +95,11 @@ def test_heap_bytes_is_the_measured_linear_memory(built_agents):
     ]
     regions_before = live_regions()
     with running(specs) as (runtime, hosts):
-        wait_for(lambda: hosts["hello"].of_type("log"))
+        wait_until(lambda: hosts["hello"].of_type("log"))
         hello = runtime.status("hello")[0]
         # CPython's initialised heap: whole 64 KiB wasm pages, in the megabytes.
         assert hello.heap_bytes % 65536 == 0 and 4 << 20 < hello.heap_bytes < 64 << 20
-        error = wait_for(lambda: hosts["bomb"].of_type("agent.errored"))[0]
+        error = wait_until(lambda: hosts["bomb"].of_type("agent.errored"))[0]
         # The bomb grew 1 MiB at a time up to the 24 MiB limit: the figure tracked it.
         assert error["kind"] == "memory"
         heap = int(re.search(r"heap (\d+) bytes", error["error"]).group(1))

@@ -16,8 +16,9 @@ from aiohttp import web
 from node.context import CONTEXT
 from node.services.tasks import TASKS
 from projections.approvals import Approvals
+from tests.polling import until
+from tests.runtime.test_runtime_node import agent_toml, journal, start_node
 from tests.support import OPERATE_TOKEN, READ_TOKEN, auth
-from tests.test_runtime_node import agent_toml, journal, start_node, until
 
 SECRET = "hunter2-top-secret-value"
 MARKER = "[secret:payments/api_key]"

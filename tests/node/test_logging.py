@@ -2,26 +2,16 @@
 
 import json
 import logging
-import time
 
 import httpx
 
 from node.logsetup import ContextFilter, Redactor, _json_formatter, _TextFormatter
+from tests.polling import wait_until
 from tests.support import ADMIN_TOKEN, NodeProcess, auth, free_port, write_config
 
 SECRET_VALUE = "sk-live-abcdef0123456789"
 PEER_TOKEN = "peer-token-for-node-b-0000000001"
 WRONG_TOKEN = "an_not-a-token-anyone-was-given-42"
-
-
-def wait_for(predicate, timeout: float = 60.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise TimeoutError("condition not met")
 
 
 def test_json_logs_carry_context_access_lines_and_never_a_secret(tmp_path, built_agents):
@@ -56,7 +46,7 @@ token = "{PEER_TOKEN}"
             assert len(response.headers["X-Request-Id"]) == 32  # made when the client sends none
             odd = client.get("/api/v1/status", headers={"X-Request-Id": "no spaces\tallowed"})
             assert odd.headers["X-Request-Id"] != "no spaces\tallowed"  # not echoed into logs
-            wait_for(
+            wait_until(
                 lambda: any(
                     "read payments/api_key" in entry["message"]
                     for entry in client.get("/api/v1/logs", params={"agent": "reader"}).json()[
@@ -66,8 +56,8 @@ token = "{PEER_TOKEN}"
             )
         denied = httpx.get(node.url + "/api/v1/status", headers=auth(WRONG_TOKEN))
         assert denied.status_code == 401
-        wait_for(lambda: '"peer": "node-b"' in node.log_path.read_text())
-        wait_for(lambda: '"agent": "trapper"' in node.log_path.read_text())
+        wait_until(lambda: '"peer": "node-b"' in node.log_path.read_text())
+        wait_until(lambda: '"agent": "trapper"' in node.log_path.read_text())
         assert node.terminate() == 0
     text = node.log_path.read_text()
     lines = [json.loads(line) for line in text.splitlines() if line.strip()]

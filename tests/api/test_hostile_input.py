@@ -9,8 +9,8 @@ import json
 import pytest
 
 from node import boundedjson
+from tests.runtime.test_runtime_node import agent_toml, start_node
 from tests.support import ADMIN_TOKEN, OPERATE_TOKEN, READ_TOKEN, auth
-from tests.test_runtime_node import agent_toml, start_node
 
 DEEP = "[" * 100_000 + "]" * 100_000
 JUST_TOO_DEEP = {"input": json.loads("[" * 64 + "]" * 64)}  # 65 levels with the outer object

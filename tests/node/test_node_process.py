@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.runtime_support import wait_for
+from tests.polling import wait_until
 from tests.support import NodeProcess, logs_on_failure, run_cli, write_config
 
 
@@ -34,7 +34,7 @@ tick_interval_ms = 200
 def run_scenario(node: NodeProcess, path) -> None:
     node.start()
     with node.client() as client:
-        pending = wait_for(lambda: client.get("/api/v1/approvals").json(), timeout=90)
+        pending = wait_until(lambda: client.get("/api/v1/approvals").json(), timeout=90)
     assert pending[0]["agent"] == "payer" and pending[0]["capability"] == "spend"
     approval_id = pending[0]["id"]
     node.kill()
@@ -49,7 +49,7 @@ def run_scenario(node: NodeProcess, path) -> None:
             logs = client.get("/api/v1/logs", params={"limit": 1000}).json()["logs"]
             return any("paid INV-0001" in entry["message"] for entry in logs)
 
-        wait_for(paid, timeout=90)
+        wait_until(paid, timeout=90)
         again = client.post(f"/api/v1/approvals/{approval_id}", json={"decision": "deny"})
         assert again.status_code == 404
 
@@ -57,7 +57,7 @@ def run_scenario(node: NodeProcess, path) -> None:
             "/api/v1/a2a/tasks",
             json={"from": "ops", "to": "worker", "input": {"numbers": [1, 2, 3]}},
         ).json()
-        done = wait_for(
+        done = wait_until(
             lambda: (
                 (t := client.get(f"/api/v1/a2a/tasks/{task['id']}").json())["status"] == "completed"
                 and t

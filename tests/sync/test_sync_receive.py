@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import base64
 
 import pytest
@@ -14,6 +13,7 @@ from node.context import CONTEXT
 from node.keyring import key_resolver
 from projections.entries import Findings
 from projections.peers import PeerBook
+from tests.polling import until
 from tests.support import ADMIN_TOKEN, READ_TOKEN, auth, free_port, make_config
 from tests.sync_support import SYNC_TUNING, peer_token, peer_toml, signed_chain
 
@@ -226,12 +226,13 @@ async def convergence(client, agent: str) -> dict:
 
 
 async def wait_for(client, agent, predicate, timeout: float = 5.0) -> dict:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
+    """The convergence report once `predicate` holds for it."""
+
+    async def report_if_done() -> dict | None:
         report = await convergence(client, agent)
-        if predicate(report) or asyncio.get_running_loop().time() > deadline:
-            return report
-        await asyncio.sleep(0.02)
+        return report if predicate(report) else None
+
+    return await until(report_if_done, timeout, what=f"convergence of {agent}")
 
 
 # ----------------------------------------------------------------- keys and pins

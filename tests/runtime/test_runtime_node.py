@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-import pytest
 from aiohttp import web
 
 from node.api import a2a, approvals, grants
@@ -17,6 +15,7 @@ from node.api import runtime as area
 from node.app import AREAS, build_app
 from node.context import CONTEXT
 from node.streams.bus import BUS
+from tests.polling import until
 from tests.support import OPERATE_TOKEN, PUBLISH_TOKEN, READ_TOKEN, auth, make_config
 
 
@@ -36,17 +35,6 @@ class Sink:
 
     def named(self, event: str) -> list[dict[str, Any]]:
         return [d for _, e, d in list(self.events) if e == event]
-
-
-async def until(predicate: Callable[[], Any], timeout: float = 30.0) -> Any:
-    """Poll without blocking the loop (agents' journal writes need it)."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while asyncio.get_running_loop().time() < deadline:
-        value = predicate()
-        if value:
-            return value
-        await asyncio.sleep(0.02)
-    pytest.fail(f"condition not met within {timeout} s")
 
 
 def agent_toml(name: str, component: Path, extra: str = "") -> str:

@@ -27,12 +27,12 @@ from google.protobuf.json_format import MessageToDict
 
 from projections.a2a import A2AView
 from projections.tasks import Tasks
+from tests.polling import until
 from tests.protocol_support import (
     agent_toml,
     cashier_toml,
     start_node,
     started,
-    until,
 )
 from tests.support import OPERATE_TOKEN, READ_TOKEN, auth
 

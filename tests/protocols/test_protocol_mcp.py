@@ -3,7 +3,7 @@
 The SDK's default `auto` mode first probes `server/discover` (the 2026 sessionless era); the
 node answers -32601 and the client falls back to the `initialize` handshake, all inside one
 connect. The raw protocol answers (codes, 202 for notifications, 405 on GET, 404 without
-mcp = true) are tested in tests/test_runtime_node.py::test_mcp_endpoint.
+mcp = true) are tested in tests/runtime/test_runtime_node.py::test_mcp_endpoint.
 """
 
 from __future__ import annotations

@@ -23,16 +23,16 @@ from pydantic import TypeAdapter
 
 from node.services.approvals import APPROVALS
 from projections.approvals import Approvals
+from tests.polling import until
 from tests.protocol_support import (
     cashier_toml,
     start_node,
     started,
-    until,
 )
 from tests.support import OPERATE_TOKEN, READ_TOKEN, auth
 
 EVENT = TypeAdapter(AguiEvent)
-JS_DIR = Path(__file__).resolve().parent / "js"
+JS_DIR = Path(__file__).resolve().parent.parent / "js"
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ import pytest
 from eventstore.store import NewEvent
 from node.context import CONTEXT
 from node.streams.bus import BUS
+from tests.polling import until
 from tests.support import ADMIN_TOKEN, NodeProcess, SseStream, auth, make_config, write_config
 
 QUEUE_MAX = 20
@@ -49,18 +50,11 @@ def drain(sock: socket.socket, limit: float = 5.0) -> bytes:
     return b"".join(chunks)
 
 
-async def wait_for(predicate, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.02)
-
-
 async def test_a_client_that_stops_reading_is_cut_and_resumes(client):
     ctx = client.app[CONTEXT]
     bus = client.app[BUS]
     sock = stalled_client(client.port)
-    await wait_for(lambda: bus.count("events") == 1)
+    await until(lambda: bus.count("events") == 1)
     (slow,) = list(bus._subs["events"])
     async with SseStream(str(client.make_url("/")), "/api/v1/events") as fast:
         blob = "x" * 32_768

@@ -11,7 +11,8 @@ from pathlib import Path
 
 from node.runtime import AgentSpec, Task
 from node.runtime.memhost import MemoryHost
-from tests.runtime_support import running, wait_for
+from tests.polling import wait_until
+from tests.runtime_support import running
 
 WRITTEN = 96 << 20
 
@@ -41,7 +42,7 @@ def test_output_flood_is_trimmed_on_disk_during_the_run(built_agents, tmp_path):
     watcher.start()
     try:
         with running([spec], {"hostile": host}, output_dir=tmp_path):
-            finished = wait_for(lambda: host.of_type("task.completed"), timeout=120)
+            finished = wait_until(lambda: host.of_type("task.completed"), timeout=120)
     finally:
         done.set()
         watcher.join()

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from aiohttp import web
 from nacl.signing import SigningKey
 
@@ -12,6 +10,7 @@ from node.app import build_app
 from node.context import CONTEXT
 from projections.entries import Findings
 from projections.peers import PeerBook
+from tests.polling import until
 from tests.support import READ_TOKEN, auth, make_config
 from tests.sync_support import SYNC_TUNING, peer_token, peer_toml, signed_chain
 
@@ -67,13 +66,6 @@ def config_with_peer(tmp_path, port: int, token: str, tuning: str):
             presents=peer_token("node-a", "node-b"),
         ),
     )
-
-
-async def until(predicate, timeout: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not predicate():
-        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
-        await asyncio.sleep(0.02)
 
 
 async def test_key_from_did_on_first_contact_is_pinned_and_a_change_is_refused(

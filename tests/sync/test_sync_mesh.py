@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import functools
 import re
 import time
 from pathlib import Path
@@ -11,6 +12,7 @@ import httpx
 import pytest
 
 from eventstore.keys import load_or_create_key
+from tests import polling
 from tests.support import NodeProcess, auth, run_cli
 from tests.sync_support import peer_token, prefill, signed_chain, write_mesh
 
@@ -54,6 +56,10 @@ def mesh_factory(tmp_path):
         mesh.kill_all()
 
 
+# a node that is still starting answers with connection errors: not yet
+wait_until = functools.partial(polling.wait_until, retry_on=(httpx.HTTPError,))
+
+
 def post_findings(node: NodeProcess, agent: str, count: int) -> None:
     with node.client() as client:
         for i in range(count):
@@ -68,20 +74,6 @@ def convergence(node: NodeProcess, agent: str) -> dict:
         r = client.get("/api/v1/sync/convergence", params={"agent": agent})
         assert r.status_code == 200, r.text
         return r.json()
-
-
-def wait_until(predicate, timeout: float = 60.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            value = predicate()
-        except httpx.HTTPError:
-            value = None
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def wait_converged(mesh: Mesh, journals: dict[str, int], timeout: float = 60.0) -> None:
