@@ -48,8 +48,6 @@ from projections import catalogue as c
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-LOG_LEVELS = c.LOG_LEVELS
-SEVERITIES = c.SEVERITIES
 MAX_SUMMARY_URL = 2048  # an http_fetch URL as journaled in action.performed
 TASK_EVENT_WAIT_SECS = 30.0
 
