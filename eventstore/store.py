@@ -493,7 +493,7 @@ class EventStore:
         self,
         request: _Request,
         head_of: Callable[[str], Head | None],
-        txn: lmdb.Transaction,
+        txn: lmdb.Transaction[bytes],
         position: int,
         imported: dict[bytes, bytes],
     ) -> list[Envelope]:
@@ -597,7 +597,7 @@ class EventStore:
 
     # ----------------------------------------------------------------- reads
     @contextmanager
-    def _read(self) -> Iterator[lmdb.Transaction]:
+    def _read(self) -> Iterator[lmdb.Transaction[bytes]]:
         with self._gate:
             while self._resizing:
                 self._gate.wait()

@@ -13,8 +13,6 @@ from node.config import AuthSection
 from node.http import problem_response
 from node.routes import PUBLIC, Scopes, scopes_of
 
-TOKENS: web.AppKey[TokenTable] = web.AppKey("tokens", object)
-
 
 @dataclass(frozen=True, slots=True)
 class Identity:
@@ -56,6 +54,9 @@ class TokenTable:
             if hmac.compare_digest(stored, digest):
                 found = identity
         return found
+
+
+TOKENS = web.AppKey("tokens", TokenTable)
 
 
 def token_digest(token: str) -> bytes:

@@ -28,7 +28,10 @@ def fingerprint(projections: Projections) -> str:
     digest = hashlib.sha256()
     for projection in sorted(projections, key=lambda p: p.name):
         digest.update(projection.name.encode() + b"\0")
-        digest.update(inspect.getsource(inspect.getmodule(type(projection))).encode())
+        module = inspect.getmodule(type(projection))
+        if module is None:  # never for a class; getsource(None) raised a TypeError too
+            raise TypeError(f"no module for {type(projection).__qualname__}")
+        digest.update(inspect.getsource(module).encode())
     return digest.hexdigest()
 
 

@@ -64,8 +64,8 @@ class Redactor:
 
 def secrets_of(config: Config) -> list[str]:
     """Everything in a config that must never be logged: tokens, peer tokens, secret values."""
-    found = [t.token for t in config.auth.tokens if t.token]
-    found += [p.token for p in config.peers]
+    found: list[str | None] = [t.token for t in config.auth.tokens if t.token]
+    found += [p.token for p in config.peers]  # None where token_file gives it (dropped below)
     for values in config.secrets.values():
         found += [v for v in values.values() if isinstance(v, str)]
     if config.inference.cloud_api_key_env:
@@ -86,8 +86,9 @@ class ContextFilter(logging.Filter):
             identity = identity_of(request)
             if identity is not None and request.path.startswith("/api/v1/sync/"):
                 record.peer = identity.name
-        if not hasattr(record, "agent") and record.threadName.startswith("agent-"):
-            record.agent = record.threadName.removeprefix("agent-")
+        thread = record.threadName or ""  # None only where logging.logThreads is off
+        if not hasattr(record, "agent") and thread.startswith("agent-"):
+            record.agent = thread.removeprefix("agent-")
         if not hasattr(record, "peer"):
             task_name = _task_name()
             if task_name.startswith("sync-to-"):

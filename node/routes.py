@@ -70,7 +70,7 @@ def add_route(
     """Every route states who may call it (PUBLIC, or scopes any of which will do) and what
     it does."""
     route = app.router.add_route(method, path, handler)
-    routes = app.setdefault(ROUTES, {})  # type: ignore[arg-type]
+    routes = app.setdefault(ROUTES, {})
     routes[route] = Route((scopes,) if isinstance(scopes, str) else scopes, doc)
     return route
 

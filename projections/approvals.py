@@ -12,9 +12,10 @@ ignored, so the fold is deterministic whatever a damaged or replicated journal h
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -116,9 +117,12 @@ class Approvals:
             self.pending[approval_id] = request
             self._groups.setdefault((request.agent, request.capability), {})[approval_id] = None
         elif kind in (c.APPROVAL_DECIDED, c.APPROVAL_TIMED_OUT):
-            request = self.pending.get(approval_id)
-            if request is None or request.agent != envelope.stream:
+            open_request = self.pending.get(approval_id)
+            if open_request is None or open_request.agent != envelope.stream:
                 return
+            outcome: Literal["approve", "deny", "timeout"]
+            operator: str | None
+            reason: str | None
             if kind == c.APPROVAL_DECIDED:
                 decided = c.read(c.ApprovalDecided, data)
                 if decided is None:
@@ -127,13 +131,13 @@ class Approvals:
             else:
                 outcome, operator, reason = "timeout", None, None
             del self.pending[approval_id]
-            key = (request.agent, request.capability)
+            key = (open_request.agent, open_request.capability)
             group = self._groups[key]
             del group[approval_id]
             if not group:
                 del self._groups[key]
             self.resolved[approval_id] = Resolution(
-                approval_id, request.agent, outcome, envelope.event.ts, operator, reason
+                approval_id, open_request.agent, outcome, envelope.event.ts, operator, reason
             )
 
     @property
@@ -147,11 +151,11 @@ class Approvals:
         """Ids of the agent's pending requests asked by that task's run."""
         return [r.id for r in self.pending.values() if r.agent == agent and r.task == task_id]
 
-    def list(self) -> list[ApprovalRequest]:
+    def list(self) -> builtins.list[ApprovalRequest]:
         """Pending requests, oldest first."""
         return list(self.pending.values())
 
-    def groups(self) -> list[Group]:
+    def groups(self) -> builtins.list[Group]:
         """Pending requests grouped by (agent, capability), groups in order of first request."""
         return [
             Group(agent, capability, len(ids), list(ids))

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import gc
 import logging
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Protocol, TypeVar
+from collections.abc import Callable, Container, Iterable, Sequence
+from typing import Any, Protocol, TypeVar, cast
 
 from eventstore.envelope import Envelope
-from projections.ownership import GUARDED
+from projections.ownership import GUARDED, Owners
 
 Applier = Callable[[Envelope], None]
 # Told when a read model raised: (the read model's name, the envelope, the exception).
@@ -27,6 +27,12 @@ _log = logging.getLogger("agent-node.projections")
 
 def _log_fault(name: str, envelope: Envelope, exc: Exception) -> None:
     _log.error("read model %s raised on %s#%s", name, envelope.stream, envelope.seq, exc_info=exc)
+
+
+def _folds(projection: Projection, event_type: str) -> bool:
+    """Whether the read model folds that event type (its optional `handles`; see Projection)."""
+    handles: Container[str] | None = getattr(projection, "handles", None)
+    return handles is None or event_type in handles
 
 
 P = TypeVar("P")
@@ -79,14 +85,12 @@ class Projections:
     def _appliers(self, event_type: str) -> tuple[Applier, ...]:
         appliers = self._appliers_by_type.get(event_type)
         if appliers is None:
-            appliers = tuple(
-                p.apply
-                for p in self._projections.values()
-                if getattr(p, "handles", None) is None or event_type in p.handles
-            )
+            appliers = tuple(p.apply for p in self._projections.values() if _folds(p, event_type))
             owners = self._projections.get("owners")
             if owners is not None and event_type in GUARDED:
-                appliers = (self._guarded(owners.allows, appliers),)
+                # the read model named "owners" is projections.ownership.Owners (no other has
+                # that name, and names are unique here)
+                appliers = (self._guarded(cast(Owners, owners).allows, appliers),)
             self._appliers_by_type[event_type] = appliers
         return appliers
 
@@ -107,7 +111,8 @@ class Projections:
         return owned
 
     def _fault(self, apply: Applier, envelope: Envelope, exc: Exception) -> None:
-        name = getattr(getattr(apply, "__self__", None), "name", None) or getattr(
+        # "" when absent: as falsy as None was, so the `or` picks the same name
+        name: str = getattr(getattr(apply, "__self__", None), "name", "") or getattr(
             apply, "__qualname__", "?"
         )
         try:

@@ -16,7 +16,7 @@ against this module.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any, ClassVar, Literal, TypeVar
+from typing import Annotated, Any, ClassVar, Literal, TypeGuard, TypeVar
 
 import msgspec
 
@@ -75,6 +75,14 @@ Request = Annotated[str, msgspec.Meta(max_length=2 * MAX_TEXT)]
 RequestHash = Annotated[str, msgspec.Meta(pattern=r"^(sha256:[0-9a-f]{64})?$")]
 LogLevel = Literal["trace", "debug", "info", "warn", "error"]
 Severity = Literal["info", "low", "medium", "high", "critical"]
+
+
+def is_log_level(value: str) -> TypeGuard[LogLevel]:
+    return value in LOG_LEVELS
+
+
+def is_severity(value: str) -> TypeGuard[Severity]:
+    return value in SEVERITIES
 
 
 class Payload(msgspec.Struct, kw_only=True):

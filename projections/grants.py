@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import builtins
 from typing import Any, Literal
 
 import msgspec
@@ -57,9 +58,9 @@ class Grants:
         grant = self.grants.get((agent, domain))
         return grant is not None and grant.status == "active"
 
-    def list(self) -> list[Grant]:
+    def list(self) -> builtins.list[Grant]:
         """Every grant, ordered by agent then domain."""
         return [self.grants[k] for k in sorted(self.grants)]
 
-    def snapshot(self) -> list[Any]:
+    def snapshot(self) -> builtins.list[Any]:
         return [msgspec.to_builtins(g) for g in self.list()]

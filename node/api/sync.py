@@ -89,9 +89,10 @@ async def get_envelopes(request: web.Request) -> web.Response:
     envelopes = ctx.store.read_stream(agent, since, limit) if limit else []
     identity = request.get(IDENTITY)
     head = ctx.projections.get(Journals).head.get(agent)
-    is_peer = identity is not None and any(p.name == identity.name for p in ctx.config.peers)
-    if is_peer and head is not None:  # a pull acks `since`, of a journal this node holds
-        _service(request).acks.note(identity.name, {agent: min(since, head)})
+    caller = identity.name if identity is not None else None
+    # a peer's pull acks `since`, of a journal this node holds
+    if caller is not None and head is not None and any(p.name == caller for p in ctx.config.peers):
+        _service(request).acks.note(caller, {agent: min(since, head)})
     ctx.metrics.sync_envelopes.inc(len(envelopes))
     return json_response({"envelopes": [e.as_read() for e in envelopes]})
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
@@ -33,6 +33,8 @@ PROTOCOL_VERSION = "1.0"
 VERSION_HEADER = "A2A-Version"
 # How long a blocking SendMessage waits for a final or input-required task.
 BLOCKING_WAIT_SECS = 60.0
+# A stream's updates after its first event (None: a keepalive); closed when the stream ends.
+Updates = AsyncGenerator[Update | None, None]
 
 WRITE_METHODS = frozenset(
     {
@@ -129,7 +131,7 @@ async def extended_card(c: CallContext) -> Any:
     )
 
 
-async def send_streaming(c: CallContext) -> tuple[Update, AsyncIterator[Update | None]]:
+async def send_streaming(c: CallContext) -> tuple[Update, Updates]:
     params = decode_params(c.call.params, SendParams)
     task, cursor = await c.service.send(c.agent, params, c.operator)
     first = (
@@ -146,7 +148,7 @@ async def send_streaming(c: CallContext) -> tuple[Update, AsyncIterator[Update |
     )
 
 
-async def subscribe(c: CallContext) -> tuple[Update, AsyncIterator[Update | None]]:
+async def subscribe(c: CallContext) -> tuple[Update, Updates]:
     params = decode_params(c.call.params, TaskIdParams)
     first, cursor = c.service.snapshot(c.agent, params.id)
     stop = StopSignal(c.request.app)
@@ -167,7 +169,7 @@ METHODS: dict[str, Method] = {
     "GetExtendedAgentCard": extended_card,
     **dict.fromkeys(PUSH_METHODS, push_config),
 }
-STREAMING: dict[str, Callable[[CallContext], Awaitable[tuple[Update, AsyncIterator]]]] = {
+STREAMING: dict[str, Callable[[CallContext], Awaitable[tuple[Update, Updates]]]] = {
     "SendStreamingMessage": send_streaming,
     "SubscribeToTask": subscribe,
 }
@@ -200,13 +202,13 @@ async def a2a_endpoint(request: web.Request) -> web.StreamResponse:
         return json_response(rpc.error_response(call.id, error))
     except Exception:
         log.exception("A2A %s on %s failed", call.method, agent)
-        error = rpc.RpcError(rpc.INTERNAL_ERROR, "the node failed to handle this call")
-        return json_response(rpc.error_response(call.id, error))
+        internal = rpc.RpcError(rpc.INTERNAL_ERROR, "the node failed to handle this call")
+        return json_response(rpc.error_response(call.id, internal))
     return json_response(rpc.result_response(call.id, result))
 
 
 async def _stream(
-    request: web.Request, id_: rpc.RequestId, first: Update, updates: AsyncIterator[Update | None]
+    request: web.Request, id_: rpc.RequestId, first: Update, updates: Updates
 ) -> web.StreamResponse:
     out = SseOut(request)
     try:
@@ -223,16 +225,14 @@ async def _stream(
         await out.send_last(rpc.error_response(id_, error))
     except Exception:
         log.exception("A2A stream for %s failed", request.path)
-        error = rpc.RpcError(rpc.INTERNAL_ERROR, "the node failed while streaming")
-        await out.send_last(rpc.error_response(id_, error))
+        internal = rpc.RpcError(rpc.INTERNAL_ERROR, "the node failed while streaming")
+        await out.send_last(rpc.error_response(id_, internal))
     finally:
-        await updates.aclose()  # type: ignore[attr-defined]
+        await updates.aclose()
     return out.response
 
 
-async def _closing(
-    stop: StopSignal, updates: AsyncIterator[Update | None]
-) -> AsyncIterator[Update | None]:
+async def _closing(stop: StopSignal, updates: AsyncIterator[Update | None]) -> Updates:
     try:
         async for update in updates:
             yield update

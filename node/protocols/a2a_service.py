@@ -10,6 +10,7 @@ it asked for can still be approved. Updates are read from the agent's journal as
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import uuid
 from collections.abc import AsyncIterator
@@ -26,7 +27,7 @@ from node.protocols import a2a_model as m
 from node.protocols.a2a_params import ListTasksParams, Message, SendParams
 from node.protocols.follow import JournalCursor
 from node.protocols.lifecycle import StopSignal
-from node.services.approvals import ApprovalGate
+from node.services.approvals import ApprovalGate, Decision
 from node.services.tasks import TaskService
 from projections.a2a import A2AView
 from projections.approvals import Approvals
@@ -34,7 +35,7 @@ from projections.tasks import Task, Tasks
 
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 100
-DECISIONS = {
+DECISIONS: dict[str, Decision] = {
     "approve": "approve",
     "approved": "approve",
     "yes": "approve",
@@ -180,7 +181,7 @@ class A2AService:
             with contextlib.suppress(Problem):  # decided or timed out meanwhile
                 await gate.decide(approval_id, "deny", operator, reason=reason)
 
-    async def _decide_all(self, task_id: str, decision: str, operator: str) -> None:
+    async def _decide_all(self, task_id: str, decision: Decision, operator: str) -> None:
         gate = self.approvals
         for approval_id in self.ctx.projections.get(A2AView).pending_approvals(task_id):
             with contextlib.suppress(Problem):  # decided or timed out meanwhile
@@ -240,12 +241,12 @@ class A2AService:
                 wait = min(wait, deadline - now)
             await cursor.wait(wait, stop.future)
 
-    def _updates_of(self, envelope: Envelope, task_id: str) -> list[tuple[Update, bool]]:
+    def _updates_of(self, envelope: Envelope, task_id: str) -> builtins.list[tuple[Update, bool]]:
         kind, data, ts = envelope.event.type, envelope.event.data, envelope.event.ts
         view = self.ctx.projections.get(A2AView)
         if kind.startswith("approval."):
             approval_id = data.get("id")
-            if view.approval_task.get(approval_id) != task_id:
+            if not isinstance(approval_id, str) or view.approval_task.get(approval_id) != task_id:
                 return []
         elif data.get("id") != task_id or kind == "task.created":
             return []
@@ -310,12 +311,14 @@ class A2AService:
         if canceled:
             return []  # the agent's late result for a canceled task changes nothing
         if kind == "task.completed":
-            output = data.get("output") if isinstance(data.get("output"), dict) else {}
+            output = data.get("output")
             artifact = {
                 "artifactUpdate": {
                     "taskId": task_id,
                     "contextId": context_id,
-                    "artifact": m.output_artifact(task_id, output),
+                    "artifact": m.output_artifact(
+                        task_id, output if isinstance(output, dict) else {}
+                    ),
                     "lastChunk": True,
                 }
             }
@@ -329,7 +332,7 @@ def _state_of(update: Update) -> str | None:
     return update.get("statusUpdate", {}).get("status", {}).get("state")
 
 
-def _decision(message: Message) -> str | None:
+def _decision(message: Message) -> Decision | None:
     for part in message.parts:
         value: Any = part.text
         if value is None and isinstance(part.data, dict):

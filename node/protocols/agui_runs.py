@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,7 +35,7 @@ from node.protocols.agui_input import ResumeEntry, RunInput, last_user_message, 
 from node.protocols.follow import JournalCursor
 from node.protocols.lifecycle import StopSignal
 from node.runtime.agents import Agents
-from node.services.approvals import ApprovalGate
+from node.services.approvals import ApprovalGate, Decision
 from node.services.tasks import TaskService
 from projections.a2a import A2AView
 from projections.approvals import Approvals
@@ -63,7 +63,7 @@ Work = TaskWork | TickWork
 
 @dataclass
 class ResumePlan:
-    decide: list[tuple[str, str]] = field(default_factory=list)  # (approval id, decision)
+    decide: list[tuple[str, Decision]] = field(default_factory=list)  # (approval id, decision)
     warnings: list[dict[str, Any]] = field(default_factory=list)
     work: Work | None = None
     expired: list[str] = field(default_factory=list)
@@ -82,7 +82,7 @@ class AguiRuns:
 
     async def run(
         self, agent: str, run: RunInput, operator: str, stop: StopSignal, keepalive: float
-    ) -> AsyncIterator[Event | None]:
+    ) -> AsyncGenerator[Event | None, None]:
         """The run's events in order; None when `keepalive` passed quietly (ping the client)."""
         events = RunEvents(run.thread_id, run.run_id, run.parent_run_id)
         results: dict[str, str] = {}  # capability → tool call awaiting its action's result
@@ -113,8 +113,8 @@ class AguiRuns:
             except (Problem, LookupError, RuntimeError) as exc:
                 yield events.error(getattr(exc, "detail", None) or str(exc), "NOT_STARTED")
                 return
-        async for event in self._follow(agent, work, cursor, events, results, stop, keepalive):
-            yield event
+        async for followed in self._follow(agent, work, cursor, events, results, stop, keepalive):
+            yield followed
 
     # ------------------------------------------------------------------ starting
     async def _start(self, agent: str, run: RunInput, operator: str) -> Work:
@@ -170,7 +170,7 @@ class AguiRuns:
                     }
                 )
             else:
-                decision = "approve" if entry.status == "resolved" else "deny"
+                decision: Decision = "approve" if entry.status == "resolved" else "deny"
                 plan.decide.append((approval_id, decision))
             tick = self._ticks.pop(approval_id, None)
             if plan.work is None:
@@ -275,8 +275,8 @@ class AguiRuns:
         if kind == "task.canceled":
             return [events.cancelled()], True
         if kind == "task.completed":
-            output = data.get("output") if isinstance(data.get("output"), dict) else {}
-            return _completed(events, output), True
+            output = data.get("output")
+            return _completed(events, output if isinstance(output, dict) else {}), True
         if kind == "task.failed":
             return [events.error(str(data.get("error", "the task failed")), "TASK_FAILED")], True
         return [], False

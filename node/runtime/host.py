@@ -24,7 +24,7 @@ import time
 import uuid
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 from eventstore.store import EventStore
 from node import boundedjson
@@ -48,8 +48,6 @@ from projections import catalogue as c
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-LOG_LEVELS = c.LOG_LEVELS
-SEVERITIES = c.SEVERITIES
 MAX_SUMMARY_URL = 2048  # an http_fetch URL as journaled in action.performed
 TASK_EVENT_WAIT_SECS = 30.0
 
@@ -187,14 +185,20 @@ class JournalHost:
     # ---- AgentHost -------------------------------------------------------------------------
 
     def log(self, level: str, message: str) -> None:
-        if level not in LOG_LEVELS:
-            message, level = f"[{level[:20]}] {message}", "info"
-        self._append(*c.event_of(c.Log(level=level, message=message[:MAX_TEXT])))
+        known: c.LogLevel
+        if c.is_log_level(level):
+            known = level
+        else:
+            message, known = f"[{level[:20]}] {message}", "info"
+        self._append(*c.event_of(c.Log(level=known, message=message[:MAX_TEXT])))
 
     def report_finding(self, severity: str, title: str, detail: str) -> None:
-        if severity not in SEVERITIES:
-            title, severity = f"[{severity[:20]}] {title}", "info"
-        finding = c.Finding(severity=severity, title=title[:MAX_DETAIL], detail=detail[:MAX_TEXT])
+        known: c.Severity
+        if c.is_severity(severity):
+            known = severity
+        else:
+            title, known = f"[{severity[:20]}] {title}", "info"
+        finding = c.Finding(severity=known, title=title[:MAX_DETAIL], detail=detail[:MAX_TEXT])
         self._append(*c.event_of(finding))
 
     def invoke(self, capability: str, request: str) -> str:
@@ -372,8 +376,8 @@ class JournalHost:
         if run.kind == "tick":
             self._publish("agent_complete", {"duration_ms": result.duration_ms})
 
-    def output(self, stream: str, line: str) -> None:
-        level = "info" if stream == "stdout" else "warn"
+    def output(self, stream: Literal["stdout", "stderr"], line: str) -> None:
+        level: c.LogLevel = "info" if stream == "stdout" else "warn"
         self._note(*c.event_of(c.Log(level=level, message=line[:MAX_TEXT], stream=stream)))
 
     def next_task(self) -> Task | None:

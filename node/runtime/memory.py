@@ -118,7 +118,7 @@ def _make_accessible(base: int, size: int) -> bool:
     return _libc.mprotect(base, _round_up(size), _PROT_READ_WRITE) == 0
 
 
-def _new_memory(env, ty, minimum, maximum, reserved, guard, memory_ret):  # type: ignore[no-untyped-def]
+def _new_memory(env, ty, minimum, maximum, reserved, guard, memory_ret):
     try:
         capacity = reserved or max(minimum, min(maximum, _DEFAULT_RESERVATION))
         mapped = _round_up(capacity) + _round_up(guard)
@@ -144,14 +144,14 @@ def _new_memory(env, ty, minimum, maximum, reserved, guard, memory_ret):  # type
         return _error(f"host memory creator failed: {e!r}")
 
 
-def _get_memory(env, byte_size, byte_capacity):  # type: ignore[no-untyped-def]
+def _get_memory(env, byte_size, byte_capacity):
     region = _regions[env]
     byte_size[0] = region.size
     byte_capacity[0] = region.capacity
     return region.base
 
 
-def _grow_memory(env, new_size):  # type: ignore[no-untyped-def]
+def _grow_memory(env, new_size):
     try:
         region = _regions[env]
         if new_size > region.capacity:
@@ -165,7 +165,7 @@ def _grow_memory(env, new_size):  # type: ignore[no-untyped-def]
         return _error(f"host memory grow failed: {e!r}")
 
 
-def _finalize(env):  # type: ignore[no-untyped-def]
+def _finalize(env):
     with _regions_lock:
         region = _regions.pop(env, None)
     if region is not None:
@@ -177,7 +177,8 @@ _NEW = ffi.wasmtime_new_memory_callback_t(_new_memory)
 _GET = ffi.wasmtime_memory_get_callback_t(_get_memory)
 _GROW = ffi.wasmtime_memory_grow_callback_t(_grow_memory)
 _FINALIZE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(_finalize)
-_NO_FINALIZER = ctypes.cast(None, ctypes.CFUNCTYPE(None, ctypes.c_void_p))
+# a NULL function pointer: the creator itself has no finalizer
+_NO_FINALIZER = ctypes.cast(ctypes.c_void_p(None), ctypes.CFUNCTYPE(None, ctypes.c_void_p))
 _CREATOR = ffi.wasmtime_memory_creator(None, _NEW, _NO_FINALIZER)
 
 

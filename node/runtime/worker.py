@@ -275,7 +275,8 @@ class AgentWorker:
 
     def _run_task(self, task: Task) -> None:
         self.hooks.task_started(task)
-        wit_task = cm.Record()
+        # a Record's fields are plain attributes, whatever the WIT record names (not declared)
+        wit_task: Any = cm.Record()
         wit_task.id, wit_task.input = task.id, task.input
         setattr(wit_task, "from", task.from_)
         try:

@@ -20,7 +20,7 @@ import logging
 import uuid
 from collections.abc import Iterable
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from aiohttp import web
 
@@ -332,7 +332,9 @@ class ApprovalGate:
             future = self._waiters.get(approval_id)
             orphan = self._orphans.pop(approval_id, None)
             if future is not None and not future.done():
-                future.set_result(outcome)
+                # a journaled decision is "approve" or "deny": the gate writes only those, and
+                # a peer's events fit the catalogue (c.ApprovalDecided) before they are stored
+                future.set_result(cast(Outcome, outcome))
             elif orphan is not None and outcome in ("approve", "deny"):
                 self._unclaimed[orphan] = outcome
 

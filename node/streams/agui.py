@@ -347,6 +347,7 @@ class AguiTranslator:
         out: list[Item],
     ) -> None:
         given = _pick(data, "tool_call_id", "toolCallId")
+        tool_id: str | None
         if name == "TOOL_CALL_START":
             self._ensure_run(t, agent, run_id, out)
             tool_id = str(given or f"{t.run}-tool-{next(_ids)}")

@@ -7,7 +7,7 @@ it reaches the client's queue live, so the seam has neither gap nor duplicate.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 
 from eventstore.envelope import Envelope
 from eventstore.store import EventStore
@@ -24,7 +24,7 @@ async def backlog(
     after: int,
     upto: int,
     allows: Callable[[Envelope], bool] | None = None,
-) -> AsyncIterator[list[Item]]:
+) -> AsyncGenerator[list[Item], None]:
     """Chunks of items with after < position <= upto, in order, for one channel (and agent)."""
     if after >= upto:
         return

@@ -35,7 +35,7 @@ class PushFailed(Exception):
 
 class Batch(NamedTuple):
     last: dict[str, int]  # stream → last seq in this batch
-    count: int
+    envelope_count: int  # how many the body carries (`count` would shadow tuple.count)
     body: bytes
 
 
@@ -120,7 +120,7 @@ class Replicator:
                 position = store.last_position
                 batch = await self._prepare(self.acked)
                 continue
-            sending = asyncio.ensure_future(self._post(batch.body, batch.count))
+            sending = asyncio.ensure_future(self._post(batch.body, batch.envelope_count))
             cursor = {**self.acked, **batch.last}
             next_position = store.last_position
             try:
