@@ -17,15 +17,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
-from pathlib import Path
 
 from nacl.signing import SigningKey
 
 from eventstore.keys import KEY_FILE, KeyFileError, load_key, public_key_multibase, write_key
 from eventstore.store import EventStore, StoreAlreadyOpenError
 from node.config import Config, load_config
+from node.files import fsync_dir, move_durably
 from projections.keys import KEY_ROTATED, KeyHistory, key_journal
 
 PENDING_KEY_FILE = "node.key.next"
@@ -109,7 +108,7 @@ async def rotate(config: Config, store: EventStore, old_key: SigningKey) -> str:
             new_key = load_key(pending)
             new_text = public_key_multibase(new_key.verify_key)
             if history.current(me) == new_text:
-                _replace_key(pending, data / KEY_FILE)
+                move_durably(pending, data / KEY_FILE)
                 return f"finished an interrupted rotation: the node key is now {new_text}"
             pending.unlink()  # never announced: discard it and rotate afresh
         previous_text = public_key_multibase(old_key.verify_key)
@@ -120,7 +119,7 @@ async def rotate(config: Config, store: EventStore, old_key: SigningKey) -> str:
             )
         new_key = SigningKey.generate()
         write_key(pending, new_key)
-        _fsync_dir(data)
+        fsync_dir(data)
         stream = key_journal(me)
         heads = _own_heads(store, me)
         own_head = store.head(stream)
@@ -133,7 +132,7 @@ async def rotate(config: Config, store: EventStore, old_key: SigningKey) -> str:
         )
     finally:
         await store.close()
-    _replace_key(pending, data / KEY_FILE)
+    move_durably(pending, data / KEY_FILE)
     return (
         f"rotated the node key of {me}\n"
         f"  previous: {previous_text} (signed {sum(heads.values())} envelope(s) in "
@@ -152,16 +151,3 @@ def _own_heads(store: EventStore, me: str) -> dict[str, int]:
         if first is not None and first.event.origin == me:
             heads[stream] = head.seq
     return heads
-
-
-def _replace_key(pending: Path, key_path: Path) -> None:
-    os.replace(pending, key_path)
-    _fsync_dir(key_path.parent)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
