@@ -16,6 +16,7 @@ from node.api import (
     a2a,
     approvals,
     conformance,
+    console,
     discovery,
     entries,
     grants,
@@ -29,7 +30,6 @@ from node.api import (
 )
 from node.auth import TOKENS, TokenTable, auth_middleware
 from node.config import Config
-from node.console import area as console
 from node.context import CONTEXT, NodeContext
 from node.faults import FaultReporter
 from node.http import problem_middleware

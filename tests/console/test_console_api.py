@@ -8,8 +8,8 @@ import re
 
 import pytest
 
+from node.api.console import STATIC_DIR
 from node.app import build_app
-from node.console.area import STATIC_DIR
 from node.context import CONTEXT
 from node.services.approvals import APPROVALS
 from tests.support import ADMIN_TOKEN, OPERATE_TOKEN, READ_TOKEN, auth, make_config, replicate

@@ -1,5 +1,5 @@
 """The operator console at /console/: static files from the package, and the API's few
-read endpoints it needs (node/console/api.py).
+read endpoints it needs (node/console/endpoints.py).
 
 The files are public (they hold no data); every data call the page makes goes to /api/v1 with
 the operator's bearer token, so the console can do nothing an API client could not, and all it
@@ -12,10 +12,11 @@ from pathlib import Path
 
 from aiohttp import web
 
-from node.console import api
+import node.console
+from node.console import endpoints
 from node.routes import PUBLIC, Doc, add_route
 
-STATIC_DIR = Path(__file__).parent / "static"
+STATIC_DIR = Path(node.console.__file__).parent / "static"
 CONSOLE_PATH = "/console/"
 # The page loads only its own files and talks only to this node: nothing leaves it.
 SECURITY_HEADERS = {
@@ -39,7 +40,7 @@ async def console_headers(request: web.Request, response: web.StreamResponse) ->
 
 
 def setup(app: web.Application) -> None:
-    api.setup(app)
+    endpoints.setup(app)
     add_route(
         app,
         "GET",
