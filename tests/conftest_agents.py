@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -31,14 +33,31 @@ def built_agents() -> dict[str, Path]:
     )
     if run.returncode != 0:
         pytest.fail(f"scripts/build-agents failed:\n{run.stderr}")
-    return {name: Path(p) for name, p in json.loads(run.stdout).items()}
+    agents = {name: Path(p) for name, p in json.loads(run.stdout).items()}
+    precompile(agents.values())
+    return agents
 
 
-@pytest.fixture(autouse=True)
-def shared_compiled_cache(monkeypatch):
-    """Every node a test starts (in process or as a subprocess) shares one compiled cache:
-    compiling a Python-built component takes seconds, loading it from the cache milliseconds."""
-    from node.api.runtime import COMPILED_CACHE_ENV
+def precompile(components: Iterable[Path]) -> None:
+    """Compile every agent into the shared compiled cache once per session (instant when it is
+    warm), so that no test pays a cold compile, seconds per component, inside its own waits:
+    on a fresh machine the first node to load an agent would otherwise be slow to answer."""
+    from node.runtime.engine import AgentEngine
     from tests.runtime_support import COMPILED_CACHE
 
-    monkeypatch.setenv(COMPILED_CACHE_ENV, str(COMPILED_CACHE))
+    engine = AgentEngine(COMPILED_CACHE)
+
+    def load(path: Path) -> str:
+        try:
+            engine.load(path)
+        except Exception as exc:  # a test of that agent reports it when it loads it
+            return f"precompile {path.name}: {exc}"
+        return ""
+
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            for problem in pool.map(load, list(components)):
+                if problem:
+                    print(problem, file=sys.stderr)
+    finally:
+        engine.close()
