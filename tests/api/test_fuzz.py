@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import collections
 import os
-import re
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -71,6 +70,8 @@ CONFIG = schemathesis.Config.from_dict(
         "parameters": {
             "path.agent": {"dictionary": "agents", "probability": 0.5},
             "query.agent": {"dictionary": "agents", "probability": 0.5},
+            "body.to": {"dictionary": "agents", "probability": 0.5},  # POST /api/v1/a2a/tasks
+            "body.agent": {"dictionary": "agents", "probability": 0.5},  # POST /api/v1/findings
         },
     }
 )
@@ -128,10 +129,15 @@ def test_every_operation_answers_as_documented(case, node: NodeProcess) -> None:
     case.call_and_validate(base_url=node.url, checks=CHECKS)
 
 
-def test_fuzzing_covered_every_operation_but_the_exclusions() -> None:
-    """Runs after the fuzz test: every operation not excluded got examples."""
-    operations = {f"{op.ok().method.upper()} {op.ok().path}" for op in schema.get_all_operations()}
-    assert operations and not any(re.search(r"/events$|/stream$", o) for o in operations)
-    missing = operations - set(EXAMPLES)
-    assert not missing, missing
-    print(f"fuzzed {len(operations)} operations, {sum(EXAMPLES.values())} examples")
+def test_fuzzing_covers_every_operation_but_the_exclusions() -> None:
+    """The fuzzed operations are the document's less exactly EXCLUDED; once the fuzz test has
+    run (it comes first in this module), each of them got examples."""
+    documented = {
+        (method.upper(), path) for path, item in DOCUMENT["paths"].items() for method in item
+    }
+    fuzzed = {(op.ok().method.upper(), op.ok().path) for op in schema.get_all_operations()}
+    assert documented >= EXCLUDED
+    assert fuzzed == documented - EXCLUDED
+    if EXAMPLES:
+        assert {f"{m} {p}" for m, p in fuzzed} <= set(EXAMPLES)
+        print(f"fuzzed {len(fuzzed)} operations, {sum(EXAMPLES.values())} examples")
