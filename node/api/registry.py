@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 
 import msgspec
 from aiohttp import BodyPartReader, web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from node.context import CONTEXT
 from node.http import Problem, json_response
@@ -107,6 +108,8 @@ async def _read_parts(request: web.Request, upload: StagedUpload) -> dict[str, s
                     400,
                     f"unexpected multipart part {name!r}; expected id, version, description, wasm",
                 )
+    except HttpProcessingError as exc:  # a part's headers that do not parse (found by fuzzing)
+        raise Problem(400, f"malformed multipart body: {exc.message[:200]}") from None
     except (ValueError, AssertionError, LookupError) as exc:
         raise Problem(400, f"malformed multipart body: {exc or type(exc).__name__}") from None
     return fields

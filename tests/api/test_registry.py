@@ -176,6 +176,14 @@ async def test_not_multipart_is_415_and_broken_multipart_is_400(client):
         headers={**auth(PUBLISH_TOKEN), "Content-Type": "multipart/form-data"},
     )
     assert no_boundary.status == 400
+    # a part whose header line does not parse (found by tests/api/test_fuzz.py: was a 500)
+    bad_header = await client.post(
+        "/api/v1/registry/packages",
+        data=b"--b\r\n-6.6e+16--b--\r\n",
+        headers={**auth(PUBLISH_TOKEN), "Content-Type": "multipart/form-data; boundary=b"},
+    )
+    assert bad_header.status == 400
+    assert "malformed multipart body" in (await bad_header.json())["detail"]
     assert disk_state(client) == ([], [], 0)
 
 
