@@ -1,9 +1,9 @@
 """The agents of agents/, built, for the runtime tests.
 
-`built_agents` runs scripts/build-agents once per session (its cache makes that instant when
-the sources did not change). Tests compile components into .cache/wasmtime as they first
-load them (tests.runtime_support.COMPILED_CACHE), so only the first session after a change
-pays for compiling, a few seconds per Python agent, inside the test that loads it first.
+Before the first test, scripts/build-agents runs (its cache makes that instant when the sources
+did not change) and every agent is compiled into .cache/wasmtime
+(tests.runtime_support.COMPILED_CACHE), so only the first session after a change pays for
+compiling, and no test pays for it inside its own timeout. `built_agents` gives the paths.
 tests/conftest.py loads this module as a plugin, so every test can use the fixture; helpers
 to run agents are in tests.runtime_support.
 """
@@ -22,20 +22,28 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture(scope="session")
-def built_agents() -> dict[str, Path]:
-    """{agent name: path of its .wasm}, built from agents/ through the build script."""
+_built: dict[str, Path] = {}
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Build and compile the agents before the first test runs, so that their cost (minutes on a
+    fresh machine, instant once cached) counts against no test's timeout."""
     run = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "build-agents"), "--json"],
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=900,
     )
     if run.returncode != 0:
-        pytest.fail(f"scripts/build-agents failed:\n{run.stderr}")
-    agents = {name: Path(p) for name, p in json.loads(run.stdout).items()}
-    precompile(agents.values())
-    return agents
+        raise pytest.UsageError(f"scripts/build-agents failed:\n{run.stderr}")
+    _built.update({name: Path(p) for name, p in json.loads(run.stdout).items()})
+    precompile(_built.values())
+
+
+@pytest.fixture(scope="session")
+def built_agents() -> dict[str, Path]:
+    """{agent name: path of its .wasm}, built from agents/ through the build script."""
+    return dict(_built)
 
 
 def precompile(components: Iterable[Path]) -> None:
