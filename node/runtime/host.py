@@ -89,11 +89,6 @@ class EventSink(Protocol):
     def publish(self, agent: str, event: str, data: dict[str, Any]) -> None: ...
 
 
-class NullSink:
-    def publish(self, agent: str, event: str, data: dict[str, Any]) -> None:
-        pass
-
-
 @dataclass
 class HostServices:
     """What every JournalHost of a node shares."""
@@ -108,7 +103,7 @@ class HostServices:
     approvals: ApprovalGate
     grants: Grants
     task_service: TaskLifecycle
-    sink: EventSink = field(default_factory=NullSink)
+    sink: EventSink
     redactor: SecretRedactor = field(default_factory=SecretRedactor)
 
 
