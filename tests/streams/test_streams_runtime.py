@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
+from tests.polling import until
 from tests.streams.test_streams_agui import check_nesting, validate
 from tests.support import OPERATE_TOKEN, READ_TOKEN, SseStream, auth, make_config
 
@@ -31,22 +30,22 @@ timeout_secs = 30
 
 
 async def decide_next(client, decided: set[str]) -> str:
-    """Approve the next pending approval not decided yet."""
-    for _ in range(500):
+    """Approve the next pending approval not decided yet (the first one waits for the payer
+    to load and tick)."""
+
+    async def fresh() -> list[dict]:
         listed = await (await client.get("/api/v1/approvals", headers=auth(READ_TOKEN))).json()
-        fresh = [a for a in listed if a["id"] not in decided]
-        if fresh:
-            approval = fresh[0]["id"]
-            response = await client.post(
-                f"/api/v1/approvals/{approval}",
-                json={"decision": "approve"},
-                headers=auth(OPERATE_TOKEN),
-            )
-            assert response.status == 200
-            decided.add(approval)
-            return approval
-        await asyncio.sleep(0.02)
-    raise AssertionError("no approval became pending")
+        return [a for a in listed if a["id"] not in decided]
+
+    approval = (await until(fresh, 30.0, what="a pending approval"))[0]["id"]
+    response = await client.post(
+        f"/api/v1/approvals/{approval}",
+        json={"decision": "approve"},
+        headers=auth(OPERATE_TOKEN),
+    )
+    assert response.status == 200
+    decided.add(approval)
+    return approval
 
 
 async def test_a_gated_agent_on_the_unified_and_agui_streams(client):
