@@ -4,7 +4,8 @@
     raw limit: msgspec encode + sha256 + ed25519 sign + LMDB put, 1000 per txn, one fsync each
     (and, for context, the same with 256 producers, whose batches are not capped at 64; and the
     same with the PyNaCl signer, an install without the C extension);
-(b) projection rebuild events/s vs a raw LMDB scan + decode of the same journal;
+(b) rebuild of every read model from position 0 (the on-disk ones into a scratch environment,
+    as `agent-node replay` does) in events/s vs a raw LMDB scan + decode of the same journal;
 (c) POST /api/v1/findings requests/s at concurrency 64 vs a bare aiohttp handler.
 
 Run: .venv/bin/python bench/journal.py [--events 30000] [--requests 6000] [--rounds 3]
@@ -37,18 +38,30 @@ from eventstore.signing import (
     SharedSigner,
 )
 from eventstore.store import EventStore
-from node.app import build_app
+from node.app import build_app, disk_models
 from node.context import CONTEXT
+from projections.base import Projections
 from tests.support import ADMIN_TOKEN, auth, free_port, make_config, write_config
 
 KEY = SigningKey(b"\7" * 32)
 
 
 def node_projections():
-    """Empty instances of every read model the node folds (all areas, not just logs)."""
+    """Empty instances of every read model the node folds (all areas, not just logs): the
+    in-memory ones, and the on-disk ones in a scratch environment of their own."""
     ctx = build_app(make_config(Path(tempfile.mkdtemp(prefix="bench-config-"))))[CONTEXT]
     ctx.store.close_sync()
     return ctx.projections.fresh()
+
+
+def node_store(directory: Path, signer=SharedSigner) -> tuple[EventStore, Projections]:
+    """A store set up as the node sets up its own: the writer folds the on-disk read models in
+    its transactions, the loop folds the in-memory ones after each commit."""
+    fresh = node_projections()
+    store = EventStore(directory, KEY, "bench", signer=signer, indexer=disk_models())
+    assert fresh.disk is not None
+    fresh.disk.close()
+    return store, Projections(fresh, store.indexer)  # type: ignore[arg-type]
 
 
 DATA = {"severity": "low", "title": "disk almost full", "detail": "92% used on /var"}
@@ -90,8 +103,7 @@ async def group_commit_rate(
     directory: Path, count: int, producers: int = 64, pynacl: bool = False
 ) -> float:
     signer = PyNaClSharedSigner if pynacl else SharedSigner
-    store = EventStore(directory, KEY, "bench", signer=signer)
-    projections = node_projections()
+    store, projections = node_store(directory, signer)
     projections.rebuild(())  # as the node does at start: collector state frozen after set-up
     store.add_commit_listener(projections.apply)
     store.start()
@@ -134,6 +146,8 @@ def replay_rate(directory: Path) -> float:
     elapsed = time.perf_counter() - started
     count = projections.position
     store.close_sync()
+    if projections.disk is not None:
+        projections.disk.close()
     return count / elapsed
 
 

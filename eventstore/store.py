@@ -15,19 +15,21 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import fcntl
 import logging
 import os
 import queue
 import struct
 import threading
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import partial
 from itertools import islice
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import lmdb
 import msgspec
@@ -55,6 +57,8 @@ ListenerFaultHook = Callable[[CommitListener, list[Envelope], Exception], None]
 KeyLookup = Callable[[str], VerifyKey | KeyChain | None]
 
 _INITIAL_MAP_SIZE = 64 << 20
+_MAX_DBS = 64  # the journal's three and the indexer's (projections/disk.py)
+_CATCH_UP_CHUNK = 8192
 _MAX_STREAM_BYTES = 200
 _SHARE_SIGNING_AT = 16  # appends in a batch; below, waking the helper costs more than it saves
 _LONGEST_SIGNED = len(signed_bytes("x" * _MAX_STREAM_BYTES, 0, bytes(32)))
@@ -111,6 +115,34 @@ class ImportResult(NamedTuple):
     status: ImportStatus
     envelope: Envelope | None = None
     detail: str = ""
+
+
+ReadTxn = Callable[[], "contextlib.AbstractContextManager[lmdb.Transaction[bytes]]"]
+
+
+class Indexer(Protocol):
+    """Read models kept in the journal's environment and written in the journal's own write
+    transactions, so they are exactly as far as the journal after any stop, `kill -9`
+    included. The store knows nothing of what they hold (projections/disk.py does)."""
+
+    def attach(self, env: lmdb.Environment, read: ReadTxn) -> None:
+        """Open its databases (before any write) and keep `read` for its readers: the
+        store's read transactions, which wait while the map grows."""
+
+    def prepare(self, txn: lmdb.Transaction[bytes]) -> None:
+        """In the writing process's first write transaction: a chance to empty what it must
+        fold again (its position then drops, and `catch_up_index` refolds)."""
+
+    def position(self, txn: lmdb.Transaction[bytes]) -> int:
+        """The position of the newest envelope it folded."""
+
+    def fold(self, txn: lmdb.Transaction[bytes], envelopes: Sequence[Envelope]) -> None:
+        """Fold envelopes newer than its position, inside the write transaction; it must not
+        raise (a fault in one read model is its own to report) or the batch fails."""
+
+    def committed(self) -> None:
+        """The transaction of the last `fold` committed: report what it found (a batch that
+        had to be retried is folded again, so nothing is reported twice)."""
 
 
 class StoreClosedError(RuntimeError):
@@ -179,6 +211,7 @@ class EventStore:
         map_size: int = _INITIAL_MAP_SIZE,
         max_batch: int = 1000,
         signer: Callable[[SigningKey], SharedSigner] = SharedSigner,
+        indexer: Indexer | None = None,
     ) -> None:
         self.path = Path(path)
         self.origin = origin
@@ -189,10 +222,13 @@ class EventStore:
                 raise StoreAlreadyOpenError(f"{self.path} is already open in this process")
             _open_paths.add(self._real)
         self.path.mkdir(parents=True, exist_ok=True)
-        self._env = lmdb.open(str(self.path), map_size=map_size, max_dbs=4, sync=True)
+        self._env = lmdb.open(str(self.path), map_size=map_size, max_dbs=_MAX_DBS, sync=True)
         self._events = self._env.open_db(b"events")
         self._all = self._env.open_db(b"all")
         self._heads = self._env.open_db(b"heads")
+        self.indexer = indexer
+        if indexer is not None:
+            indexer.attach(self._env, self._read)
         self._page_size = self._env.stat()["psize"]
         self._zeros_end = 0  # where the zeros written ahead of LMDB's last page end
         self._readers = 0
@@ -216,8 +252,9 @@ class EventStore:
 
     # ----------------------------------------------------------------- lifecycle
     def start(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
-        """Bind the event loop that listeners run on and start the writer thread."""
-        self._lock_writer()
+        """Bind the event loop that listeners run on and start the writer thread (after
+        folding whatever the indexer lacks: `catch_up_index`, if the caller did not)."""
+        self.catch_up_index()
         self._loop = loop or asyncio.get_running_loop()
         self._writer = threading.Thread(
             target=self._write_loop, name="eventstore-writer", daemon=True
@@ -237,6 +274,50 @@ class EventStore:
                 f"{self.path} is being written by another process (a running node?)"
             ) from None
         self._writer_lock = fd
+
+    def index_behind(self) -> int:
+        """How many envelopes the indexer has not folded (0 without an indexer)."""
+        if self.indexer is None:
+            return 0
+        with self._read() as txn:
+            return self._next_position - 1 - self.indexer.position(txn)
+
+    def catch_up_index(
+        self,
+        progress: Callable[[Iterator[list[Envelope]], int], Iterable[Sequence[Envelope]]]
+        | None = None,
+    ) -> int:
+        """Fold what the indexer lacks (a data dir from before it, or read models whose code
+        changed and were reset) in write transactions of their own; before `start` only.
+        `progress(chunks, total)` may wrap the chunks (a progress bar). Returns the count."""
+        if self._writer_lock is None:
+            self._lock_writer()
+        indexer = self.indexer
+        if indexer is None or self._writer is not None:
+            return 0
+        self._write_growing(indexer.prepare)
+        behind = self.index_behind()
+        if not behind:
+            return 0
+        with self._read() as txn:
+            done = indexer.position(txn)
+        chunks: Iterable[Sequence[Envelope]] = self.iter_chunks(done, _CATCH_UP_CHUNK)
+        if progress is not None:
+            chunks = progress(self.iter_chunks(done, _CATCH_UP_CHUNK), behind)
+        for chunk in chunks:
+            self._write_growing(partial(indexer.fold, envelopes=chunk))
+            indexer.committed()
+        return behind
+
+    def _write_growing(self, write: Callable[[lmdb.Transaction[bytes]], None]) -> None:
+        """One write transaction, retried with a larger map while the map is full."""
+        while True:
+            try:
+                with self._env.begin(write=True) as txn:
+                    write(txn)
+                return
+            except lmdb.MapFullError:
+                self._grow()
 
     async def close(self) -> None:
         """Refuse new writes, commit everything already queued, then close the environment."""
@@ -360,6 +441,8 @@ class EventStore:
         while True:
             try:
                 envelopes = self._write_batch(batch)
+                if self.indexer is not None and envelopes:
+                    self.indexer.committed()
                 break
             except lmdb.MapFullError:
                 self._grow()
@@ -464,6 +547,8 @@ class EventStore:
             for stream, head in heads.items():
                 if head is not None:
                     txn.put(stream.encode(), _record_encoder.encode(head), db=self._heads)
+            if self.indexer is not None and envelopes:
+                self.indexer.fold(txn, envelopes)
         self._next_position = position
         return envelopes
 

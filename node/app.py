@@ -34,11 +34,15 @@ from node.context import CONTEXT, NodeContext
 from node.faults import FaultReporter
 from node.http import problem_middleware
 from node.metrics import NodeMetrics
+from projections.a2a import A2AView
+from projections.approvals import Approvals
 from projections.base import Projections
+from projections.disk import DiskModels
 from projections.entries import Findings, Logs
 from projections.journals import Journals
 from projections.keys import KeyHistory
 from projections.ownership import Owners
+from projections.tasks import Tasks
 
 log = logging.getLogger(__name__)
 JOURNAL_DIR = "journal"
@@ -62,27 +66,37 @@ AREAS = (
 )
 
 
+def disk_models() -> DiskModels:
+    """The read models that grow with history: in LMDB, folded by the journal's writer."""
+    return DiskModels([Owners(), Logs(), Findings(), Approvals(), Tasks(), A2AView()])
+
+
 def open_store(config: Config, key: SigningKey) -> EventStore:
+    """The journal as the node opens it, with the on-disk read models attached."""
     return EventStore(
         config.data_path / JOURNAL_DIR,
         key,
         config.node.name,
         map_size=config.node.map_size_mb << 20,
+        indexer=disk_models(),
     )
 
 
-def core_projections() -> Projections:
-    return Projections([Journals(), Owners(), Logs(), Findings(), KeyHistory()])
+def core_projections(store: EventStore) -> Projections:
+    disk = store.indexer
+    assert isinstance(disk, DiskModels)  # open_store attached them
+    return Projections([Journals(), KeyHistory()], disk)
 
 
 def build_app(config: Config, *, key: SigningKey | None = None) -> web.Application:
     config.data_path.mkdir(parents=True, exist_ok=True)
     key = key or load_or_create_key(config.data_path)
+    store = open_store(config, key)
     ctx = NodeContext(
         config=config,
         key=key,
-        store=open_store(config, key),
-        projections=core_projections(),
+        store=store,
+        projections=core_projections(store),
         metrics=NodeMetrics(a.name for a in config.agents),
     )
     app = web.Application(
@@ -100,10 +114,15 @@ def build_app(config: Config, *, key: SigningKey | None = None) -> web.Applicati
 
 
 async def journal_lifecycle(app: web.Application) -> AsyncIterator[None]:
-    """Rebuild every read model from the journal, then fold live commits as they land."""
+    """Bring every read model up to the journal, then fold live commits as they land.
+
+    The on-disk ones are as far as the journal already, unless this data dir predates them
+    or their code changed (then they are folded here, with a progress bar); the in-memory
+    ones fold what came after their checkpoint."""
     ctx = app[CONTEXT]
     faults = FaultReporter(ctx)
     faults.attach()  # a read model that raises on an envelope never stops the rebuild
+    ctx.store.catch_up_index(lambda chunks, total: progress.chunks(chunks, total, "read models"))
     if checkpoint.restore(ctx.projections, ctx.store, ctx.config.data_path):
         log.info("projections restored from checkpoint at position %d", ctx.projections.position)
     after = ctx.projections.position
@@ -112,7 +131,16 @@ async def journal_lifecycle(app: web.Application) -> AsyncIterator[None]:
     ctx.store.add_commit_listener(ctx.projections.apply)
     ctx.store.start()
     faults.start()
+    node = ctx.config.node
+    checkpoints = checkpoint.Periodic(
+        ctx.projections,
+        ctx.config.data_path,
+        every_events=node.checkpoint_events,
+        every_secs=node.checkpoint_secs,
+    )
+    checkpoints.start()
     yield
+    await checkpoints.stop()
     await faults.stop()
     await ctx.store.close()
     checkpoint.save(ctx.projections, ctx.config.data_path)

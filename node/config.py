@@ -58,6 +58,10 @@ class NodeSection(_Section, kw_only=True):
     max_upload_mb: PositiveInt = 64
     max_body_kb: PositiveInt = 1024
     map_size_mb: PositiveInt = 64
+    # the in-memory read models' checkpoint (node/checkpoint.py): every so many envelopes or
+    # seconds, whichever comes first; a start after kill -9 folds at most about that much
+    checkpoint_events: PositiveInt = 20_000
+    checkpoint_secs: Annotated[float, msgspec.Meta(gt=0)] = 60.0
 
 
 class TokenEntry(_Section, kw_only=True):

@@ -41,6 +41,14 @@ class FaultReporter:
         """Become the fault hook of the read models and of the journal's commit listeners."""
         self._ctx.projections.on_fault = self.read_model_failed
         self._ctx.store.on_listener_fault = self.listener_failed
+        disk = self._ctx.projections.disk
+        if disk is not None:  # its faults are found on the journal's writer thread
+            loop = asyncio.get_running_loop()
+
+            def from_the_writer(name: str, envelope: Envelope, exc: Exception) -> None:
+                loop.call_soon_threadsafe(self.read_model_failed, name, envelope, exc)
+
+            disk.on_fault = from_the_writer
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="fault-findings")

@@ -8,6 +8,16 @@ an empty `request` and hash: they can still be decided, never adopted after a re
 A request is pending from `approval.requested` until the first `approval.decided` or
 `approval.timed_out` for its id in the same journal; later resolutions of the same id are
 ignored, so the fold is deterministic whatever a damaged or replicated journal holds.
+
+On disk (projections/disk.py), since resolutions pile up with history; one model, so pending
+and resolved change in the same transaction. Databases (`rm.approvals.<db>`):
+  pending         id → (position of its request, ApprovalRequest)
+  pending_order   u64(position) → id: the pending ones oldest first
+  resolved        id → Resolution
+  resolved_order  u64(position of the resolution) → id: the history, one reverse walk
+  groups          (agent, capability) → (position that opened the group, pending count):
+                  so groups keep their order while they stay non-empty, as they always did
+Ids and group keys longer than an LMDB key are stored under a digest (`_key`).
 """
 
 from __future__ import annotations
@@ -21,6 +31,7 @@ import msgspec
 
 from eventstore.envelope import Envelope
 from projections import catalogue as c
+from projections.disk import Space, Txn, u64
 
 DEFAULT_TIMEOUT_SECS = 300
 APPROVAL_EVENTS = frozenset({c.APPROVAL_REQUESTED, c.APPROVAL_DECIDED, c.APPROVAL_TIMED_OUT})
@@ -74,97 +85,210 @@ def expiry_of(requested_at: str, timeout_secs: int) -> str:
     return end.isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
+_encode = msgspec.msgpack.Encoder().encode
+_decode_pending = msgspec.msgpack.Decoder(tuple[int, ApprovalRequest]).decode
+_decode_resolution = msgspec.msgpack.Decoder(Resolution).decode
+_decode_group = msgspec.msgpack.Decoder(tuple[int, int]).decode
+_MAX_KEY = 511  # LMDB's default key size limit
+
+
+def _text(value: str) -> bytes:
+    return value.encode("utf-8", "surrogatepass")
+
+
+def _key(raw: bytes) -> bytes:
+    """`raw` as a key; a longer one (a 128-character id of 4-byte characters, a 1000-character
+    capability) as its digest, behind a byte that starts no UTF-8 text nor msgpack pair."""
+    return raw if len(raw) <= _MAX_KEY else b"\xff" + hashlib.sha256(raw).digest()
+
+
+def _stored(raw: bytes | memoryview | None) -> bytes | memoryview:
+    """A value an index names: there, since the databases change in the same transaction."""
+    if raw is None:
+        raise LookupError("an approvals index names a missing entry")
+    return raw
+
+
+def _id_key(approval_id: str) -> bytes:
+    return _key(_text(approval_id))
+
+
+def _group_key(agent: str, capability: str) -> bytes:
+    return _key(_encode((agent, capability)))
+
+
 class Approvals:
     name = "approvals"
     handles = APPROVAL_EVENTS
+    space: Space
 
-    def __init__(self) -> None:
-        self.pending: dict[str, ApprovalRequest] = {}
-        self.resolved: dict[str, Resolution] = {}
-        # (agent, capability) → ids in request order; a dict so removal is O(1)
-        self._groups: dict[tuple[str, str], dict[str, None]] = {}
+    def bind(self, space: Space) -> None:
+        self.space = space
+        self._pending = space.db(self.name, "pending")
+        self._pending_order = space.db(self.name, "pending_order")
+        self._resolved = space.db(self.name, "resolved")
+        self._resolved_order = space.db(self.name, "resolved_order")
+        self._groups = space.db(self.name, "groups")
 
-    def apply(self, envelope: Envelope) -> None:
+    # ------------------------------------------------------------------ fold
+    def fold(self, txn: Txn, envelope: Envelope) -> None:
         kind = envelope.event.type
-        if not kind.startswith("approval."):
+        if kind not in APPROVAL_EVENTS:
             return
-        data = envelope.event.data
-        approval_id = data.get("id")
+        approval_id = envelope.event.data.get("id")
         if not isinstance(approval_id, str):
             return
         if kind == c.APPROVAL_REQUESTED:
-            if approval_id in self.pending or approval_id in self.resolved:
-                return
-            asked = c.read(c.ApprovalRequested, data)  # rare events: read them whole
-            if asked is None:
-                return
-            ts = envelope.event.ts
-            if asked.request_hash != hash_request(asked.request):
-                # absent or inconsistent: nothing to bind a decision to
-                asked = msgspec.structs.replace(asked, request="", request_hash="")
-            request = ApprovalRequest(
-                id=approval_id,
-                agent=envelope.stream,
-                capability=asked.capability,
-                detail=asked.detail,
-                requested_at=ts,
-                timeout_secs=asked.timeout_secs,
-                expires_at=expiry_of(ts, asked.timeout_secs),
-                request=asked.request,
-                request_hash=asked.request_hash,
-                task=asked.task,
-            )
-            self.pending[approval_id] = request
-            self._groups.setdefault((request.agent, request.capability), {})[approval_id] = None
-        elif kind in (c.APPROVAL_DECIDED, c.APPROVAL_TIMED_OUT):
-            open_request = self.pending.get(approval_id)
-            if open_request is None or open_request.agent != envelope.stream:
-                return
-            outcome: Literal["approve", "deny", "timeout"]
-            operator: str | None
-            reason: str | None
-            if kind == c.APPROVAL_DECIDED:
-                decided = c.read(c.ApprovalDecided, data)
-                if decided is None:
-                    return
-                outcome, operator, reason = decided.decision, decided.operator, decided.reason
-            else:
-                outcome, operator, reason = "timeout", None, None
-            del self.pending[approval_id]
-            key = (open_request.agent, open_request.capability)
-            group = self._groups[key]
-            del group[approval_id]
-            if not group:
-                del self._groups[key]
-            self.resolved[approval_id] = Resolution(
-                approval_id, open_request.agent, outcome, envelope.event.ts, operator, reason
-            )
+            self._requested(txn, envelope, approval_id)
+        else:
+            self._resolved_by(txn, envelope, approval_id)
 
+    def _requested(self, txn: Txn, envelope: Envelope, approval_id: str) -> None:
+        key = _id_key(approval_id)
+        if (
+            txn.get(key, db=self._pending) is not None
+            or txn.get(key, db=self._resolved) is not None
+        ):
+            return
+        asked = c.read(c.ApprovalRequested, envelope.event.data)  # rare events: read them whole
+        if asked is None:
+            return
+        ts = envelope.event.ts
+        if asked.request_hash != hash_request(asked.request):
+            # absent or inconsistent: nothing to bind a decision to
+            asked = msgspec.structs.replace(asked, request="", request_hash="")
+        request = ApprovalRequest(
+            id=approval_id,
+            agent=envelope.stream,
+            capability=asked.capability,
+            detail=asked.detail,
+            requested_at=ts,
+            timeout_secs=asked.timeout_secs,
+            expires_at=expiry_of(ts, asked.timeout_secs),
+            request=asked.request,
+            request_hash=asked.request_hash,
+            task=asked.task,
+        )
+        position = envelope.position
+        txn.put(key, _encode((position, request)), db=self._pending)
+        txn.put(u64(position), _text(approval_id), db=self._pending_order)
+        group = _group_key(request.agent, request.capability)
+        raw = txn.get(group, db=self._groups)
+        opened, count = _decode_group(raw) if raw is not None else (position, 0)
+        txn.put(group, _encode((opened, count + 1)), db=self._groups)
+
+    def _resolved_by(self, txn: Txn, envelope: Envelope, approval_id: str) -> None:
+        key = _id_key(approval_id)
+        raw = txn.get(key, db=self._pending)
+        if raw is None:
+            return
+        position, open_request = _decode_pending(raw)
+        if open_request.agent != envelope.stream:
+            return
+        outcome: Literal["approve", "deny", "timeout"]
+        operator: str | None
+        reason: str | None
+        if envelope.event.type == c.APPROVAL_DECIDED:
+            decided = c.read(c.ApprovalDecided, envelope.event.data)
+            if decided is None:
+                return
+            outcome, operator, reason = decided.decision, decided.operator, decided.reason
+        else:
+            outcome, operator, reason = "timeout", None, None
+        txn.delete(key, db=self._pending)
+        txn.delete(u64(position), db=self._pending_order)
+        group = _group_key(open_request.agent, open_request.capability)
+        opened, count = _decode_group(_stored(txn.get(group, db=self._groups)))
+        if count > 1:
+            txn.put(group, _encode((opened, count - 1)), db=self._groups)
+        else:
+            txn.delete(group, db=self._groups)
+        resolution = Resolution(
+            approval_id, open_request.agent, outcome, envelope.event.ts, operator, reason
+        )
+        txn.put(key, _encode(resolution), db=self._resolved)
+        txn.put(u64(envelope.position), _text(approval_id), db=self._resolved_order)
+
+    # ------------------------------------------------------------------ pending
     @property
     def count(self) -> int:
-        return len(self.pending)
+        """Pending requests (the `approvals_pending` gauge): LMDB's own count, no walk."""
+        with self.space.read() as txn:
+            return int(txn.stat(self._pending)["entries"])
 
     def get(self, approval_id: str) -> ApprovalRequest | None:
-        return self.pending.get(approval_id)
+        """The pending request with that id (None once resolved)."""
+        with self.space.read() as txn:
+            raw = txn.get(_id_key(approval_id), db=self._pending)
+        return _decode_pending(raw)[1] if raw is not None else None
 
-    def pending_for_task(self, agent: str, task_id: str) -> list[str]:
-        """Ids of the agent's pending requests asked by that task's run."""
-        return [r.id for r in self.pending.values() if r.agent == agent and r.task == task_id]
+    def is_pending(self, approval_id: str) -> bool:
+        with self.space.read() as txn:
+            return txn.get(_id_key(approval_id), db=self._pending) is not None
 
     def list(self) -> builtins.list[ApprovalRequest]:
         """Pending requests, oldest first."""
-        return list(self.pending.values())
+        with self.space.read() as txn:
+            return self._pending_in_order(txn)
+
+    def pending_for_task(self, agent: str, task_id: str) -> builtins.list[str]:
+        """Ids of the agent's pending requests asked by that task's run."""
+        return [r.id for r in self.list() if r.agent == agent and r.task == task_id]
 
     def groups(self) -> builtins.list[Group]:
-        """Pending requests grouped by (agent, capability), groups in order of first request."""
+        """Pending requests grouped by (agent, capability), groups in the order they opened
+        (a group emptied and opened again comes last), ids oldest first."""
+        with self.space.read() as txn:
+            members: dict[tuple[str, str], builtins.list[str]] = {}
+            for request in self._pending_in_order(txn):
+                members.setdefault((request.agent, request.capability), []).append(request.id)
+            opened = {
+                pair: _decode_group(_stored(txn.get(_group_key(*pair), db=self._groups)))[0]
+                for pair in members
+            }
         return [
-            Group(agent, capability, len(ids), list(ids))
-            for (agent, capability), ids in self._groups.items()
+            Group(agent, capability, len(members[agent, capability]), members[agent, capability])
+            for agent, capability in sorted(members, key=opened.__getitem__)
         ]
 
+    def _pending_in_order(self, txn: Txn) -> builtins.list[ApprovalRequest]:
+        return [
+            _decode_pending(_stored(txn.get(_key(raw_id), db=self._pending)))[1]
+            for _, raw_id in txn.cursor(self._pending_order)
+        ]
+
+    # ------------------------------------------------------------------ resolved
+    def resolution(self, approval_id: str) -> Resolution | None:
+        """How the request with that id ended (None while pending or unknown)."""
+        with self.space.read() as txn:
+            raw = txn.get(_id_key(approval_id), db=self._resolved)
+        return _decode_resolution(raw) if raw is not None else None
+
+    def is_resolved(self, approval_id: str) -> bool:
+        with self.space.read() as txn:
+            return txn.get(_id_key(approval_id), db=self._resolved) is not None
+
+    def history(self, limit: int) -> builtins.list[Resolution]:
+        """The newest `limit` resolutions, newest first: one reverse walk, whatever the
+        history's length."""
+        found: builtins.list[Resolution] = []
+        if limit <= 0:
+            return found
+        with self.space.read() as txn:
+            for _, raw_id in txn.cursor(self._resolved_order).iterprev():
+                found.append(_decode_resolution(_stored(txn.get(_key(raw_id), db=self._resolved))))
+                if len(found) >= limit:
+                    break
+        return found
+
     def snapshot(self) -> dict[str, Any]:
+        with self.space.read() as txn:
+            pending = self._pending_in_order(txn)
+            resolved = [_decode_resolution(raw) for _, raw in txn.cursor(self._resolved)]
         return {
-            "pending": [msgspec.to_builtins(r) for r in self.pending.values()],
-            "resolved": {k: msgspec.to_builtins(v) for k, v in sorted(self.resolved.items())},
+            "pending": [msgspec.to_builtins(r) for r in pending],
+            "resolved": {
+                r.id: msgspec.to_builtins(r) for r in sorted(resolved, key=lambda r: r.id)
+            },
             "groups": [msgspec.to_builtins(g) for g in self.groups()],
         }

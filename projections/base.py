@@ -1,7 +1,12 @@
 """A projection is a pure fold over envelopes in global order; the registry feeds them all.
 
-Projections do no I/O: the node feeds them live commits, `rebuild` feeds them the journal from
-position 0, and both must end in the same state (tests/projections/test_projections.py proves it).
+Two kinds (docs/design.md, "Read models"): the in-memory ones here, bounded by live state
+(journal heads, grants, peers, keys, packages), restored from a checkpoint (node/checkpoint.py)
+and folded on the loop; and the on-disk ones (projections/disk.py), which grow with history
+and which the journal's writer folds in its own transactions. `Projections` answers `get` for
+both and folds the on-disk ones itself only in a scratch copy (`fresh`). The node feeds live
+commits, `rebuild` feeds the journal from position 0, and both must end in the same state
+(tests/projections/test_projections.py proves it).
 
 No envelope may stop the fold: a read model that raises on one envelope is reported to
 `on_fault` (the node logs it, counts it and journals a finding) and the other read models, and
@@ -14,10 +19,10 @@ from __future__ import annotations
 import gc
 import logging
 from collections.abc import Callable, Container, Iterable, Sequence
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, Protocol, TypeVar
 
 from eventstore.envelope import Envelope
-from projections.ownership import GUARDED, Owners
+from projections.disk import DiskModels
 
 Applier = Callable[[Envelope], None]
 # Told when a read model raised: (the read model's name, the envelope, the exception).
@@ -53,7 +58,10 @@ class Projection(Protocol):
 class Projections:
     """The registered read models, folded together so they never disagree on a position."""
 
-    def __init__(self, projections: Iterable[Projection] = ()) -> None:
+    def __init__(
+        self, projections: Iterable[Projection] = (), disk: DiskModels | None = None
+    ) -> None:
+        self.disk = disk
         self._projections: dict[str, Projection] = {}
         self._by_class: dict[type, Projection] = {}
         self._appliers_by_type: dict[str, tuple[Applier, ...]] = {}
@@ -74,41 +82,23 @@ class Projections:
         """The registered read model of that class; an unregistered one is a bug of the
         wiring, so it raises (at start, where areas take their read models) rather than
         answering None."""
-        try:
-            return self._by_class[kind]  # type: ignore[return-value]
-        except KeyError:
-            raise LookupError(f"no {kind.__name__} read model is registered") from None
+        found: Any = self._by_class.get(kind)
+        if found is None and self.disk is not None:
+            found = self.disk.get(kind)
+        if found is None:
+            raise LookupError(f"no {kind.__name__} read model is registered")
+        return found
 
     def __iter__(self):
+        """The in-memory read models (what a checkpoint holds)."""
         return iter(self._projections.values())
 
     def _appliers(self, event_type: str) -> tuple[Applier, ...]:
         appliers = self._appliers_by_type.get(event_type)
         if appliers is None:
             appliers = tuple(p.apply for p in self._projections.values() if _folds(p, event_type))
-            owners = self._projections.get("owners")
-            if owners is not None and event_type in GUARDED:
-                # the read model named "owners" is projections.ownership.Owners (no other has
-                # that name, and names are unique here)
-                appliers = (self._guarded(cast(Owners, owners).allows, appliers),)
             self._appliers_by_type[event_type] = appliers
         return appliers
-
-    def _guarded(
-        self, allows: Callable[[Envelope], bool], appliers: tuple[Applier, ...]
-    ) -> Applier:
-        """One applier: the ownership rule, then each read model (each on its own)."""
-
-        def owned(envelope: Envelope) -> None:
-            if not allows(envelope):
-                return
-            for apply in appliers:
-                try:
-                    apply(envelope)
-                except Exception as exc:
-                    self._fault(apply, envelope, exc)
-
-        return owned
 
     def _fault(self, apply: Applier, envelope: Envelope, exc: Exception) -> None:
         # "" when absent: as falsy as None was, so the `or` picks the same name
@@ -121,7 +111,11 @@ class Projections:
             _log_fault(name, envelope, exc)
 
     def apply(self, envelopes: Iterable[Envelope]) -> None:
-        """Fold envelopes newer than the current position (older ones were folded already)."""
+        """Fold envelopes newer than the current position (older ones were folded already);
+        the on-disk models too when they are a scratch copy (the node's journal folds its own)."""
+        if self.disk is not None and self.disk.is_scratch:
+            envelopes = list(envelopes)
+            self.disk.fold_own(envelopes)
         by_type, appliers_of = self._appliers_by_type, self._appliers
         position, last = self.position, None
         try:
@@ -152,9 +146,13 @@ class Projections:
 
     def fresh(self) -> Projections:
         """Empty instances of the same projections (they take no constructor arguments)."""
-        fresh = Projections(type(p)() for p in self._projections.values())
+        disk = self.disk.fresh() if self.disk is not None else None
+        fresh = Projections((type(p)() for p in self._projections.values()), disk)
         fresh.on_fault = self.on_fault
         return fresh
 
     def snapshot(self) -> dict[str, Any]:
-        return {name: p.snapshot() for name, p in self._projections.items()}
+        state = {name: p.snapshot() for name, p in self._projections.items()}
+        if self.disk is not None:
+            state.update(self.disk.snapshot())
+        return state

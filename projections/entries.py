@@ -1,14 +1,21 @@
-"""Logs and findings: append-only read models polled by their own gap-free `seq`."""
+"""Logs and findings: append-only read models on disk, polled by their own gap-free `seq`.
+
+Entry `seq` → the entry and the position it came from (msgpack), in LMDB (projections/disk.py):
+a page is one cursor walk, whatever the history's length. Findings keep two more databases:
+the sync incidents already reported, and each journal's findings by seq, for the newest
+findings of one journal without walking everyone's.
+"""
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from collections.abc import Iterator
 from typing import Any
 
 import msgspec
 
 from eventstore.envelope import Envelope, Event
 from projections.catalogue import FINDING, LOG
+from projections.disk import Space, Txn, from_u64, key_of, u64
 
 
 class LogEntry(msgspec.Struct, frozen=True, gc=False):
@@ -28,43 +35,98 @@ class Finding(msgspec.Struct, frozen=True, gc=False):
     detail: str
 
 
+_encode = msgspec.msgpack.Encoder().encode
+# stored: (position, the entry's fields after seq)
+_decode_log = msgspec.msgpack.Decoder(tuple[int, str, str, str, str]).decode
+_decode_finding = msgspec.msgpack.Decoder(tuple[int, str, str, str, str, str]).decode
+
+
 class _SeqLog:
     """Entries numbered 1, 2, 3... in global order, with the position each came from."""
 
     name = ""
     event_type = ""
+    space: Space
 
-    def __init__(self) -> None:
-        self.entries: list[Any] = []
-        self._positions: list[int] = []
+    def bind(self, space: Space) -> None:
+        self.space = space
+        self._entries = space.db(self.name, "entries")
 
-    def apply(self, envelope: Envelope) -> None:
-        event = envelope.event
-        if event.type == self.event_type:
-            self.entries.append(self.entry(len(self.entries) + 1, envelope.stream, event))
-            self._positions.append(envelope.position)
+    def fold(self, txn: Txn, envelope: Envelope) -> None:
+        self.fold_many(txn, [envelope])
 
-    def entry(self, seq: int, agent: str, event: Event) -> Any:
+    def fold_many(self, txn: Txn, envelopes: list[Envelope]) -> list[tuple[bytes, Envelope]]:
+        """A whole batch with one cursor (the journal's writer runs this on every commit);
+        returns the (seq key, envelope) of each entry it added."""
+        cursor = txn.cursor(self._entries)
+        seq = from_u64(cursor.key()) if cursor.last() else 0
+        added: list[tuple[bytes, Envelope]] = []
+        rows = []
+        for envelope in envelopes:
+            if envelope.event.type == self.event_type:
+                seq += 1
+                key = u64(seq)
+                row = self.row(envelope.stream, envelope.event)
+                rows.append((key, _encode((envelope.position, *row))))
+                added.append((key, envelope))
+        if rows:
+            cursor.putmulti(rows, append=True)
+        return added
+
+    def row(self, agent: str, event: Event) -> tuple[str, ...]:
+        raise NotImplementedError
+
+    def entry(self, seq: int, raw: bytes) -> Any:
         raise NotImplementedError
 
     def page(self, since: int, limit: int) -> tuple[int, list[Any]]:
         """Entries with seq > since (at most `limit`) and the `next_seq` to poll with."""
-        items = self.entries[since : since + limit] if since >= 0 else []
+        items: list[Any] = []
+        if since >= 0 and limit > 0:
+            with self.space.read() as txn:
+                cursor = txn.cursor(self._entries)
+                if cursor.set_range(u64(since + 1)):
+                    for key, raw in cursor:
+                        items.append(self.entry(from_u64(key), raw))
+                        if len(items) >= limit:
+                            break
         return (items[-1].seq if items else max(since, 0)), items
 
     def seq_at(self, position: int) -> int | None:
-        """The seq of the entry folded from `position` (for the POST that created it)."""
-        index = bisect_right(self._positions, position) - 1
-        if index >= 0 and self._positions[index] == position:
-            return index + 1
+        """The seq of the entry folded from `position` (for the POST that created it): a
+        binary search, since seq and position grow together."""
+        with self.space.read() as txn:
+            low, high = 1, txn.stat(self._entries)["entries"]
+            while low <= high:
+                middle = (low + high) // 2
+                at = _position_of(txn.get(u64(middle), db=self._entries))
+                if at == position:
+                    return middle
+                if at < position:
+                    low = middle + 1
+                else:
+                    high = middle - 1
         return None
 
     @property
     def last_seq(self) -> int:
-        return len(self.entries)
+        with self.space.read() as txn:
+            return txn.stat(self._entries)["entries"]
+
+    def newest(self) -> Iterator[Any]:
+        """Entries newest first, read lazily in short transactions."""
+        before = self.last_seq + 1
+        while before > 1:
+            chunk = self.page(max(before - 257, 0), min(256, before - 1))[1]
+            yield from reversed(chunk)
+            before = chunk[0].seq if chunk else 1
 
     def snapshot(self) -> Any:
-        return [msgspec.to_builtins(e) for e in self.entries]
+        return [msgspec.to_builtins(e) for e in self.page(0, 1 << 62)[1]]
+
+
+def _position_of(raw: bytes | None) -> int:
+    return msgspec.msgpack.decode(raw)[0] if raw else 0
 
 
 class Logs(_SeqLog):
@@ -72,11 +134,13 @@ class Logs(_SeqLog):
     event_type = LOG
     handles = frozenset({event_type})
 
-    def entry(self, seq: int, agent: str, event: Event) -> LogEntry:
+    def row(self, agent: str, event: Event) -> tuple[str, ...]:
         data = event.data
-        return LogEntry(
-            seq, event.ts, str(data.get("level", "info")), agent, str(data.get("message", ""))
-        )
+        return event.ts, str(data.get("level", "info")), agent, str(data.get("message", ""))
+
+    def entry(self, seq: int, raw: bytes) -> LogEntry:
+        _, ts, level, agent, message = _decode_log(raw)
+        return LogEntry(seq, ts, level, agent, message)
 
 
 class Findings(_SeqLog):
@@ -89,17 +153,27 @@ class Findings(_SeqLog):
     event_type = FINDING
     handles = frozenset({event_type})
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.incidents: set[str] = set()
+    def bind(self, space: Space) -> None:
+        super().bind(space)
+        self._incidents = space.db(self.name, "incidents")
+        self._by_agent = space.db(self.name, "by_agent")
 
-    def entry(self, seq: int, agent: str, event: Event) -> Finding:
+    def fold_many(self, txn: Txn, envelopes: list[Envelope]) -> list[tuple[bytes, Envelope]]:
+        added = super().fold_many(txn, envelopes)
+        if not added:
+            return added
+        txn.cursor(self._by_agent).putmulti(
+            [(envelope.stream.encode() + b"\0" + key, b"") for key, envelope in added]
+        )
+        for _, envelope in added:
+            incident = envelope.event.data.get("incident")
+            if isinstance(incident, str) and incident.startswith(envelope.stream + "/"):
+                txn.put(key_of(incident), b"", db=self._incidents)
+        return added
+
+    def row(self, agent: str, event: Event) -> tuple[str, ...]:
         data = event.data
-        incident = data.get("incident")
-        if isinstance(incident, str) and incident.startswith(agent + "/"):
-            self.incidents.add(incident)
-        return Finding(
-            seq,
+        return (
             event.ts,
             agent,
             str(data.get("severity", "info")),
@@ -107,5 +181,40 @@ class Findings(_SeqLog):
             str(data.get("detail", "")),
         )
 
+    def entry(self, seq: int, raw: bytes) -> Finding:
+        _, ts, agent, severity, title, detail = _decode_finding(raw)
+        return Finding(seq, ts, agent, severity, title, detail)
+
+    def has_incident(self, incident: str) -> bool:
+        with self.space.read() as txn:
+            return txn.get(key_of(incident), db=self._incidents) is not None
+
+    def newest_of(self, agent: str, limit: int) -> list[Finding]:
+        """One journal's newest findings, newest first."""
+        prefix = agent.encode() + b"\0"
+        found: list[Finding] = []
+        with self.space.read() as txn:
+            cursor = txn.cursor(self._by_agent)
+            # the last key of the prefix: the first key after it, one step back
+            if cursor.set_range(prefix + b"\xff" * 8) or cursor.last():
+                if not cursor.key().startswith(prefix) or len(cursor.key()) != len(prefix) + 8:
+                    cursor.prev()
+            else:
+                return found
+            while len(found) < limit:
+                key = cursor.key()
+                if not key.startswith(prefix) or len(key) != len(prefix) + 8:
+                    break
+                seq = key[-8:]
+                raw = txn.get(seq, db=self._entries)
+                if raw is None:  # written in the same transaction as the index: never
+                    break
+                found.append(self.entry(from_u64(seq), raw))
+                if not cursor.prev():
+                    break
+        return found
+
     def snapshot(self) -> dict[str, Any]:
-        return {"entries": super().snapshot(), "incidents": sorted(self.incidents)}
+        with self.space.read() as txn:
+            incidents = [key.decode("utf-8", "replace") for key, _ in txn.cursor(self._incidents)]
+        return {"entries": super().snapshot(), "incidents": incidents}

@@ -14,6 +14,7 @@ from typing import Any
 
 from eventstore.envelope import Envelope
 from projections import catalogue as c
+from projections.disk import Space, Txn, key_of
 
 CREATES = {c.TASK_CREATED: "task", c.APPROVAL_REQUESTED: "approval"}
 CHANGES = {
@@ -29,20 +30,26 @@ GUARDED = frozenset(CREATES) | frozenset(CHANGES)
 
 
 class Owners:
+    """On disk (projections/disk.py): `<kind>\0<id>` → the owning journal's name."""
+
     name = "owners"
     handles = frozenset(CREATES)
+    guarded = GUARDED
+    space: Space
 
-    def __init__(self) -> None:
-        self.owner: dict[str, dict[str, str]] = {"task": {}, "approval": {}}
+    def bind(self, space: Space) -> None:
+        self.space = space
+        self._owner = space.db(self.name, "owner")
 
-    def apply(self, envelope: Envelope) -> None:
+    def fold(self, txn: Txn, envelope: Envelope) -> None:
         kind = CREATES.get(envelope.event.type)
         item_id = envelope.event.data.get("id")
         if kind is not None and isinstance(item_id, str):
-            self.owner[kind].setdefault(item_id, envelope.stream)
+            txn.put(_key(kind, item_id), envelope.stream.encode(), db=self._owner, overwrite=False)
 
-    def allows(self, envelope: Envelope) -> bool:
-        """False when `envelope` would change a task or approval another journal owns."""
+    def allows(self, envelope: Envelope, txn: Txn | None = None) -> bool:
+        """False when `envelope` would change a task or approval another journal owns (as
+        `txn` sees it: the writer's own, inside a fold; otherwise a read of what is stored)."""
         event = envelope.event
         kind = CREATES.get(event.type) or CHANGES.get(event.type)
         if kind is None:
@@ -50,11 +57,28 @@ class Owners:
         item_id = event.data.get("id")
         if not isinstance(item_id, str):
             return True  # no id: every fold ignores it anyway
-        owner = self.owner[kind].get(item_id)
+        owner = self._get(kind, item_id, txn)
         return owner is None or owner == envelope.stream
 
     def owner_of(self, kind: str, item_id: str) -> str | None:
-        return self.owner[kind].get(item_id)
+        return self._get(kind, item_id, None)
+
+    def _get(self, kind: str, item_id: str, txn: Txn | None) -> str | None:
+        if txn is None:
+            with self.space.read() as read:
+                raw = read.get(_key(kind, item_id), db=self._owner)
+        else:
+            raw = txn.get(_key(kind, item_id), db=self._owner)
+        return raw.decode() if raw is not None else None
 
     def snapshot(self) -> dict[str, Any]:
-        return {k: dict(sorted(v.items())) for k, v in sorted(self.owner.items())}
+        owners: dict[str, dict[str, str]] = {"approval": {}, "task": {}}
+        with self.space.read() as txn:
+            for key, value in txn.cursor(self._owner):
+                kind, item_id = key.split(b"\0", 1)
+                owners[kind.decode()][item_id.decode("utf-8", "replace")] = value.decode()
+        return owners
+
+
+def _key(kind: str, item_id: str) -> bytes:
+    return kind.encode() + b"\0" + key_of(item_id, len(kind) + 1)

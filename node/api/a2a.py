@@ -12,7 +12,7 @@ from node.context import CONTEXT
 from node.http import Problem, json_body, json_response
 from node.routes import Doc, Query, add_route
 from node.services.tasks import TASKS, TaskService
-from projections.tasks import STATUSES, Status, Task, Tasks
+from projections.tasks import STATUSES, Status, Task
 
 
 class TaskCreated(msgspec.Struct):
@@ -53,7 +53,6 @@ async def read_task(request: web.Request) -> web.Response:
 
 def setup(app: web.Application) -> None:
     ctx = app[CONTEXT]
-    ctx.projections.register(Tasks())
     app[TASKS] = TaskService(ctx)
     add_route(
         app,

@@ -91,10 +91,9 @@ async def lifecycle(app: web.Application) -> AsyncIterator[None]:
 
 def setup(app: web.Application) -> None:
     ctx = app[CONTEXT]
-    projection = Approvals()
-    ctx.projections.register(projection)
     app[APPROVALS] = ApprovalGate(ctx)
-    ctx.metrics.approvals_pending.set_function(lambda: projection.count)
+    # on disk, folded by the journal's writer (node/app.py disk_models): read at each scrape
+    ctx.metrics.approvals_pending.set_function(lambda: ctx.projections.get(Approvals).count)
     app.cleanup_ctx.append(lifecycle)
     add_route(
         app,

@@ -17,7 +17,6 @@ from node.runtime.agents import AGENTS
 from node.services.approvals import APPROVALS
 from node.services.tasks import TASKS
 from node.streams.sse import sse_content
-from projections.a2a import A2AView
 
 A2A_PATH = "/a2a/{agent}"
 AGENT_CARD_PATH = "/a2a/{agent}/.well-known/agent-card.json"
@@ -36,7 +35,6 @@ AGENT_CARD_SCHEMA = {
 
 def setup(app: web.Application) -> None:
     ctx = app[CONTEXT]
-    ctx.projections.register(A2AView())
     app[A2A] = A2AService(ctx, app[TASKS], app[APPROVALS])
     app[AGUI_RUNS] = AguiRuns(ctx, app[TASKS], app[APPROVALS], app[AGENTS])
     lifecycle.install(app)

@@ -4,7 +4,6 @@ route with a scope, so the CLI and scripts can use them too."""
 
 from __future__ import annotations
 
-from itertools import islice
 from typing import Literal
 
 import msgspec
@@ -55,8 +54,7 @@ async def whoami(request: web.Request) -> web.Response:
 async def approval_history(request: web.Request) -> web.Response:
     """Resolved requests, newest first: the read model keeps them in the order they resolved."""
     limit = limit_query(request, HISTORY_DEFAULT)
-    resolved = context_of(request).projections.get(Approvals).resolved
-    return json_response(list(islice(reversed(resolved.values()), limit)))
+    return json_response(context_of(request).projections.get(Approvals).history(limit))
 
 
 async def mesh(request: web.Request) -> web.Response:
@@ -78,9 +76,8 @@ def mesh_overview(ctx: NodeContext) -> Mesh:
     ]
     heads = ctx.projections.get(Journals).head
     journals = [convergence_report(ctx, name) for name in sorted(heads) if not name.startswith("$")]
-    findings = ctx.projections.get(Findings).entries
-    own = (f for f in reversed(findings) if f.agent == ctx.name)
-    return Mesh(ctx.name, peers, journals, list(islice(own, RECENT_INCIDENTS)))
+    own = ctx.projections.get(Findings).newest_of(ctx.name, RECENT_INCIDENTS)
+    return Mesh(ctx.name, peers, journals, own)
 
 
 def setup(app: web.Application) -> None:

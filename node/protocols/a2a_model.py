@@ -60,23 +60,27 @@ class TaskViews:
         self.approvals = approvals
 
     def state(self, task: Task) -> str:
-        if task.id in self.view.canceled:
+        if self.view.canceled_by(task.id) is not None:
             return CANCELED
         if task.status == "pending":
             return SUBMITTED
         if task.status == "running":
-            return INPUT_REQUIRED if self.view.waiting.get(task.id) else WORKING
+            return INPUT_REQUIRED if self.view.pending_approvals(task.id) else WORKING
         return COMPLETED if task.status == "completed" else FAILED
 
     def context_id(self, task: Task) -> str:
-        context = self.view.context.get(task.id, {}).get("contextId")
+        context = self.view.context_of(task.id).get("contextId")
         return context if isinstance(context, str) and context else task.id
+
+    def updated(self, task: Task) -> str:
+        """When the task's status last changed (its creation, if the view has nothing)."""
+        return self.view.updated_at(task.id) or task.created_at
 
     def status(self, task: Task) -> dict[str, Any]:
         state = self.state(task)
         status: dict[str, Any] = {
             "state": state,
-            "timestamp": self.view.updated.get(task.id, task.created_at),
+            "timestamp": self.updated(task),
         }
         text = self._status_text(task, state)
         if text:
@@ -85,7 +89,7 @@ class TaskViews:
 
     def _status_text(self, task: Task, state: str) -> str | None:
         if state == CANCELED:
-            operator = self.view.canceled.get(task.id) or "an operator"
+            operator = self.view.canceled_by(task.id) or "an operator"
             return f"canceled by {operator}"
         if state == FAILED:
             return task.error if isinstance(task.error, str) else "failed"
@@ -114,7 +118,8 @@ class TaskViews:
             "status": self.status(task),
             "metadata": {"from": task.from_, "agent": task.to, "nodeStatus": task.status},
         }
-        if artifacts and task.status == "completed" and task.id not in self.view.canceled:
+        canceled = self.view.canceled_by(task.id) is not None
+        if artifacts and task.status == "completed" and not canceled:
             out["artifacts"] = [output_artifact(task.id, task.output or {})]
         history = self.history(task, context_id)
         if history_length is not None:
@@ -124,7 +129,7 @@ class TaskViews:
         return out
 
     def history(self, task: Task, context_id: str) -> list[dict[str, Any]]:
-        asked = self.view.context.get(task.id, {}).get("message")
+        asked = self.view.context_of(task.id).get("message")
         if not isinstance(asked, dict):  # a task created over the spec's REST API
             asked = {
                 "messageId": f"{task.id}-input",

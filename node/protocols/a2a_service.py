@@ -85,7 +85,7 @@ class A2AService:
             and (not state or views.state(t) == state)
             and (after is None or _timestamp(views.status(t)["timestamp"]) >= after)
         ]
-        found.sort(key=lambda t: views.view.updated.get(t.id, t.created_at), reverse=True)
+        found.sort(key=views.updated, reverse=True)
         page = found[start : start + size]
         next_start = start + len(page)
         return {
@@ -246,7 +246,7 @@ class A2AService:
         view = self.ctx.projections.get(A2AView)
         if kind.startswith("approval."):
             approval_id = data.get("id")
-            if not isinstance(approval_id, str) or view.approval_task.get(approval_id) != task_id:
+            if not isinstance(approval_id, str) or view.approval_task_of(approval_id) != task_id:
                 return []
         elif data.get("id") != task_id or kind == "task.created":
             return []
@@ -264,7 +264,7 @@ class A2AService:
                 )
             return {"statusUpdate": {"taskId": task_id, "contextId": context_id, "status": body}}
 
-        canceled = task_id in view.canceled
+        canceled = view.canceled_by(task_id) is not None
         if kind == "task.started":
             return [(status(m.WORKING), False)]
         if kind == "task.progress":

@@ -141,12 +141,12 @@ class AguiRuns:
     # ------------------------------------------------------------------ resuming
     def _plan_resume(self, agent: str, entries: list[ResumeEntry]) -> ResumePlan:
         approvals = self.ctx.projections.get(Approvals)
-        links = self.ctx.projections.get(A2AView).approval_task
+        view = self.ctx.projections.get(A2AView)
         plan = ResumePlan()
         for entry in entries:
             approval_id = entry.interrupt_id
             pending = approvals.get(approval_id)
-            resolved = approvals.resolved.get(approval_id)
+            resolved = approvals.resolution(approval_id)
             owner = pending.agent if pending else resolved.agent if resolved else None
             if owner != agent:
                 plan.warnings.append(
@@ -176,8 +176,8 @@ class AguiRuns:
             if plan.work is None:
                 if tick is not None:
                     plan.work = tick
-                elif approval_id in links:
-                    plan.work = TaskWork(links[approval_id])
+                elif (task_id := view.approval_task_of(approval_id)) is not None:
+                    plan.work = TaskWork(task_id)
         return plan
 
     async def _decide(
@@ -286,7 +286,7 @@ class AguiRuns:
         task = self.ctx.projections.get(Tasks).get(work.task_id)
         if task is None:
             return lambda e: [e.error(f"task {work.task_id} is gone", "TASK_FAILED")]
-        if work.task_id in self.ctx.projections.get(A2AView).canceled:
+        if self.ctx.projections.get(A2AView).canceled_by(work.task_id) is not None:
             return lambda e: [e.cancelled()]
         if task.status == "completed":
             return lambda e: _completed(e, task.output or {})
@@ -299,7 +299,8 @@ class AguiRuns:
         at a time, so during an on-demand tick every request is the tick's."""
         if isinstance(work, TickWork):
             return not work.future.done()
-        return self.ctx.projections.get(A2AView).approval_task.get(approval_id) == work.task_id
+        view = self.ctx.projections.get(A2AView)
+        return isinstance(approval_id, str) and view.approval_task_of(approval_id) == work.task_id
 
     def _interrupt(
         self, agent: str, envelope: Envelope, work: Work, events: RunEvents

@@ -173,7 +173,7 @@ class ApprovalGate:
             if (
                 orphan_key == key
                 and approval_id not in self._waiters
-                and approval_id in self.projection.pending
+                and self.projection.is_pending(approval_id)
             ):
                 return approval_id
         return None
@@ -273,7 +273,7 @@ class ApprovalGate:
 
     # ------------------------------------------------------------------ timers
     def _arm(self, approval_id: str, delay: float) -> None:
-        if self._closed or approval_id not in self.projection.pending:
+        if self._closed or not self.projection.is_pending(approval_id):
             return
         loop = asyncio.get_running_loop()
         self._timers[approval_id] = loop.call_later(delay, self._expire, approval_id)
@@ -288,15 +288,15 @@ class ApprovalGate:
         """Append `approval.timed_out` for every due request still pending, in one transaction."""
         while self._due and not self._closed:
             due, self._due = self._due, set()
-            ids = [
-                i for i in sorted(due) if i in self.projection.pending and i not in self._claimed
+            requests = [
+                request
+                for i in sorted(due)
+                if i not in self._claimed and (request := self.projection.get(i)) is not None
             ]
-            if not ids:
+            if not requests:
                 continue
-            events = [
-                NewEvent(self.projection.pending[i].agent, *c.event_of(c.ApprovalTimedOut(id=i)))
-                for i in ids
-            ]
+            ids = [r.id for r in requests]
+            events = [NewEvent(r.agent, *c.event_of(c.ApprovalTimedOut(id=r.id))) for r in requests]
             self._claimed.update(ids)
             try:
                 await self.ctx.store.append_many(events)
@@ -324,7 +324,7 @@ class ApprovalGate:
             if not self.ctx.projections.get(Owners).allows(envelope):
                 continue  # a journal that does not own this approval cannot resolve it
             approval_id = envelope.event.data.get("id")
-            if not isinstance(approval_id, str) or approval_id in self.projection.pending:
+            if not isinstance(approval_id, str) or self.projection.is_pending(approval_id):
                 continue  # not a resolution the projection accepted
             handle = self._timers.pop(approval_id, None)
             if handle is not None:

@@ -25,7 +25,7 @@ class Incidents:
 
     def seen(self, key: str) -> bool:
         full = self._full(key)
-        return full in self._ctx.projections.get(Findings).incidents or full in self._in_flight
+        return full in self._in_flight or self._ctx.projections.get(Findings).has_incident(full)
 
     async def report(self, key: str, severity: c.Severity, title: str, detail: str) -> None:
         """Journal a finding for `key` unless one was already journaled."""

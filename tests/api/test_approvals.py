@@ -30,10 +30,10 @@ def gate_of(client):
 async def ask(client, agent="payer", capability="spend", detail="pay 10 EUR", timeout=None):
     """Start a gate request as the runtime would; returns (its task, the approval id)."""
     gate = gate_of(client)
-    before = set(gate.projection.pending)
+    before = {r.id for r in gate.projection.list()}
     task = asyncio.create_task(gate.request(agent, capability, detail, timeout))
     for _ in range(500):
-        new = set(gate.projection.pending) - before
+        new = {r.id for r in gate.projection.list()} - before
         if new:
             return task, new.pop()
         await asyncio.sleep(0.01)
@@ -154,7 +154,7 @@ async def test_bad_decision_bodies_are_400(client, body, needle):
     assert response.status == 400
     problem = await response.json()
     assert problem["status"] == 400 and needle in problem["detail"]
-    assert approval_id in gate_of(client).projection.pending  # nothing was decided
+    assert gate_of(client).projection.is_pending(approval_id)  # nothing was decided
     task.cancel()
 
 
@@ -165,7 +165,7 @@ async def test_decisions_need_the_operate_scope(client):
     forbidden = await client.post(url, json={"decision": "approve"}, headers=auth(READ_TOKEN))
     assert forbidden.status == 403
     assert (await client.get("/api/v1/approvals")).status == 401
-    assert approval_id in gate_of(client).projection.pending
+    assert gate_of(client).projection.is_pending(approval_id)
     task.cancel()
 
 
@@ -232,7 +232,7 @@ async def test_bad_batch_bodies_are_400(client, body):
     body = {**body, "ids": [approval_id]} if body.get("ids") == ["x"] else body
     response = await client.post("/api/v1/approvals/batch", json=body, headers=auth())
     assert response.status == 400
-    assert approval_id in gate_of(client).projection.pending
+    assert gate_of(client).projection.is_pending(approval_id)
     task.cancel()
 
 
@@ -247,8 +247,8 @@ async def test_timeout_answers_the_agent_and_leaves_the_list(client):
     )
     assert late.status == 404
     assert events_of(client, "payer")[-1] == ("approval.timed_out", {"id": approval_id})
-    resolution = gate_of(client).projection.resolved[approval_id]
-    assert resolution.outcome == "timeout"
+    resolution = gate_of(client).projection.resolution(approval_id)
+    assert resolution is not None and resolution.outcome == "timeout"
 
 
 async def test_timeout_defaults_come_from_the_agent_policy(tmp_path, aiohttp_client):
@@ -260,7 +260,8 @@ async def test_timeout_defaults_come_from_the_agent_policy(tmp_path, aiohttp_cli
     )
     client = await aiohttp_client(build_app(config))
     task, approval_id = await ask(client)
-    assert gate_of(client).projection.pending[approval_id].timeout_secs == 42
+    pending = gate_of(client).projection.get(approval_id)
+    assert pending is not None and pending.timeout_secs == 42
     task.cancel()
 
 
@@ -295,10 +296,11 @@ async def test_restart_rearms_timers_with_the_remaining_time(tmp_path, aiohttp_c
     listed = await (await second.get("/api/v1/approvals", headers=auth())).json()
     assert [i["id"] for i in listed] == [approval_id]
     for _ in range(100):
-        if not gate_of(second).projection.pending:
+        if not gate_of(second).projection.count:
             break
         await asyncio.sleep(0.05)
-    assert gate_of(second).projection.resolved[approval_id].outcome == "timeout"
+    resolution = gate_of(second).projection.resolution(approval_id)
+    assert resolution is not None and resolution.outcome == "timeout"
     assert events_of(second, "payer")[-1] == ("approval.timed_out", {"id": approval_id})
 
 

@@ -33,7 +33,7 @@ async def test_rebuild_from_zero_equals_live_state_and_survives_a_checkpoint(
     waiting = [asyncio.create_task(gate.request("worker", "spend", str(i), 60)) for i in range(6)]
     while gate.projection.count < 6:
         await asyncio.sleep(0.01)
-    ids = list(gate.projection.pending)
+    ids = [r.id for r in gate.projection.list()]
     await gate.decide(ids[0], "approve", "alice")
     await gate.decide_batch(ids[1:3], "deny", "bob")
     await replicate(ctx.store, "remote", "approval.requested", {"id": "r", "capability": "x"})

@@ -25,7 +25,7 @@ async def leave_pending(aiohttp_client, config) -> str:
     waiting = asyncio.create_task(gate.request("payer", "spend", "INV-1", 60))
     while not gate.projection.count:
         await asyncio.sleep(0.01)
-    (approval_id,) = gate.projection.pending
+    (approval_id,) = [r.id for r in gate.projection.list()]
     await client.close()  # the node stops; its agent instance is gone, the request stays
     with contextlib.suppress(GateClosedError):
         await waiting
@@ -87,7 +87,7 @@ async def test_a_different_request_with_the_same_start_is_not_adopted(aiohttp_cl
     waiting = asyncio.create_task(gate.request("payer", "spend", f"{padding} pay 1 EUR", 60))
     while not gate.projection.count:
         await asyncio.sleep(0.01)
-    (approval_id,) = gate.projection.pending
+    (approval_id,) = [r.id for r in gate.projection.list()]
     await client.close()
     with contextlib.suppress(GateClosedError):
         await waiting
@@ -106,6 +106,6 @@ async def test_a_different_request_with_the_same_start_is_not_adopted(aiohttp_cl
     while len(requested(ctx)) < 2:  # a new request of its own, not the approved one
         await asyncio.sleep(0.01)
     assert not asking.done()
-    (new,) = ctx.projections.get(Approvals).pending.values()
+    (new,) = ctx.projections.get(Approvals).list()
     assert new.request.endswith("pay 9999 EUR") and new.id != approval_id
     asking.cancel()

@@ -206,7 +206,7 @@ async def test_bad_task_bodies_are_400(client, body, needle):
     response = await client.post("/api/v1/a2a/tasks", json=body, headers=auth())
     assert response.status == 400
     assert needle in (await response.json())["detail"]
-    assert client.app[CONTEXT].projections.get(Tasks).tasks == {}
+    assert client.app[CONTEXT].projections.get(Tasks).list() == []
 
 
 async def test_malformed_json_is_400(client):

@@ -61,7 +61,7 @@ async def test_history_lists_resolutions_newest_first_with_operator(client):
     ]
     while gate.projection.count < 3:
         await asyncio.sleep(0.01)
-    first, second, third = list(gate.projection.pending)
+    first, second, third = [r.id for r in gate.projection.list()]
     await gate.decide(first, "approve", "alice")
     await gate.decide_batch([second, third], "deny", "bob")
     await asyncio.gather(*waiting)

@@ -109,9 +109,24 @@ def test_replay_reports_counts(tmp_path):
     result = run_cli("replay", "--config", str(path))
     assert result.returncode == 0, result.stderr
     assert "replayed 20 envelope(s)" in result.stdout
-    assert "  logs: 10" in result.stdout
-    assert "  findings: entries 10, incidents 0" in result.stdout
+    assert "  logs.entries: 10" in result.stdout
+    assert "  findings.entries: 10" in result.stdout
+    assert "  findings.incidents: 0" in result.stdout
     assert "  journals: home 2, head 2" in result.stdout
+    assert "stored read models equal the rebuild" in result.stdout
+
+
+def test_replay_finds_stored_read_models_that_differ_from_the_journal(tmp_path):
+    path = write_config(tmp_path)
+    config = seed_journal(path)
+    env = lmdb.open(str(config.data_path / "journal"), max_dbs=64)
+    entries = env.open_db(b"rm.logs.entries")
+    with env.begin(write=True, db=entries) as txn:
+        assert txn.delete((3).to_bytes(8, "big"))  # a log entry the journal still holds
+    env.close()
+    result = run_cli("replay", "--config", str(path))
+    assert result.returncode == 1
+    assert "stored read models differ from the rebuild: logs.entries" in result.stdout
 
 
 def test_journal_export_is_json_lines(tmp_path):

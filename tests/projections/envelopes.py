@@ -15,6 +15,8 @@ from nacl.signing import SigningKey
 
 from eventstore.envelope import Envelope, Event, digest_of, encode_event, sign
 from projections.base import Projections
+from projections.disk import DiskModels
+from projections.ownership import Owners
 
 P = TypeVar("P")
 
@@ -85,9 +87,20 @@ class Journal:
         return made
 
 
-def fold(projection: P, envelopes: Iterable[Envelope]) -> P:
-    """Fold through a `Projections` registry, as the node does (so `handles` is honoured)."""
-    Projections([projection]).apply(envelopes)  # type: ignore[list-item]
+def fold(projection: P, envelopes: Iterable[Envelope], *, guarded: bool = True) -> P:
+    """Fold through a `Projections` registry, as the node does (so `handles` is honoured).
+
+    An on-disk read model (one with `bind`) lives in a scratch LMDB environment, folded with
+    the ownership rule (`Owners`) in front of it as in the node, unless `guarded` is False."""
+    if hasattr(projection, "bind"):
+        models: list[Any] = [projection]
+        if guarded and not isinstance(projection, Owners):
+            models.insert(0, Owners())
+        disk = projection.__dict__.get("_scratch") or DiskModels(models).scratch()
+        projection.__dict__["_scratch"] = disk  # the environment lives as long as the model
+        Projections([], disk).apply(envelopes)
+    else:
+        Projections([projection]).apply(envelopes)  # type: ignore[list-item]
     return projection
 
 

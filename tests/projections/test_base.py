@@ -12,9 +12,11 @@ from eventstore.envelope import Envelope, decode_event, digest_of, verify_signat
 from projections.a2a import A2AView
 from projections.approvals import Approvals
 from projections.base import Projections
+from projections.disk import DiskModels
 from projections.entries import Findings, Logs
 from projections.grants import Grants
 from projections.journals import Journals
+from projections.ownership import Owners
 from projections.peers import ACKED, KEY_PINNED, PEERS_STREAM, PeerBook
 from projections.registry import REGISTRY_STREAM, Registry
 from projections.tasks import Tasks
@@ -236,10 +238,8 @@ def test_the_real_projections_rebuild_to_their_live_state() -> None:
     j.add(PEERS_STREAM, KEY_PINNED, {"peer": "node-b", "public_key": "k"})
     j.add(PEERS_STREAM, ACKED, {"peer": "node-b", "heads": {"alice": 8}})
     j.add(REGISTRY_STREAM, "package.published", {"id": "p", "version": "1.0.0"})
-    live = Projections(
-        [Journals(), Logs(), Findings(), Approvals(), Registry(), Grants(), PeerBook(), Tasks()]
-    )
-    live.register(A2AView())  # registered later, as the protocols area does
+    disk = DiskModels([Owners(), Logs(), Findings(), Approvals(), Tasks(), A2AView()]).scratch()
+    live = Projections([Journals(), Registry(), Grants(), PeerBook()], disk)
     for one in j.envelopes:
         live.apply([one])
     rebuilt = live.fresh()

@@ -6,8 +6,13 @@ from typing import Any
 
 import pytest
 
+from projections.disk import DiskModels
 from projections.entries import Finding, Findings, LogEntry, Logs
 from tests.projections.envelopes import Journal, envelope, fold, refolded_snapshot, ts_at
+
+
+def entries(model: Any) -> list[Any]:
+    return model.page(0, 1 << 30)[1]
 
 
 def logs_of(*messages: str) -> tuple[Logs, Journal]:
@@ -22,7 +27,7 @@ def test_a_log_event_is_an_entry_numbered_in_global_order() -> None:
     j.add("alice", "log", {"level": "error", "message": "disk full"})
     j.add("bob", "log", {})  # defaults: info, empty message
     logs = fold(Logs(), j.envelopes)
-    assert logs.entries == [
+    assert entries(logs) == [
         LogEntry(1, ts_at(1), "error", "alice", "disk full"),
         LogEntry(2, ts_at(2), "info", "bob", ""),
     ]
@@ -31,7 +36,8 @@ def test_a_log_event_is_an_entry_numbered_in_global_order() -> None:
 
 def test_non_string_fields_are_kept_as_text() -> None:
     logs = fold(Logs(), [envelope("a", 1, "log", {"level": 3, "message": None}, position=1)])
-    assert (logs.entries[0].level, logs.entries[0].message) == ("3", "None")
+    (entry,) = entries(logs)
+    assert (entry.level, entry.message) == ("3", "None")
 
 
 def test_logs_ignore_every_other_type_and_findings_theirs() -> None:
@@ -40,11 +46,13 @@ def test_logs_ignore_every_other_type_and_findings_theirs() -> None:
     j.add("alice", "task.created", {"id": "t1"})
     j.add("alice", "log", {"message": "m"})
     logs, findings = Logs(), Findings()
-    for one in j.envelopes:  # directly, past the registry's `handles` filter
-        logs.apply(one)
-        findings.apply(one)
-    assert [e.message for e in logs.entries] == ["m"]
-    assert [e.title for e in findings.entries] == ["t"]
+    disk = DiskModels([logs, findings]).scratch()
+    with disk.space_env().begin(write=True) as txn:
+        for one in j.envelopes:  # directly, past the registry's `handles` filter
+            logs.fold(txn, one)
+            findings.fold(txn, one)
+    assert [e.message for e in entries(logs)] == ["m"]
+    assert [e.title for e in entries(findings)] == ["t"]
     assert (logs.handles, findings.handles) == (frozenset({"log"}), frozenset({"finding"}))
 
 
@@ -82,7 +90,7 @@ def test_seq_at_finds_the_entry_folded_from_a_position() -> None:
     j.add("bob", "log", {"message": "two"})  # position 3 → seq 2
     logs = fold(Logs(), j.envelopes)
     assert [logs.seq_at(p) for p in (0, 1, 2, 3, 4)] == [None, 1, None, 2, None]
-    assert Logs().seq_at(1) is None
+    assert fold(Logs(), []).seq_at(1) is None
 
 
 def test_a_finding_is_an_entry_with_severity_title_and_detail() -> None:
@@ -90,13 +98,13 @@ def test_a_finding_is_an_entry_with_severity_title_and_detail() -> None:
     j.add("alice", "finding", {"severity": "high", "title": "leak", "detail": "a key"})
     j.add("bob", "finding", {})
     findings = fold(Findings(), j.envelopes)
-    assert findings.entries == [
+    assert entries(findings) == [
         Finding(1, ts_at(1), "alice", "high", "leak", "a key"),
         Finding(2, ts_at(2), "bob", "info", "", ""),
     ]
-    assert findings.page(1, 10) == (2, [findings.entries[1]])
+    assert findings.page(1, 10) == (2, [entries(findings)[1]])
     assert findings.seq_at(2) == 2
-    assert findings.incidents == set()
+    assert findings.snapshot()["incidents"] == []
 
 
 def test_findings_keep_the_incident_keys_of_their_own_journal() -> None:
@@ -108,7 +116,9 @@ def test_findings_keep_the_incident_keys_of_their_own_journal() -> None:
     j.add("node-a", "finding", {"title": "other", "incident": "node-a/bad-sig:bob:1"})
     j.add("node-b", "finding", {"title": "forged", "incident": "node-a/fork:carol:1"})
     findings = fold(Findings(), j.envelopes)
-    assert findings.incidents == {"node-a/fork:alice:3", "node-a/bad-sig:bob:1"}
+    assert set(findings.snapshot()["incidents"]) == {"node-a/fork:alice:3", "node-a/bad-sig:bob:1"}
+    assert findings.has_incident("node-a/fork:alice:3")
+    assert not findings.has_incident("node-a/fork:carol:1")
     assert findings.last_seq == 4  # the entries are all there; the set only remembers keys
 
 
@@ -134,3 +144,18 @@ def test_snapshots_list_the_entries_and_for_findings_the_sorted_incidents() -> N
     snapshot = fold(Findings(), j.envelopes).snapshot()
     assert snapshot["incidents"] == ["a/b", "a/z"]
     assert [e["seq"] for e in snapshot["entries"]] == [1, 2]
+
+
+def test_newest_findings_of_one_journal_and_of_all() -> None:
+    j = Journal()
+    for i in range(600):  # more than one of `newest`'s chunks
+        j.add("ab"[i % 2] if i % 7 else "a\u00e9", "finding", {"title": str(i)})
+    findings = fold(Findings(), j.envelopes)
+    titles = [str(i) for i in range(600)]
+    assert [f.title for f in findings.newest()] == titles[::-1]
+    of_b = [t for i, t in enumerate(titles) if i % 7 and i % 2][::-1]
+    assert [f.title for f in findings.newest_of("b", 5)] == of_b[:5]
+    assert [f.title for f in findings.newest_of("b", 1000)] == of_b
+    assert [f.title for f in findings.newest_of("a\u00e9", 2)] == ["595", "588"]
+    assert findings.newest_of("", 3) == findings.newest_of("c", 3) == []
+    assert fold(Findings(), []).newest_of("a", 3) == [] and list(fold(Logs(), []).newest()) == []

@@ -7,6 +7,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from eventstore.envelope import Envelope
 from projections.tasks import TASK_EVENTS, Task, Tasks
 from tests.projections.envelopes import Journal, envelope, fold, refolded_snapshot, ts_at
 
@@ -17,6 +18,15 @@ def create(j: Journal, agent: str, task_id: str, **extra: Any) -> None:
 
 def ids(found: list[Task]) -> list[str]:
     return [t.id for t in found]
+
+
+def fold_directly(tasks: Tasks, envelopes: list[Envelope]) -> Tasks:
+    """Past the registry's filter (`handles`) and the ownership rule: the model's own fold."""
+    fold(tasks, [])  # bound to a scratch environment
+    with tasks.space.env.begin(write=True) as txn:
+        for one in envelopes:
+            tasks.fold(txn, one)
+    return tasks
 
 
 def test_a_created_task_is_pending() -> None:
@@ -44,9 +54,8 @@ def test_a_created_task_is_pending() -> None:
 
 def test_the_assigned_agent_is_the_journal_and_input_defaults_to_empty() -> None:
     """`to` is the journal the task was created in, whatever its data says."""
-    tasks = Tasks()
-    tasks.apply(envelope("bob", 1, "task.created", {"id": "t1", "to": "x", "input": 3}, position=1))
-    task = tasks.get("t1")
+    created = envelope("bob", 1, "task.created", {"id": "t1", "to": "x", "input": 3}, position=1)
+    task = fold(Tasks(), [created]).get("t1")
     assert task is not None
     assert (task.to, task.from_, task.input) == ("bob", "", {})
 
@@ -152,7 +161,10 @@ def test_a_second_create_of_an_id_is_ignored_even_in_another_journal() -> None:
     assert tasks.list(status="pending", agent="bob") == []
 
 
-def test_events_for_unknown_tasks_or_from_another_journal_are_ignored() -> None:
+@pytest.mark.parametrize("guarded", [True, False])
+def test_events_for_unknown_tasks_or_from_another_journal_are_ignored(guarded: bool) -> None:
+    """With the ownership rule in front (as in the node) and without it: Tasks checks the
+    journal itself too."""
     j = Journal()
     create(j, "alice", "t1")
     j.add("alice", "task.completed", {"id": "nope", "output": {}})
@@ -160,23 +172,25 @@ def test_events_for_unknown_tasks_or_from_another_journal_are_ignored() -> None:
     j.add("bob", "task.completed", {"id": "t1", "output": {}})
     j.add("bob", "task.canceled", {"id": "t1"})
     j.add("alice", "task.started", {"id": 1})  # not a string id
-    tasks = fold(Tasks(), j.envelopes)
+    tasks = fold(Tasks(), j.envelopes, guarded=guarded)
     assert [(t.id, t.status) for t in tasks.list()] == [("t1", "pending")]
     assert tasks.get("nope") is None
 
 
 def test_other_event_types_are_not_handled_and_change_nothing() -> None:
     assert "log" not in TASK_EVENTS and "task.unknown" not in TASK_EVENTS
-    tasks = Tasks()
-    tasks.apply(envelope("alice", 1, "log", {"id": "t1"}, position=1))
-    tasks.apply(envelope("alice", 2, "task.unknown", {"id": "t1"}, position=2))
-    assert tasks.snapshot() == Tasks().snapshot()
+    tasks = fold_directly(
+        Tasks(),
+        [
+            envelope("alice", 1, "log", {"id": "t1"}, position=1),
+            envelope("alice", 2, "task.unknown", {"id": "t1"}, position=2),
+        ],
+    )
+    assert tasks.snapshot() == fold(Tasks(), []).snapshot()
     j = Journal()
     create(j, "alice", "t1")
     j.add("alice", "task.unknown", {"id": "t1"})  # a task.* type it does not know
-    direct = Tasks()
-    for one in j.envelopes:  # fed directly, past the registry's filter
-        direct.apply(one)
+    direct = fold_directly(Tasks(), j.envelopes)
     assert direct.snapshot() == fold(Tasks(), j.envelopes[:1]).snapshot()
 
 
@@ -228,3 +242,64 @@ def test_events_before_the_create_are_ignored() -> None:
     task = tasks.get("t1")
     assert task is not None
     assert (task.status, task.output, task.created_at) == ("pending", None, ts_at(3))
+
+
+def test_open_tasks_are_the_pending_and_running_ones_in_creation_order() -> None:
+    """What the runtime delivers again after a restart, read from the index of open tasks."""
+    j = Journal()
+    create(j, "alice", "a1")
+    create(j, "bob", "b1")
+    create(j, "alice", "a2")
+    create(j, "alice", "a3")
+    create(j, "alice", "a4")
+    j.add("alice", "task.started", {"id": "a3"})
+    j.add("alice", "task.progress", {"id": "a1", "progress": 1})
+    j.add("alice", "task.completed", {"id": "a2", "output": {}})
+    j.add("alice", "task.canceled", {"id": "a4"})
+    tasks = fold(Tasks(), j.envelopes)
+    assert [(t.id, t.status) for t in tasks.open_tasks("alice")] == [
+        ("a1", "running"),
+        ("a3", "running"),
+    ]
+    assert ids(tasks.open_tasks("bob")) == ["b1"]
+    assert tasks.open_tasks("nobody") == []
+    assert ids(tasks.list(status="running")) == ["a1", "a3"]
+    assert ids(tasks.list(status="pending")) == ["b1"]
+    j.add("alice", "task.failed", {"id": "a1", "error": "x"})
+    create(j, "alice", "a5")
+    tasks = fold(Tasks(), j.envelopes)
+    assert ids(tasks.open_tasks("alice")) == ["a3", "a5"]
+    assert ids(tasks.list(status="pending", agent="alice")) == ["a5"]
+
+
+def test_pending_across_agents_is_in_creation_order() -> None:
+    j = Journal()
+    create(j, "zed", "z1")
+    create(j, "alice", "a1")
+    create(j, "zed", "z2")
+    assert ids(fold(Tasks(), j.envelopes).list(status="pending")) == ["z1", "a1", "z2"]
+
+
+def test_ids_that_cannot_be_keys_name_no_task() -> None:
+    """An empty id, or one too long for an LMDB key: ignored like a non-string id."""
+    j = Journal()
+    create(j, "alice", "")
+    create(j, "alice", "x" * 600)
+    create(j, "alice", "t1")
+    tasks = fold(Tasks(), j.envelopes)
+    assert ids(tasks.list()) == ["t1"]
+    assert tasks.get("") is None and tasks.get("x" * 600) is None
+    assert tasks.list(agent="a" * 600) == []
+
+
+def test_what_a_journal_carries_reads_back_as_it_was() -> None:
+    """Input, output and progress go through msgpack on disk and come back unchanged, maps
+    with keys other than strings included."""
+    j = Journal()
+    create(j, "alice", "t1", input={"n": 1, "nested": {"list": [1, "two", None], "f": 1.5}})
+    j.add("alice", "task.progress", {"id": "t1", "progress": {1: "one"}})
+    tasks = fold(Tasks(), j.envelopes)
+    task = tasks.get("t1")
+    assert task is not None
+    assert task.input == {"n": 1, "nested": {"list": [1, "two", None], "f": 1.5}}
+    assert task.progress == {1: "one"}

@@ -173,8 +173,12 @@ async def test_canceling_a_task_denies_its_pending_approval_with_the_reason(
     assert decided[0]["id"] == item["id"] and decided[0]["decision"] == "deny"
     assert decided[0]["reason"] == f"task {task_id} was canceled by alice"
     assert await (await client.get("/api/v1/approvals", headers=auth(READ_TOKEN))).json() == []
-    resolved = app[CONTEXT].projections.get(Approvals).resolved[item["id"]]
-    assert resolved.outcome == "deny" and resolved.reason == decided[0]["reason"]
+    resolved = app[CONTEXT].projections.get(Approvals).resolution(item["id"])
+    assert (
+        resolved is not None
+        and resolved.outcome == "deny"
+        and resolved.reason == decided[0]["reason"]
+    )
     # the agent got the denial and answered; the task service refuses its late output, since
     # the task is already canceled (one writer of task events: node/services/tasks.py)
     refused = f"cannot complete task {task_id!r}"

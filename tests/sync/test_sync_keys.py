@@ -93,8 +93,12 @@ async def test_key_from_did_on_first_contact_is_pinned_and_a_change_is_refused(
     requests = fake.did_requests
     await until(lambda: fake.did_requests > requests)
     fake.failing = False
-    incidents = app[CONTEXT].projections.get(Findings).incidents
-    await until(lambda: any(i.startswith("node-a/key-changed/node-b/") for i in incidents))
+    findings = app[CONTEXT].projections.get(Findings)
+    await until(
+        lambda: any(
+            i.startswith("node-a/key-changed/node-b/") for i in findings.snapshot()["incidents"]
+        )
+    )
     assert book.pins["node-b"] == public_key_multibase(PEER_KEY.verify_key)
     findings = await (await client.get("/api/v1/findings", headers=auth(READ_TOKEN))).json()
     critical = [f for f in findings["findings"] if f["severity"] == "critical"]

@@ -295,7 +295,7 @@ async def test_the_peer_book_rebuilds_to_the_live_state(client):
     await wait_for(client, "scout", lambda rep: rep["converged"])
     book = ctx.projections.get(PeerBook)
     assert book.pins and book.acks["node-b"]["scout"] == 3
-    assert len(ctx.projections.get(Findings).incidents) == 1
+    assert len(ctx.projections.get(Findings).snapshot()["incidents"]) == 1
     rebuilt = ctx.projections.fresh()
     rebuilt.rebuild(ctx.store.iter_chunks())
     for name in ("peers", "findings"):
