@@ -521,6 +521,10 @@ class EventStore:
                     for i, e in enumerate(staged):
                         signer.add(signed_bytes(e.stream, e.seq, e.digest))
                         slots.append((staged, i))
+            if self.indexer is not None and plan:
+                # read models need no signature: folding them now gives the helper thread
+                # that long to sign more of this batch, instead of the writer after it
+                self.indexer.fold(txn, [e for _, staged in plan for e in staged])
             _fill_signatures(slots, signer.finish())
             envelopes: list[Envelope] = []
             for request, staged in plan:
@@ -547,8 +551,6 @@ class EventStore:
             for stream, head in heads.items():
                 if head is not None:
                     txn.put(stream.encode(), _record_encoder.encode(head), db=self._heads)
-            if self.indexer is not None and envelopes:
-                self.indexer.fold(txn, envelopes)
         self._next_position = position
         return envelopes
 
