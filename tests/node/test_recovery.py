@@ -81,7 +81,7 @@ def test_after_kill_9_the_start_folds_only_what_came_after_the_periodic_checkpoi
 def test_the_timer_writes_a_checkpoint_when_few_envelopes_came(tmp_path):
     path = config_with(tmp_path, checkpoint_events=100_000, checkpoint_secs=0.5)
     data = tmp_path / "data"
-    with NodeProcess(path).start() as node:
+    with NodeProcess(path) as node:
         post_findings(node, ["one", "two", "three"])
         deadline = time.monotonic() + 20
         while checkpoint_position(data) < 3 and time.monotonic() < deadline:
@@ -113,7 +113,7 @@ def test_a_data_dir_from_before_the_on_disk_read_models_gets_them_at_start(tmp_p
         await store.close()
 
     asyncio.run(write_old_journal())
-    with NodeProcess(path).start() as node, node.client() as client:
+    with NodeProcess(path) as node, node.client() as client:
         logs = client.get("/api/v1/logs", params={"since": 0, "limit": 1000}).json()
         assert [entry["message"] for entry in logs["logs"]] == [f"m{i}" for i in range(50)]
         assert logs["next_seq"] == 50
