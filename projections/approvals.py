@@ -98,7 +98,7 @@ def _text(value: str) -> bytes:
 
 def _key(raw: bytes) -> bytes:
     """`raw` as a key; a longer one (a 128-character id of 4-byte characters, a 1000-character
-    capability) as its digest, behind a byte that starts no UTF-8 text nor msgpack pair."""
+    capability) as its digest, as `key_of` does for text."""
     return raw if len(raw) <= _MAX_KEY else b"\xff" + hashlib.sha256(raw).digest()
 
 

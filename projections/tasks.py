@@ -25,7 +25,7 @@ import msgspec
 
 from eventstore.envelope import Envelope
 from projections import catalogue as c
-from projections.disk import Space, Txn, from_u64, u64
+from projections.disk import Space, Txn, from_u64, key_of, u64
 
 STATUSES = ("pending", "running", "completed", "failed")
 Status = Literal["pending", "running", "completed", "failed"]
@@ -41,7 +41,6 @@ TASK_EVENTS = frozenset(
         c.TASK_CANCELED,
     }
 )
-MAX_ID_BYTES = 400  # LMDB keys end at 511 bytes; the index keys add to the id
 _MAX_KEY = 511
 
 
@@ -66,9 +65,9 @@ _decode = msgspec.msgpack.Decoder().decode
 
 
 def id_key(item_id: str) -> bytes | None:
-    """The id as a key, or None when it cannot be one (then it names nothing here)."""
-    raw = item_id.encode()
-    return raw if 0 < len(raw) <= MAX_ID_BYTES else None
+    """The id as a key with room for a position after it (the A2A view's approval index); a
+    longer one as its digest (`key_of`); None for an empty id, which names nothing."""
+    return key_of(item_id, 9) if item_id else None
 
 
 class Tasks:

@@ -206,11 +206,19 @@ def test_events_for_tasks_never_created_and_without_ids_are_ignored() -> None:
     j.add("alice", "task.completed", {"id": "ghost"})
     j.add("alice", "task.created", {"a2a": CONTEXT})  # no id
     j.add("alice", "approval.requested", {"id": 3})
-    j.add("alice", "task.created", {"id": "", "a2a": CONTEXT})  # ids that cannot be keys
-    j.add("alice", "task.created", {"id": "x" * 600, "a2a": CONTEXT})
+    j.add("alice", "task.created", {"id": "", "a2a": CONTEXT})  # an id that names nothing
     view = fold(A2AView(), j.envelopes)
     assert view.snapshot() == empty()
-    assert view.context_of("") == {} and view.updated_at("x" * 600) is None
+    assert view.context_of("") == {}
+
+
+def test_an_id_longer_than_an_lmdb_key_is_kept() -> None:
+    j = Journal()
+    create(j, "alice", "x" * 600, a2a=CONTEXT)
+    j.add("alice", "task.canceled", {"id": "x" * 600, "operator": "op"})
+    view = fold(A2AView(), j.envelopes)
+    assert view.context_of("x" * 600) == CONTEXT
+    assert view.canceled_by("x" * 600) == "op" and view.updated_at("x" * 600) is not None
 
 
 def test_other_event_types_change_nothing() -> None:

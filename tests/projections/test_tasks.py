@@ -280,15 +280,19 @@ def test_pending_across_agents_is_in_creation_order() -> None:
     assert ids(fold(Tasks(), j.envelopes).list(status="pending")) == ["z1", "a1", "z2"]
 
 
-def test_ids_that_cannot_be_keys_name_no_task() -> None:
-    """An empty id, or one too long for an LMDB key: ignored like a non-string id."""
+def test_an_empty_id_names_no_task_and_one_longer_than_a_key_is_kept() -> None:
+    """An empty id is ignored like a non-string id; one too long for an LMDB key (511 bytes)
+    is stored under its digest and reads back whole."""
     j = Journal()
     create(j, "alice", "")
     create(j, "alice", "x" * 600)
     create(j, "alice", "t1")
+    j.add("alice", "task.completed", {"id": "x" * 600, "output": {"ok": True}})
     tasks = fold(Tasks(), j.envelopes)
-    assert ids(tasks.list()) == ["t1"]
-    assert tasks.get("") is None and tasks.get("x" * 600) is None
+    assert ids(tasks.list()) == ["x" * 600, "t1"]
+    assert tasks.get("") is None
+    long = tasks.get("x" * 600)
+    assert long is not None and long.status == "completed" and long.output == {"ok": True}
     assert tasks.list(agent="a" * 600) == []
 
 
