@@ -112,6 +112,7 @@ class DiskModels:
             self._models[model.name] = model
             self._by_class[type(model)] = model
         self._folds_by_type: dict[str, tuple[tuple[str, Fold], ...]] = {}
+        self._unbatched_by_type: dict[str, tuple[tuple[str, Fold], ...]] = {}
         self._batched: dict[str, Any] = {
             name: model
             for name, model in self._models.items()
@@ -157,10 +158,13 @@ class DiskModels:
             with self.space_env().begin(write=True, parent=txn) as child:
                 for model in self._batched.values():
                     model.fold_many(child, fresh)
+                unbatched, by_type = self._unbatched, self._unbatched_by_type
                 for envelope in fresh:
-                    for name, fold in self._folds(envelope):
-                        if name not in self._batched:
-                            fold(child, envelope)
+                    folds = by_type.get(envelope.event.type)
+                    if folds is None:
+                        folds = unbatched(envelope)
+                    for _, fold in folds:
+                        fold(child, envelope)
         except Exception:  # some model raised: fold again pair by pair, skipping what raises
             for envelope in fresh:
                 for name, fold in self._folds(envelope):
@@ -268,6 +272,12 @@ class DiskModels:
             self._scratch_dir = None
 
     # ------------------------------------------------------------------ dispatch
+    def _unbatched(self, envelope: Envelope) -> tuple[tuple[str, Fold], ...]:
+        """The folds of that event type that `fold_many` does not cover, cached by type."""
+        folds = tuple(f for f in self._folds(envelope) if f[0] not in self._batched)
+        self._unbatched_by_type[envelope.event.type] = folds
+        return folds
+
     def _folds(self, envelope: Envelope) -> tuple[tuple[str, Fold], ...]:
         kind = envelope.event.type
         folds = self._folds_by_type.get(kind)

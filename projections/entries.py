@@ -1,9 +1,10 @@
 """Logs and findings: append-only read models on disk, polled by their own gap-free `seq`.
 
 Entry `seq` → the entry and the position it came from (msgpack), in LMDB (projections/disk.py):
-a page is one cursor walk, whatever the history's length. Findings keep two more databases:
-the sync incidents already reported, and each journal's findings by seq, for the newest
-findings of one journal without walking everyone's.
+a page is one cursor walk, whatever the history's length. Findings keep one more database, the
+sync incidents already reported. (An index of each journal's findings cost the journal's writer
+as much as the entries themselves; the console's one reader of it now reads the node's own
+journal instead: node/console/endpoints.py.)
 """
 
 from __future__ import annotations
@@ -156,15 +157,9 @@ class Findings(_SeqLog):
     def bind(self, space: Space) -> None:
         super().bind(space)
         self._incidents = space.db(self.name, "incidents")
-        self._by_agent = space.db(self.name, "by_agent")
 
     def fold_many(self, txn: Txn, envelopes: list[Envelope]) -> list[tuple[bytes, Envelope]]:
         added = super().fold_many(txn, envelopes)
-        if not added:
-            return added
-        txn.cursor(self._by_agent).putmulti(
-            [(envelope.stream.encode() + b"\0" + key, b"") for key, envelope in added]
-        )
         for _, envelope in added:
             incident = envelope.event.data.get("incident")
             if isinstance(incident, str) and incident.startswith(envelope.stream + "/"):
@@ -189,30 +184,10 @@ class Findings(_SeqLog):
         with self.space.read() as txn:
             return txn.get(key_of(incident), db=self._incidents) is not None
 
-    def newest_of(self, agent: str, limit: int) -> list[Finding]:
-        """One journal's newest findings, newest first."""
-        prefix = agent.encode() + b"\0"
-        found: list[Finding] = []
-        with self.space.read() as txn:
-            cursor = txn.cursor(self._by_agent)
-            # the last key of the prefix: the first key after it, one step back
-            if cursor.set_range(prefix + b"\xff" * 8) or cursor.last():
-                if not cursor.key().startswith(prefix) or len(cursor.key()) != len(prefix) + 8:
-                    cursor.prev()
-            else:
-                return found
-            while len(found) < limit:
-                key = cursor.key()
-                if not key.startswith(prefix) or len(key) != len(prefix) + 8:
-                    break
-                seq = key[-8:]
-                raw = txn.get(seq, db=self._entries)
-                if raw is None:  # written in the same transaction as the index: never
-                    break
-                found.append(self.entry(from_u64(seq), raw))
-                if not cursor.prev():
-                    break
-        return found
+    def at(self, position: int) -> Finding | None:
+        """The finding folded from `position`, if one was."""
+        seq = self.seq_at(position)
+        return self.page(seq - 1, 1)[1][0] if seq is not None else None
 
     def snapshot(self) -> dict[str, Any]:
         with self.space.read() as txn:

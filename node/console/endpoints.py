@@ -15,6 +15,7 @@ from node.http import json_response, limit_param, limit_query
 from node.routes import Doc, add_route
 from node.sync.convergence import Convergence, convergence_report
 from projections.approvals import Approvals, Resolution
+from projections.catalogue import FINDING
 from projections.entries import Finding, Findings
 from projections.journals import Journals
 from projections.peers import PeerBook
@@ -24,6 +25,7 @@ HISTORY_PATH = "/api/v1/approvals/history"
 MESH_PATH = "/api/v1/mesh"
 HISTORY_DEFAULT = 100
 RECENT_INCIDENTS = 20
+RECENT_WINDOW = 1000
 
 
 class WhoAmI(msgspec.Struct):
@@ -76,8 +78,17 @@ def mesh_overview(ctx: NodeContext) -> Mesh:
     ]
     heads = ctx.projections.get(Journals).head
     journals = [convergence_report(ctx, name) for name in sorted(heads) if not name.startswith("$")]
-    own = ctx.projections.get(Findings).newest_of(ctx.name, RECENT_INCIDENTS)
-    return Mesh(ctx.name, peers, journals, own)
+    return Mesh(ctx.name, peers, journals, own_findings(ctx, RECENT_INCIDENTS))
+
+
+def own_findings(ctx: NodeContext, limit: int) -> list[Finding]:
+    """This node's newest findings, newest first: from the last RECENT_WINDOW envelopes of its
+    own journal (its findings, key rotations and reloads), so the read is bounded."""
+    head = ctx.projections.get(Journals).head.get(ctx.name, 0)
+    recent = ctx.store.read_stream(ctx.name, max(head - RECENT_WINDOW, 0), RECENT_WINDOW)
+    findings = ctx.projections.get(Findings)
+    own = (findings.at(e.position) for e in reversed(recent) if e.event.type == FINDING)
+    return [f for f in own if f is not None][:limit]
 
 
 def setup(app: web.Application) -> None:

@@ -146,16 +146,14 @@ def test_snapshots_list_the_entries_and_for_findings_the_sorted_incidents() -> N
     assert [e["seq"] for e in snapshot["entries"]] == [1, 2]
 
 
-def test_newest_findings_of_one_journal_and_of_all() -> None:
+def test_newest_findings_and_the_finding_at_a_position() -> None:
     j = Journal()
     for i in range(600):  # more than one of `newest`'s chunks
-        j.add("ab"[i % 2] if i % 7 else "a\u00e9", "finding", {"title": str(i)})
+        j.add("ab"[i % 2], "finding", {"title": str(i)})
+        j.add("ab"[i % 2], "log", {"message": str(i)})
     findings = fold(Findings(), j.envelopes)
-    titles = [str(i) for i in range(600)]
-    assert [f.title for f in findings.newest()] == titles[::-1]
-    of_b = [t for i, t in enumerate(titles) if i % 7 and i % 2][::-1]
-    assert [f.title for f in findings.newest_of("b", 5)] == of_b[:5]
-    assert [f.title for f in findings.newest_of("b", 1000)] == of_b
-    assert [f.title for f in findings.newest_of("a\u00e9", 2)] == ["595", "588"]
-    assert findings.newest_of("", 3) == findings.newest_of("c", 3) == []
-    assert fold(Findings(), []).newest_of("a", 3) == [] and list(fold(Logs(), []).newest()) == []
+    assert [f.title for f in findings.newest()] == [str(i) for i in range(600)][::-1]
+    found = findings.at(j.envelopes[10].position)
+    assert found is not None and (found.seq, found.title) == (6, "5")
+    assert findings.at(j.envelopes[11].position) is None  # a log's position
+    assert fold(Findings(), []).at(1) is None and list(fold(Logs(), []).newest()) == []
