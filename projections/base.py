@@ -1,6 +1,6 @@
 """A projection is a pure fold over envelopes in global order; the registry feeds them all.
 
-Two kinds (docs/design.md, "Read models"): the in-memory ones here, bounded by live state
+Two kinds (docs/design.md, "Projections"): the in-memory ones here, bounded by live state
 (journal heads, grants, peers, keys, packages), restored from a checkpoint (node/checkpoint.py)
 and folded on the loop; and the on-disk ones (projections/disk.py), which grow with history
 and which the journal's writer folds in its own transactions. `Projections` answers `get` for
