@@ -275,13 +275,6 @@ class EventStore:
             ) from None
         self._writer_lock = fd
 
-    def index_behind(self) -> int:
-        """How many envelopes the indexer has not folded (0 without an indexer)."""
-        if self.indexer is None:
-            return 0
-        with self._read() as txn:
-            return self._next_position - 1 - self.indexer.position(txn)
-
     def catch_up_index(
         self,
         progress: Callable[[Iterator[list[Envelope]], int], Iterable[Sequence[Envelope]]]
@@ -296,14 +289,15 @@ class EventStore:
         if indexer is None or self._writer is not None:
             return 0
         self._write_growing(indexer.prepare)
-        behind = self.index_behind()
-        if not behind:
-            return 0
         with self._read() as txn:
             done = indexer.position(txn)
-        chunks: Iterable[Sequence[Envelope]] = self.iter_chunks(done, _CATCH_UP_CHUNK)
-        if progress is not None:
-            chunks = progress(self.iter_chunks(done, _CATCH_UP_CHUNK), behind)
+        behind = self._next_position - 1 - done
+        if not behind:
+            return 0
+        stored = self.iter_chunks(done, _CATCH_UP_CHUNK)
+        chunks: Iterable[Sequence[Envelope]] = (
+            stored if progress is None else progress(stored, behind)
+        )
         for chunk in chunks:
             self._write_growing(partial(indexer.fold, envelopes=chunk))
             indexer.committed()

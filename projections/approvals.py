@@ -31,7 +31,7 @@ import msgspec
 
 from eventstore.envelope import Envelope
 from projections import catalogue as c
-from projections.disk import Space, Txn, u64
+from projections.disk import Space, Txn, key_of, u64
 
 DEFAULT_TIMEOUT_SECS = 300
 APPROVAL_EVENTS = frozenset({c.APPROVAL_REQUESTED, c.APPROVAL_DECIDED, c.APPROVAL_TIMED_OUT})
@@ -89,17 +89,10 @@ _encode = msgspec.msgpack.Encoder().encode
 _decode_pending = msgspec.msgpack.Decoder(tuple[int, ApprovalRequest]).decode
 _decode_resolution = msgspec.msgpack.Decoder(Resolution).decode
 _decode_group = msgspec.msgpack.Decoder(tuple[int, int]).decode
-_MAX_KEY = 511  # LMDB's default key size limit
 
 
 def _text(value: str) -> bytes:
     return value.encode("utf-8", "surrogatepass")
-
-
-def _key(raw: bytes) -> bytes:
-    """`raw` as a key; a longer one (a 128-character id of 4-byte characters, a 1000-character
-    capability) as its digest, as `key_of` does for text."""
-    return raw if len(raw) <= _MAX_KEY else b"\xff" + hashlib.sha256(raw).digest()
 
 
 def _stored(raw: bytes | memoryview | None) -> bytes | memoryview:
@@ -110,11 +103,11 @@ def _stored(raw: bytes | memoryview | None) -> bytes | memoryview:
 
 
 def _id_key(approval_id: str) -> bytes:
-    return _key(_text(approval_id))
+    return key_of(approval_id)
 
 
 def _group_key(agent: str, capability: str) -> bytes:
-    return _key(_encode((agent, capability)))
+    return key_of(_encode((agent, capability)))
 
 
 class Approvals:
@@ -253,7 +246,7 @@ class Approvals:
 
     def _pending_in_order(self, txn: Txn) -> builtins.list[ApprovalRequest]:
         return [
-            _decode_pending(_stored(txn.get(_key(raw_id), db=self._pending)))[1]
+            _decode_pending(_stored(txn.get(key_of(raw_id), db=self._pending)))[1]
             for _, raw_id in txn.cursor(self._pending_order)
         ]
 
@@ -276,7 +269,9 @@ class Approvals:
             return found
         with self.space.read() as txn:
             for _, raw_id in txn.cursor(self._resolved_order).iterprev():
-                found.append(_decode_resolution(_stored(txn.get(_key(raw_id), db=self._resolved))))
+                found.append(
+                    _decode_resolution(_stored(txn.get(key_of(raw_id), db=self._resolved)))
+                )
                 if len(found) >= limit:
                     break
         return found

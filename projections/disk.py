@@ -53,11 +53,11 @@ def from_u64(raw: bytes) -> int:
     return int.from_bytes(raw, "big")
 
 
-def key_of(text: str, room: int = 0) -> bytes:
-    """`text` as (part of) a key that leaves `room` bytes for the rest of it: LMDB keys end at
+def key_of(value: str | bytes, room: int = 0) -> bytes:
+    """`value` as (part of) a key that leaves `room` bytes for the rest of it: LMDB keys end at
     511 bytes, and a 128-character id of 4-byte characters is 512; a longer one becomes its
-    digest, behind a byte that starts no UTF-8 text."""
-    raw = text.encode("utf-8", "surrogatepass")
+    digest, behind a byte that starts no UTF-8 text (nor a msgpack pair)."""
+    raw = value.encode("utf-8", "surrogatepass") if isinstance(value, str) else value
     return raw if len(raw) + room <= _MAX_KEY else b"\xff" + hashlib.sha256(raw).digest()
 
 

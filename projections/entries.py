@@ -9,7 +9,6 @@ journal instead: node/console/endpoints.py.)
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import msgspec
@@ -113,14 +112,6 @@ class _SeqLog:
     def last_seq(self) -> int:
         with self.space.read() as txn:
             return txn.stat(self._entries)["entries"]
-
-    def newest(self) -> Iterator[Any]:
-        """Entries newest first, read lazily in short transactions."""
-        before = self.last_seq + 1
-        while before > 1:
-            chunk = self.page(max(before - 257, 0), min(256, before - 1))[1]
-            yield from reversed(chunk)
-            before = chunk[0].seq if chunk else 1
 
     def snapshot(self) -> Any:
         return [msgspec.to_builtins(e) for e in self.page(0, 1 << 62)[1]]

@@ -146,14 +146,13 @@ def test_snapshots_list_the_entries_and_for_findings_the_sorted_incidents() -> N
     assert [e["seq"] for e in snapshot["entries"]] == [1, 2]
 
 
-def test_newest_findings_and_the_finding_at_a_position() -> None:
+def test_the_finding_at_a_position() -> None:
     j = Journal()
-    for i in range(600):  # more than one of `newest`'s chunks
+    for i in range(600):
         j.add("ab"[i % 2], "finding", {"title": str(i)})
         j.add("ab"[i % 2], "log", {"message": str(i)})
     findings = fold(Findings(), j.envelopes)
-    assert [f.title for f in findings.newest()] == [str(i) for i in range(600)][::-1]
     found = findings.at(j.envelopes[10].position)
     assert found is not None and (found.seq, found.title) == (6, "5")
     assert findings.at(j.envelopes[11].position) is None  # a log's position
-    assert fold(Findings(), []).at(1) is None and list(fold(Logs(), []).newest()) == []
+    assert fold(Findings(), []).at(1) is None
