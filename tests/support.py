@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 
 from node.config import Config, load_config
+from node.polling import DeadlineExceeded, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 ADMIN_TOKEN = "test-admin-token-000000001"
@@ -119,17 +120,19 @@ class NodeProcess:
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
         log.close()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+
+        def healthy() -> bool:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"node exited early:\n{self.log_path.read_text()}")
-            try:
-                if httpx.get(self.url + "/api/v1/health", timeout=1).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.05)
-        raise TimeoutError(f"node did not become healthy:\n{self.log_path.read_text()}")
+            return httpx.get(self.url + "/api/v1/health", timeout=1).status_code == 200
+
+        try:
+            wait_until(healthy, timeout, "the node is healthy", retry_on=(httpx.HTTPError,))
+        except DeadlineExceeded as e:
+            raise DeadlineExceeded(
+                f"{e.what}; its log:\n{self.log_path.read_text()}", timeout
+            ) from None
+        return self
 
     def kill(self) -> None:
         """SIGKILL: no chance to flush anything that was not already durable."""

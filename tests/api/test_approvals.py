@@ -12,6 +12,7 @@ from eventstore.store import EventStore
 from node.app import JOURNAL_DIR, build_app
 from node.context import CONTEXT
 from node.services.approvals import APPROVALS, GateClosedError
+from tests.polling import until, wait_until
 from tests.support import (
     OPERATE_TOKEN,
     READ_TOKEN,
@@ -32,12 +33,10 @@ async def ask(client, agent="payer", capability="spend", detail="pay 10 EUR", ti
     gate = gate_of(client)
     before = {r.id for r in gate.projection.list()}
     task = asyncio.create_task(gate.request(agent, capability, detail, timeout))
-    for _ in range(500):
-        new = {r.id for r in gate.projection.list()} - before
-        if new:
-            return task, new.pop()
-        await asyncio.sleep(0.01)
-    raise AssertionError("the request never became pending")
+    new = await until(
+        lambda: {r.id for r in gate.projection.list()} - before, what="the request is pending"
+    )
+    return task, new.pop()
 
 
 def events_of(client, stream):
@@ -295,10 +294,7 @@ async def test_restart_rearms_timers_with_the_remaining_time(tmp_path, aiohttp_c
     second = await aiohttp_client(build_app(config))
     listed = await (await second.get("/api/v1/approvals", headers=auth())).json()
     assert [i["id"] for i in listed] == [approval_id]
-    for _ in range(100):
-        if not gate_of(second).projection.count:
-            break
-        await asyncio.sleep(0.05)
+    await until(lambda: not gate_of(second).projection.count, 5, "the overdue request timed out")
     resolution = gate_of(second).projection.resolution(approval_id)
     assert resolution is not None and resolution.outcome == "timeout"
     assert events_of(second, "payer")[-1] == ("approval.timed_out", {"id": approval_id})
@@ -330,10 +326,7 @@ def test_a_real_node_times_out_overdue_requests_at_start_and_the_rest_later(tmp_
         assert listed == ["later"]
         overdue = http.post("/api/v1/approvals/overdue", json={"decision": "approve"})
         assert overdue.status_code == 404
-        deadline = time.monotonic() + 25
-        while http.get("/api/v1/approvals").json() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert http.get("/api/v1/approvals").json() == []
+        wait_until(lambda: http.get("/api/v1/approvals").json() == [], 25, "it timed out")
         assert "svc_approvals_pending 0.0" in http.get("/api/v1/metrics").text
     store = EventStore(data_dir / JOURNAL_DIR, load_or_create_key(data_dir), "node-a")
     try:

@@ -10,6 +10,7 @@ from node.app import build_app
 from node.context import CONTEXT
 from node.services.approvals import APPROVALS
 from node.services.tasks import TASKS
+from tests.polling import until
 from tests.support import PUBLISH_TOKEN, auth, make_config, replicate, tiny_component
 
 AGENTS = """
@@ -31,8 +32,7 @@ async def test_rebuild_from_zero_equals_live_state_and_survives_a_checkpoint(
     gate, tasks = client.app[APPROVALS], client.app[TASKS]
 
     waiting = [asyncio.create_task(gate.request("worker", "spend", str(i), 60)) for i in range(6)]
-    while gate.projection.count < 6:
-        await asyncio.sleep(0.01)
+    await until(lambda: gate.projection.count >= 6, what="six requests are pending")
     ids = [r.id for r in gate.projection.list()]
     await gate.decide(ids[0], "approve", "alice")
     await gate.decide_batch(ids[1:3], "deny", "bob")

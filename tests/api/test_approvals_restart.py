@@ -8,6 +8,7 @@ from node.app import build_app
 from node.context import CONTEXT
 from node.services.approvals import APPROVALS, GateClosedError
 from projections.approvals import Approvals
+from tests.polling import until
 from tests.support import OPERATE_TOKEN, auth
 
 
@@ -23,8 +24,7 @@ async def leave_pending(aiohttp_client, config) -> str:
     client = await aiohttp_client(build_app(config))
     gate = client.app[APPROVALS]
     waiting = asyncio.create_task(gate.request("payer", "spend", "INV-1", 60))
-    while not gate.projection.count:
-        await asyncio.sleep(0.01)
+    await until(lambda: gate.projection.count, what="the request is pending")
     (approval_id,) = [r.id for r in gate.projection.list()]
     await client.close()  # the node stops; its agent instance is gone, the request stays
     with contextlib.suppress(GateClosedError):
@@ -47,8 +47,7 @@ async def test_a_decision_before_the_agent_asks_again_is_not_lost(aiohttp_client
     assert requested(ctx) == [approval_id]  # no second request was journaled
     # the decision answers one request only: the next one waits for a new decision
     again = asyncio.create_task(gate.request("payer", "spend", "INV-1", 60))
-    while len(requested(ctx)) < 2:
-        await asyncio.sleep(0.01)
+    await until(lambda: len(requested(ctx)) >= 2, what="a second request is journaled")
     again.cancel()
 
 
@@ -85,8 +84,7 @@ async def test_a_different_request_with_the_same_start_is_not_adopted(aiohttp_cl
     gate = client.app[APPROVALS]
     padding = "x" * 2000
     waiting = asyncio.create_task(gate.request("payer", "spend", f"{padding} pay 1 EUR", 60))
-    while not gate.projection.count:
-        await asyncio.sleep(0.01)
+    await until(lambda: gate.projection.count, what="the request is pending")
     (approval_id,) = [r.id for r in gate.projection.list()]
     await client.close()
     with contextlib.suppress(GateClosedError):
@@ -103,8 +101,8 @@ async def test_a_different_request_with_the_same_start_is_not_adopted(aiohttp_cl
     asking = asyncio.create_task(
         client.app[APPROVALS].request("payer", "spend", f"{padding} pay 9999 EUR", 60)
     )
-    while len(requested(ctx)) < 2:  # a new request of its own, not the approved one
-        await asyncio.sleep(0.01)
+    # a new request of its own, not the approved one
+    await until(lambda: len(requested(ctx)) >= 2, what="a second request is journaled")
     assert not asking.done()
     (new,) = ctx.projections.get(Approvals).list()
     assert new.request.endswith("pay 9999 EUR") and new.id != approval_id

@@ -12,6 +12,7 @@ from node.api.console import STATIC_DIR
 from node.app import build_app
 from node.context import CONTEXT
 from node.services.approvals import APPROVALS
+from tests.polling import until
 from tests.support import ADMIN_TOKEN, OPERATE_TOKEN, READ_TOKEN, auth, make_config, replicate
 
 
@@ -59,8 +60,7 @@ async def test_history_lists_resolutions_newest_first_with_operator(client):
     waiting = [
         asyncio.create_task(gate.request("payer", "spend", f"pay {i}", 60)) for i in range(3)
     ]
-    while gate.projection.count < 3:
-        await asyncio.sleep(0.01)
+    await until(lambda: gate.projection.count >= 3, what="three requests are pending")
     first, second, third = [r.id for r in gate.projection.list()]
     await gate.decide(first, "approve", "alice")
     await gate.decide_batch([second, third], "deny", "bob")

@@ -5,6 +5,7 @@ import time
 
 import httpx
 
+from tests.polling import wait_until
 from tests.support import ADMIN_TOKEN, NodeProcess, auth, run_cli, write_config
 
 
@@ -47,9 +48,7 @@ def test_kill_9_during_a_burst_loses_no_acknowledged_finding(tmp_path):
         w.start()
     # kill mid-burst once a good number is acknowledged (a fixed sleep was too short on a
     # loaded host, above all with the slower PyNaCl signer)
-    deadline = time.monotonic() + 30
-    while len(acked) < 80 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: len(acked) >= 80, 30, "80 acknowledged findings")
     node.kill()
     stop.set()
     for w in workers:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import pickle
 import re
-import time
 from pathlib import Path
 
 from eventstore.keys import load_or_create_key
@@ -19,6 +18,7 @@ from eventstore.store import EventStore, NewEvent
 from node import checkpoint
 from node.app import JOURNAL_DIR
 from node.config import load_config
+from tests.polling import wait_until
 from tests.support import NodeProcess, run_cli, write_config
 
 
@@ -58,9 +58,7 @@ def test_after_kill_9_the_start_folds_only_what_came_after_the_periodic_checkpoi
     node = NodeProcess(path).start()
     first = [f"before-{i}" for i in range(60)]
     post_findings(node, first)
-    deadline = time.monotonic() + 20
-    while checkpoint_position(data) < 40 and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_until(lambda: checkpoint_position(data) >= 40, 20, "a checkpoint at position 40")
     covered = checkpoint_position(data)
     assert covered >= 40  # written by events, long before the 30 s timer
     tail = [f"after-{i}" for i in range(5)]
@@ -83,9 +81,7 @@ def test_the_timer_writes_a_checkpoint_when_few_envelopes_came(tmp_path):
     data = tmp_path / "data"
     with NodeProcess(path) as node:
         post_findings(node, ["one", "two", "three"])
-        deadline = time.monotonic() + 20
-        while checkpoint_position(data) < 3 and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_until(lambda: checkpoint_position(data) >= 3, 20, "a checkpoint at position 3")
         assert checkpoint_position(data) == 3
 
 

@@ -6,7 +6,6 @@ so each test reads the host's answer, the journal and what reached the outside w
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 from typing import Any
@@ -60,12 +59,7 @@ async def pending(client) -> dict[str, Any]:
     async def listed() -> list[dict[str, Any]]:
         return await (await client.get("/api/v1/approvals", headers=auth(READ_TOKEN))).json()
 
-    for _ in range(FIRST_LOAD_SECS * 50):
-        items = await listed()
-        if items:
-            return items[0]
-        await asyncio.sleep(0.02)
-    raise AssertionError("no approval became pending")
+    return (await until(listed, FIRST_LOAD_SECS, "an approval is pending"))[0]
 
 
 def recorder() -> tuple[web.Application, list[dict[str, Any]]]:

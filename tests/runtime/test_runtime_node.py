@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -59,15 +58,11 @@ async def start_node(aiohttp_client, tmp_path: Path, toml: str, sink: bool = Fal
 
 async def decide(client, decision: str) -> str:
     """Decide the one pending approval over HTTP, as an operator does."""
-    pending = None
-    deadline = asyncio.get_running_loop().time() + 15
-    while asyncio.get_running_loop().time() < deadline:
-        listed = await (await client.get("/api/v1/approvals", headers=auth(READ_TOKEN))).json()
-        if listed:
-            pending = listed[0]
-            break
-        await asyncio.sleep(0.02)
-    assert pending is not None, "no approval became pending"
+
+    async def listed() -> list[dict]:
+        return await (await client.get("/api/v1/approvals", headers=auth(READ_TOKEN))).json()
+
+    pending = (await until(listed, 15, "an approval is pending"))[0]
     response = await client.post(
         f"/api/v1/approvals/{pending['id']}",
         json={"decision": decision},

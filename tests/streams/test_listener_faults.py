@@ -10,6 +10,7 @@ import asyncio
 from eventstore.envelope import Envelope
 from node.app import build_app
 from node.context import CONTEXT
+from tests.polling import until
 from tests.support import READ_TOKEN, SseStream, auth, make_config
 
 POISON = "poison"
@@ -58,15 +59,12 @@ async def fault_count(client, listener: str) -> float:
 
 
 async def fault_findings(client) -> list[dict]:
-    for _ in range(100):  # the reporter journals them on its own task, just after the fault
+    async def found() -> list[dict]:
         body = await (await client.get("/api/v1/findings", headers=auth(READ_TOKEN))).json()
-        found = [
-            f for f in body["findings"] if f["agent"] == "node-a" and "failed on" in f["title"]
-        ]
-        if found:
-            return found
-        await asyncio.sleep(0.02)
-    return []
+        return [f for f in body["findings"] if f["agent"] == "node-a" and "failed on" in f["title"]]
+
+    # the reporter journals them on its own task, just after the fault
+    return await until(found, 5, "the fault's finding")
 
 
 async def test_a_listener_that_raises_stops_neither_the_others_nor_the_caller(client):

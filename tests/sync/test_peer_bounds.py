@@ -12,6 +12,7 @@ from aiohttp import web
 from nacl.signing import SigningKey
 
 from eventstore.keys import public_key_multibase
+from node import polling
 from node.app import build_app
 from node.context import CONTEXT
 from node.sync.keys import fetch_did_keys
@@ -63,10 +64,10 @@ async def node_with_peer(tmp_path, aiohttp_client, peer_url: str):
 
 async def replicator_state(client, condition, timeout: float = 5.0):
     replicator = client.app[SYNC].replicators[0]
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not condition(replicator):
-        assert asyncio.get_running_loop().time() < deadline, replicator.last_error
-        await asyncio.sleep(0.02)
+    try:
+        await polling.until(lambda: condition(replicator), timeout, "the replicator's state")
+    except polling.DeadlineExceeded as e:
+        raise AssertionError(f"{e}; last error: {replicator.last_error}") from None
     return replicator
 
 

@@ -1,0 +1,94 @@
+"""The one polling helper: it returns the first truthy value, names what it waited for at its
+deadline, and is the only sleep-and-poll loop in the tree (a static check below)."""
+
+from __future__ import annotations
+
+import ast
+import itertools
+from pathlib import Path
+
+import pytest
+
+from node.polling import DeadlineExceeded, until, wait_until
+from tests.support import ROOT
+
+# Loops that sleep on purpose and are not waits for a condition: each runs until its owner
+# stops it (a periodic job, a retry with backoff, `logs --follow`).
+PERIODIC = {
+    ("node/cli_client.py", "command"),  # logs/findings --follow
+    ("node/services/approvals.py", "_flush_due"),  # retries journaling timeouts
+    ("node/sync/acks.py", "run"),
+    ("node/sync/replicator.py", "run"),
+    ("node/streams/bus.py", "_tick"),  # keep-alives
+}
+
+
+def test_wait_until_returns_the_first_truthy_value():
+    values = iter([0, None, "", "ready", "later"])
+    assert wait_until(lambda: next(values), 1, "ready", interval=0) == "ready"
+
+
+def test_wait_until_names_what_it_waited_for_and_the_last_error():
+    def failing() -> bool:
+        raise ConnectionError("refused")
+
+    with pytest.raises(DeadlineExceeded) as raised:
+        wait_until(failing, 0.05, "the node is healthy", interval=0.01, retry_on=(OSError,))
+    assert "the node is healthy not met within 0.05 s" in str(raised.value)
+    assert "refused" in str(raised.value)
+    assert isinstance(raised.value, TimeoutError)
+
+
+def test_wait_until_does_not_swallow_other_errors():
+    def broken() -> bool:
+        raise ValueError("a bug, not a wait")
+
+    with pytest.raises(ValueError):
+        wait_until(broken, 1, "x", retry_on=(OSError,))
+
+
+async def test_until_awaits_awaitables_and_keeps_the_loop_running():
+    counter = itertools.count()
+
+    async def read() -> int:
+        return next(counter) >= 3
+
+    assert await until(read, 1, "three reads", interval=0) is True
+    with pytest.raises(DeadlineExceeded, match=r"never not met within 0\.02 s"):
+        await until(lambda: False, 0.02, "never", interval=0.005)
+
+
+def sleeping_loops(path: Path) -> list[tuple[str, int]]:
+    """(innermost enclosing function, line) of every `while` loop whose body calls a `sleep`."""
+    found = []
+
+    def visit(node: ast.AST, function: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+                visit(child, child.name)
+                continue
+            if isinstance(child, ast.While) and any(
+                isinstance(call, ast.Call)
+                and (getattr(call.func, "attr", None) or getattr(call.func, "id", None)) == "sleep"
+                for call in ast.walk(child)
+            ):
+                found.append((function, child.lineno))
+            visit(child, function)
+
+    visit(ast.parse(path.read_text()), "<module>")
+    return found
+
+
+def test_no_hand_written_poll_loop_remains():
+    offenders = []
+    for folder in ("node", "eventstore", "projections", "tests"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            relative = path.relative_to(ROOT).as_posix()
+            if relative == "node/polling.py" or "node_modules" in path.parts:
+                continue
+            for function, line in sleeping_loops(path):
+                if (relative, function) not in PERIODIC:
+                    offenders.append(f"{relative}:{line} in {function}")
+    assert not offenders, "use node.polling (until / wait_until) instead of:\n" + "\n".join(
+        sorted(set(offenders))
+    )
