@@ -86,7 +86,11 @@ class DiskModel(Protocol):
         """Fold one envelope inside `txn`; deterministic, no state outside LMDB.
 
         A model whose state depends on no other model (no ownership rule) may also have
-        `fold_many(txn, envelopes)`, the same fold over a batch, which the writer prefers."""
+        `fold_many(txn, envelopes)`, the same fold over a batch, which the writer prefers.
+
+        A model may also keep a cache of what it folded, for readers that ask right after a
+        commit, if it has `staged_forget()` (a fold, or its retry, starts: drop what the
+        previous attempt staged) and `staged_commit()` (that fold's transaction committed)."""
 
     def snapshot(self) -> Any:
         """Plain data, equal for equal states (tests and `replay` compare them)."""
@@ -119,6 +123,7 @@ class DiskModels:
             if hasattr(model, "fold_many") and not set(getattr(model, "guarded", ()))
         }
         self._guard: Guard | None = self._models.get("owners")  # type: ignore[assignment]
+        self._staging: list[Any] = [m for m in self._models.values() if hasattr(m, "staged_commit")]
         self.on_fault: FaultHook = _ignore
         self._faults: list[tuple[str, Envelope, Exception]] = []
         self.space: Space | None = None
@@ -154,6 +159,7 @@ class DiskModels:
         fresh = [e for e in envelopes if e.position > done]
         if not fresh:
             return
+        self._forget_staged()
         try:
             with self.space_env().begin(write=True, parent=txn) as child:
                 for model in self._batched.values():
@@ -166,6 +172,7 @@ class DiskModels:
                     for _, fold in folds:
                         fold(child, envelope)
         except Exception:  # some model raised: fold again pair by pair, skipping what raises
+            self._forget_staged()
             for envelope in fresh:
                 for name, fold in self._folds(envelope):
                     try:
@@ -176,10 +183,16 @@ class DiskModels:
         txn.put(_POSITION, u64(fresh[-1].position), db=self._meta)
 
     def committed(self) -> None:
+        for model in self._staging:
+            model.staged_commit()
         faults, self._faults = self._faults, []
         for name, envelope, exc in faults:
             with suppress(Exception):  # the reporter failed: it logs its own faults
                 self.on_fault(name, envelope, exc)
+
+    def _forget_staged(self) -> None:
+        for model in self._staging:
+            model.staged_forget()
 
     # ------------------------------------------------------------------ use
     def get(self, kind: type[P]) -> P | None:

@@ -112,3 +112,30 @@ def test_ids_and_incident_keys_longer_than_an_lmdb_key_still_count() -> None:
     assert owners.owner_of("task", long_id) == "a"
     assert not owners.allows(j.add("b", "task.completed", {"id": long_id}))
     assert findings.has_incident(incident) and not findings.has_incident(incident + "y")
+
+
+def test_seq_at_answers_from_committed_folds_only() -> None:
+    """The newest seqs are kept in memory for the POST that asks right after its commit; a
+    fold whose transaction was undone (the writer retries it) must leave nothing there."""
+    logs = Logs()
+    disk = DiskModels([logs]).scratch()
+    undone = journal_of("x", "y")
+    with disk.space_env().begin(write=True) as txn:
+        disk.fold(txn, undone.envelopes)
+        txn.abort()
+    assert logs.seq_at(1) is None  # not committed: neither on disk nor in memory
+
+    j = Journal()
+    j.add("a", "finding", {"title": "not a log"})  # position 1: no log entry
+    j.add("a", "log", {"message": "one"})  # position 2: log seq 1
+    disk.fold_own(j.envelopes)
+    assert logs.seq_at(1) is None
+    assert logs.seq_at(2) == 1
+    assert logs._recent == {2: 1}  # served without a read; the undone fold left nothing
+
+    later = DiskModels([Logs()]).scratch()  # a fresh process: nothing in memory, read from LMDB
+    later.fold_own(j.envelopes)
+    fresh = later.get(Logs)
+    assert fresh is not None
+    fresh._recent.clear()
+    assert fresh.seq_at(2) == 1 and fresh.seq_at(1) is None
