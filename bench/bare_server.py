@@ -1,4 +1,5 @@
-"""The peer of the findings benchmark: aiohttp parsing the same JSON and answering 201."""
+"""The peer of the findings benchmark, as `../shared/tools/perf-guard` has it: aiohttp parsing
+the same JSON, checking it is an object with a title, and answering 201 with it."""
 
 import sys
 
@@ -7,7 +8,9 @@ from aiohttp import web
 
 async def bare(request: web.Request) -> web.Response:
     body = await request.json()
-    return web.json_response({"seq": len(body)}, status=201)
+    if not isinstance(body, dict) or "title" not in body:
+        return web.json_response({"error": "title required"}, status=422)
+    return web.json_response({"id": 1, **body}, status=201)
 
 
 async def health(request: web.Request) -> web.Response:

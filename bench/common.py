@@ -15,6 +15,8 @@ from pathlib import Path
 
 import aiohttp
 
+from node.polling import DeadlineExceeded, wait_until
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -63,21 +65,25 @@ async def http_load(
     }
 
 
-def start_process(args: list[str], health_url: str, timeout: float = 30) -> subprocess.Popen:
-    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + timeout
+def start_process(
+    args: list[str], health_url: str, timeout: float = 30, cwd: Path = ROOT
+) -> subprocess.Popen:
+    """Start a server (from `cwd`: another tree runs that tree's code) and wait until it answers."""
     import httpx
 
-    while time.monotonic() < deadline:
+    proc = subprocess.Popen(args, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    def answers() -> bool:
         if proc.poll() is not None:
             raise RuntimeError(proc.stderr.read().decode() if proc.stderr else "exited")
-        try:
-            httpx.get(health_url, timeout=1)
-            return proc
-        except httpx.HTTPError:
-            time.sleep(0.05)
-    proc.kill()
-    raise TimeoutError(health_url)
+        return httpx.get(health_url, timeout=1) is not None
+
+    try:
+        wait_until(answers, timeout, f"{health_url} answers", retry_on=(httpx.HTTPError,))
+    except DeadlineExceeded:
+        proc.kill()
+        raise
+    return proc
 
 
 def stop_process(proc: subprocess.Popen) -> None:

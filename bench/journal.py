@@ -6,9 +6,16 @@
     same with the PyNaCl signer, an install without the C extension);
 (b) rebuild of every read model from position 0 (the on-disk ones into a scratch environment,
     as `agent-node replay` does) in events/s vs a raw LMDB scan + decode of the same journal;
-(c) POST /api/v1/findings requests/s at concurrency 64 vs a bare aiohttp handler.
+(c) POST /api/v1/findings requests/s at concurrency 64 vs a bare aiohttp handler, loaded by
+    wrk (bench/wrk.py): servers on CPU 0, wrk on CPU 1, the request and the bare peer of
+    `../shared/tools/perf-guard`, so the two report the same ratio.
 
-Run: .venv/bin/python bench/journal.py [--events 30000] [--requests 6000] [--rounds 3]
+With `--base COMMIT` the same run also measures that commit side by side: (a) through each
+tree's own code (bench/appends_ab.py's child), (c) with a third server running the commit; the
+figures gain `*_base` and `*_vs_base` (a slowdown shows as a `*_vs_base` below 1). The replay's
+A/B is bench/replay_ab.py.
+
+Run: .venv/bin/python bench/journal.py [--events 30000] [--seconds 5] [--rounds 3] [--base COMMIT]
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import argparse
 import asyncio
 import hashlib
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -28,7 +36,10 @@ from nacl.signing import SigningKey
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import http_load, report, start_process, stop_process
+from bench import appends_ab
+from bench.common import ROOT, report, start_process, stop_process
+from bench.replay_ab import export
+from bench.wrk import SERVER_CPU, pinned, post_rate
 from eventstore.envelope import Event, decode_event, encode_event, signed_bytes, utc_now
 from eventstore.signing import (
     SIGNER,
@@ -41,7 +52,7 @@ from eventstore.store import EventStore
 from node.app import build_app, disk_models
 from node.context import CONTEXT
 from projections.base import Projections
-from tests.support import ADMIN_TOKEN, auth, free_port, make_config, write_config
+from tests.support import ADMIN_TOKEN, free_port, make_config, write_config
 
 KEY = SigningKey(b"\7" * 32)
 
@@ -151,44 +162,93 @@ def replay_rate(directory: Path) -> float:
     return count / elapsed
 
 
-async def findings_http(tmp: Path, requests: int, rounds: int) -> dict:
-    """Both servers run side by side; rounds alternate which is loaded first."""
-    body = lambda i: {"agent": f"bench{i % 8}", "severity": "low", "title": f"t{i}"}  # noqa: E731
-    bare_port, node_port = free_port(), free_port()
-    config = write_config(tmp / "node", port=node_port)
-    bare = start_process(
-        [sys.executable, "bench/bare_server.py", str(bare_port)],
-        f"http://127.0.0.1:{bare_port}/api/v1/health",
-    )
-    node = start_process(
-        [sys.executable, "-m", "node", "run", "--config", str(config)],
-        f"http://127.0.0.1:{node_port}/api/v1/health",
-    )
-    targets = {
-        "bare": (f"http://127.0.0.1:{bare_port}/api/v1/findings", None),
-        "node": (f"http://127.0.0.1:{node_port}/api/v1/findings", auth(ADMIN_TOKEN)),
-    }
-    results: dict[str, list[dict]] = {"bare": [], "node": []}
+FINDING = {"agent": "perf", "severity": "low", "title": "load", "detail": "a finding under load"}
+
+
+def findings_http(tmp: Path, seconds: int, rounds: int, base: Path | None) -> dict:
+    """The servers run side by side, each on CPU 0; rounds load them in turn (the order
+    alternating), and each ratio is the median of the rounds' ratios, as perf-guard's."""
+    trees = {"node": ROOT, **({"base": base} if base is not None else {})}
+    procs, urls = [], {}
     try:
-        for url, headers in targets.values():  # warm-up
-            await http_load(url, concurrency=64, requests=500, body=body, headers=headers)
-        for i in range(rounds):
-            for name in ("bare", "node") if i % 2 else ("node", "bare"):
-                url, headers = targets[name]
-                results[name].append(
-                    await http_load(
-                        url, concurrency=64, requests=requests, body=body, headers=headers
-                    )
+        port = free_port()
+        procs.append(
+            start_process(
+                [*pinned(SERVER_CPU), sys.executable, "bench/bare_server.py", str(port)],
+                f"http://127.0.0.1:{port}/api/v1/health",
+            )
+        )
+        urls["bare"] = f"http://127.0.0.1:{port}/api/v1/findings"
+        for name, tree in trees.items():
+            port = free_port()
+            config = write_config(tmp / name, port=port)
+            procs.append(
+                start_process(
+                    [
+                        *pinned(SERVER_CPU),
+                        sys.executable,
+                        "-m",
+                        "node",
+                        "run",
+                        "--config",
+                        str(config),
+                    ],
+                    f"http://127.0.0.1:{port}/api/v1/health",
+                    cwd=tree,
                 )
+            )
+            urls[name] = f"http://127.0.0.1:{port}/api/v1/findings"
+        headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+        results: dict[str, list[dict]] = {name: [] for name in urls}
+        for url in urls.values():  # warm-up
+            post_rate(url, FINDING, headers, seconds=2)
+        for i in range(rounds):
+            order = list(urls) if i % 2 else list(reversed(urls))
+            for name in order:
+                results[name].append(post_rate(urls[name], FINDING, headers, seconds=seconds))
     finally:
-        stop_process(bare)
-        stop_process(node)
-    pairs = sorted(
-        zip(results["node"], results["bare"], strict=True),
-        key=lambda p: p[0]["requests_per_s"] / p[1]["requests_per_s"],
-    )
-    node_figures, bare_figures = pairs[len(pairs) // 2]
-    return {"node": node_figures, "bare": bare_figures}
+        for proc in procs:
+            stop_process(proc)
+
+    def median_ratio(a: str, b: str) -> float:
+        return statistics.median(
+            x["requests_per_s"] / y["requests_per_s"]
+            for x, y in zip(results[a], results[b], strict=True)
+        )
+
+    def median_of(name: str, key: str) -> float:
+        return statistics.median(r[key] for r in results[name])
+
+    figures = {
+        "findings_rps": round(median_of("node", "requests_per_s")),
+        "findings_p99_ms": median_of("node", "p99_ms"),
+        "bare_rps": round(median_of("bare", "requests_per_s")),
+        "findings_ratio": round(median_ratio("node", "bare"), 3),
+    }
+    if base is not None:
+        figures |= {
+            "findings_rps_base": round(median_of("base", "requests_per_s")),
+            "findings_ratio_base": round(median_ratio("base", "bare"), 3),
+            "findings_vs_base": round(median_ratio("node", "base"), 3),
+        }
+    return figures
+
+
+def appends_vs_base(base: Path, events: int, rounds: int) -> dict:
+    """(a) of both trees, each through its own code in a child, the order alternating."""
+    ratios: dict[str, list[float]] = {"node": [], "base": []}
+    for i in range(rounds):
+        for name, tree in (
+            (("node", ROOT), ("base", base)) if i % 2 else (("base", base), ("node", ROOT))
+        ):
+            result = appends_ab.one(tree, events)
+            ratios[name].append(result["rate"] / result["raw"])
+    node, base_ratio = (statistics.median(ratios[n]) for n in ("node", "base"))
+    return {
+        "append_ratio_same_run": round(node, 3),
+        "append_ratio_base": round(base_ratio, 3),
+        "append_vs_base": round(node / base_ratio, 3),
+    }
 
 
 def paired_rounds(rounds: int, measure) -> tuple[float, float, float, list[float]]:
@@ -202,10 +262,13 @@ def paired_rounds(rounds: int, measure) -> tuple[float, float, float, list[float
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--events", type=int, default=30_000)
-    parser.add_argument("--requests", type=int, default=6_000)
+    parser.add_argument("--seconds", type=int, default=5, help="of each (c) round")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--base", help="a commit to measure side by side ((a) and (c))")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-journal-"))
+    base = export(args.base, tmp) if args.base else None
+    against_base: dict = {}
     try:
 
         def appends_round(i: int, producers: int, pynacl: bool = False) -> tuple[float, float]:
@@ -253,10 +316,15 @@ def main() -> None:
         replay, scan, replay_ratio, replay_rounds = paired_rounds(3 * args.rounds, replay_round)
         print(f"(b) replay {replay:,.0f} events/s vs raw scan {scan:,.0f}/s: {replay_ratio:.2f}")
         print(f"    each round: {replay_rounds}")
-        http = asyncio.run(findings_http(tmp, args.requests, args.rounds))
-        node_rps, bare_rps = http["node"]["requests_per_s"], http["bare"]["requests_per_s"]
-        findings_ratio = node_rps / bare_rps
-        print(f"(c) POST findings {node_rps:,.0f} vs bare {bare_rps:,.0f}: {findings_ratio:.2f}")
+        http = findings_http(tmp, args.seconds, args.rounds, base)
+        print(
+            f"(c) POST findings {http['findings_rps']:,} vs bare {http['bare_rps']:,}: "
+            f"{http['findings_ratio']:.3f}"
+        )
+        if base is not None:
+            print(f"    base {args.base}: {http['findings_ratio_base']:.3f} of bare")
+            against_base = appends_vs_base(base, args.events, args.rounds)
+            print(f"(a) against {args.base}: {against_base}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     report(
@@ -278,10 +346,8 @@ def main() -> None:
             "raw_scan_per_s": round(scan),
             "replay_ratio": round(replay_ratio, 2),
             "replay_ratio_rounds": replay_rounds,
-            "findings_rps": node_rps,
-            "findings_p99_ms": http["node"]["p99_ms"],
-            "bare_rps": bare_rps,
-            "findings_ratio": round(findings_ratio, 2),
+            **http,
+            **({"base": args.base, **against_base} if args.base else {}),
         }
     )
 

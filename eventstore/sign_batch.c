@@ -4,7 +4,8 @@
  * bundles: Python passes the address of its crypto_sign, so no second libsodium is linked or
  * needed at build time.
  *
- * sign_batch signs a whole batch on the calling thread.
+ * sign_batch signs a whole batch on the calling thread; verify_batch checks a batch of detached
+ * signatures (each with its own public key) the same way, for the mesh's receiver.
  *
  * A shared_signer signs one batch at a time on two threads. The caller opens the batch
  * (shared_begin), adds messages one by one while it builds them (shared_add), and closes it
@@ -56,6 +57,40 @@ int sign_batch(uintptr_t crypto_sign, const unsigned char *secret_key,
                           offsets[i + 1] - offsets[i], scratch, signatures + SIGNATURE_BYTES * i);
     free(scratch);
     return status;
+}
+
+typedef int (*crypto_sign_open_fn)(unsigned char *m, unsigned long long *mlen,
+                                   const unsigned char *sm, unsigned long long smlen,
+                                   const unsigned char *pk);
+
+/* ok[i] = 1 where signature i (64 bytes) of message i verifies under public key i (32 bytes).
+ * crypto_sign_open (PyNaCl's libsodium exports no crypto_sign_verify_detached) takes the
+ * signature and the message joined; -2 when there is no memory for that. */
+int verify_batch(uintptr_t crypto_sign_open, const unsigned char *messages,
+                 const size_t *offsets, const unsigned char *signatures,
+                 const unsigned char *public_keys, size_t count, unsigned char *ok) {
+    crypto_sign_open_fn open_signed = (crypto_sign_open_fn)crypto_sign_open;
+    size_t longest = 0;
+    for (size_t i = 0; i < count; i++)
+        if (offsets[i + 1] - offsets[i] > longest) longest = offsets[i + 1] - offsets[i];
+    unsigned char *signed_message = malloc(longest + SIGNATURE_BYTES);
+    unsigned char *opened = malloc(longest + SIGNATURE_BYTES);
+    if (signed_message == NULL || opened == NULL) {
+        free(signed_message);
+        free(opened);
+        return -2;
+    }
+    for (size_t i = 0; i < count; i++) {
+        size_t length = offsets[i + 1] - offsets[i];
+        unsigned long long opened_length;
+        memcpy(signed_message, signatures + SIGNATURE_BYTES * i, SIGNATURE_BYTES);
+        memcpy(signed_message + SIGNATURE_BYTES, messages + offsets[i], length);
+        ok[i] = open_signed(opened, &opened_length, signed_message, length + SIGNATURE_BYTES,
+                            public_keys + 32 * i) == 0;
+    }
+    free(signed_message);
+    free(opened);
+    return 0;
 }
 
 enum helper_state { HELPER_PENDING, HELPER_JOINED, HELPER_SKIPPED, HELPER_DONE };

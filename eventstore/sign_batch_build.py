@@ -15,6 +15,9 @@ ffibuilder.cdef(
     int sign_batch(uintptr_t crypto_sign, const unsigned char *secret_key,
                    const unsigned char *messages, const size_t *offsets, size_t count,
                    unsigned char *signatures);
+    int verify_batch(uintptr_t crypto_sign_open, const unsigned char *messages,
+                     const size_t *offsets, const unsigned char *signatures,
+                     const unsigned char *public_keys, size_t count, unsigned char *ok);
     shared_signer *shared_new(uintptr_t crypto_sign, const unsigned char *secret_key);
     int shared_begin(shared_signer *s, size_t count, size_t slot_bytes, int helped);
     int shared_add(shared_signer *s, const unsigned char *message, size_t length);

@@ -2,7 +2,8 @@
 
 The C extension (batch_sign.py, sign_batch.c) is only a speed-up. ed25519 signatures are
 deterministic, so the PyNaCl signers here produce the very same bytes; an install without a
-C compiler loses speed, never compatibility. `AGENT_NODE_SIGNER` picks one explicitly:
+C compiler loses speed, never compatibility. The same goes for `verify_batch`, which the mesh's
+receiver uses to check a batch of foreign signatures. `AGENT_NODE_SIGNER` picks one explicitly:
 `auto` (default: the extension if it imports), `pynacl` (never the extension; CI runs the
 store and crash tests this way) or `extension` (fail loudly when it is missing).
 """
@@ -13,7 +14,8 @@ import os
 from collections.abc import Sequence
 
 import nacl.bindings
-from nacl.signing import SigningKey
+from nacl.exceptions import BadSignatureError
+from nacl.signing import SigningKey, VerifyKey
 
 ENV_SWITCH = "AGENT_NODE_SIGNER"
 SIGNATURE_BYTES = 64
@@ -58,6 +60,19 @@ class PyNaClSharedSigner:
         self._messages = []
 
 
+def pynacl_verify_batch(checks: Sequence[tuple[bytes, bytes, bytes]]) -> list[bool]:
+    """`verify_batch` without the extension: one PyNaCl call per message, GIL held."""
+    results = []
+    for key, message, signature in checks:
+        try:
+            VerifyKey(key).verify(message, signature)
+        except (BadSignatureError, ValueError, TypeError):
+            results.append(False)
+        else:
+            results.append(True)
+    return results
+
+
 def _choose() -> str:
     wanted = os.environ.get(ENV_SWITCH, "auto").strip().lower() or "auto"
     if wanted not in ("auto", "pynacl", "extension"):
@@ -79,9 +94,18 @@ def _choose() -> str:
 SIGNER = _choose()  # what this process signs with: "extension" or "pynacl"
 
 if SIGNER == "extension":
-    from eventstore.batch_sign import BatchSigner, SharedSigner
+    from eventstore.batch_sign import BatchSigner, SharedSigner, verify_batch
 else:
     BatchSigner = PyNaClBatchSigner  # type: ignore[misc,assignment]
     SharedSigner = PyNaClSharedSigner  # type: ignore[misc,assignment]
+    verify_batch = pynacl_verify_batch
 
-__all__ = ["SIGNER", "BatchSigner", "PyNaClBatchSigner", "PyNaClSharedSigner", "SharedSigner"]
+__all__ = [
+    "SIGNER",
+    "BatchSigner",
+    "PyNaClBatchSigner",
+    "PyNaClSharedSigner",
+    "SharedSigner",
+    "pynacl_verify_batch",
+    "verify_batch",
+]

@@ -12,8 +12,14 @@ from nacl.signing import SigningKey
 
 from eventstore.batch_sign import BatchSigner as ExtensionBatchSigner
 from eventstore.batch_sign import SharedSigner as ExtensionSharedSigner
+from eventstore.batch_sign import verify_batch as extension_verify_batch
 from eventstore.envelope import digest_of, signed_bytes, verify_signature
-from eventstore.signing import ENV_SWITCH, PyNaClBatchSigner, PyNaClSharedSigner
+from eventstore.signing import (
+    ENV_SWITCH,
+    PyNaClBatchSigner,
+    PyNaClSharedSigner,
+    pynacl_verify_batch,
+)
 from eventstore.store import EventStore, NewEvent
 from tests.support import ROOT
 
@@ -31,6 +37,26 @@ def test_pynacl_and_extension_signatures_are_byte_identical():
             shared.add(message)
         assert shared.finish() == expected
         shared.close()
+
+
+def test_batch_verification_agrees_with_pynacl_on_good_and_bad_signatures():
+    public = bytes(KEY.verify_key)
+    other = bytes(SigningKey(b"\6" * 32).verify_key)
+    good = [(public, m, KEY.sign(m).signature) for m in MESSAGES]
+    signature = good[3][2]
+    bad = [
+        (public, MESSAGES[3] + b"!", signature),  # the message changed
+        (other, MESSAGES[3], signature),  # another key
+        (public, MESSAGES[3], signature[:-1] + bytes([signature[-1] ^ 1])),  # a flipped bit
+        (public, MESSAGES[3], signature[:63]),  # too short to be a signature
+        (public[:31], MESSAGES[3], signature),  # too short to be a key
+        (public, MESSAGES[3], b""),
+    ]
+    checks = good[:5] + bad + good[5:]
+    expected = [True] * 5 + [False] * len(bad) + [True] * len(good[5:])
+    assert pynacl_verify_batch(checks) == expected
+    assert extension_verify_batch(checks) == expected
+    assert extension_verify_batch([]) == pynacl_verify_batch([]) == []
 
 
 def test_pynacl_signer_reproduces_the_design_test_vector():
