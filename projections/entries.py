@@ -9,7 +9,6 @@ journal instead: node/console/endpoints.py.)
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from typing import Any
 
 import msgspec
@@ -42,8 +41,9 @@ _decode_log = msgspec.msgpack.Decoder(tuple[int, str, str, str, str]).decode
 _decode_finding = msgspec.msgpack.Decoder(tuple[int, str, str, str, str, str]).decode
 
 
-# how many of the newest (position, seq) pairs `seq_at` answers without reading LMDB: a POST
-# asks for its own entry's seq right after the commit, and a batch holds at most 1,000 appends
+# how many of the newest (position, seq) pairs `seq_at` answers without reading LMDB, at least:
+# a POST asks for its own entry's seq right after the commit, and a batch holds at most 1,000
+# appends
 _RECENT = 4096
 
 
@@ -63,39 +63,40 @@ class _SeqLog:
         self.space = space
         self._entries = space.db(self.name, "entries")
         self._staged: list[tuple[int, int]] = []
-        self._recent: OrderedDict[int, int] = OrderedDict()
+        # two generations, each filled in one C call: the newer becomes the older once full
+        self._recent: dict[int, int] = {}
+        self._older: dict[int, int] = {}
 
     def staged_forget(self) -> None:
         self._staged = []
 
     def staged_commit(self) -> None:
-        recent = self._recent
-        for position, seq in self._staged:
-            recent[position] = seq
-        while len(recent) > _RECENT:
-            recent.popitem(last=False)
+        if len(self._recent) >= _RECENT:
+            self._older, self._recent = self._recent, {}
+        self._recent.update(self._staged)
         self._staged = []
 
     def fold(self, txn: Txn, envelope: Envelope) -> None:
         self.fold_many(txn, [envelope])
 
-    def fold_many(self, txn: Txn, envelopes: list[Envelope]) -> list[tuple[bytes, Envelope]]:
-        """A whole batch with one cursor (the journal's writer runs this on every commit);
-        returns the (seq key, envelope) of each entry it added."""
+    def fold_many(self, txn: Txn, envelopes: list[Envelope]) -> list[Envelope]:
+        """A whole batch with one cursor (the journal's writer runs this on every commit, and a
+        replay on every chunk: the loop keeps to locals); returns the envelopes it added."""
         cursor = txn.cursor(self._entries)
         seq = from_u64(cursor.key()) if cursor.last() else 0
-        added: list[tuple[bytes, Envelope]] = []
-        rows = []
-        for envelope in envelopes:
-            if envelope.event.type == self.event_type:
-                seq += 1
-                key = u64(seq)
-                row = self.row(envelope.stream, envelope.event)
-                rows.append((key, _encode((envelope.position, *row))))
-                added.append((key, envelope))
-                self._staged.append((envelope.position, seq))
-        if rows:
-            cursor.putmulti(rows, append=True)
+        kind, row, encode = self.event_type, self.row, _encode
+        added = [envelope for envelope in envelopes if envelope.event.type == kind]
+        if added:
+            first = seq + 1
+            cursor.putmulti(
+                [
+                    ((first + i).to_bytes(8, "big"), encode((e.position, *row(e.stream, e.event))))
+                    for i, e in enumerate(added)
+                ],
+                append=True,
+            )
+            positions = [e.position for e in added]
+            self._staged += zip(positions, range(first, first + len(added)), strict=True)
         return added
 
     def row(self, agent: str, event: Event) -> tuple[str, ...]:
@@ -120,7 +121,7 @@ class _SeqLog:
     def seq_at(self, position: int) -> int | None:
         """The seq of the entry folded from `position` (for the POST that created it): a
         binary search, since seq and position grow together."""
-        seq = self._recent.get(position)
+        seq = self._recent.get(position) or self._older.get(position)
         if seq is not None:
             return seq
         with self.space.read() as txn:
@@ -177,9 +178,9 @@ class Findings(_SeqLog):
         super().bind(space)
         self._incidents = space.db(self.name, "incidents")
 
-    def fold_many(self, txn: Txn, envelopes: list[Envelope]) -> list[tuple[bytes, Envelope]]:
+    def fold_many(self, txn: Txn, envelopes: list[Envelope]) -> list[Envelope]:
         added = super().fold_many(txn, envelopes)
-        for _, envelope in added:
+        for envelope in added:
             incident = envelope.event.data.get("incident")
             if isinstance(incident, str) and incident.startswith(envelope.stream + "/"):
                 txn.put(key_of(incident), b"", db=self._incidents)

@@ -138,4 +138,5 @@ def test_seq_at_answers_from_committed_folds_only() -> None:
     fresh = later.get(Logs)
     assert fresh is not None
     fresh._recent.clear()
+    fresh._older.clear()
     assert fresh.seq_at(2) == 1 and fresh.seq_at(1) is None
