@@ -17,7 +17,7 @@ import os
 import re
 import sys
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Literal
 
 from aiohttp import web
@@ -159,28 +159,36 @@ def configure_logging(
 
 @web.middleware
 async def request_context_middleware(request: web.Request, handler) -> web.StreamResponse:
-    """Give the request an id (the client's, if it is a sane one) and make it the log context."""
+    """Give the request an id (the client's, if it is a sane one), make it the log context, and
+    answer with it. Streams prepare their response inside the handler: they take the header
+    from `stream_headers`. (An `on_response_prepare` hook did this for every response: an
+    awaited call per request that POST findings measured.)"""
     offered = request.headers.get(REQUEST_ID_HEADER, "")
-    request[REQUEST_ID] = (
+    request_id = (
         offered if _VALID_REQUEST_ID.match(offered) else f"{_ID_PREFIX}{next(_id_counter):016x}"
     )
+    request[REQUEST_ID] = request_id
     token = _current_request.set(request)
     try:
-        return await handler(request)
+        response = await handler(request)
+    except web.HTTPException as exc:  # answered by aiohttp itself: a redirect, say
+        exc.headers[REQUEST_ID_HEADER] = request_id
+        raise
     finally:
         _current_request.reset(token)
-
-
-async def echo_request_id(request: web.Request, response: web.StreamResponse) -> None:
-    """on_response_prepare: every response, streams included, says which request it answers."""
-    request_id = request.get(REQUEST_ID)
-    if request_id:
+    if not response.prepared:
         response.headers[REQUEST_ID_HEADER] = request_id
+    return response
+
+
+def stream_headers(request: web.Request, headers: Mapping[str, str]) -> dict[str, str]:
+    """`headers` and the request's id, for a response the handler prepares itself."""
+    request_id = request.get(REQUEST_ID)
+    return {**headers, REQUEST_ID_HEADER: request_id} if request_id else dict(headers)
 
 
 def install(app: web.Application) -> None:
     app.middlewares.insert(0, request_context_middleware)
-    app.on_response_prepare.append(echo_request_id)
 
 
 def safe_target(request: web.Request) -> str:

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 from aiohttp import web
 
+from node.logsetup import stream_headers
+
 if TYPE_CHECKING:
     from node.streams.bus import Subscription
 
@@ -126,7 +128,7 @@ class SseWriter:
 
 
 async def open_stream(request: web.Request) -> web.StreamResponse:
-    response = web.StreamResponse(headers=HEADERS)
+    response = web.StreamResponse(headers=stream_headers(request, HEADERS))
     await response.prepare(request)
     return response
 
@@ -134,7 +136,7 @@ async def open_stream(request: web.Request) -> web.StreamResponse:
 class SseOut:
     def __init__(self, request: web.Request) -> None:
         self.request = request
-        self.response = web.StreamResponse(headers=HEADERS)
+        self.response = web.StreamResponse(headers=stream_headers(request, HEADERS))
 
     async def open(self) -> None:
         await self.response.prepare(self.request)

@@ -7,7 +7,7 @@ import httpx
 
 from node.logsetup import ContextFilter, Redactor, _json_formatter, _TextFormatter
 from tests.polling import wait_until
-from tests.support import ADMIN_TOKEN, NodeProcess, auth, free_port, write_config
+from tests.support import ADMIN_TOKEN, READ_TOKEN, NodeProcess, auth, free_port, write_config
 
 SECRET_VALUE = "sk-live-abcdef0123456789"
 PEER_TOKEN = "peer-token-for-node-b-0000000001"
@@ -54,8 +54,20 @@ token = "{PEER_TOKEN}"
                     ]
                 )
             )
-        denied = httpx.get(node.url + "/api/v1/status", headers=auth(WRONG_TOKEN))
-        assert denied.status_code == 401
+        denied = httpx.get(
+            node.url + "/api/v1/status", headers={**auth(WRONG_TOKEN), "X-Request-Id": "req-401"}
+        )
+        assert denied.status_code == 401 and denied.headers["X-Request-Id"] == "req-401"
+        missing = httpx.get(
+            node.url + "/api/v1/nowhere", headers={**auth(READ_TOKEN), "X-Request-Id": "req-404"}
+        )
+        assert missing.status_code == 404 and missing.headers["X-Request-Id"] == "req-404"
+        with httpx.stream(  # a stream prepares its own response: it carries the id too
+            "GET",
+            node.url + "/api/v1/events",
+            headers={**auth(READ_TOKEN), "X-Request-Id": "req-sse"},
+        ) as stream:
+            assert stream.status_code == 200 and stream.headers["X-Request-Id"] == "req-sse"
         wait_until(lambda: '"peer": "node-b"' in node.log_path.read_text())
         wait_until(lambda: '"agent": "trapper"' in node.log_path.read_text())
         assert node.terminate() == 0
