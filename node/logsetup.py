@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import itertools
 import logging
 import os
 import re
@@ -25,6 +24,7 @@ from aiohttp.abc import AbstractAccessLogger
 
 from node.auth import identity_of
 from node.config import Config
+from node.ids import new_id
 
 LogFormat = Literal["text", "json"]
 LEVELS = ("debug", "info", "warning", "error", "critical")
@@ -35,12 +35,6 @@ REDACTED = "[redacted]"
 _VALID_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
 _SENSITIVE_QUERY = re.compile(r"(?i)token|secret|password|passwd|key|auth|signature")
 _MIN_SECRET = 4  # shorter values would redact ordinary words
-# A request id made by the node: this process's random prefix and a counter, 32 hex digits like
-# a UUID's. `uuid4()` per request read the kernel's random source, and that system call handed
-# the GIL to the journal's writer mid-request: about 20 µs a request under load (bench/RESULTS.md,
-# "POST findings, per request").
-_ID_PREFIX = os.urandom(8).hex()
-_id_counter = itertools.count(1)
 _current_request: contextvars.ContextVar[web.Request | None] = contextvars.ContextVar(
     "current_request", default=None
 )
@@ -164,9 +158,7 @@ async def request_context_middleware(request: web.Request, handler) -> web.Strea
     from `stream_headers`. (An `on_response_prepare` hook did this for every response: an
     awaited call per request that POST findings measured.)"""
     offered = request.headers.get(REQUEST_ID_HEADER, "")
-    request_id = (
-        offered if _VALID_REQUEST_ID.match(offered) else f"{_ID_PREFIX}{next(_id_counter):016x}"
-    )
+    request_id = offered if _VALID_REQUEST_ID.match(offered) else new_id()
     request[REQUEST_ID] = request_id
     token = _current_request.set(request)
     try:

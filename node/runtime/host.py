@@ -21,7 +21,6 @@ import logging
 import os
 import threading
 import time
-import uuid
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeVar
@@ -29,6 +28,7 @@ from typing import Any, Literal, Protocol, TypeVar
 from eventstore.store import EventStore
 from node import boundedjson
 from node.config import AgentConfig, Config, secret_env_name
+from node.ids import new_id
 from node.limits import MAX_DETAIL, MAX_PAYLOAD_BYTES, MAX_STATE_KEY_BYTES, MAX_TEXT, over_limit
 from node.metrics import NodeMetrics
 from node.runtime.capabilities import Capabilities
@@ -255,7 +255,7 @@ class JournalHost:
         route, prompt, max_tokens = parse_request(request, self.s.config.inference.default_route)
         self.s.metrics.inference_requests.labels(route=route).inc()
         run_id = self._run.run_id if self._run else ""
-        message_id = uuid.uuid4().hex
+        message_id = new_id()
         frame = {"run_id": run_id, "threadId": self.name, "runId": run_id, "messageId": message_id}
         self._publish("TEXT_MESSAGE_START", {**frame, "role": "assistant"})
 

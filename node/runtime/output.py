@@ -5,10 +5,11 @@ instance); the worker reads what is new after each run. Files rather than WasiCo
 Python callbacks: those run on wasmtime's I/O threads and cost ~0.2 ms per write in thread
 hand-offs, and must not outlive the interpreter. A chatty or hostile agent cannot grow memory
 or disk without bound: each read takes at most `max_bytes` (the rest is skipped), read
-ranges are released with FALLOC_FL_PUNCH_HOLE, long lines are cut and excess lines dropped,
-with a note saying so. Disk is bounded during a run too, not only after it: `trim`, called
-every few milliseconds by the runtime's OutputGuard thread, drops (punches out) the unread
-part of a file once it passes `max_bytes`, so an agent printing in a loop for its whole run
+ranges are released with FALLOC_FL_PUNCH_HOLE (every 64 KiB read, not every read), long
+lines are cut and excess lines dropped, with a note saying so. Disk is bounded during a run
+too, not only after it: `trim`, called every few milliseconds by the runtime's OutputGuard
+thread, drops (punches out) the unread part of a file once it passes `max_bytes`, so an
+agent printing in a loop for its whole run
 holds at most about `max_bytes` plus one guard interval's writes on disk.
 """
 
@@ -31,6 +32,8 @@ _FALLOC_PUNCH_HOLE = 0x01 | 0x02  # FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]
 _ids = itertools.count(1)
+# read ranges are released once this much has been read since the last release
+_PUNCH_EVERY = 64 << 10
 
 
 class _File:
@@ -39,6 +42,7 @@ class _File:
         path.touch(mode=0o600)
         self.fd = os.open(path, os.O_RDWR)  # punching holes needs write access
         self.offset = 0
+        self.punched = 0  # [0, punched) holds no disk blocks
         self.partial = bytearray()
         self.lock = threading.Lock()  # the worker reads, the guard trims
 
@@ -53,6 +57,7 @@ class _File:
         self.offset = end
         self.partial.clear()  # the rest of that line is gone
         _punch(self.fd, end)
+        self.punched = end
         return skipped
 
     def read(self, limit: int) -> tuple[bytes, int]:
@@ -61,8 +66,9 @@ class _File:
         take = min(end - self.offset, limit)
         data = os.pread(self.fd, take, self.offset) if take > 0 else b""
         skipped = max(0, end - self.offset - take)
-        if end > self.offset:
+        if end - self.punched >= _PUNCH_EVERY:  # not per tick: a system call each
             _punch(self.fd, end)
+            self.punched = end
         self.offset = end
         return data, skipped
 

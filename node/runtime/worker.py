@@ -13,7 +13,6 @@ import logging
 import queue
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -23,6 +22,7 @@ from typing import Any
 import wasmtime
 from wasmtime import component as cm
 
+from node.ids import new_id
 from node.runtime.bindings import make_linker
 from node.runtime.engine import AgentEngine
 from node.runtime.hostapi import (
@@ -304,7 +304,7 @@ class AgentWorker:
         """One entry into wasm, framed by run hooks; a fault fails the agent and re-raises."""
         instance = self._instance
         assert instance is not None
-        run = Run(self.spec.name, uuid.uuid4().hex, kind, detail)
+        run = Run(self.spec.name, new_id(), kind, detail)
         self._set_state("running")
         self.hooks.run_started(run)
         start = time.monotonic()
