@@ -61,11 +61,13 @@ class _File:
         return skipped
 
     def read(self, limit: int) -> tuple[bytes, int]:
-        """New bytes (at most `limit`) and how many more were skipped."""
-        end = os.fstat(self.fd).st_size
-        take = min(end - self.offset, limit)
-        data = os.pread(self.fd, take, self.offset) if take > 0 else b""
-        skipped = max(0, end - self.offset - take)
+        """New bytes (at most `limit`) and how many more were skipped. One system call when
+        the agent wrote less than `limit` (every tick reads both files)."""
+        data = os.pread(self.fd, limit, self.offset)
+        end = self.offset + len(data)
+        if len(data) == limit:  # perhaps more: skip it
+            end = max(end, os.fstat(self.fd).st_size)
+        skipped = end - self.offset - len(data)
         if end - self.punched >= _PUNCH_EVERY:  # not per tick: a system call each
             _punch(self.fd, end)
             self.punched = end
