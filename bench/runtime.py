@@ -12,6 +12,10 @@
 Run: .venv/bin/python bench/runtime.py [--agents 10] [--seconds 2] [--approvals 200]
 [--parts cold,tick,approval,e2e] (builds the agents first through scripts/build-agents; uses a
 fresh compiled cache, so `cold` compiles every Python agent: about a minute on 2 cores).
+
+`--base COMMIT [--rounds 3]`: the same parts for this tree and that commit side by side, each
+tree running its own copy of this script in a child (the order alternating between rounds); the
+figures are the medians, with `tick_ratio_base` and `tick_vs_base` (below 1: slower ticks).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -269,13 +274,60 @@ async def bench_approval_http(wasm: Path, cache: Path, rounds: int) -> dict[str,
     }
 
 
+def against_base(args: argparse.Namespace) -> None:
+    """Each tree's own bench in a child, alternating; medians of the rounds' figures."""
+    from bench.replay_ab import export
+
+    with tempfile.TemporaryDirectory(prefix="bench-runtime-base-") as tmp:
+        base = export(args.base, Path(tmp))
+        for built in ("build", ".cache"):  # the same agent sources: reuse the builds
+            if (ROOT / built).exists():
+                shutil.copytree(ROOT / built, base / built, dirs_exist_ok=True)
+        child = [
+            "--parts", args.parts, "--agents", str(args.agents), "--seconds", str(args.seconds),
+            "--approvals", str(args.approvals),
+        ]  # fmt: skip
+        runs: dict[str, list[dict]] = {"this": [], "base": []}
+        for i in range(args.rounds):
+            for name, tree in (("this", ROOT), ("base", base))[:: 1 if i % 2 else -1]:
+                out = subprocess.run(
+                    [sys.executable, "bench/runtime.py", *child],
+                    cwd=tree,
+                    check=True,
+                    capture_output=True,
+                    text=True,
+                ).stdout
+                runs[name].append(json.loads(out.strip().splitlines()[-1]))
+                print(f"round {i + 1} {name}: {runs[name][-1]}", flush=True)
+
+    def median(name: str, key: str) -> float:
+        return statistics.median(r[key] for r in runs[name] if key in r)
+
+    figures: dict[str, object] = {"bench": "runtime", "base": args.base, "rounds": args.rounds}
+    for key in runs["this"][0]:
+        if key != "bench" and isinstance(runs["this"][0][key], int | float):
+            figures[key] = median("this", key)
+            if all(key in r for r in runs["base"]):
+                figures[f"{key}_base"] = median("base", key)
+    if "tick_ratio" in figures and "tick_ratio_base" in figures:
+        figures["tick_vs_base"] = round(
+            float(figures["tick_ratio"]) / float(figures["tick_ratio_base"]), 3
+        )
+    print(json.dumps(figures))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--agents", type=int, default=10)
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--approvals", type=int, default=200)
     parser.add_argument("--parts", default="cold,tick,approval,e2e")
+    parser.add_argument("--base", help="a commit to measure side by side")
+    parser.add_argument("--rounds", type=int, default=3, help="with --base")
     args = parser.parse_args()
+    if args.base:
+        against_base(args)
+        return
     parts = set(args.parts.split(","))
     agents = build()
     figures: dict[str, object] = {"bench": "runtime"}
