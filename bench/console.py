@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.common import percentile  # noqa: E402
+from node.polling import wait_until  # noqa: E402
 from tests.support import ADMIN_TOKEN, NodeProcess, auth, write_config  # noqa: E402
 
 OBSERVER = """
@@ -132,20 +133,21 @@ timeout_secs = 600
                     json={"decision": "approve"},
                 ).raise_for_status()
             started = time.monotonic()
-            while True:
+
+            def all_seen() -> list | None:
+                """Approve what the page has shown; done once it showed every request."""
                 seen = page.evaluate("window.latencies")
                 if len(seen) >= args.requests:
-                    break
-                if time.monotonic() - started > 300:
-                    raise TimeoutError(f"only {len(seen)} requests appeared")
+                    return seen
                 decided = {i for i, _ in seen}
-                pending = [p["id"] for p in http.get("/api/v1/approvals").json()]
-                for approval_id in pending:
-                    if approval_id in decided:
+                for approval in http.get("/api/v1/approvals").json():
+                    if approval["id"] in decided:
                         http.post(
-                            f"/api/v1/approvals/{approval_id}", json={"decision": "approve"}
+                            f"/api/v1/approvals/{approval['id']}", json={"decision": "approve"}
                         ).raise_for_status()
-                time.sleep(0.005)
+                return None
+
+            seen = wait_until(all_seen, 300, f"{args.requests} requests appear", 0.005)
             elapsed = time.monotonic() - started
             stop.set()
             browser.close()

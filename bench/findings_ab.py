@@ -14,14 +14,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
-
-import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import http_load, report, stop_process
+from bench.common import http_load, report, start_process, stop_process
 from bench.replay_ab import export
 from tests.support import ADMIN_TOKEN, auth, free_port, write_config
 
@@ -29,21 +26,13 @@ from tests.support import ADMIN_TOKEN, auth, free_port, write_config
 def start_node(root: Path, config: Path, port: int) -> tuple[subprocess.Popen, str]:
     """`python -m node run` from `root`, so the node runs that revision's code."""
     url = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen(
+    proc = start_process(
         [sys.executable, "-m", "node", "run", "--config", str(config)],
+        url + "/api/v1/health",
+        timeout=60,
         cwd=root,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
     )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url + "/api/v1/health", timeout=1).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            time.sleep(0.05)
-    proc.kill()
-    raise TimeoutError(url)
+    return proc, url
 
 
 async def main() -> None:

@@ -37,6 +37,7 @@ import wasmtime
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from node.polling import until, wait_until  # noqa: E402
 from node.runtime import AgentRuntime, AgentSpec, RuntimeOptions  # noqa: E402
 from node.runtime.bindings import make_linker  # noqa: E402
 from node.runtime.engine import AgentEngine  # noqa: E402
@@ -106,8 +107,7 @@ def bench_tick(wasm: Path, cache: Path, seconds: float) -> dict[str, float]:
     )
     runtime.start()
     worker = runtime.worker("hello")
-    while worker.status().runs < 50:
-        time.sleep(0.01)
+    wait_until(lambda: worker.status().runs >= 50, 120, "50 ticks", interval=0.01)
     runs0, start = worker.status().runs, time.perf_counter()
     time.sleep(seconds)
     runs1, elapsed = worker.status().runs, time.perf_counter() - start
@@ -135,8 +135,12 @@ def bench_cold_start(agents: dict[str, Path], count: int, cache: Path) -> dict[s
     start = time.perf_counter()
     runtime = AgentRuntime(specs, factory, RuntimeOptions(cache_dir=cache))
     runtime.start()
-    while not all(h.of_type("run.finished") for h in list(hosts.values())):
-        time.sleep(0.005)
+    wait_until(
+        lambda: all(h.of_type("run.finished") for h in list(hosts.values())),
+        600,
+        "every agent ran once",
+        interval=0.005,
+    )
     elapsed = time.perf_counter() - start
     compiles = runtime.engine.compiles
     runtime.stop()
@@ -184,8 +188,7 @@ def bench_approval(wasm: Path, cache: Path, rounds: int) -> dict[str, float]:
         time.sleep(0.002)  # the operator thinks
         decided_at[0] = time.perf_counter()
         decided.set()
-    while len(latencies) < rounds:
-        time.sleep(0.001)
+    wait_until(lambda: len(latencies) >= rounds, 60, "every resume", interval=0.001)
     runtime.stop()
     ms = [v * 1000 for v in latencies]
     return {"p50_ms": statistics.median(ms), "p99_ms": pct(ms, 99), "max_ms": max(ms)}
@@ -254,8 +257,9 @@ async def bench_approval_http(wasm: Path, cache: Path, rounds: int) -> dict[str,
         latencies: list[float] = []
         async with aiohttp.ClientSession(f"http://127.0.0.1:{port}", headers=headers) as http:
             for _ in range(rounds):
-                while not (pending := ctx.projections.get(Approvals).list()):
-                    await asyncio.sleep(0.001)
+                pending = await until(
+                    ctx.projections.get(Approvals).list, 60, "a pending approval", 0.001
+                )
                 await asyncio.sleep(0.002)  # the operator thinks
                 before = len(resumed)
                 start = time.perf_counter()
@@ -263,8 +267,7 @@ async def bench_approval_http(wasm: Path, cache: Path, rounds: int) -> dict[str,
                     f"/api/v1/approvals/{pending[0].id}", json={"decision": "approve"}
                 ) as response:
                     assert response.status == 200, await response.text()
-                while len(resumed) == before:
-                    await asyncio.sleep(0.0005)
+                await until(lambda: len(resumed) > before, 60, "the agent resumed", 0.0005)  # noqa: B023
                 latencies.append((resumed[before] - start) * 1000)
         await runner.cleanup()
     return {

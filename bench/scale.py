@@ -63,6 +63,7 @@ from eventstore.store import NewEvent
 from node.app import build_app, open_store
 from node.config import load_config
 from node.context import CONTEXT
+from node.polling import DeadlineExceeded, wait_until
 from projections import catalogue as c
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -371,19 +372,21 @@ class Node:
             stderr=log,
         )
         log.close()
-        deadline = started + self.timeout
-        while time.perf_counter() < deadline:
-            if self.proc.poll() is not None:
+
+        def healthy() -> bool:
+            if self.proc is not None and self.proc.poll() is not None:
                 raise NodeFailed(f"exited {self.proc.returncode}:\n{self.new_log()[-3000:]}")
-            with (
-                contextlib.suppress(OSError),
-                NO_PROXY.open(f"{self.url}/api/v1/health", timeout=2) as r,
-            ):
-                if r.status == 200 and json.loads(r.read())["status"] == "ok":
-                    return time.perf_counter() - started
-            time.sleep(0.02)
-        self.kill()
-        raise NodeFailed(f"not healthy after {self.timeout:.0f} s:\n{self.new_log()[-3000:]}")
+            with NO_PROXY.open(f"{self.url}/api/v1/health", timeout=2) as r:
+                return r.status == 200 and json.loads(r.read())["status"] == "ok"
+
+        try:
+            wait_until(healthy, self.timeout, "healthy", interval=0.02, retry_on=(OSError,))
+        except DeadlineExceeded:
+            self.kill()
+            raise NodeFailed(
+                f"not healthy after {self.timeout:.0f} s:\n{self.new_log()[-3000:]}"
+            ) from None
+        return time.perf_counter() - started
 
     def stop(self) -> float:
         """SIGTERM; seconds until the process exited (it saves its checkpoint on the way)."""

@@ -40,6 +40,7 @@ from eventstore.keys import load_or_create_key  # noqa: E402
 from eventstore.store import NewEvent  # noqa: E402
 from node.app import open_store  # noqa: E402
 from node.config import load_config  # noqa: E402
+from node.polling import until  # noqa: E402
 from tests.support import ADMIN_TOKEN, OPERATE_TOKEN, NodeProcess, write_config  # noqa: E402
 
 
@@ -150,11 +151,12 @@ async def fanout(node: NodeProcess, subscribers: int, events: int, rate: float) 
                 json={"agent": "bench", "severity": "info", "title": f"event {i}"},
             )
             response.raise_for_status()
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if len(counts) >= events and all(n >= subscribers for n in counts.values()):
-            break
-        await asyncio.sleep(0.05)
+    await until(
+        lambda: len(counts) >= events and all(n >= subscribers for n in counts.values()),
+        60,
+        "every subscriber got every event",
+        0.05,
+    )
     rss_after = rss_mb(pid)
     cpu = cpu_secs(pid) - cpu_before
     for client in clients:

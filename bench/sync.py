@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from eventstore.envelope import digest_of, signed_bytes  # noqa: E402
+from node.polling import wait_until  # noqa: E402
 from tests.support import NodeProcess  # noqa: E402
 from tests.sync_support import prefill, write_mesh  # noqa: E402
 
@@ -88,8 +89,11 @@ def main() -> None:
             b.start()
             healthy = time.perf_counter()
             with b.client() as client:
-                while held(names, client) < args.envelopes:
-                    time.sleep(0.05)
+                wait_until(
+                    lambda: held(names, client) >= args.envelopes,
+                    600,
+                    "node-b holds every envelope",
+                )
             done = time.perf_counter()
         finally:
             a.terminate()
