@@ -13,7 +13,7 @@ from node.context import CONTEXT
 from node.http import Problem, json_response
 from node.routes import Doc, add_route
 from node.services.registry import REGISTRY, RegistryService, StagedUpload
-from projections.registry import PACKAGE_ID, Package, Registry
+from projections.packages import PACKAGE_ID, Package, Registry
 
 TEXT_PARTS = ("id", "version", "description")
 MAX_TEXT_PART = 8192

@@ -32,7 +32,7 @@ from node.context import NodeContext
 from node.files import move_durably
 from node.http import Problem
 from projections import catalogue as c
-from projections.registry import (
+from projections.packages import (
     PACKAGE_ID,
     PACKAGE_ID_RE,
     REGISTRY_STREAM,

@@ -12,7 +12,7 @@ from node.app import build_app
 from node.config import load_config
 from node.context import CONTEXT
 from node.services.registry import REGISTRY, RegistryError, registry_root
-from projections.registry import is_semver, semver_key
+from projections.packages import is_semver, semver_key
 from tests.support import (
     PUBLISH_TOKEN,
     READ_TOKEN,

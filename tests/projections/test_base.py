@@ -17,8 +17,8 @@ from projections.entries import Findings, Logs
 from projections.grants import Grants
 from projections.journals import Journals
 from projections.ownership import Owners
+from projections.packages import REGISTRY_STREAM, Registry
 from projections.peers import ACKED, KEY_PINNED, PEERS_STREAM, PeerBook
-from projections.registry import REGISTRY_STREAM, Registry
 from projections.tasks import Tasks
 from tests.projections.envelopes import TEST_KEY, Journal, envelope
 

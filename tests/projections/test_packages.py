@@ -8,7 +8,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from projections.registry import (
+from projections.packages import (
     REGISTRY_STREAM,
     Package,
     Registry,
