@@ -3,8 +3,8 @@ models: does the rate drop with history because of the read models, or because o
 
 Each round measures, in one process, 64 producers appending log events over 8 journals for a
 few seconds: on a new empty journal, then on the given (large) one, once with the read models
-the node attaches (`node.app.disk_models`) and once with a bare `EventStore`. It appends to the
-journal it is given: point it at a copy (bench/scale.py's builds are under
+the node attaches (`projections.models.disk_models`) and once with a bare `EventStore`. It
+appends to the journal it is given: point it at a copy (bench/scale.py's builds are under
 /tmp/agent-node-scale/<N>/data).
 
 Run: .venv/bin/python bench/appends_depth.py COPY_OF_DATA_DIR [--rounds 3] [--seconds 4]
@@ -25,7 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from eventstore.keys import load_or_create_key
 from eventstore.store import EventStore
-from node.app import JOURNAL_DIR, disk_models
+from node.app import JOURNAL_DIR
+from projections.models import disk_models
 
 DATA = {"level": "info", "message": "request 000000000 served in  12 ms from cache shard 07 ok"}
 

@@ -49,9 +49,10 @@ from eventstore.signing import (
     SharedSigner,
 )
 from eventstore.store import EventStore
-from node.app import build_app, disk_models
+from node.app import build_app
 from node.context import CONTEXT
 from projections.base import Projections
+from projections.models import disk_models
 from tests.support import ADMIN_TOKEN, free_port, make_config, write_config
 
 KEY = SigningKey(b"\7" * 32)

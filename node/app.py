@@ -34,15 +34,9 @@ from node.context import CONTEXT, NodeContext
 from node.faults import FaultReporter
 from node.http import problem_middleware
 from node.metrics import NodeMetrics
-from projections.a2a import A2AView
-from projections.approvals import Approvals
 from projections.base import Projections
 from projections.disk import DiskModels
-from projections.entries import Findings, Logs
-from projections.journals import Journals
-from projections.keys import KeyHistory
-from projections.ownership import Owners
-from projections.tasks import Tasks
+from projections.models import disk_models, node_projections
 
 log = logging.getLogger(__name__)
 JOURNAL_DIR = "journal"
@@ -66,11 +60,6 @@ AREAS = (
 )
 
 
-def disk_models() -> DiskModels:
-    """The read models that grow with history: in LMDB, folded by the journal's writer."""
-    return DiskModels([Owners(), Logs(), Findings(), Approvals(), Tasks(), A2AView()])
-
-
 def open_store(config: Config, key: SigningKey) -> EventStore:
     """The journal as the node opens it, with the on-disk read models attached."""
     return EventStore(
@@ -83,9 +72,10 @@ def open_store(config: Config, key: SigningKey) -> EventStore:
 
 
 def core_projections(store: EventStore) -> Projections:
+    """Every read model (projections/models.py): in memory, and the store's on disk."""
     disk = store.indexer
     assert isinstance(disk, DiskModels)  # open_store attached them
-    return Projections([Journals(), KeyHistory()], disk)
+    return node_projections(disk)
 
 
 def build_app(config: Config, *, key: SigningKey | None = None) -> web.Application:

@@ -92,7 +92,7 @@ async def lifecycle(app: web.Application) -> AsyncIterator[None]:
 def setup(app: web.Application) -> None:
     ctx = app[CONTEXT]
     app[APPROVALS] = ApprovalGate(ctx)
-    # on disk, folded by the journal's writer (node/app.py disk_models): read at each scrape
+    # on disk, folded by the journal's writer (projections/models.py): read at each scrape
     ctx.metrics.approvals_pending.set_function(lambda: ctx.projections.get(Approvals).count)
     app.cleanup_ctx.append(lifecycle)
     add_route(

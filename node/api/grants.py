@@ -12,7 +12,7 @@ from node.context import CONTEXT
 from node.http import json_response
 from node.routes import Doc, add_route
 from node.services.grants import GRANTS, GrantService
-from projections.grants import Grant, Grants
+from projections.grants import Grant
 
 
 class GrantChange(msgspec.Struct):
@@ -47,7 +47,6 @@ async def lifecycle(app: web.Application) -> AsyncIterator[None]:
 
 def setup(app: web.Application) -> None:
     ctx = app[CONTEXT]
-    ctx.projections.register(Grants())
     app[GRANTS] = GrantService(ctx)
     app.cleanup_ctx.append(lifecycle)
     add_route(

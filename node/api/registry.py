@@ -13,7 +13,7 @@ from node.context import CONTEXT
 from node.http import Problem, json_response
 from node.routes import Doc, add_route
 from node.services.registry import REGISTRY, RegistryService, StagedUpload
-from projections.packages import PACKAGE_ID, Package, Registry
+from projections.packages import PACKAGE_ID, Package
 
 TEXT_PARTS = ("id", "version", "description")
 MAX_TEXT_PART = 8192
@@ -137,7 +137,6 @@ async def lifecycle(app: web.Application) -> AsyncIterator[None]:
 
 def setup(app: web.Application) -> None:
     ctx = app[CONTEXT]
-    ctx.projections.register(Registry())
     app[REGISTRY] = RegistryService(ctx)
     app.cleanup_ctx.append(lifecycle)
     add_route(

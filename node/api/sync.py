@@ -27,7 +27,6 @@ from node.sync.service import SYNC, SyncService
 from node.sync.wire import PushedEnvelope, parse_push
 from projections.journals import Journals
 from projections.keys import KEY_JOURNAL_PREFIX
-from projections.peers import PeerBook
 
 SYNC_SCOPES = ("read", "sync")
 AGENT_QUERY = Query("agent", str, "journal (agent) name", required=True)
@@ -115,7 +114,6 @@ def check_peer_keys(config: Config) -> None:
 def setup(app: web.Application) -> None:
     ctx = app[CONTEXT]
     check_peer_keys(ctx.config)
-    ctx.projections.register(PeerBook())
     service = app[SYNC] = SyncService(ctx)
     add_route(
         app,

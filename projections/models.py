@@ -1,0 +1,66 @@
+"""Every read model the node keeps, and where it lives: the one list (docs/design.md,
+"Projections").
+
+`disk`: grows with history; LMDB, folded by the journal's writer inside the transaction of the
+envelopes it folds (projections/disk.py). `memory`: bounded by live state; the heap, folded on
+the event loop after each commit and checkpointed (projections/base.py). The node builds both
+kinds from this list and nowhere else, so adding a read model is one line here; its areas find
+it with `Projections.get(cls)`.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import NamedTuple
+
+from projections.a2a import A2AView
+from projections.approvals import Approvals
+from projections.base import Projection, Projections
+from projections.disk import DiskModel, DiskModels
+from projections.entries import Findings, Logs
+from projections.grants import Grants
+from projections.journals import Journals
+from projections.keys import KeyHistory
+from projections.ownership import Owners
+from projections.packages import Registry
+from projections.peers import PeerBook
+from projections.tasks import Tasks
+
+
+class Storage(StrEnum):
+    DISK = "disk"
+    MEMORY = "memory"
+
+
+class ReadModel(NamedTuple):
+    kind: type
+    storage: Storage
+
+
+# In folding order within each kind: `owners` first, since the ownership rule it keeps guards
+# the folds of the models after it.
+READ_MODELS: tuple[ReadModel, ...] = (
+    ReadModel(Owners, Storage.DISK),
+    ReadModel(Logs, Storage.DISK),
+    ReadModel(Findings, Storage.DISK),
+    ReadModel(Approvals, Storage.DISK),
+    ReadModel(Tasks, Storage.DISK),
+    ReadModel(A2AView, Storage.DISK),
+    ReadModel(Journals, Storage.MEMORY),
+    ReadModel(KeyHistory, Storage.MEMORY),
+    ReadModel(Registry, Storage.MEMORY),
+    ReadModel(Grants, Storage.MEMORY),
+    ReadModel(PeerBook, Storage.MEMORY),
+)
+
+
+def disk_models() -> DiskModels:
+    """Fresh instances of the on-disk models, to attach to a journal (`EventStore(indexer=)`)."""
+    models: list[DiskModel] = [m.kind() for m in READ_MODELS if m.storage is Storage.DISK]
+    return DiskModels(models)
+
+
+def node_projections(disk: DiskModels) -> Projections:
+    """Fresh instances of the in-memory models, next to the on-disk ones of `disk`."""
+    memory: list[Projection] = [m.kind() for m in READ_MODELS if m.storage is Storage.MEMORY]
+    return Projections(memory, disk)
