@@ -8,10 +8,11 @@ from __future__ import annotations
 from aiohttp import web
 
 from node import jsonrpc as rpc
+from node.agui import run as agui_run
+from node.agui.runs import AGUI_RUNS, AguiRuns
 from node.context import CONTEXT
-from node.protocols import a2a_jsonrpc, agui_run, lifecycle
+from node.protocols import a2a_jsonrpc, lifecycle
 from node.protocols.a2a_service import A2A, A2AService
-from node.protocols.agui_runs import AGUI_RUNS, AguiRuns
 from node.routes import PUBLIC, Doc, add_route
 from node.runtime.agents import AGENTS
 from node.services.approvals import APPROVALS

@@ -9,11 +9,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 from aiohttp import web
 
+from node.agui.stream import AguiTranslator, AguiView
 from node.context import CONTEXT, NodeContext, context_of
 from node.http import NonNegative, Problem, required_query
 from node.routes import Doc, Query, add_route
 from node.runtime.agents import AGENTS
-from node.streams.agui import AguiTranslator, AguiView
 from node.streams.bus import BUS, Channel, ChannelAdapter, EventBus, Subscription
 from node.streams.mapping import A2AChannel, UnifiedChannel
 from node.streams.replay import backlog

@@ -35,7 +35,7 @@ Channel = Literal["events", "a2a", "agui"]
 
 class ChannelAdapter(Protocol):
     """What one channel makes of journaled and runtime events (node.streams.mapping's
-    UnifiedChannel and A2AChannel, node.streams.agui's AguiTranslator)."""
+    UnifiedChannel and A2AChannel, node.agui.stream's AguiTranslator)."""
 
     # True when the adapter keeps state from every event even with nobody subscribed
     stateful: bool

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from eventstore.envelope import Envelope
-from node.streams.agui import is_agui_event
+from node.agui.stream import is_agui_event
 from node.streams.sse import Item
 from projections.catalogue import CATALOGUE, PEER_ACKED, TASK_CANCELED
 

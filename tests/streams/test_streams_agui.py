@@ -14,11 +14,11 @@ from ag_ui.core import Event as AguiEvent
 from pydantic import TypeAdapter
 
 from eventstore.envelope import Envelope, Event
+from node.agui.stream import AguiTranslator, AguiView
 from node.api.streams import current_statuses
 from node.app import build_app
 from node.context import CONTEXT
 from node.runtime.agents import AGENTS
-from node.streams.agui import AguiTranslator, AguiView
 from node.streams.bus import BUS
 from tests.support import SseStream, make_config
 

@@ -26,6 +26,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from eventstore.envelope import Envelope
+from node.agui.clock import now_ms
 from node.streams.sse import Item
 
 STATUS_EVENT = "agent_status"  # the runtime's status change: a STATE_DELTA here
@@ -46,11 +47,6 @@ _ids = itertools.count(1)
 
 def is_agui_event(name: str) -> bool:
     return name in _EXTRA or (name.isupper() and name.startswith(_PREFIXES))
-
-
-def now_ms() -> int:
-    """AG-UI's timestamps: milliseconds since the epoch."""
-    return int(time.time() * 1000)
 
 
 def _pick(data: dict[str, Any], *keys: str) -> Any:

@@ -10,7 +10,7 @@ import json
 import uuid
 from typing import Any
 
-from node.streams.agui import now_ms
+from node.agui.clock import now_ms
 
 Event = dict[str, Any]
 

@@ -27,11 +27,11 @@ from aiohttp import web
 
 from eventstore.envelope import Envelope
 from node import boundedjson
+from node.agui.events import Event, RunEvents
+from node.agui.input import ResumeEntry, RunInput, last_user_message, text_of
 from node.context import NodeContext
 from node.http import Problem
 from node.protocols.a2a_model import input_from_text
-from node.protocols.agui_events import Event, RunEvents
-from node.protocols.agui_input import ResumeEntry, RunInput, last_user_message, text_of
 from node.protocols.follow import JournalCursor
 from node.protocols.lifecycle import StopSignal
 from node.runtime.agents import Agents

@@ -10,13 +10,13 @@ import logging
 
 from aiohttp import web
 
+from node.agui.events import RunEvents
+from node.agui.input import RunInput
+from node.agui.runs import AGUI_RUNS
 from node.auth import identity_of
 from node.context import context_of
 from node.http import json_body
 from node.protocols.a2a_jsonrpc import hosted_agent
-from node.protocols.agui_events import RunEvents
-from node.protocols.agui_input import RunInput
-from node.protocols.agui_runs import AGUI_RUNS
 from node.protocols.lifecycle import StopSignal
 from node.streams.sse import ClientGone, SseOut
 
