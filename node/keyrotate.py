@@ -25,7 +25,8 @@ from eventstore.keys import KEY_FILE, KeyFileError, load_key, public_key_multiba
 from eventstore.store import EventStore, StoreAlreadyOpenError
 from node.config import Config, load_config
 from node.files import fsync_dir, move_durably
-from projections.keys import KEY_ROTATED, KeyHistory, key_journal
+from projections.catalogue import KeyRotated, event_of
+from projections.keys import KeyHistory, key_journal
 
 PENDING_KEY_FILE = "node.key.next"
 
@@ -125,11 +126,10 @@ async def rotate(config: Config, store: EventStore, old_key: SigningKey) -> str:
         own_head = store.head(stream)
         heads[stream] = (own_head.seq if own_head else 0) + 1  # this event, the last old-key one
         new_text = public_key_multibase(new_key.verify_key)
-        await store.append(
-            stream,
-            KEY_ROTATED,
-            {"previous_public_key": previous_text, "new_public_key": new_text, "heads": heads},
+        rotated = KeyRotated(
+            previous_public_key=previous_text, new_public_key=new_text, heads=heads
         )
+        await store.append(stream, *event_of(rotated))
     finally:
         await store.close()
     move_durably(pending, data / KEY_FILE)

@@ -66,18 +66,18 @@ class Reloader:
         peer_tokens = self._apply_peer_tokens(old, new)
         if self._redactor is not None:
             self._redactor.update(secrets_of(old))
-        data = {
-            "tokens": sorted(t.name for t in new.auth.tokens),
-            "peer_tokens": peer_tokens,
-            "secrets": sorted(f"{d}.{k}" for d, values in new.secrets.items() for k in values),
-            "restart_needed": restart_needed,
-        }
-        await ctx.store.append(NODE_STREAM, c.NODE_RELOADED, data)
+        reloaded = c.NodeReloaded(
+            tokens=sorted(t.name for t in new.auth.tokens),
+            peer_tokens=peer_tokens,
+            secrets=sorted(f"{d}.{k}" for d, values in new.secrets.items() for k in values),
+            restart_needed=restart_needed,
+        )
+        await ctx.store.append(NODE_STREAM, *c.event_of(reloaded))
         log.info(
             "SIGHUP: reloaded %d token(s), %d peer token(s), %d secret(s)",
-            len(data["tokens"]),
+            len(reloaded.tokens),
             len(peer_tokens),
-            len(data["secrets"]),
+            len(reloaded.secrets),
         )
         if restart_needed:
             log.warning("SIGHUP: changes to %s need a restart to apply", ", ".join(restart_needed))

@@ -50,9 +50,8 @@ class TaskService:
         if self.ctx.config.agent(to) is None:
             raise Problem(404, f"no agent named {to!r} is hosted on this node")
         task_id = str(uuid.uuid4())
-        data: dict[str, Any] = {"id": task_id, "from": from_agent, "to": to, "input": input}
-        if a2a is not None:
-            data["a2a"] = a2a
+        created = c.TaskCreated(id=task_id, from_=from_agent, to=to, input=input, a2a=a2a)
+        kind, data = c.event_of(created)
         # A journal event must stay replicable (under the peers' push limit).
         for what, value, limit in (
             ("the task input", input, MAX_PAYLOAD_BYTES),
@@ -61,33 +60,33 @@ class TaskService:
             size = len(msgspec.json.encode(value))
             if size > limit:
                 raise Problem(413, f"{what} is {size} bytes as JSON; the limit is {limit} bytes")
-        envelope = await self.ctx.store.append(to, c.TASK_CREATED, data)
+        envelope = await self.ctx.store.append(to, kind, data)
         return {"id": task_id, "status": "pending", "created_at": envelope.event.ts}
 
     async def cancel(self, task_id: str, operator: str) -> Envelope:
         """pending/running → canceled (`task.canceled`): never delivered again; a result the
         agent still reports for it is ignored, since the task is already final."""
         self._check(task_id, ("pending", "running"), "cancel")
-        return await self._finish(task_id, c.TASK_CANCELED, {"operator": operator})
+        return await self._finish(task_id, c.TaskCanceled(id=task_id, operator=operator))
 
     async def start(self, task_id: str) -> Envelope:
         """pending → running; a running task is started again when it is delivered again
         after a restart (delivery is at least once)."""
         self._check(task_id, ("pending", "running"), "start")
-        return await self._append(task_id, c.TASK_STARTED, {})
+        return await self._append(task_id, c.TaskStarted(id=task_id))
 
     async def progress(self, task_id: str, progress: dict[str, Any] | str) -> Envelope:
         """An intermediate report; a pending task becomes running."""
         self._check(task_id, ("pending", "running"), "report progress on")
-        return await self._append(task_id, c.TASK_PROGRESS, {"progress": progress})
+        return await self._append(task_id, c.TaskProgress(id=task_id, progress=progress))
 
     async def complete(self, task_id: str, output: dict[str, Any]) -> Envelope:
         self._check(task_id, ("pending", "running"), "complete")
-        return await self._finish(task_id, c.TASK_COMPLETED, {"output": output})
+        return await self._finish(task_id, c.TaskCompleted(id=task_id, output=output))
 
     async def fail(self, task_id: str, error: str) -> Envelope:
         self._check(task_id, ("pending", "running"), "fail")
-        return await self._finish(task_id, c.TASK_FAILED, {"error": error})
+        return await self._finish(task_id, c.TaskFailed(id=task_id, error=error))
 
     def get(self, task_id: str) -> Task:
         task = self.projection.get(task_id)
@@ -106,14 +105,15 @@ class TaskService:
             raise Problem(409, f"cannot {verb} task {task_id!r}: it is {status}")
         return task
 
-    async def _append(self, task_id: str, kind: str, data: dict[str, Any]) -> Envelope:
+    async def _append(self, task_id: str, payload: c.Payload) -> Envelope:
+        """In the journal of the task's agent (its owner), built from the catalogue's Struct."""
         task = self.get(task_id)
-        return await self.ctx.store.append(task.to, kind, {"id": task_id, **data})
+        return await self.ctx.store.append(task.to, *c.event_of(payload))
 
-    async def _finish(self, task_id: str, kind: str, data: dict[str, Any]) -> Envelope:
+    async def _finish(self, task_id: str, payload: c.Payload) -> Envelope:
         self._finishing.add(task_id)
         try:
-            return await self._append(task_id, kind, data)
+            return await self._append(task_id, payload)
         finally:
             self._finishing.discard(task_id)
 
