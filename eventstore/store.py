@@ -405,7 +405,7 @@ class EventStore:
         transaction. Results come back in the order of `items`.
         """
         loop = asyncio.get_running_loop()
-        # one share per allowed CPU, verified in parallel: PyNaCl's verify holds no GIL
+        # one share per allowed CPU, verified in parallel (verify_batch holds no GIL)
         items = list(items)
         shares = max(1, min(_allowed_cpus(), len(items) // _MIN_VERIFY_SHARE))
         size = max(1, -(-len(items) // shares))
