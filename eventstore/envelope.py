@@ -98,7 +98,9 @@ def as_msgpack_array(values: list[bytes]) -> bytes:
 
 
 def decode_each(
-    values: list[bytes], as_list: msgspec.msgpack.Decoder, decode_one: Callable[[bytes], T]
+    values: list[bytes],
+    as_list: msgspec.msgpack.Decoder[list[T]],
+    decode_one: Callable[[bytes], T],
 ) -> list[T]:
     """`decode_one` of each value, in one call of `as_list` (a decoder of `list[...]`). A value
     that is not exactly one msgpack value (stored data damaged past its hash, which `audit

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import gc
 import logging
-from collections.abc import Callable, Container, Iterable, Sequence
-from typing import Any, Protocol, TypeVar
+from collections.abc import Callable, Container, Iterable, Iterator, Sequence
+from typing import Any, Protocol, TypeVar, cast
 
 from eventstore.envelope import Envelope
 from projections.disk import DiskModels
@@ -87,9 +87,9 @@ class Projections:
             found = self.disk.get(kind)
         if found is None:
             raise LookupError(f"no {kind.__name__} read model is registered")
-        return found
+        return cast(P, found)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Projection]:
         """The in-memory read models (what a checkpoint holds)."""
         return iter(self._projections.values())
 

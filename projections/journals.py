@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from eventstore.envelope import Envelope
 
 
@@ -19,5 +21,5 @@ class Journals:
     def home_of(self, stream: str) -> str | None:
         return self.home.get(stream)
 
-    def snapshot(self) -> dict:
+    def snapshot(self) -> dict[str, dict[str, Any]]:
         return {"home": dict(sorted(self.home.items())), "head": dict(sorted(self.head.items()))}

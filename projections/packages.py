@@ -33,14 +33,17 @@ def is_semver(text: str) -> bool:
     return len(text) <= MAX_VERSION_LENGTH and SEMVER_RE.fullmatch(text) is not None
 
 
-def semver_key(text: str) -> tuple:
+SemverKey = tuple[tuple[int, ...], tuple[Any, ...], str]
+
+
+def semver_key(text: str) -> SemverKey:
     """Sort key by SemVer precedence; a release sorts after its pre-releases."""
     match = SEMVER_RE.fullmatch(text)
     if match is None:
-        return ((-1,), text)  # cannot happen for stored versions; keeps sorting total
+        return ((-1,), (), text)  # cannot happen for stored versions; keeps sorting total
     major, minor, patch, pre, _build = match.groups()
     if pre is None:
-        pre_key: tuple = (1,)
+        pre_key: tuple[Any, ...] = (1,)
     else:
         pre_key = (
             0,
