@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import base64
 import json
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -31,6 +32,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, KeyFileError) as exc:
         print(f"agent-node: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `agent-node journal export | head`: the reader left; end quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # no second error when Python flushes at exit
+        return 1
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -139,6 +144,9 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
     try:
         streams = [args.agent] if args.agent else None
         heads = store.heads()
+        if args.agent and args.agent not in heads:
+            print(f"agent-node: no journal named {args.agent!r}", file=sys.stderr)
+            return 1
         total = sum(h.seq for name, h in heads.items() if streams is None or name in streams)
         with progress.bar(total, "audit verify") as shown:
             report = verify_journals(

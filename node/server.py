@@ -10,6 +10,7 @@ from pathlib import Path
 from aiohttp import web
 
 from eventstore.signing import SIGNER
+from node.api.console import CONSOLE_PATH
 from node.app import build_app
 from node.config import Config, listen_address
 from node.context import CONTEXT
@@ -46,6 +47,7 @@ async def serve(
         loop.add_signal_handler(signal.SIGHUP, Reloader(app, config_path, redactor).trigger)
     log.info("node %s listening on http://%s:%d", config.node.name, host, port)
     log.info("journal signer: %s", SIGNER)
+    log.info("ready: the operator console is at %s%s", config.public_url, CONSOLE_PATH)
     try:
         await stop.wait()
     finally:

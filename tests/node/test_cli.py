@@ -141,3 +141,35 @@ def test_journal_export_is_json_lines(tmp_path):
     assert lines[0]["signature"].startswith("ed25519:") and lines[0]["agent"] == "a"
     missing = run_cli("journal", "export", "--config", str(path), "--agent", "zzz")
     assert missing.returncode == 1 and "zzz" in missing.stderr
+
+
+def test_journal_export_into_a_pipe_closed_early_ends_quietly(tmp_path):
+    """`agent-node journal export | head -1`: the reader leaves; no traceback, store closed."""
+    import subprocess
+    import sys
+
+    from tests.support import ROOT
+
+    path = write_config(tmp_path)
+    seed_journal(path, streams=("a",), per_stream=2000)
+    export = subprocess.Popen(
+        [sys.executable, "-m", "node", "journal", "export", "--config", str(path), "--agent", "a"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert export.stdout is not None and export.stderr is not None
+    first = export.stdout.readline()
+    export.stdout.close()  # as `head -1` exits
+    stderr = export.stderr.read().decode()
+    assert export.wait(timeout=60) == 1
+    assert json.loads(first)["seq"] == 1
+    assert "Traceback" not in stderr and "BrokenPipe" not in stderr, stderr
+
+
+def test_audit_verify_of_an_unknown_journal_says_so(tmp_path):
+    path = write_config(tmp_path)
+    seed_journal(path, streams=("a",), per_stream=1)
+    result = run_cli("audit", "verify", "--config", str(path), "--agent", "nosuch")
+    assert result.returncode == 1
+    assert "no journal named 'nosuch'" in result.stderr and "audit ok" not in result.stdout

@@ -68,6 +68,7 @@ token = "{PEER_TOKEN}"
             headers={**auth(READ_TOKEN), "X-Request-Id": "req-sse"},
         ) as stream:
             assert stream.status_code == 200 and stream.headers["X-Request-Id"] == "req-sse"
+        assert f"the operator console is at {node.url}/console/" in node.log_path.read_text()
         wait_until(lambda: '"peer": "node-b"' in node.log_path.read_text())
         wait_until(lambda: '"agent": "trapper"' in node.log_path.read_text())
         assert node.terminate() == 0
