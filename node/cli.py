@@ -9,7 +9,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from eventstore.audit import verify_journals
@@ -78,7 +78,28 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--output", "-o", help="file to write (default: standard output)")
     export.set_defaults(func=cmd_journal_export)
     add_client_commands(sub)  # approvals, status, tasks, logs, findings against a running node
+    _describe(parser)
     return parser
+
+
+def subcommands(
+    parser: argparse.ArgumentParser,
+) -> Iterator[tuple[str, argparse.ArgumentParser, str]]:
+    """(name, parser, the help its parent lists) of every subcommand, depth first."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            listed = {choice.dest: choice.help or "" for choice in action._choices_actions}
+            for name, child in action.choices.items():
+                yield name, child, listed.get(name, "")
+                yield from subcommands(child)
+
+
+def _describe(parser: argparse.ArgumentParser) -> None:
+    """Every `agent-node ... --help` opens with what the command does: the line its parent
+    lists it with, where the command has no description of its own."""
+    for _, child, listed in subcommands(parser):
+        if not child.description:
+            child.description = listed
 
 
 def cmd_run(args: argparse.Namespace) -> int:

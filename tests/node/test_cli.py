@@ -173,3 +173,17 @@ def test_audit_verify_of_an_unknown_journal_says_so(tmp_path):
     result = run_cli("audit", "verify", "--config", str(path), "--agent", "nosuch")
     assert result.returncode == 1
     assert "no journal named 'nosuch'" in result.stderr and "audit ok" not in result.stdout
+
+
+def test_every_subcommand_help_says_what_it_does():
+    from node.cli import _parser, subcommands
+
+    seen = []
+    for name, parser, listed in subcommands(_parser()):
+        assert listed, f"{name} is listed without a help line"
+        assert parser.description, f"`{parser.prog} --help` has no text"
+        assert parser.description in parser.format_help()
+        seen.append(name)
+    assert {"token", "new", "audit", "verify", "journal", "export", "approvals"} <= set(seen)
+    shown = run_cli("journal", "--help")
+    assert shown.returncode == 0 and "read journals" in shown.stdout
