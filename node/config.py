@@ -13,6 +13,9 @@ import msgspec
 from node.limits import DEFAULT_FUEL_PER_TICK
 from node.secretfiles import read_secret_files
 from projections.catalogue import MAX_APPROVAL_TIMEOUT_SECS
+from projections.packages import is_semver
+
+REGISTRY_REFERENCE = "registry:"  # an agent component from the registry: registry:ID@VERSION
 
 # `(?!\n)`: Python's `$` also matches before a final newline, so "scanner\n" would pass
 # msgspec's pattern check (a search); the look-ahead makes the match whole in Python and ECMA.
@@ -240,6 +243,12 @@ def _check(config: Config, source: str) -> Iterator[str]:
     host, _, port = config.node.listen.rpartition(":")
     if not host or not port.isdigit() or not 0 <= int(port) < 65536:
         yield f"{source}: node.listen: expected HOST:PORT, got {config.node.listen!r}"
+    public_url = config.node.public_url
+    if public_url is not None and not re.match(r"^https?://[^/]", public_url):
+        yield (
+            f"{source}: node.public_url: must start with http:// or https:// and a host, "
+            f"got {public_url!r}"
+        )
 
 
 def _check_secret_domains(config: Config, source: str) -> Iterator[str]:
@@ -259,7 +268,19 @@ def _check_secret_domains(config: Config, source: str) -> Iterator[str]:
 
 
 def _check_agent(agent: AgentConfig, where: str) -> Iterator[str]:
+    if agent.component.startswith(REGISTRY_REFERENCE):
+        _, at, version = agent.component.removeprefix(REGISTRY_REFERENCE).partition("@")
+        if not at or not is_semver(version):
+            yield (
+                f"{where}.component: a registry reference names its version, "
+                f"registry:ID@VERSION (SemVer), got {agent.component!r}"
+            )
     for key, value in agent.approval.items():
+        if key != "timeout_secs" and value is True and agent.capabilities.get(key) is not True:
+            yield (
+                f"{where}.approval.{key}: gates a capability the agent does not have "
+                f"(set capabilities.{key} = true, or drop the rule)"
+            )
         if key == "timeout_secs":
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 yield f"{where}.approval.timeout_secs: expected a positive integer"

@@ -255,6 +255,7 @@ async def test_timeout_defaults_come_from_the_agent_policy(tmp_path, aiohttp_cli
     config = make_config(
         tmp_path,
         '[[agents]]\nname = "payer"\ncomponent = "a.wasm"\n'
+        "[agents.capabilities]\nspend = true\n"
         "[agents.approval]\nspend = true\ntimeout_secs = 42\n",
     )
     client = await aiohttp_client(build_app(config))

@@ -17,6 +17,7 @@ BROKEN = """
 name = "node-a"
 listen = "nowhere"
 colour = "blue"
+public_url = "node-a.example:8080"
 
 [[auth.tokens]]
 name = "admin"
@@ -38,6 +39,15 @@ component = "nope.wasm"
 tick_interval_ms = -5
 [agents.capabilities]
 spend = "yes"
+
+[[agents]]
+name = "refunder"
+component = "registry:refunder"
+[agents.capabilities]
+spend = true
+[agents.approval]
+spend = true
+refund = true
 
 [secrets.payments]
 api_key_file = "missing-secret"
@@ -61,6 +71,9 @@ def test_config_check_reports_every_problem_with_its_key(tmp_path):
         "peers[0].url: must start with http:// or https://",
         "node.listen: expected HOST:PORT, got 'nowhere'",
         "agents[0].component:",
+        "node.public_url: must start with http:// or https:// and a host",
+        "agents[1].component: a registry reference names its version",
+        "agents[1].approval.refund: gates a capability the agent does not have",
     ]
     for fragment in expected:
         assert any(f"{path}: {fragment}" in line for line in lines), (fragment, lines)
