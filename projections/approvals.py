@@ -32,6 +32,7 @@ import msgspec
 from eventstore.envelope import Envelope
 from projections import catalogue as c
 from projections.disk import Space, Txn, key_of, u64
+from projections.states import ApprovalChanged, ApprovalState, approval_resolved
 
 DEFAULT_TIMEOUT_SECS = 300
 APPROVAL_EVENTS = frozenset({c.APPROVAL_REQUESTED, c.APPROVAL_DECIDED, c.APPROVAL_TIMED_OUT})
@@ -124,28 +125,30 @@ class Approvals:
         self._groups = space.db(self.name, "groups")
 
     # ------------------------------------------------------------------ fold
-    def fold(self, txn: Txn, envelope: Envelope) -> None:
+    def fold(self, txn: Txn, envelope: Envelope) -> ApprovalChanged | None:
+        """The approval's transition (projections/states.py), or None when the event changed
+        nothing. In the node the tasks read model calls it, as the part of the one state
+        machine that keeps the approvals' own tables."""
         kind = envelope.event.type
         if kind not in APPROVAL_EVENTS:
-            return
+            return None
         approval_id = envelope.event.data.get("id")
         if not isinstance(approval_id, str):
-            return
+            return None
         if kind == c.APPROVAL_REQUESTED:
-            self._requested(txn, envelope, approval_id)
-        else:
-            self._resolved_by(txn, envelope, approval_id)
+            return self._requested(txn, envelope, approval_id)
+        return self._resolved_by(txn, envelope, approval_id)
 
-    def _requested(self, txn: Txn, envelope: Envelope, approval_id: str) -> None:
+    def _requested(self, txn: Txn, envelope: Envelope, approval_id: str) -> ApprovalChanged | None:
         key = _id_key(approval_id)
         if (
             txn.get(key, db=self._pending) is not None
             or txn.get(key, db=self._resolved) is not None
         ):
-            return
+            return None
         asked = c.read(c.ApprovalRequested, envelope.event.data)  # rare events: read them whole
         if asked is None:
-            return
+            return None
         ts = envelope.event.ts
         if asked.request_hash != hash_request(asked.request):
             # absent or inconsistent: nothing to bind a decision to
@@ -169,25 +172,38 @@ class Approvals:
         raw = txn.get(group, db=self._groups)
         opened, count = _decode_group(raw) if raw is not None else (position, 0)
         txn.put(group, _encode((opened, count + 1)), db=self._groups)
+        return ApprovalChanged(
+            approval=approval_id,
+            agent=request.agent,
+            task=None,
+            before=None,
+            after=ApprovalState.PENDING,
+            position=position,
+        )
 
-    def _resolved_by(self, txn: Txn, envelope: Envelope, approval_id: str) -> None:
+    def _resolved_by(
+        self, txn: Txn, envelope: Envelope, approval_id: str
+    ) -> ApprovalChanged | None:
         key = _id_key(approval_id)
         raw = txn.get(key, db=self._pending)
         if raw is None:
-            return
+            return None
         position, open_request = _decode_pending(raw)
         if open_request.agent != envelope.stream:
-            return
+            return None
         outcome: Literal["approve", "deny", "timeout"]
         operator: str | None
         reason: str | None
         if envelope.event.type == c.APPROVAL_DECIDED:
             decided = c.read(c.ApprovalDecided, envelope.event.data)
             if decided is None:
-                return
+                return None
             outcome, operator, reason = decided.decision, decided.operator, decided.reason
         else:
             outcome, operator, reason = "timeout", None, None
+        after = approval_resolved(ApprovalState.PENDING, outcome)
+        if after is None:
+            return None
         txn.delete(key, db=self._pending)
         txn.delete(u64(position), db=self._pending_order)
         group = _group_key(open_request.agent, open_request.capability)
@@ -201,6 +217,14 @@ class Approvals:
         )
         txn.put(key, _encode(resolution), db=self._resolved)
         txn.put(u64(envelope.position), _text(approval_id), db=self._resolved_order)
+        return ApprovalChanged(
+            approval=approval_id,
+            agent=open_request.agent,
+            task=None,
+            before=ApprovalState.PENDING,
+            after=after,
+            position=envelope.position,
+        )
 
     # ------------------------------------------------------------------ pending
     @property
@@ -223,10 +247,6 @@ class Approvals:
         """Pending requests, oldest first."""
         with self.space.read() as txn:
             return self._pending_in_order(txn)
-
-    def pending_for_task(self, agent: str, task_id: str) -> builtins.list[str]:
-        """Ids of the agent's pending requests asked by that task's run."""
-        return [r.id for r in self.list() if r.agent == agent and r.task == task_id]
 
     def groups(self) -> builtins.list[Group]:
         """Pending requests grouped by (agent, capability), groups in the order they opened

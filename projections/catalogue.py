@@ -20,7 +20,7 @@ from typing import Annotated, Any, ClassVar, Literal, TypeGuard, TypeVar
 
 import msgspec
 
-from eventstore.envelope import Event
+from eventstore.envelope import Envelope, Event
 
 # ----------------------------------------------------------------------------- names
 APPROVAL_REQUESTED = "approval.requested"
@@ -359,6 +359,15 @@ def read(cls: type[P_co], data: dict[str, Any]) -> P_co | None:
         return msgspec.convert(data, cls)
     except msgspec.ValidationError:
         return None
+
+
+def payload_of(envelope: Envelope) -> Payload | None:
+    """The event's data as its catalogue Struct: how a reader learns what an event says
+    without indexing a dict or comparing its type string (None for an unknown type, or data
+    that does not fit, which a fold ignores too)."""
+    event = envelope.event
+    cls = CATALOGUE.get(event.type)
+    return read(cls, event.data) if cls is not None else None
 
 
 UNKNOWN_TYPE = "unknown_type"

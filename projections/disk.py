@@ -82,8 +82,12 @@ class DiskModel(Protocol):
     def bind(self, space: Space) -> None:
         """Open its databases."""
 
-    def fold(self, txn: Txn, envelope: Envelope) -> None:
-        """Fold one envelope inside `txn`; deterministic, no state outside LMDB.
+    def fold(self, txn: Txn, envelope: Envelope) -> object:
+        """Fold one envelope inside `txn`; deterministic, no state outside LMDB. What it
+        returns is its own (the tasks model's changes); the writer ignores it.
+
+        A model may have `parts`: objects that keep some of its tables and answer reads
+        (`Projections.get` finds them by class); the model folds them itself.
 
         A model whose state depends on no other model (no ownership rule) may also have
         `fold_many(txn, envelopes)`, the same fold over a batch, which the writer prefers.
@@ -102,7 +106,7 @@ class Guard(Protocol):
     def allows(self, envelope: Envelope, txn: Txn | None = None) -> bool: ...
 
 
-Fold = Callable[[Txn, Envelope], None]
+Fold = Callable[[Txn, Envelope], object]
 
 
 class DiskModels:
@@ -114,7 +118,8 @@ class DiskModels:
         self._by_class: dict[type, DiskModel] = {}
         for model in models:
             self._models[model.name] = model
-            self._by_class[type(model)] = model
+            for part in (model, *getattr(model, "parts", ())):
+                self._by_class[type(part)] = part
         self._folds_by_type: dict[str, tuple[tuple[str, Fold], ...]] = {}
         self._unbatched_by_type: dict[str, tuple[tuple[str, Fold], ...]] = {}
         self._batched: dict[str, Any] = {
@@ -216,10 +221,11 @@ class DiskModels:
         digest = hashlib.sha256()
         for model in sorted(self._models.values(), key=lambda m: m.name):
             digest.update(model.name.encode() + b"\0")
-            module = inspect.getmodule(type(model))
-            if module is None:
-                raise TypeError(f"no module for {type(model).__qualname__}")
-            digest.update(inspect.getsource(module).encode())
+            for part in (model, *getattr(model, "parts", ())):
+                module = inspect.getmodule(type(part))
+                if module is None:
+                    raise TypeError(f"no module for {type(part).__qualname__}")
+                digest.update(inspect.getsource(module).encode())
         return digest.hexdigest()
 
     def snapshot(self) -> dict[str, Any]:

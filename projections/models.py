@@ -13,8 +13,6 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import NamedTuple
 
-from projections.a2a import A2AView
-from projections.approvals import Approvals
 from projections.base import Projection, Projections
 from projections.disk import DiskModel, DiskModels
 from projections.entries import Findings, Logs
@@ -37,15 +35,15 @@ class ReadModel(NamedTuple):
     storage: Storage
 
 
+# Tasks holds the approvals' tables too (`Tasks.approvals`, found by `Projections.get(Approvals)`):
+# one state machine decides both (projections/states.py).
 # In folding order within each kind: `owners` first, since the ownership rule it keeps guards
 # the folds of the models after it.
 READ_MODELS: tuple[ReadModel, ...] = (
     ReadModel(Owners, Storage.DISK),
     ReadModel(Logs, Storage.DISK),
     ReadModel(Findings, Storage.DISK),
-    ReadModel(Approvals, Storage.DISK),
     ReadModel(Tasks, Storage.DISK),
-    ReadModel(A2AView, Storage.DISK),
     ReadModel(Journals, Storage.MEMORY),
     ReadModel(KeyHistory, Storage.MEMORY),
     ReadModel(Registry, Storage.MEMORY),

@@ -1,17 +1,29 @@
-"""A2A tasks, folded from the task.* events in the journal of each task's assigned agent.
+"""Tasks and their approvals: the one read model that decides their states (projections/states.py).
 
-Status follows the events: created → pending; started or progress → running; completed and
-failed are final (later events for a final task are ignored); canceled (A2A CancelTask) is
-shown as failed with `error` "canceled by <operator>". `created_at` and `completed_at`
-are the timestamps of the creating and the finishing event. The first `task.created` of an
-id wins; any other event counts only in the journal that created the task.
+It folds every task.* and approval.* event of the journal that owns it (the ownership rule,
+projections/ownership.py, runs in front) and is the only place a transition is decided; the
+approvals' own tables (`Approvals`, projections/approvals.py) are one of its parts, folded by it.
+Each event that changed something leaves its changes (`TaskChanged`, `ApprovalChanged`) under its
+position, so a consumer that sees the envelope, live or from history, reads what it did with
+`changes(envelope)` instead of deriving it again.
 
-On disk (projections/disk.py), so the heap holds none of history's tasks:
-`task`      id → (creation position, the Task) in msgpack;
-`created`   u64(position) → id, every task in creation order;
-`by_agent`  agent\0u64(position) → id, one agent's tasks in creation order;
-`open`      agent\0u64(position) → id, the pending and running ones only: what the runtime
-            delivers again after a restart and what "pending" lists, without walking history.
+What a task shows beyond the spec's object (the A2A view, folded here since it is the same
+task): its A2A context (`task.created`'s `a2a` map), who canceled it, when its state last
+changed, and the approvals it waits for. An approval belongs to the task its agent was working
+on when it asked: a worker runs one thing at a time, so between `task.started` and that task's
+end every approval the agent requests is the task's; while one of them is pending the task is
+input-required.
+
+On disk (projections/disk.py), nothing in the heap:
+`task`          id → (creation position, the Task, its state, canceled by, updated at)
+`created`       u64(position) → id, every task in creation order
+`by_agent`      agent\0u64(position) → id, one agent's tasks in creation order
+`open`          agent\0u64(position) → id, the open ones: what a restart delivers again
+`context`       task id → its `a2a` map in msgpack (only tasks that carried one)
+`working_on`    agent → the task its worker is running
+`approval_task` approval id → `task id\0u64(request position)`: the task that asked
+`waiting`       `task id\0u64(request position)` → approval id: a task's pending approvals
+`changes`       u64(position) → the changes that event made
 An id that cannot be an LMDB key (empty, or over 400 bytes) is no task: its events are ignored.
 """
 
@@ -25,12 +37,13 @@ import msgspec
 
 from eventstore.envelope import Envelope
 from projections import catalogue as c
+from projections import states as s
+from projections.approvals import APPROVAL_EVENTS, Approvals
 from projections.disk import Space, Txn, from_u64, key_of, u64
+from projections.states import ApprovalChanged, Change, TaskChanged, TaskState
 
 STATUSES = ("pending", "running", "completed", "failed")
 Status = Literal["pending", "running", "completed", "failed"]
-FINAL = ("completed", "failed")
-OPEN = ("pending", "running")
 TASK_EVENTS = frozenset(
     {
         c.TASK_CREATED,
@@ -41,6 +54,11 @@ TASK_EVENTS = frozenset(
         c.TASK_CANCELED,
     }
 )
+_ENDS = {
+    c.TASK_COMPLETED: TaskState.COMPLETED,
+    c.TASK_FAILED: TaskState.FAILED,
+    c.TASK_CANCELED: TaskState.CANCELED,
+}
 _MAX_KEY = 511
 
 
@@ -59,96 +77,248 @@ class Task(msgspec.Struct, kw_only=True):
     error: str | msgspec.UnsetType = msgspec.UNSET
 
 
+class TaskRecord(msgspec.Struct, kw_only=True):
+    """Everything known of one task: the spec's object and the one state behind its status."""
+
+    task: Task
+    state: TaskState
+    canceled_by: str | None  # "" when the cancel named nobody
+    updated_at: str  # when its state last changed
+    position: int  # of its creation
+
+
 _encode = msgspec.msgpack.Encoder().encode
 # untyped: an input or output from a journal may hold maps a typed decode would refuse
 _decode = msgspec.msgpack.Decoder().decode
 
 
 def id_key(item_id: str) -> bytes | None:
-    """The id as a key with room for a position after it (the A2A view's approval index); a
-    longer one as its digest (`key_of`); None for an empty id, which names nothing."""
+    """The id as a key with room for a position after it (the approval index); a longer one
+    as its digest (`key_of`); None for an empty id, which names nothing."""
     return key_of(item_id, 9) if item_id else None
 
 
 class Tasks:
     name = "tasks"
-    handles = TASK_EVENTS
+    handles = TASK_EVENTS | APPROVAL_EVENTS
     space: Space
+
+    def __init__(self) -> None:
+        self.approvals = Approvals()
+        self.parts = (self.approvals,)
 
     def bind(self, space: Space) -> None:
         self.space = space
-        self._task = space.db(self.name, "task")
-        self._created = space.db(self.name, "created")
-        self._by_agent = space.db(self.name, "by_agent")
-        self._open = space.db(self.name, "open")
+        self.approvals.bind(space)
+        db = space.db
+        self._task, self._created = db(self.name, "task"), db(self.name, "created")
+        self._by_agent, self._open = db(self.name, "by_agent"), db(self.name, "open")
+        self._context, self._working_on = db(self.name, "context"), db(self.name, "working_on")
+        self._approval_task, self._waiting = (
+            db(self.name, "approval_task"),
+            db(self.name, "waiting"),
+        )
+        self._changes = db(self.name, "changes")
 
     # ------------------------------------------------------------------ the fold
-    def fold(self, txn: Txn, envelope: Envelope) -> None:
+    def fold(self, txn: Txn, envelope: Envelope) -> builtins.list[Change]:
         kind = envelope.event.type
-        if not kind.startswith("task."):
-            return
+        if kind in APPROVAL_EVENTS:
+            changes = self._approval(txn, envelope)
+        elif kind in TASK_EVENTS:
+            changes = self._task_event(txn, envelope, kind)
+        else:
+            return []
+        if changes:
+            txn.put(u64(envelope.position), s.encode_changes(changes), db=self._changes)
+        return changes
+
+    def _task_event(self, txn: Txn, envelope: Envelope, kind: str) -> builtins.list[Change]:
         data = envelope.event.data
         task_id = data.get("id")
-        if not isinstance(task_id, str):
-            return
-        key = id_key(task_id)
-        if key is None:
-            return
+        key = id_key(task_id) if isinstance(task_id, str) else None
+        if key is None or not isinstance(task_id, str):
+            return []
         if kind == c.TASK_CREATED:
-            if txn.get(key, db=self._task) is not None:
-                return
-            raw_input = data.get("input")
-            task = Task(
-                id=task_id,
-                from_=str(data.get("from", "")),
-                to=envelope.stream,
-                status="pending",
-                input=raw_input if isinstance(raw_input, dict) else {},
-                created_at=envelope.event.ts,
-            )
-            position = envelope.position
-            txn.put(key, _encode((position, task)), db=self._task)
-            txn.put(u64(position), key, db=self._created)
-            txn.put(_agent_key(task.to, position), key, db=self._by_agent)
-            txn.put(_agent_key(task.to, position), key, db=self._open)
-            return
-        raw = txn.get(key, db=self._task)
-        if raw is None:
-            return
-        position, task = _stored(raw)
-        if task.to != envelope.stream or task.status in FINAL:
-            return
-        if kind in (c.TASK_STARTED, c.TASK_PROGRESS):
-            task.status = "running"
-            if kind == c.TASK_PROGRESS and "progress" in data:
+            return self._created_task(txn, envelope, task_id, key)
+        record = self._record(txn, key)
+        if record is None or record.task.to != envelope.stream:
+            return []
+        task, before = record.task, record.state
+        agent = envelope.stream.encode()
+        if kind == c.TASK_STARTED:
+            if before in s.OPEN_TASK_STATES:
+                txn.put(agent, key, db=self._working_on)  # started again after a restart too
+            after = s.task_started(before)
+        elif kind in (c.TASK_COMPLETED, c.TASK_FAILED):
+            # the worker's run of it ended (for a canceled task too: cancel does not stop the
+            # worker, so until then what it asks is still that task's)
+            if txn.get(agent, db=self._working_on) == key:
+                txn.delete(agent, db=self._working_on)
+            for waiting, _ in self._waiting_of(txn, key):
+                txn.delete(waiting, db=self._waiting)
+            after = s.task_ended(before, _ENDS[kind])
+        elif kind == c.TASK_PROGRESS:
+            after = s.task_progressed(before)
+            if after is not None and "progress" in data:
                 task.progress = data["progress"]
-        elif kind == c.TASK_COMPLETED:
-            output = data.get("output")
-            task.status = "completed"
-            task.output = output if isinstance(output, dict) else {}
-            task.completed_at = envelope.event.ts
-        elif kind == c.TASK_FAILED:
-            task.status = "failed"
-            task.error = str(data.get("error", ""))
-            task.completed_at = envelope.event.ts
-        elif kind == c.TASK_CANCELED:  # the spec's statuses have no "canceled": a failure
-            task.status = "failed"
-            task.error = f"canceled by {data.get('operator') or 'an operator'}"
-            task.completed_at = envelope.event.ts
         else:
-            return  # a task.* type it does not know
-        txn.put(key, _encode((position, task)), db=self._task)
-        if task.status in FINAL:
-            txn.delete(_agent_key(task.to, position), db=self._open)
+            after = s.task_ended(before, _ENDS[kind])
+        if after is None:
+            return []
+        ts = envelope.event.ts
+        if kind == c.TASK_COMPLETED:
+            output = data.get("output")
+            task.output = output if isinstance(output, dict) else {}
+        elif kind == c.TASK_FAILED:
+            task.error = str(data.get("error", ""))
+        elif kind == c.TASK_CANCELED:
+            operator = data.get("operator")
+            record.canceled_by = operator if isinstance(operator, str) else ""
+            task.error = f"canceled by {operator or 'an operator'}"
+        if after in s.FINAL_TASK_STATES:
+            task.completed_at = ts
+            txn.delete(_agent_key(task.to, record.position), db=self._open)
+        self._save(txn, key, record, after, ts)
+        return [
+            TaskChanged(
+                task=task_id, agent=task.to, before=before, after=after, position=envelope.position
+            )
+        ]
+
+    def _created_task(
+        self, txn: Txn, envelope: Envelope, task_id: str, key: bytes
+    ) -> builtins.list[Change]:
+        if txn.get(key, db=self._task) is not None:
+            return []  # the first create of an id wins
+        data, position = envelope.event.data, envelope.position
+        raw_input = data.get("input")
+        task = Task(
+            id=task_id,
+            from_=str(data.get("from", "")),
+            to=envelope.stream,
+            status="pending",
+            input=raw_input if isinstance(raw_input, dict) else {},
+            created_at=envelope.event.ts,
+        )
+        record = TaskRecord(
+            task=task, state=TaskState.PENDING, canceled_by=None, updated_at="", position=position
+        )
+        self._save(txn, key, record, TaskState.PENDING, envelope.event.ts)
+        txn.put(u64(position), key, db=self._created)
+        txn.put(_agent_key(task.to, position), key, db=self._by_agent)
+        txn.put(_agent_key(task.to, position), key, db=self._open)
+        context = data.get("a2a")
+        if isinstance(context, dict):
+            txn.put(key, _encode(context), db=self._context)
+        return [
+            TaskChanged(
+                task=task_id, agent=task.to, before=None, after=TaskState.PENDING, position=position
+            )
+        ]
+
+    def _approval(self, txn: Txn, envelope: Envelope) -> builtins.list[Change]:
+        """The approval's own transition (its part decides it), then what it does to the task
+        whose run asked: waiting while a request of its run is pending."""
+        change = self.approvals.fold(txn, envelope)
+        if change is None:
+            return []
+        approval = id_key(change.approval)
+        if approval is None:
+            return [change]
+        link: bytes | None
+        if change.requested:
+            task = txn.get(envelope.stream.encode(), db=self._working_on)
+            link = None if task is None else b"".join((task, b"\0", u64(envelope.position)))
+            if link is not None:
+                txn.put(approval, link, db=self._approval_task)
+                txn.put(link, approval, db=self._waiting)
+        else:
+            link = txn.get(approval, db=self._approval_task)
+            if link is not None and not txn.delete(link, db=self._waiting):
+                link = None  # its task ended meanwhile: nothing waits for it any more
+        if link is None:
+            return [change]
+        task_key = link[:-9]
+        record = self._record(txn, task_key)
+        if record is None:
+            return [change]
+        change = msgspec.structs.replace(change, task=record.task.id)
+        waiting = bool(self._waiting_of(txn, task_key))
+        before = record.state
+        after = s.task_waiting(before, waiting)
+        # what the task waits for changed, so its status did (its message lists them)
+        self._save(txn, task_key, record, after or before, envelope.event.ts)
+        if after is None:
+            return [change]
+        return [
+            change,
+            TaskChanged(
+                task=record.task.id,
+                agent=record.task.to,
+                before=before,
+                after=after,
+                position=envelope.position,
+            ),
+        ]
+
+    def _save(self, txn: Txn, key: bytes, record: TaskRecord, state: TaskState, ts: str) -> None:
+        record.state, record.updated_at = state, ts
+        record.task.status = s.rest_status(state)  # type: ignore[assignment]
+        stored = (record.position, record.task, state.value, record.canceled_by, ts)
+        txn.put(key, _encode(stored), db=self._task)
+
+    def _record(self, txn: Txn, key: bytes) -> TaskRecord | None:
+        raw = txn.get(key, db=self._task)
+        return _stored(raw) if raw is not None else None
+
+    def _waiting_of(self, txn: Txn, task: bytes) -> builtins.list[tuple[bytes, str]]:
+        """The `waiting` keys of one task and their approval ids, in request order."""
+        prefix = task + b"\0"
+        cursor = txn.cursor(self._waiting)
+        found: builtins.list[tuple[bytes, str]] = []
+        if cursor.set_range(prefix):
+            for raw_key, approval in cursor:
+                key = bytes(raw_key)
+                if not key.startswith(prefix):
+                    break
+                if len(key) == len(prefix) + 8:  # not a longer id that starts alike
+                    found.append((key, _text(approval)))
+        return found
+
+    # ------------------------------------------------------------------ changes
+    def changes(self, envelope: Envelope) -> builtins.list[Change]:
+        """What the envelope did to tasks and approvals ([] when it changed nothing)."""
+        if envelope.event.type not in self.handles:
+            return []
+        with self.space.read() as txn:
+            raw = txn.get(u64(envelope.position), db=self._changes)
+        return s.decode_changes(raw) if raw is not None else []
+
+    def task_changes(self, envelope: Envelope) -> builtins.list[TaskChanged]:
+        return [ch for ch in self.changes(envelope) if isinstance(ch, TaskChanged)]
+
+    def approval_change(self, envelope: Envelope) -> ApprovalChanged | None:
+        for change in self.changes(envelope):
+            if isinstance(change, ApprovalChanged):
+                return change
+        return None
 
     # ------------------------------------------------------------------ reads
     def get(self, task_id: str) -> Task | None:
+        record = self.record(task_id)
+        return record.task if record is not None else None
+
+    def record(self, task_id: str) -> TaskRecord | None:
         key = id_key(task_id)
         if key is None:
             return None
         with self.space.read() as txn:
-            raw = txn.get(key, db=self._task)
-        return _stored(raw)[1] if raw is not None else None
+            return self._record(txn, key)
+
+    def state_of(self, task_id: str) -> TaskState | None:
+        record = self.record(task_id)
+        return record.state if record is not None else None
 
     def list(self, status: str | None = None, agent: str | None = None) -> builtins.list[Task]:
         """Tasks oldest first, optionally only those with `status` / assigned to `agent`.
@@ -157,20 +327,68 @@ class Tasks:
             return []
         with self.space.read() as txn:
             keys: Iterable[bytes]
-            if status in OPEN:
+            if status in ("pending", "running"):
                 keys = self._open_keys(txn, agent)
             elif agent is not None:
                 keys = (key for _, key in _prefixed(txn, self._by_agent, agent))
             else:
                 keys = txn.cursor(self._created).iternext(keys=False, values=True)
-            found = [self._load(txn, key) for key in keys]
+            found = [self._load(txn, key).task for key in keys]
         return [t for t in found if status is None or t.status == status]
 
     def open_tasks(self, agent: str) -> builtins.list[Task]:
-        """The agent's pending and running tasks in creation order: what a restart delivers
-        again."""
+        """The agent's open tasks in creation order: what a restart delivers again."""
         with self.space.read() as txn:
-            return [self._load(txn, key) for key in self._open_keys(txn, agent)]
+            return [self._load(txn, key).task for key in self._open_keys(txn, agent)]
+
+    def context_of(self, task_id: str) -> dict[str, Any]:
+        """The task's `a2a` map ({} for a task created without one, or unknown)."""
+        raw = self._get(self._context, task_id)
+        return _decode(raw) if raw is not None else {}
+
+    def canceled_by(self, task_id: str) -> str | None:
+        """Who canceled the task ("" when the cancel named nobody); None if it was not."""
+        record = self.record(task_id)
+        return record.canceled_by if record is not None else None
+
+    def updated_at(self, task_id: str) -> str | None:
+        """When the task's state last changed; None for a task it does not know."""
+        record = self.record(task_id)
+        return record.updated_at if record is not None else None
+
+    def working_on(self, agent: str) -> str | None:
+        raw = self._get(self._working_on, agent)
+        return _text(raw) if raw is not None else None
+
+    def approval_task_of(self, approval_id: str) -> str | None:
+        """The task whose run asked for the approval (kept after it is resolved)."""
+        raw = self._get(self._approval_task, approval_id)
+        return _text(raw[:-9]) if raw is not None else None
+
+    def pending_approvals(self, task_id: str) -> builtins.list[str]:
+        """The approvals the task waits for, in request order."""
+        key = id_key(task_id)
+        if key is None:
+            return []
+        with self.space.read() as txn:
+            return [approval for _, approval in self._waiting_of(txn, key)]
+
+    def asked_by(self, agent: str, task_id: str) -> builtins.list[str]:
+        """The agent's pending approvals that the task's run asked for: those whose request
+        names the task, and those the run asked while working on it (journaled before
+        requests named tasks), even once the task ended."""
+        return [
+            r.id
+            for r in self.approvals.list()
+            if r.agent == agent and (r.task == task_id or self.approval_task_of(r.id) == task_id)
+        ]
+
+    def _get(self, db: Any, item_id: str) -> bytes | memoryview | None:
+        key = id_key(item_id)
+        if key is None:
+            return None
+        with self.space.read() as txn:
+            return txn.get(key, db=db)
 
     def _open_keys(self, txn: Txn, agent: str | None) -> builtins.list[bytes]:
         if agent is not None:
@@ -178,27 +396,52 @@ class Tasks:
         every = sorted((key[-8:], value) for key, value in txn.cursor(self._open))
         return [value for _, value in every]  # all agents' open tasks, by creation position
 
-    def _load(self, txn: Txn, key: bytes) -> Task:
-        raw = txn.get(key, db=self._task)
-        if raw is None:  # every index points at a stored task
+    def _load(self, txn: Txn, key: bytes) -> TaskRecord:
+        record = self._record(txn, key)
+        if record is None:  # every index points at a stored task
             raise LookupError(f"task {key!r} is indexed but not stored")
-        return _stored(raw)[1]
+        return record
 
     def snapshot(self) -> dict[str, Any]:
         with self.space.read() as txn:
-            tasks = [self._load(txn, key) for _, key in txn.cursor(self._created)]
+            records = [self._load(txn, key) for _, key in txn.cursor(self._created)]
+
+            def strings(db: Any) -> dict[str, str]:
+                return dict(sorted((_text(k), _text(v)) for k, v in txn.cursor(db)))
+
+            waiting: dict[str, builtins.list[str]] = {}
+            for link, approval in txn.cursor(self._waiting):  # in request order per task
+                waiting.setdefault(_text(link[:-9]), []).append(_text(approval))
+            changes = {
+                from_u64(k): msgspec.to_builtins(s.decode_changes(v))
+                for k, v in txn.cursor(self._changes)
+            }
+            context = dict(sorted((_text(k), _decode(v)) for k, v in txn.cursor(self._context)))
+            approval_task = {
+                _text(k): _text(v[:-9]) for k, v in sorted(txn.cursor(self._approval_task))
+            }
+            working_on = strings(self._working_on)
         pending: dict[str, builtins.list[str]] = {}
-        for task in tasks:
-            if task.status == "pending":
-                pending.setdefault(task.to, []).append(task.id)
+        for record in records:
+            if record.task.status == "pending":
+                pending.setdefault(record.task.to, []).append(record.task.id)
         return {
-            "tasks": [msgspec.to_builtins(t) for t in tasks],
+            "tasks": [msgspec.to_builtins(r.task) for r in records],
+            "states": {r.task.id: r.state.value for r in records},
             "pending": dict(sorted(pending.items())),
+            "context": context,
+            "canceled": {r.task.id: r.canceled_by for r in records if r.canceled_by is not None},
+            "updated": {r.task.id: r.updated_at for r in records},
+            "working_on": working_on,
+            "approval_task": approval_task,
+            "waiting": dict(sorted(waiting.items())),
+            "changes": changes,
+            "approvals": self.approvals.snapshot(),
         }
 
 
-def _stored(raw: bytes | memoryview) -> tuple[int, Task]:
-    position, fields = _decode(raw)
+def _stored(raw: bytes | memoryview) -> TaskRecord:
+    position, fields, state, canceled_by, updated_at = _decode(raw)
     task = Task(
         id=fields["id"],
         from_=fields["from"],
@@ -211,7 +454,17 @@ def _stored(raw: bytes | memoryview) -> tuple[int, Task]:
         progress=fields.get("progress", msgspec.UNSET),
         error=fields.get("error", msgspec.UNSET),
     )
-    return position, task
+    return TaskRecord(
+        task=task,
+        state=TaskState(state),
+        canceled_by=canceled_by,
+        updated_at=updated_at,
+        position=position,
+    )
+
+
+def _text(raw: bytes | memoryview) -> str:
+    return str(raw, "utf-8")
 
 
 def _agent_key(agent: str, position: int) -> bytes:

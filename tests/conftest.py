@@ -6,8 +6,10 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from node.api import conformance
+from node.api.runtime import COMPILED_CACHE_ENV
 from node.app import build_app
 from node.config import Config
+from tests.runtime_support import COMPILED_CACHE
 from tests.support import make_config
 
 # built_agents: the agents of agents/, built once per session (tests/conftest_agents.py)
@@ -16,6 +18,11 @@ pytest_plugins = ["tests.conftest_agents"]
 # Every response the suite produces, in this process and in the node processes it starts, is
 # checked against the node's OpenAPI document (node/api/conformance.py).
 os.environ[conformance.ENV] = "1"
+# Every node the suite starts (in this process and as a subprocess) loads its agents from the
+# session's compiled cache, filled once before the first test (tests/conftest_agents.py), instead
+# of compiling them into each test's new data dir: seconds per agent per test otherwise, and
+# minutes under load. Tests of compiling itself set their own cache dir.
+os.environ.setdefault(COMPILED_CACHE_ENV, str(COMPILED_CACHE))
 
 
 @pytest.fixture(autouse=True)

@@ -37,13 +37,15 @@ from node.protocols.lifecycle import StopSignal
 from node.runtime.agents import Agents
 from node.services.approvals import ApprovalGate, Decision
 from node.services.tasks import TaskService
-from projections.a2a import A2AView
+from projections import catalogue as c
 from projections.approvals import Approvals
+from projections.states import ApprovalChanged, TaskChanged, TaskState
 from projections.tasks import Tasks
 
 log = logging.getLogger(__name__)
 WARNING = "agent-node.warning"
 PROGRESS = "agent-node.task_progress"
+_FOLLOWED = frozenset({c.ACTION_PERFORMED, c.LOG})  # what a run shows besides task steps
 MAX_TICK_WORK = 1000  # ticks kept waiting for a resume; the oldest are forgotten past this
 
 
@@ -141,7 +143,7 @@ class AguiRuns:
     # ------------------------------------------------------------------ resuming
     def _plan_resume(self, agent: str, entries: list[ResumeEntry]) -> ResumePlan:
         approvals = self.ctx.projections.get(Approvals)
-        view = self.ctx.projections.get(A2AView)
+        machine = self.ctx.projections.get(Tasks)
         plan = ResumePlan()
         for entry in entries:
             approval_id = entry.interrupt_id
@@ -176,7 +178,7 @@ class AguiRuns:
             if plan.work is None:
                 if tick is not None:
                     plan.work = tick
-                elif (task_id := view.approval_task_of(approval_id)) is not None:
+                elif (task_id := machine.approval_task_of(approval_id)) is not None:
                     plan.work = TaskWork(task_id)
         return plan
 
@@ -231,7 +233,7 @@ class AguiRuns:
                     yield event
                 return
             if isinstance(work, TaskWork):
-                ended = self._task_end(work)  # it ended before this run looked
+                ended = self._task_end(work.task_id)  # it ended before this run looked
                 if ended is not None:
                     for event in ended(events):
                         yield event
@@ -254,61 +256,67 @@ class AguiRuns:
         events: RunEvents,
         results: dict[str, str],
     ) -> tuple[list[Event], bool]:
-        kind, data = envelope.event.type, envelope.event.data
-        if kind == "approval.requested" and self._asked_by(work, data.get("id")):
-            return self._interrupt(agent, envelope, work, events), True
-        if kind == "action.performed":
-            call_id = results.pop(str(data.get("capability")), None)
-            if call_id is not None:
-                return [events.tool_result(call_id, data)], False
+        """What one envelope of the agent's journal means for the run: the tasks read model's
+        changes decide every task and approval step (projections/states.py)."""
+        machine = self.ctx.projections.get(Tasks)
+        changes = machine.changes(envelope)
+        for change in changes:
+            if isinstance(change, ApprovalChanged) and change.requested:
+                asked = c.payload_of(envelope)
+                if self._asked_by(work, change) and isinstance(asked, c.ApprovalRequested):
+                    return self._interrupt(agent, asked, work, events), True
+        if not changes:
+            payload = c.payload_of(envelope) if envelope.event.type in _FOLLOWED else None
+            if isinstance(payload, c.ActionPerformed):
+                call_id = results.pop(payload.capability, None)
+                if call_id is not None:
+                    return [events.tool_result(call_id, envelope.event.data)], False
+            elif isinstance(payload, c.Log) and isinstance(work, TickWork):
+                work.logs.append(payload.message)
             return [], False
         if isinstance(work, TickWork):
-            if kind == "log":
-                work.logs.append(str(data.get("message", "")))
             return [], False
-        if data.get("id") != work.task_id:
-            return [], False
-        if kind == "task.progress":
-            return [
-                events.custom(PROGRESS, {"taskId": work.task_id, "progress": data.get("progress")})
-            ], False
-        if kind == "task.canceled":
-            return [events.cancelled()], True
-        if kind == "task.completed":
-            output = data.get("output")
-            return _completed(events, output if isinstance(output, dict) else {}), True
-        if kind == "task.failed":
-            return [events.error(str(data.get("error", "the task failed")), "TASK_FAILED")], True
+        for change in changes:
+            if isinstance(change, TaskChanged) and change.task == work.task_id:
+                return self._task_step(change, envelope, events)
         return [], False
 
-    def _task_end(self, work: TaskWork) -> Callable[[RunEvents], list[Event]] | None:
-        """How the run ends if the task is already final (nothing more will come for it)."""
-        task = self.ctx.projections.get(Tasks).get(work.task_id)
-        if task is None:
-            return lambda e: [e.error(f"task {work.task_id} is gone", "TASK_FAILED")]
-        if self.ctx.projections.get(A2AView).canceled_by(work.task_id) is not None:
+    def _task_step(
+        self, change: TaskChanged, envelope: Envelope, events: RunEvents
+    ) -> tuple[list[Event], bool]:
+        if change.before == change.after:  # it reported progress
+            progress = c.payload_of(envelope)
+            value = progress.progress if isinstance(progress, c.TaskProgress) else None
+            return [events.custom(PROGRESS, {"taskId": change.task, "progress": value})], False
+        end = self._task_end(change.task)
+        return (end(events), True) if end is not None else ([], False)
+
+    def _task_end(self, task_id: str) -> Callable[[RunEvents], list[Event]] | None:
+        """How the run ends if the task is final (nothing more will come for it)."""
+        record = self.ctx.projections.get(Tasks).record(task_id)
+        if record is None:
+            return lambda e: [e.error(f"task {task_id} is gone", "TASK_FAILED")]
+        task = record.task
+        if record.state is TaskState.CANCELED:
             return lambda e: [e.cancelled()]
-        if task.status == "completed":
+        if record.state is TaskState.COMPLETED:
             return lambda e: _completed(e, task.output or {})
-        if task.status == "failed":
+        if record.state is TaskState.FAILED:
             return lambda e: [e.error(str(task.error or "the task failed"), "TASK_FAILED")]
         return None
 
-    def _asked_by(self, work: Work, approval_id: Any) -> bool:
+    def _asked_by(self, work: Work, change: ApprovalChanged) -> bool:
         """Whether an approval request comes from this run's work. A worker runs one thing
         at a time, so during an on-demand tick every request is the tick's."""
         if isinstance(work, TickWork):
             return not work.future.done()
-        view = self.ctx.projections.get(A2AView)
-        return isinstance(approval_id, str) and view.approval_task_of(approval_id) == work.task_id
+        return change.task == work.task_id
 
     def _interrupt(
-        self, agent: str, envelope: Envelope, work: Work, events: RunEvents
+        self, agent: str, asked: c.ApprovalRequested, work: Work, events: RunEvents
     ) -> list[Event]:
-        data = envelope.event.data
-        approval_id = str(data["id"])
-        capability = str(data.get("capability", "capability"))
-        detail = _full_request(data)
+        approval_id, capability = asked.id, asked.capability or "capability"
+        detail = f"{capability}: {asked.request}" if asked.request else asked.detail
         call_id = tool_call_id(approval_id)
         request = self.ctx.projections.get(Approvals).get(approval_id)
         interrupt: dict[str, Any] = {
@@ -320,7 +328,7 @@ class AguiRuns:
                 "agent": agent,
                 "capability": capability,
                 "request": _request_text(capability, detail),
-                "requestHash": data.get("request_hash"),
+                "requestHash": asked.request_hash,
             },
         }
         if request is not None:
@@ -358,14 +366,6 @@ def _completed(events: RunEvents, output: dict[str, Any]) -> list[Event]:
 
 def tool_call_id(approval_id: str) -> str:
     return f"call-{approval_id}"
-
-
-def _full_request(data: dict[str, Any]) -> str:
-    """`<capability>: <request>` in full (older events have only the cut `detail`)."""
-    request = data.get("request")
-    if isinstance(request, str) and request:
-        return f"{data.get('capability', 'capability')}: {request}"
-    return str(data.get("detail", ""))
 
 
 def _request_text(capability: str, detail: str) -> str:

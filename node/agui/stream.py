@@ -20,7 +20,7 @@ from __future__ import annotations
 import itertools
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -28,6 +28,10 @@ from typing import Any
 from eventstore.envelope import Envelope
 from node.agui.clock import now_ms
 from node.streams.sse import Item
+from projections import catalogue as c
+from projections.states import ApprovalChanged
+
+_AGENT_ENDS = frozenset({c.AGENT_ERRORED, c.AGENT_STOPPED})
 
 STATUS_EVENT = "agent_status"  # the runtime's status change: a STATE_DELTA here
 _EXTRA = frozenset({"RAW", "CUSTOM"})
@@ -120,7 +124,11 @@ class AguiView:
 
 
 class AguiTranslator:
-    def __init__(self) -> None:
+    """`approval_change` is the tasks read model's (`Tasks.approval_change`): an interrupt
+    opens and resumes on what the one state machine decided, not on raw events."""
+
+    def __init__(self, approval_change: Callable[[Envelope], ApprovalChanged | None]) -> None:
+        self._approval_change = approval_change
         self.states = AgentStates()
         self._threads: dict[str, _Thread] = {}
 
@@ -400,59 +408,55 @@ class AguiTranslator:
 
     # ----------------------------------------------------------------- journaled events
     def on_journal(self, envelope: Envelope) -> list[Item]:
-        kind = envelope.event.type
-        if kind not in (
-            "approval.requested",
-            "approval.decided",
-            "approval.timed_out",
-            "agent.errored",
-            "agent.stopped",
-        ):
-            return []
         agent = envelope.stream
         t = self._threads.get(agent)
         if t is None:
             return []
-        data = envelope.event.data
         out: list[Item] = []
-        if kind == "approval.requested" and t.run is not None:
-            self._interrupt(t, agent, envelope, out)
-        elif kind in ("approval.decided", "approval.timed_out"):
-            if t.run is None and t.interrupted_on and t.interrupted_on == data.get("id"):
-                decision = data.get("decision", "timeout")
-                self._resume(t, agent, {"approval_id": t.interrupted_on, "decision": decision}, out)
-        elif kind == "agent.errored":
+        change = self._approval_change(envelope)
+        if change is not None:
+            asked = c.payload_of(envelope)
+            if change.requested and t.run is not None and isinstance(asked, c.ApprovalRequested):
+                self._interrupt(t, agent, asked, envelope.event.ts, out)
+            elif (
+                change.outcome is not None and t.run is None and t.interrupted_on == change.approval
+            ):
+                why = {"approval_id": change.approval, "decision": change.outcome}
+                self._resume(t, agent, why, out)
+            return out
+        if envelope.event.type not in _AGENT_ENDS:
+            return out
+        payload = c.payload_of(envelope)
+        if isinstance(payload, c.AgentErrored):
             if t.run is not None:
-                self._error(t, agent, {"message": _error_of(data), "code": data.get("kind")}, out)
+                why = {"message": payload.error or "agent error", "code": payload.kind}
+                self._error(t, agent, why, out)
             t.interrupted_on = t.interrupted_run = None
-        elif kind == "agent.stopped":
+        elif isinstance(payload, c.AgentStopped):
             if t.run is not None:
                 self._finish(t, agent, {}, out, outcome={"type": "cancelled"})
             t.interrupted_on = t.interrupted_run = None
         return out
 
-    def _interrupt(self, t: _Thread, agent: str, envelope: Envelope, out: list[Item]) -> None:
-        data = envelope.event.data
-        approval_id = str(data.get("id"))
+    def _interrupt(
+        self, t: _Thread, agent: str, asked: c.ApprovalRequested, ts: str, out: list[Item]
+    ) -> None:
         interrupt: dict[str, Any] = {
-            "id": approval_id,
+            "id": asked.id,
             "reason": "approval",
-            "message": _approval_message(data),
-            "metadata": {"capability": data.get("capability"), "agent": agent},
+            "message": _approval_message(asked),
+            "metadata": {"capability": asked.capability, "agent": agent},
         }
-        if isinstance(data.get("request"), str) and data.get("request_hash"):
-            interrupt["metadata"] |= {
-                "request": data["request"],
-                "requestHash": data["request_hash"],
-            }
+        if asked.request and asked.request_hash:
+            interrupt["metadata"] |= {"request": asked.request, "requestHash": asked.request_hash}
         if t.tools:
             interrupt["toolCallId"] = next(reversed(t.tools))
-        expires = _expiry(envelope.event.ts, data.get("timeout_secs"))
+        expires = _expiry(ts, asked.timeout_secs)
         if expires:
             interrupt["expiresAt"] = expires
         run = t.run
         self._finish(t, agent, {}, out, outcome={"type": "interrupt", "interrupts": [interrupt]})
-        t.interrupted_on = approval_id
+        t.interrupted_on = asked.id
         t.interrupted_run = run
 
     def _resume(self, t: _Thread, agent: str, why: dict[str, Any], out: list[Item]) -> None:
@@ -466,17 +470,11 @@ class AguiTranslator:
         t.interrupted_on = t.interrupted_run = None
 
 
-def _error_of(data: dict[str, Any]) -> str:
-    error = _pick(data, "error", "reason", "message")
-    return error if isinstance(error, str) else "agent error"
-
-
-def _approval_message(data: dict[str, Any]) -> str:
+def _approval_message(asked: c.ApprovalRequested) -> str:
     """What the operator is asked: the full request the agent will perform."""
-    request = data.get("request")
-    if isinstance(request, str) and request:
-        return f"approve {data.get('capability')}: {request}"
-    return str(data.get("detail") or f"approve {data.get('capability')}")
+    if asked.request:
+        return f"approve {asked.capability}: {asked.request}"
+    return asked.detail or f"approve {asked.capability}"
 
 
 def _expiry(ts: str, timeout_secs: Any) -> str | None:

@@ -167,8 +167,10 @@ async def runtime_lifecycle(
     )
 
     def on_commit(envelopes: list[Any]) -> None:
-        for agent in set(tasks.apply(envelopes)):
-            runtime.notify_task(agent)
+        changes = [change for e in envelopes for change in read_model.task_changes(e)]
+        if changes:
+            for agent in set(tasks.apply(changes, read_model.get)):
+                runtime.notify_task(agent)
 
     ctx.store.add_commit_listener(on_commit)
     agents.attach(runtime, McpServer(runtime, services.sink.publish, services.redactor.value))

@@ -19,7 +19,7 @@ from node.streams.mapping import A2AChannel, UnifiedChannel
 from node.streams.replay import backlog
 from node.streams.sse import ClientGone, SseWriter, open_stream, sse_content
 from projections.journals import Journals
-from projections.ownership import Owners
+from projections.tasks import Tasks
 
 log = logging.getLogger(__name__)
 AGENT = Query("agent", str, "the agent whose events to stream", required=True)
@@ -111,7 +111,9 @@ async def _journal_stream(
         if after is not None:
             writer.last_position = after
             async with contextlib.aclosing(
-                backlog(ctx.store, channel, agent, after, head, ctx.projections.get(Owners).allows)
+                backlog(
+                    ctx.store, channel, agent, after, head, ctx.projections.get(Tasks).task_changes
+                )
             ) as chunks:
                 async for chunk in chunks:
                     await writer.write_items(chunk)
@@ -179,10 +181,10 @@ async def _close_streams(app: web.Application) -> None:
 
 def setup(app: web.Application) -> None:
     node = app[CONTEXT].config.node
-    app[AGUI] = translator = AguiTranslator()
+    app[AGUI] = translator = AguiTranslator(app[CONTEXT].projections.get(Tasks).approval_change)
     adapters: dict[Channel, ChannelAdapter] = {
         "events": UnifiedChannel(),
-        "a2a": A2AChannel(app[CONTEXT].projections.get(Owners).allows),
+        "a2a": A2AChannel(app[CONTEXT].projections.get(Tasks).task_changes),
         "agui": translator,
     }
     app[BUS] = EventBus(adapters, node.sse_queue_max, node.sse_keepalive_secs)

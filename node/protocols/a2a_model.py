@@ -2,9 +2,10 @@
 
 One task, two views: the spec's task (status pending/running/completed/failed) and the A2A
 task (TASK_STATE_*), both read from the same projections. The mapping:
-pending → SUBMITTED; running → WORKING, or INPUT_REQUIRED while an approval it asked for is
-pending; completed → COMPLETED (its output is the artifact "output", one data part);
-failed → FAILED, or CANCELED when it ended by CancelTask.
+the one state of projections/states.py named by `a2a_state`: pending → SUBMITTED, running →
+WORKING, input_required → INPUT_REQUIRED (an approval its run asked for is pending), completed →
+COMPLETED (its output is the artifact "output", one data part), failed → FAILED, canceled →
+CANCELED (REST shows it failed).
 """
 
 from __future__ import annotations
@@ -16,16 +17,16 @@ import msgspec
 from node import boundedjson
 from node.jsonrpc import RpcError
 from node.protocols.a2a_params import Message, Part
-from projections.a2a import A2AView
 from projections.approvals import Approvals
-from projections.tasks import Task
+from projections.states import A2A_STATES, TaskState, a2a_state
+from projections.tasks import Task, Tasks
 
-SUBMITTED = "TASK_STATE_SUBMITTED"
-WORKING = "TASK_STATE_WORKING"
-INPUT_REQUIRED = "TASK_STATE_INPUT_REQUIRED"
-COMPLETED = "TASK_STATE_COMPLETED"
-FAILED = "TASK_STATE_FAILED"
-CANCELED = "TASK_STATE_CANCELED"
+SUBMITTED = A2A_STATES[TaskState.PENDING]
+WORKING = A2A_STATES[TaskState.RUNNING]
+INPUT_REQUIRED = A2A_STATES[TaskState.INPUT_REQUIRED]
+COMPLETED = A2A_STATES[TaskState.COMPLETED]
+FAILED = A2A_STATES[TaskState.FAILED]
+CANCELED = A2A_STATES[TaskState.CANCELED]
 REJECTED = "TASK_STATE_REJECTED"
 AUTH_REQUIRED = "TASK_STATE_AUTH_REQUIRED"
 STATES = (SUBMITTED, WORKING, INPUT_REQUIRED, COMPLETED, FAILED, CANCELED, REJECTED, AUTH_REQUIRED)
@@ -52,21 +53,16 @@ def task_not_found(task_id: str) -> RpcError:
 
 
 class TaskViews:
-    """Reads one task out of the three read models that know about it."""
+    """One task as A2A shows it, read from the tasks read model (its state is the one state
+    machine's, projections/states.py) and the approvals it waits for."""
 
-    def __init__(self, tasks: Any, view: A2AView, approvals: Approvals) -> None:
-        self.tasks = tasks
-        self.view = view
+    def __init__(self, tasks: Tasks, approvals: Approvals) -> None:
+        self.view = tasks
         self.approvals = approvals
 
     def state(self, task: Task) -> str:
-        if self.view.canceled_by(task.id) is not None:
-            return CANCELED
-        if task.status == "pending":
-            return SUBMITTED
-        if task.status == "running":
-            return INPUT_REQUIRED if self.view.pending_approvals(task.id) else WORKING
-        return COMPLETED if task.status == "completed" else FAILED
+        state = self.view.state_of(task.id)
+        return a2a_state(state) if state is not None else SUBMITTED
 
     def context_id(self, task: Task) -> str:
         context = self.view.context_of(task.id).get("contextId")
@@ -118,8 +114,7 @@ class TaskViews:
             "status": self.status(task),
             "metadata": {"from": task.from_, "agent": task.to, "nodeStatus": task.status},
         }
-        canceled = self.view.canceled_by(task.id) is not None
-        if artifacts and task.status == "completed" and not canceled:
+        if artifacts and self.view.state_of(task.id) is TaskState.COMPLETED:
             out["artifacts"] = [output_artifact(task.id, task.output or {})]
         history = self.history(task, context_id)
         if history_length is not None:

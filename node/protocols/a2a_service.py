@@ -29,8 +29,9 @@ from node.protocols.follow import JournalCursor
 from node.protocols.lifecycle import StopSignal
 from node.services.approvals import ApprovalGate, Decision
 from node.services.tasks import TaskService
-from projections.a2a import A2AView
+from projections import catalogue as c
 from projections.approvals import Approvals
+from projections.states import ApprovalChanged, TaskChanged, TaskState, a2a_state
 from projections.tasks import Task, Tasks
 
 DEFAULT_PAGE_SIZE = 50
@@ -54,7 +55,7 @@ class A2AService:
         self.tasks = tasks
         self.approvals = approvals
         p = ctx.projections
-        self.views = m.TaskViews(p.get(Tasks), p.get(A2AView), p.get(Approvals))
+        self.views = m.TaskViews(p.get(Tasks), p.get(Approvals))
 
     # ------------------------------------------------------------------ reads
     def get(self, agent: str, task_id: str) -> Task:
@@ -172,18 +173,13 @@ class A2AService:
         return self.views.to_json(self.get(agent, task_id))
 
     async def _deny_canceled(self, agent: str, task_id: str, operator: str) -> None:
-        """Deny, with the reason, what the canceled task asked for: requests that name the
-        task, and those the A2A view linked to it (journaled before requests named tasks)."""
-        gate = self.approvals
+        """Deny, with the reason, what the canceled task asked for (Tasks.asked_by)."""
         reason = f"task {task_id} was canceled by {operator}"
-        await gate.deny_for_task(agent, task_id, operator, reason)
-        for approval_id in self.ctx.projections.get(A2AView).pending_approvals(task_id):
-            with contextlib.suppress(Problem):  # decided or timed out meanwhile
-                await gate.decide(approval_id, "deny", operator, reason=reason)
+        await self.approvals.deny_for_task(agent, task_id, operator, reason)
 
     async def _decide_all(self, task_id: str, decision: Decision, operator: str) -> None:
         gate = self.approvals
-        for approval_id in self.ctx.projections.get(A2AView).pending_approvals(task_id):
+        for approval_id in self.views.view.pending_approvals(task_id):
             with contextlib.suppress(Problem):  # decided or timed out meanwhile
                 await gate.decide(approval_id, decision, operator)
 
@@ -242,19 +238,14 @@ class A2AService:
             await cursor.wait(wait, stop.future)
 
     def _updates_of(self, envelope: Envelope, task_id: str) -> builtins.list[tuple[Update, bool]]:
-        kind, data, ts = envelope.event.type, envelope.event.data, envelope.event.ts
-        view = self.ctx.projections.get(A2AView)
-        if kind.startswith("approval."):
-            approval_id = data.get("id")
-            if not isinstance(approval_id, str) or view.approval_task_of(approval_id) != task_id:
-                return []
-        elif data.get("id") != task_id or kind == "task.created":
-            return []
-        task = self.ctx.projections.get(Tasks).get(task_id)
+        """The task's updates for what the envelope changed (projections/states.py)."""
+        views = self.views
+        changes = views.view.changes(envelope)
+        task = views.view.get(task_id) if changes else None
         if task is None:
             return []
-        views = self.views
         context_id = views.context_id(task)
+        ts, payload = envelope.event.ts, c.payload_of(envelope)
 
         def status(state: str, text: str | None = None, data_: Any = None, key: str = "") -> Update:
             body: dict[str, Any] = {"state": state, "timestamp": ts}
@@ -264,68 +255,71 @@ class A2AService:
                 )
             return {"statusUpdate": {"taskId": task_id, "contextId": context_id, "status": body}}
 
-        canceled = view.canceled_by(task_id) is not None
-        if kind == "task.started":
+        waiting = [ch.after for ch in views.view.task_changes(envelope) if ch.task == task_id]
+        out: builtins.list[tuple[Update, bool]] = []
+        for change in changes:
+            if isinstance(change, ApprovalChanged):
+                if change.task != task_id:
+                    continue
+                approval = change.approval
+                if change.requested:
+                    out.append(
+                        (
+                            status(
+                                m.INPUT_REQUIRED,
+                                self._asking(approval, payload),
+                                key=f"approval-{approval}",
+                            ),
+                            False,
+                        )
+                    )
+                    continue
+                resolution = views.approvals.resolution(approval)
+                by = f" by {resolution.operator}" if resolution and resolution.operator else ""
+                state = a2a_state(waiting[0]) if waiting else m.INPUT_REQUIRED
+                text = f"approval {approval}: {change.outcome}{by}"
+                out.append((status(state, text, key=f"decided-{approval}"), False))
+            elif change.task == task_id:
+                out.extend(self._task_update(change, task, envelope, context_id, status))
+        return out
+
+    def _asking(self, approval_id: str, payload: c.Payload | None) -> str:
+        if self.views.approvals.get(approval_id) is not None or not isinstance(
+            payload, c.ApprovalRequested
+        ):
+            return self.views.approval_text(approval_id)
+        return f"waiting for an operator to approve {payload.capability}: {payload.detail}"
+
+    @staticmethod
+    def _task_update(
+        change: TaskChanged, task: Task, envelope: Envelope, context_id: str, status: Any
+    ) -> builtins.list[tuple[Update, bool]]:
+        before, after, payload = change.before, change.after, c.payload_of(envelope)
+        if before is None or {before, after} == {TaskState.RUNNING, TaskState.INPUT_REQUIRED}:
+            return []  # created (the first event shows it), or said by the approval's update
+        if before == after:  # it reported progress
+            progress = payload.progress if isinstance(payload, c.TaskProgress) else None
+            return [
+                (status(a2a_state(after), data_=progress, key=f"progress-{envelope.seq}"), False)
+            ]
+        if after is TaskState.RUNNING:
             return [(status(m.WORKING), False)]
-        if kind == "task.progress":
-            return [
-                (
-                    status(m.WORKING, data_=data.get("progress"), key=f"progress-{envelope.seq}"),
-                    False,
-                )
-            ]
-        if kind == "approval.requested":
-            text = (
-                views.approval_text(data["id"])
-                if views.approvals.get(data["id"])
-                else (
-                    f"waiting for an operator to approve {data.get('capability')}: "
-                    f"{data.get('detail')}"
-                )
-            )
-            return [(status(m.INPUT_REQUIRED, text, key=f"approval-{data['id']}"), False)]
-        if kind in ("approval.decided", "approval.timed_out"):
-            outcome = data.get("decision", "timeout")
-            by = f" by {data['operator']}" if data.get("operator") else ""
-            return [
-                (
-                    status(
-                        m.WORKING,
-                        f"approval {data['id']}: {outcome}{by}",
-                        key=f"decided-{data['id']}",
-                    ),
-                    False,
-                )
-            ]
-        if kind == "task.canceled":
-            return [
-                (
-                    status(
-                        m.CANCELED,
-                        f"canceled by {data.get('operator') or 'an operator'}",
-                        key="canceled",
-                    ),
-                    True,
-                )
-            ]
-        if canceled:
-            return []  # the agent's late result for a canceled task changes nothing
-        if kind == "task.completed":
-            output = data.get("output")
+        if after is TaskState.CANCELED:
+            operator = payload.operator if isinstance(payload, c.TaskCanceled) else None
+            text = f"canceled by {operator or 'an operator'}"
+            return [(status(m.CANCELED, text, key="canceled"), True)]
+        if after is TaskState.COMPLETED:
             artifact = {
                 "artifactUpdate": {
-                    "taskId": task_id,
+                    "taskId": task.id,
                     "contextId": context_id,
-                    "artifact": m.output_artifact(
-                        task_id, output if isinstance(output, dict) else {}
-                    ),
+                    "artifact": m.output_artifact(task.id, task.output or {}),
                     "lastChunk": True,
                 }
             }
             return [(artifact, False), (status(m.COMPLETED), True)]
-        if kind == "task.failed":
-            return [(status(m.FAILED, str(data.get("error", "failed")), key="failed"), True)]
-        return []
+        error = task.error if isinstance(task.error, str) and task.error else "failed"
+        return [(status(m.FAILED, error, key="failed"), True)]
 
 
 def _state_of(update: Update) -> str | None:

@@ -23,6 +23,7 @@ from node.runtime.hostapi import (
     Task,
     exempt_from_deadline,
 )
+from projections import catalogue as c
 
 Decide = Callable[[str, str], str]  # (capability, request) -> "approve" | "deny" | "timeout"
 
@@ -55,19 +56,19 @@ class MemoryHost:
     # ---- AgentHost -----------------------------------------------------------------------
 
     def log(self, level: str, message: str) -> None:
-        self.record("log", level=level, message=message)
+        self.record(c.Log.type, level=level, message=message)
 
     def report_finding(self, severity: str, title: str, detail: str) -> None:
-        self.record("finding", severity=severity, title=title, detail=detail)
+        self.record(c.Finding.type, severity=severity, title=title, detail=detail)
 
     def invoke(self, capability: str, request: str) -> str:
         if capability not in self.capabilities:
             raise HostError("not-permitted", f"capability {capability} is not enabled")
         if capability in self.gated:
-            self.record("approval.requested", capability=capability, detail=request)
+            self.record(c.ApprovalRequested.type, capability=capability, detail=request)
             with exempt_from_deadline():  # an operator's time, as in the node's host
                 decision = self.decide(capability, request)
-            self.record("approval.decided", capability=capability, decision=decision)
+            self.record(c.ApprovalDecided.type, capability=capability, decision=decision)
             if decision == "deny":
                 raise HostError("approval-denied", f"{capability} denied by operator")
             if decision == "timeout":
@@ -82,7 +83,7 @@ class MemoryHost:
             value = self.secrets[(domain, key)]
         except KeyError:
             raise HostError("failed", f"no secret {domain}/{key}") from None
-        self.record("secret.accessed", domain=domain, key=key)
+        self.record(c.SecretAccessed.type, domain=domain, key=key)
         return value
 
     def infer(self, request: str) -> str:
@@ -91,11 +92,11 @@ class MemoryHost:
 
     def create_task(self, to: str, input: str) -> str:
         task_id = f"task-{next(self._ids)}"
-        self.record("task.created", id=task_id, to=to, input=input)
+        self.record(c.TaskCreated.type, id=task_id, to=to, input=input)
         return task_id
 
     def task_progress(self, task_id: str, progress: str) -> None:
-        self.record("task.progress", id=task_id, progress=progress)
+        self.record(c.TaskProgress.type, id=task_id, progress=progress)
 
     def state_get(self, key: str) -> str | None:
         with self._lock:
@@ -104,18 +105,20 @@ class MemoryHost:
     def state_set(self, key: str, value: str) -> None:
         with self._lock:
             self.state[key] = value
-        self.record("state.set", key=key, value=value)
+        self.record(c.StateSet.type, key=key, value=value)
 
     # ---- AgentHooks ----------------------------------------------------------------------
 
     def agent_started(self, restart_count: int) -> None:
-        self.record("agent.started", restart_count=restart_count)
+        self.record(c.AgentStarted.type, restart_count=restart_count)
 
     def agent_errored(self, fault: AgentFault, retry_in_ms: int) -> None:
-        self.record("agent.errored", kind=fault.kind, error=fault.reason, retry_in_ms=retry_in_ms)
+        self.record(
+            c.AgentErrored.type, kind=fault.kind, error=fault.reason, retry_in_ms=retry_in_ms
+        )
 
     def agent_stopped(self) -> None:
-        self.record("agent.stopped")
+        self.record(c.AgentStopped.type)
 
     def status_changed(self, status: str) -> None:
         self.record("status", status=status)
@@ -141,13 +144,13 @@ class MemoryHost:
             return self.tasks.popleft() if self.tasks else None
 
     def task_started(self, task: Task) -> None:
-        self.record("task.started", id=task.id)
+        self.record(c.TaskStarted.type, id=task.id)
 
     def task_completed(self, task: Task, output: str) -> None:
-        self.record("task.completed", id=task.id, output=output)
+        self.record(c.TaskCompleted.type, id=task.id, output=output)
 
     def redact(self, text: str) -> str:
         return text  # nothing here is journaled or replicated
 
     def task_failed(self, task: Task, error: str) -> None:
-        self.record("task.failed", id=task.id, error=error)
+        self.record(c.TaskFailed.type, id=task.id, error=error)

@@ -1,10 +1,11 @@
 """Which tasks each hosted agent still has to work on, as its journal says.
 
-A task is deliverable from its `task.created` (in the journal of the agent it is for) until
-its `task.completed`, `task.failed` or `task.canceled`. Tasks that were started but not
-finished when the node went down are delivered again after a restart (at least once), in
-creation order. The queue starts from the tasks read model's open tasks and then folds every
-commit, on the event loop; workers take from it on their own threads.
+A task is deliverable from its creation (in the journal of the agent it is for) until it ends
+(projections/states.py decides both; the queue folds the tasks read model's changes). Tasks
+that were started but not finished when the node went down are delivered again after a
+restart (at least once), in creation order. The queue starts from the tasks read model's open
+tasks and then folds the changes of every commit, on the event loop; workers take from it on
+their own threads.
 """
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
-from eventstore.envelope import Envelope
 from node.runtime.hostapi import Task
+from projections.states import TaskChanged
+from projections.tasks import Task as SpecTask
 
 
 class TaskQueue:
@@ -31,27 +33,25 @@ class TaskQueue:
             for task_id, sender, task_input in open_tasks:
                 tasks[task_id] = Task(task_id, sender, json.dumps(task_input or {}))
 
-    def apply(self, envelopes: Iterable[Envelope]) -> list[str]:
-        """Fold envelopes; returns the agents that got a new task (to wake them)."""
+    def apply(
+        self, changes: Iterable[TaskChanged], get: Callable[[str], SpecTask | None]
+    ) -> list[str]:
+        """Fold the tasks read model's changes (`get` reads a created task); returns the
+        agents that got a new task (to wake them)."""
         woken: list[str] = []
         with self._lock:
-            for envelope in envelopes:
-                tasks = self._open.get(envelope.stream)
+            for change in changes:
+                tasks = self._open.get(change.agent)
                 if tasks is None:
                     continue
-                data, kind = envelope.event.data, envelope.event.type
-                task_id = str(data.get("id", ""))
-                if kind == "task.created" and task_id:
-                    raw_input = data.get("input", {})
-                    tasks[task_id] = Task(
-                        task_id,
-                        str(data.get("from", "")),
-                        json.dumps(raw_input if raw_input is not None else {}),
-                    )
-                    woken.append(envelope.stream)
-                elif kind in ("task.completed", "task.failed", "task.canceled"):
-                    tasks.pop(task_id, None)
-                    self._delivered.discard(task_id)
+                if change.created:
+                    task = get(change.task)
+                    if task is not None:
+                        tasks[task.id] = Task(task.id, task.from_, json.dumps(task.input))
+                        woken.append(change.agent)
+                elif change.ended:
+                    tasks.pop(change.task, None)
+                    self._delivered.discard(change.task)
         return woken
 
     def take(self, agent: str) -> Task | None:

@@ -33,7 +33,8 @@ from node.services.journal import ensure_local
 from projections import catalogue as c
 from projections.approvals import DEFAULT_TIMEOUT_SECS, Approvals, hash_request
 from projections.journals import Journals
-from projections.ownership import Owners
+from projections.states import TaskChanged, TaskState
+from projections.tasks import Tasks
 
 log = logging.getLogger(__name__)
 Decision = Literal["approve", "deny"]
@@ -225,7 +226,7 @@ class ApprovalGate:
     async def deny_for_task(self, agent: str, task_id: str, operator: str, reason: str) -> int:
         """Deny every pending request a task's run asked for; how many were denied."""
         denied = 0
-        for approval_id in self.projection.pending_for_task(agent, task_id):
+        for approval_id in self.ctx.projections.get(Tasks).asked_by(agent, task_id):
             with contextlib.suppress(Problem):  # decided or timed out meanwhile
                 await self.decide(approval_id, "deny", operator, reason=reason)
                 denied += 1
@@ -309,50 +310,43 @@ class ApprovalGate:
 
     # ------------------------------------------------------------------ journal follower
     def _on_commit(self, envelopes: list[Envelope]) -> None:
-        """Release the waiter and drop the timer of every request resolved in this commit."""
+        """Release the waiter and drop the timer of every request resolved in this commit,
+        and deny what a canceled task asked for: the changes the tasks read model made."""
+        machine = self.ctx.projections.get(Tasks)
         for envelope in envelopes:
-            kind = envelope.event.type
-            if kind == c.TASK_CANCELED:
-                self._deny_canceled(envelope)
-                continue
-            if kind == c.APPROVAL_DECIDED:
-                outcome = envelope.event.data.get("decision")
-            elif kind == c.APPROVAL_TIMED_OUT:
-                outcome = "timeout"
-            else:
-                continue
-            if not self.ctx.projections.get(Owners).allows(envelope):
-                continue  # a journal that does not own this approval cannot resolve it
-            approval_id = envelope.event.data.get("id")
-            if not isinstance(approval_id, str) or self.projection.is_pending(approval_id):
-                continue  # not a resolution the projection accepted
-            handle = self._timers.pop(approval_id, None)
-            if handle is not None:
-                handle.cancel()
-            future = self._waiters.get(approval_id)
-            orphan = self._orphans.pop(approval_id, None)
-            if future is not None and not future.done():
-                # a journaled decision is "approve" or "deny": the gate writes only those, and
-                # a peer's events fit the catalogue (c.ApprovalDecided) before they are stored
-                future.set_result(cast(Outcome, outcome))
-            elif orphan is not None and outcome in ("approve", "deny"):
-                self._unclaimed[orphan] = outcome
+            for change in machine.changes(envelope):
+                if isinstance(change, TaskChanged):
+                    if change.after is TaskState.CANCELED and change.ended:
+                        self._deny_canceled(change, envelope)
+                elif change.outcome is not None:
+                    self._resolved(change.approval, change.outcome)
 
-    def _deny_canceled(self, envelope: Envelope) -> None:
+    def _resolved(self, approval_id: str, outcome: str) -> None:
+        handle = self._timers.pop(approval_id, None)
+        if handle is not None:
+            handle.cancel()
+        future = self._waiters.get(approval_id)
+        orphan = self._orphans.pop(approval_id, None)
+        if future is not None and not future.done():
+            future.set_result(cast(Outcome, outcome))
+        elif orphan is not None and outcome in ("approve", "deny"):
+            self._unclaimed[orphan] = cast(Outcome, outcome)
+
+    def _deny_canceled(self, change: TaskChanged, envelope: Envelope) -> None:
         """A canceled task's pending requests can never be performed: deny them, saying why."""
-        task_id = envelope.event.data.get("id")
-        agent = envelope.stream
-        if self._closed or not isinstance(task_id, str):
+        task_id, agent = change.task, change.agent
+        if self._closed:
             return
         if self.ctx.projections.get(Journals).home_of(agent) not in (None, self.ctx.name):
             return  # a replica: the home node denies
-        if not self.projection.pending_for_task(agent, task_id):
+        if not self.ctx.projections.get(Tasks).asked_by(agent, task_id):
             return
-        operator = envelope.event.data.get("operator")
-        by = f" by {operator}" if isinstance(operator, str) and operator else ""
+        canceled = c.payload_of(envelope)
+        operator = canceled.operator if isinstance(canceled, c.TaskCanceled) else None
+        by = f" by {operator}" if operator else ""
         reason = f"task {task_id} was canceled{by}"
         denial = asyncio.get_running_loop().create_task(
-            self._deny_logged(agent, task_id, operator if isinstance(operator, str) else "", reason)
+            self._deny_logged(agent, task_id, operator or "", reason)
         )
         self._denials.add(denial)
         denial.add_done_callback(self._denials.discard)

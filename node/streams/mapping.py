@@ -20,21 +20,21 @@ from typing import Any
 from eventstore.envelope import Envelope
 from node.agui.stream import is_agui_event
 from node.streams.sse import Item
-from projections.catalogue import CATALOGUE, PEER_ACKED, TASK_CANCELED
+from projections import catalogue as c
+from projections.catalogue import CATALOGUE, PEER_ACKED
+from projections.states import TaskChanged, TaskState
 
-RENAMES = {"agent.errored": "error"}
+RENAMES = {c.AGENT_ERRORED: "error"}
 # Bookkeeping that would only be noise on an operator's stream (mesh acks, several a second).
 HIDDEN = frozenset({PEER_ACKED})
 # SSE event names of the unified stream, one per catalogued type: no other name is ever sent.
 UNIFIED_NAMES = {t: RENAMES.get(t) or t.replace(".", "_") for t in CATALOGUE if t not in HIDDEN}
-A2A_NAMES = {
-    "task.created": "task_created",
-    "task.started": "task_started",
-    "task.progress": "task_progress",
-    "task.completed": "task_completed",
-    "task.failed": "task_failed",
-    "task.canceled": "task_failed",  # the spec has no canceled state; REST shows it as failed
-}
+# What the A2A stream may name a frame (DESIGN.md's shapes; the spec has no canceled state, so a
+# cancel is `task_failed`, as REST shows it).
+A2A_NAMES = frozenset(
+    {"task_created", "task_started", "task_progress", "task_completed", "task_failed"}
+)
+TaskChanges = Callable[[Envelope], list[TaskChanged]]
 
 
 class UnifiedChannel:
@@ -56,16 +56,16 @@ class UnifiedChannel:
 
 
 class A2AChannel:
-    """The A2A stream: task events only, in DESIGN.md's shapes; nothing ephemeral. `allows` is
-    the read models' ownership rule (Owners.allows): an event it refuses is not shown."""
+    """The A2A stream: what task events changed (`changes`, the tasks read model's), in
+    DESIGN.md's shapes; nothing ephemeral, nothing the one state machine refused."""
 
     stateful = False
 
-    def __init__(self, allows: Callable[[Envelope], bool] | None = None) -> None:
-        self.allows = allows
+    def __init__(self, changes: TaskChanges) -> None:
+        self.changes = changes
 
     def on_journal(self, envelope: Envelope) -> list[Item]:
-        item = a2a_item(envelope, self.allows)
+        item = a2a_item(envelope, self.changes)
         return [item] if item is not None else []
 
     def on_runtime(self, name: str, data: dict[str, Any], agent: str | None) -> list[Item]:
@@ -82,7 +82,7 @@ def unified_item(envelope: Envelope) -> Item | None:
     if name is None:
         return None
     data: dict[str, Any] = {**event.data, "agent": envelope.stream}
-    if event.type == "agent.errored":
+    if event.type == c.AGENT_ERRORED:
         data["error"] = _error_text(event.data)
     data["ts"] = event.ts
     data["origin"] = event.origin
@@ -94,32 +94,36 @@ def _error_text(data: dict[str, Any]) -> str:
     return error if isinstance(error, str) else "agent error"
 
 
-def a2a_item(envelope: Envelope, allows: Callable[[Envelope], bool] | None = None) -> Item | None:
-    """DESIGN.md's A2A data: task_created {id, from, to, status, created_at}, the rest by id.
+def a2a_item(envelope: Envelope, changes: TaskChanges) -> Item | None:
+    """DESIGN.md's A2A data: task_created {id, from, to, status, created_at}, the rest by id."""
+    for change in changes(envelope):
+        found = _a2a_frame(change, envelope)
+        if found is not None:
+            name, data = found
+            return Item(name, data, envelope.stream, envelope.position)
+    return None
 
-    `allows` is the ownership rule (Owners.allows): an event it refuses is not shown."""
-    event = envelope.event
-    name = A2A_NAMES.get(event.type)
-    if name is None or (allows is not None and not allows(envelope)):
-        return None
-    data = event.data
-    task_id = data.get("id")
-    if name == "task_created":
-        out = {
+
+def _a2a_frame(change: TaskChanged, envelope: Envelope) -> tuple[str, dict[str, Any]] | None:
+    payload, task_id = c.payload_of(envelope), change.task
+    if change.created:
+        sender = payload.from_ if isinstance(payload, c.TaskCreated) else ""
+        return "task_created", {
             "id": task_id,
-            "from": data.get("from"),
-            "to": envelope.stream,  # the journal it is in (DESIGN: task.created is in `to`'s)
+            "from": sender,
+            "to": change.agent,  # the journal it is in (DESIGN: task.created is in `to`'s)
             "status": "pending",
-            "created_at": event.ts,
+            "created_at": envelope.event.ts,
         }
-    elif name == "task_progress":
-        out = {"id": task_id, "progress": data.get("progress")}
-    elif name == "task_completed":
-        out = {"id": task_id, "output": data.get("output")}
-    elif event.type == TASK_CANCELED:
-        out = {"id": task_id, "error": f"canceled by {data.get('operator') or 'an operator'}"}
-    elif name == "task_failed":
-        out = {"id": task_id, "error": data.get("error")}
-    else:
-        out = {"id": task_id}
-    return Item(name, out, envelope.stream, envelope.position)
+    if isinstance(payload, c.TaskProgress):
+        return "task_progress", {"id": task_id, "progress": payload.progress}
+    if change.after is TaskState.RUNNING and change.before is TaskState.PENDING:
+        return "task_started", {"id": task_id}
+    if isinstance(payload, c.TaskCompleted):
+        return "task_completed", {"id": task_id, "output": payload.output}
+    if isinstance(payload, c.TaskCanceled):
+        by = payload.operator or "an operator"
+        return "task_failed", {"id": task_id, "error": f"canceled by {by}"}
+    if isinstance(payload, c.TaskFailed):
+        return "task_failed", {"id": task_id, "error": payload.error}
+    return None  # to or from input-required: the approval events say it

@@ -7,11 +7,10 @@ it reaches the client's queue live, so the seam has neither gap nor duplicate.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator
 
-from eventstore.envelope import Envelope
 from eventstore.store import EventStore
-from node.streams.mapping import a2a_item, unified_item
+from node.streams.mapping import TaskChanges, a2a_item, unified_item
 from node.streams.sse import Item
 
 CHUNK = 1000
@@ -23,7 +22,7 @@ async def backlog(
     agent: str | None,
     after: int,
     upto: int,
-    allows: Callable[[Envelope], bool] | None = None,
+    changes: TaskChanges,
 ) -> AsyncGenerator[list[Item], None]:
     """Chunks of items with after < position <= upto, in order, for one channel (and agent)."""
     if after >= upto:
@@ -38,7 +37,7 @@ async def backlog(
     position = after
     while position < upto:
         chunk, position, done = await asyncio.to_thread(
-            _all_chunk, store, channel, position, upto, allows
+            _all_chunk, store, channel, position, upto, changes
         )
         if chunk:
             yield chunk
@@ -51,7 +50,7 @@ def _all_chunk(
     channel: str,
     after: int,
     upto: int,
-    allows: Callable[[Envelope], bool] | None = None,
+    changes: TaskChanges,
 ) -> tuple[list[Item], int, bool]:
     envelopes = store.read_all(after, CHUNK)
     items: list[Item] = []
@@ -60,7 +59,7 @@ def _all_chunk(
         if envelope.position > upto:
             return items, last, True
         last = envelope.position
-        item = unified_item(envelope) if channel == "events" else a2a_item(envelope, allows)
+        item = unified_item(envelope) if channel == "events" else a2a_item(envelope, changes)
         if item is not None:
             items.append(item)
     return items, last, len(envelopes) < CHUNK

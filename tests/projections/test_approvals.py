@@ -18,6 +18,7 @@ from projections.approvals import (
     expiry_of,
 )
 from projections.disk import DiskModels
+from projections.tasks import Tasks
 from tests.projections.envelopes import Journal, envelope, fold, refolded_snapshot, ts_at
 
 
@@ -299,17 +300,17 @@ def test_history_is_the_resolutions_newest_first_up_to_a_limit() -> None:
 
 
 def test_a_request_asked_by_a_task_is_found_by_that_task_until_resolved() -> None:
+    """Tasks.asked_by: what a canceled task's approvals are (the gate denies them)."""
     j = Journal()
     request(j, "alice", "a1", task="t1")
     request(j, "alice", "a2", task="t2")
     request(j, "alice", "a3", task="t1")
     request(j, "bob", "b1", task="t1")
-    approvals = fold(Approvals(), j.envelopes)
-    assert approvals.pending_for_task("alice", "t1") == ["a1", "a3"]
+    assert fold(Tasks(), j.envelopes).asked_by("alice", "t1") == ["a1", "a3"]
     decide(j, "alice", "a1", "deny")
-    approvals = fold(Approvals(), j.envelopes)
-    assert approvals.pending_for_task("alice", "t1") == ["a3"]
-    assert approvals.pending_for_task("alice", "t9") == []
+    tasks = fold(Tasks(), j.envelopes)
+    assert tasks.asked_by("alice", "t1") == ["a3"]
+    assert tasks.asked_by("alice", "t9") == []
 
 
 def test_ids_and_capabilities_longer_than_an_lmdb_key_still_fold() -> None:

@@ -9,8 +9,6 @@ from typing import Any
 import pytest
 
 from eventstore.envelope import Envelope, decode_event, digest_of, verify_signature
-from projections.a2a import A2AView
-from projections.approvals import Approvals
 from projections.base import Projections
 from projections.disk import DiskModels
 from projections.entries import Findings, Logs
@@ -238,7 +236,7 @@ def test_the_real_projections_rebuild_to_their_live_state() -> None:
     j.add(PEERS_STREAM, KEY_PINNED, {"peer": "node-b", "public_key": "k"})
     j.add(PEERS_STREAM, ACKED, {"peer": "node-b", "heads": {"alice": 8}})
     j.add(REGISTRY_STREAM, "package.published", {"id": "p", "version": "1.0.0"})
-    disk = DiskModels([Owners(), Logs(), Findings(), Approvals(), Tasks(), A2AView()]).scratch()
+    disk = DiskModels([Owners(), Logs(), Findings(), Tasks()]).scratch()
     live = Projections([Journals(), Registry(), Grants(), PeerBook()], disk)
     for one in j.envelopes:
         live.apply([one])
