@@ -298,8 +298,9 @@ class JournalHost:
             state: dict[str, str] = {}
             for envelope in self.s.store.iter_stream(self.name):
                 if envelope.event.type == c.STATE_SET:
-                    data = envelope.event.data
-                    state[str(data.get("key"))] = str(data.get("value"))
+                    payload = c.payload_of(envelope)
+                    if isinstance(payload, c.StateSet):
+                        state[payload.key] = payload.value
             self._state = state
         return self._state
 

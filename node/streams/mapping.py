@@ -83,15 +83,12 @@ def unified_item(envelope: Envelope) -> Item | None:
         return None
     data: dict[str, Any] = {**event.data, "agent": envelope.stream}
     if event.type == c.AGENT_ERRORED:
-        data["error"] = _error_text(event.data)
+        errored = c.payload_of(envelope)
+        error = errored.error if isinstance(errored, c.AgentErrored) else ""
+        data["error"] = error or "agent error"
     data["ts"] = event.ts
     data["origin"] = event.origin
     return Item(name, data, envelope.stream, envelope.position)
-
-
-def _error_text(data: dict[str, Any]) -> str:
-    error = data.get("error") or data.get("reason") or data.get("message")
-    return error if isinstance(error, str) else "agent error"
 
 
 def a2a_item(envelope: Envelope, changes: TaskChanges) -> Item | None:

@@ -163,13 +163,18 @@ async def test_a2a_stream_maps_task_events(client):
         await ctx.store.append("worker", "task.started", {"id": "t1"})
         await ctx.store.append("worker", "task.progress", {"id": "t1", "progress": "half"})
         await ctx.store.append("worker", "task.completed", {"id": "t1", "output": {"ok": 1}})
+        # no task t2 exists and t1 is final: the state machine changes nothing, nothing shows
         await ctx.store.append("worker", "task.failed", {"id": "t2", "error": "no"})
-        events = await stream.take(5)
+        await ctx.store.append("worker", "task.canceled", {"id": "t1", "operator": "late"})
+        await ctx.store.append("worker", "task.created", {"id": "t3", "from": "boss", "input": {}})
+        await ctx.store.append("worker", "task.canceled", {"id": "t3", "operator": "carol"})
+        events = await stream.take(6)
     assert [e.event for e in events] == [
         "task_created",
         "task_started",
         "task_progress",
         "task_completed",
+        "task_created",
         "task_failed",
     ]
     assert events[0].id == str(created.position)
@@ -180,11 +185,11 @@ async def test_a2a_stream_maps_task_events(client):
         "status": "pending",
         "created_at": created.event.ts,
     }
-    assert [e.json() for e in events[1:]] == [
+    assert [e.json() for e in events[1:4]] + [events[5].json()] == [
         {"id": "t1"},
         {"id": "t1", "progress": "half"},
         {"id": "t1", "output": {"ok": 1}},
-        {"id": "t2", "error": "no"},
+        {"id": "t3", "error": "canceled by carol"},
     ]
 
 

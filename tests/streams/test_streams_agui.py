@@ -13,13 +13,14 @@ import pytest
 from ag_ui.core import Event as AguiEvent
 from pydantic import TypeAdapter
 
-from eventstore.envelope import Envelope, Event
 from node.agui.stream import AguiTranslator, AguiView
 from node.api.streams import current_statuses
 from node.app import build_app
 from node.context import CONTEXT
 from node.runtime.agents import AGENTS
 from node.streams.bus import BUS
+from projections.tasks import Tasks
+from tests.projections.envelopes import Journal, fold
 from tests.support import SseStream, make_config
 
 ADAPTER = TypeAdapter(AguiEvent)
@@ -90,16 +91,15 @@ def apply_patch(document: dict[str, Any], patch: list[dict[str, Any]]) -> dict[s
     return document
 
 
-def envelope(stream: str, kind: str, data: dict[str, Any], position: int = 1) -> Envelope:
-    event = Event(type=kind, ts="2026-01-01T00:00:00.000000Z", origin="node-a", prev="", data=data)
-    return Envelope(stream, position, b"", b"", b"", event, position)
-
-
 class Recorder:
-    """A translator driven directly; collects the data of every item it emits."""
+    """A translator driven directly; collects the data of every item it emits. Journaled
+    events are really signed and folded into a tasks read model, whose changes the translator
+    follows, as in the node."""
 
     def __init__(self) -> None:
-        self.translator = AguiTranslator()
+        self.tasks = fold(Tasks(), [])
+        self.log = Journal()
+        self.translator = AguiTranslator(self.tasks.approval_change)
         self.events: list[dict[str, Any]] = []
 
     def run(self, name: str, **data: Any) -> list[dict[str, Any]]:
@@ -108,7 +108,9 @@ class Recorder:
         return out
 
     def journal(self, stream: str, event_type: str, **data: Any) -> list[dict[str, Any]]:
-        out = [i.data for i in self.translator.on_journal(envelope(stream, event_type, data))]
+        made = self.log.add(stream, event_type, data)
+        fold(self.tasks, [made])
+        out = [i.data for i in self.translator.on_journal(made)]
         self.events += out
         return out
 
@@ -171,7 +173,7 @@ def test_an_approval_gate_is_an_interrupt_then_a_resumed_run():
             "message": "pay 5 EUR",
             "metadata": {"capability": "spend", "agent": "payer"},
             "toolCallId": "c1",
-            "expiresAt": "2026-01-01T00:00:30.000Z",
+            "expiresAt": "2026-01-01T00:00:31.000Z",  # requested at ts_at(1), plus 30 s
         }
     ]
     assert r.journal("payer", "approval.decided", id="other", decision="approve") == []
@@ -228,7 +230,7 @@ def test_errors_stops_and_overlapping_runs_close_cleanly():
 
 
 def test_state_deltas_are_json_patches_against_the_snapshot():
-    t = AguiTranslator()
+    t = AguiTranslator(lambda envelope: None)
     t.sync([("payer", "running"), ("worker", "idle")])
     snapshot = t.snapshot_item().data
     assert snapshot["agents"] == [
@@ -264,7 +266,7 @@ def test_snapshot_statuses_come_from_the_runtime_or_the_config(tmp_path):
 
 
 def test_a_client_never_sees_a_run_it_did_not_see_start():
-    t = AguiTranslator()
+    t = AguiTranslator(lambda envelope: None)
     view = AguiView()
     t.on_runtime("RUN_STARTED", {"run_id": "r1"}, "a")
     seen = [
