@@ -10,7 +10,6 @@ from nacl.signing import SigningKey
 from eventstore.audit import verify_journals
 from eventstore.envelope import decode_event, verify_signature
 from eventstore.store import (
-    _ZEROS_AHEAD_MAX,
     EventStore,
     ForeignEnvelope,
     ImportStatus,
@@ -18,6 +17,7 @@ from eventstore.store import (
     StoreAlreadyOpenError,
     StoreClosedError,
 )
+from eventstore.zeros import ZEROS_AHEAD_MAX
 
 KEY = SigningKey(b"\1" * 32)
 PEER_KEY = SigningKey(b"\2" * 32)
@@ -170,7 +170,7 @@ async def test_commits_write_into_zeros_kept_ahead_of_the_last_page(tmp_path):
             assert data_file.stat().st_size > used
     await s.close()  # the writer thread has done all its work
     size = data_file.stat().st_size
-    assert size - used >= _ZEROS_AHEAD_MAX // 2
+    assert size - used >= ZEROS_AHEAD_MAX // 2
     with data_file.open("rb") as data:
         data.seek(used)
         assert data.read() == bytes(size - used)
