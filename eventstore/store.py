@@ -124,6 +124,7 @@ class EventStore:
         )
         self._queue = self._writer.queue
         self._closed = False
+        self._accepting = False  # between start and close: checked on every append
 
     # ----------------------------------------------------------------- lifecycle
     def start(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
@@ -135,6 +136,7 @@ class EventStore:
         # one allowed CPU it signs nothing sooner and costs two context switches a batch
         # (`taskset -c 0`: POST findings 4 % faster without it, `perf-guard`)
         self._writer.start(share_signing=allowed_cpus() > 1)
+        self._accepting = not self._closed
 
     def catch_up_index(self, progress: Progress | None = None) -> int:
         """Fold what the indexer lacks (a data dir from before it, or read models whose code
@@ -152,6 +154,7 @@ class EventStore:
         if self._closed:
             return
         self._closed = True
+        self._accepting = False
         if self._writer.started:
             await asyncio.get_running_loop().run_in_executor(None, self._writer.stop)
             await asyncio.sleep(0)  # let the last deliveries run
@@ -160,6 +163,7 @@ class EventStore:
     def close_sync(self) -> None:
         """For offline tools that never started the writer."""
         self._closed = True
+        self._accepting = False
         self._writer.stop()
         self._close_env()
 
@@ -252,7 +256,7 @@ class EventStore:
         return merge(checked, stored)
 
     def _submit(self, request: Request) -> None:
-        if self._closed or not self._writer.started:
+        if not self._accepting:
             raise StoreClosedError("the event store is closed")
         self._queue.put(request)
 
