@@ -5,7 +5,10 @@ gain or lose, so a change is judged here instead: `eventstore/store.py` at revis
 revision B (`WT`: the working tree) are loaded as two modules into one process, and every round
 measures the raw peer (the raw append limit, or with `--replay` the raw scan) and then both
 stores, alternating which goes first. Only store.py differs between the two; everything it
-imports comes from the working tree.
+imports comes from the working tree. Since issue 28 split the store by job, store.py is only
+the facade: a revision before the split brings its whole store, one after it only the facade
+(the writer, reads and the rest come from the working tree), so compare such revisions with
+`bench/journal.py --base COMMIT`, which runs each commit's own tree.
 
 `--replay` needs revisions that have `EventStore.iter_chunks` (the reader bench/journal.py's
 replay uses).

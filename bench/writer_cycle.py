@@ -76,8 +76,9 @@ async def measure(directory: Path, events: int, producers: int) -> tuple[float, 
     store.add_commit_listener(on_commit)
     store.add_commit_listener(projections.apply)
     store.add_commit_listener(lambda _envelopes: note("release"))
-    store._signer = _TimedSigner(store._signer, marks)
-    write_batch, commit, keep_zeros = store._write_batch, store._commit, store._keep_zeros_ahead
+    writer = store._writer  # eventstore/writer.py: the thread and its transaction
+    writer._signer = _TimedSigner(writer._signer, marks)
+    write_batch, commit, keep_zeros = writer._write_batch, writer._commit, writer._zeros.keep
 
     def timed_write_batch(batch):
         envelopes = write_batch(batch)
@@ -97,7 +98,7 @@ async def measure(directory: Path, events: int, producers: int) -> tuple[float, 
         keep_zeros()
         marks["zeros_us"] = (time.perf_counter() - started) * 1e6
 
-    store._write_batch, store._commit, store._keep_zeros_ahead = (
+    writer._write_batch, writer._commit, writer._zeros.keep = (
         timed_write_batch,
         timed_commit,
         timed_zeros,

@@ -1,6 +1,6 @@
 """Commit listeners and read models that raise: logged, counted, reported, and never fatal.
 
-The journal and the read models isolate the fault (eventstore/store.py, projections/base.py);
+The journal and the read models isolate the fault (eventstore/delivery.py, projections/base.py);
 this reporter is what an operator sees of it: the `svc_listener_faults_total{listener}` metric,
 an error log line, and a `high` finding in this node's own journal, once per (listener,
 envelope) and at most MAX_FINDINGS_PER_HOUR an hour, so an envelope that breaks a read model
