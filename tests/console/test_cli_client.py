@@ -53,7 +53,10 @@ def test_status_table_and_json(node):
     table = cli(node, "status")
     assert table.returncode == 0, table.stderr
     header, *rows = table.stdout.splitlines()
-    assert header.split()[:3] == ["AGENT", "STATUS", "UPTIME_MS"]
+    assert header.split() == ["AGENT", "STATUS", "UPTIME", "HEAP", "FUEL", "RESTARTS", "IDLE"]
+    # for people: `1.2 MiB`, `3 min 20 s`; --json keeps the raw numbers
+    assert all(" MiB" in row or " KiB" in row for row in rows), rows
+    assert all(" ms" in row or " s" in row for row in rows), rows
     assert {row.split()[0] for row in rows} == {"payer", "vault", "worker", "cashier"}
     [payer] = ok_json(node, "status", "--agent", "payer")
     assert payer["name"] == "payer" and "memory_profile" in payer
@@ -94,6 +97,43 @@ def test_a_read_token_may_list_but_not_decide(node):
     refused = cli(node, "approvals", "approve", "e-2", token=READ_TOKEN)
     assert refused.returncode == 1
     assert "lacks the scope" in refused.stderr and "403" in refused.stderr
+
+
+def test_deny_with_a_reason_and_the_history_says_what_and_who(node):
+    denied = cli(
+        node, "approvals", "deny", "e-2", "--reason", "export not needed", token=ONCALL_TOKEN
+    )
+    assert denied.returncode == 0, denied.stderr
+    assert denied.stdout.startswith("deny e-2 at ") and "export not needed" in denied.stdout
+    refused = cli(node, "approvals", "approve", "nope", "--reason", "x")
+    assert refused.returncode == 2 and "--reason" in refused.stderr  # deny only
+
+    history = ok_json(node, "approvals", "history", "--limit", "1")
+    assert history == [
+        {
+            "id": "e-2",
+            "agent": "ledger",
+            "outcome": "deny",
+            "at": history[0]["at"],
+            "operator": "oncall",
+            "reason": "export not needed",
+            "capability": "export",
+            "detail": "export request e-2",
+        }
+    ]
+    header, first, *_ = cli(node, "approvals", "history").stdout.splitlines()
+    assert header.split() == [
+        "AT",
+        "AGENT",
+        "OUTCOME",
+        "CAPABILITY",
+        "BY",
+        "REASON",
+        "ID",
+        "DETAIL",
+    ]
+    assert first.split()[1:6] == ["ledger", "deny", "export", "oncall", "export"]
+    assert "export not needed" in first and "export request e-2" in first
 
 
 def test_tasks_create_get_list_and_cancel(node):
