@@ -285,7 +285,7 @@ def _segment(value: str) -> str:
 LOG_COLUMNS = [("seq", "seq"), ("ts", "ts"), ("level", "level"), ("agent", "agent")]
 LOG_COLUMNS.append(("message", "message"))
 FINDING_COLUMNS = [("seq", "seq"), ("ts", "ts"), ("severity", "severity"), ("agent", "agent")]
-FINDING_COLUMNS += [("title", "title"), ("detail", "detail")]
+FINDING_COLUMNS += [("by", "posted_by"), ("title", "title"), ("detail", "detail")]
 
 
 def _entries(

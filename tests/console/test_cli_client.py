@@ -166,19 +166,26 @@ def test_tasks_create_get_list_and_cancel(node):
     assert unknown.returncode == 1 and "404" in unknown.stderr
 
 
-FOLLOW = [sys.executable, "-m", "node", "findings", "--follow", "--json", "--agent", "probe"]
+FOLLOW = [sys.executable, "-m", "node", "findings", "--follow", "--json", "--agent", "worker"]
 
 
 def test_logs_and_findings_pages_filters_and_follow(node):
     with node.client() as http:
         http.post(
             "/api/v1/findings",
-            json={"agent": "probe", "severity": "high", "title": "first", "detail": "d1"},
+            json={"agent": "worker", "severity": "high", "title": "first", "detail": "d1"},
         ).raise_for_status()
     findings = [json.loads(line) for line in cli(node, "findings", "--json").stdout.splitlines()]
-    assert [f["title"] for f in findings if f["agent"] == "probe"] == ["first"]
-    table = cli(node, "findings", "--agent", "probe").stdout.splitlines()
-    assert table[0].split()[:3] == ["SEQ", "TS", "SEVERITY"] and "first" in table[1]
+    assert [f["title"] for f in findings if f["agent"] == "worker"] == ["first"]
+    assert [f["posted_by"] for f in findings if f["agent"] == "worker"] == ["admin"]
+    table = cli(node, "findings", "--agent", "worker").stdout.splitlines()
+    assert table[0].split() == ["SEQ", "TS", "SEVERITY", "AGENT", "BY", "TITLE", "DETAIL"]
+    assert table[1].split()[3:6] == ["worker", "admin", "first"]
+    with node.client() as http:  # an agent the node does not have: no new journal
+        unknown = http.post(
+            "/api/v1/findings", json={"agent": "probe", "severity": "high", "title": "x"}
+        )
+    assert unknown.status_code == 404 and "probe" in unknown.json()["detail"]
     logs = [
         json.loads(line) for line in cli(node, "logs", "--json", "--limit", "3").stdout.splitlines()
     ]
@@ -195,7 +202,7 @@ def test_logs_and_findings_pages_filters_and_follow(node):
         with node.client() as http:
             http.post(
                 "/api/v1/findings",
-                json={"agent": "probe", "severity": "low", "title": "second", "detail": ""},
+                json={"agent": "worker", "severity": "low", "title": "second", "detail": ""},
             ).raise_for_status()
         started = time.monotonic()
         assert json.loads(follow.stdout.readline())["title"] == "second"
