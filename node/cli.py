@@ -17,6 +17,7 @@ from eventstore.keys import KEY_FILE, KeyFileError, load_or_create_key, public_k
 from node import cli_config, keyrotate, logsetup, progress
 from node.cli_client import add_client_commands
 from node.config import SCOPES, Config, ConfigError, load_config
+from node.humanize import duration
 from node.keyring import key_resolver
 from node.version import __version__
 
@@ -213,7 +214,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         if rebuilt.disk is not None:
             rebuilt.disk.close()
     elapsed = time.monotonic() - started
-    print(f"replayed {count} envelope(s) in {elapsed:.2f}s up to position {rebuilt.position}")
+    print(f"replayed {count} envelope(s) in {duration(elapsed)} up to position {rebuilt.position}")
     for projection in rebuilt:
         print(f"  {projection.name}: {_sizes(projection.snapshot())}")
     for name, (entries, _digest) in fresh.items():

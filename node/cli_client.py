@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from node.humanize import duration, size
+
 if TYPE_CHECKING:
     import httpx
 
@@ -107,22 +109,28 @@ def cmd_status(node: Node, args: argparse.Namespace) -> int:
     rows = [
         {
             **s,
-            "heap": s.get("memory_profile", {}).get("heap_bytes"),
+            "uptime": _ms(s.get("uptime_ms")),
+            "heap": size(s.get("memory_profile", {}).get("heap_bytes")),
             "fuel": s.get("memory_profile", {}).get("fuel_remaining") or "unlimited",
+            "idle": _ms(s.get("last_activity_ms_ago")),
         }
         for s in statuses
     ]
     columns = [
         ("agent", "name"),
         ("status", "status"),
-        ("uptime_ms", "uptime_ms"),
-        ("heap_bytes", "heap"),
+        ("uptime", "uptime"),
+        ("heap", "heap"),
         ("fuel", "fuel"),
         ("restarts", "restart_count"),
-        ("idle_ms", "last_activity_ms_ago"),
+        ("idle", "idle"),
     ]
     emit(args, statuses, lambda _: table(rows, columns))
     return 0
+
+
+def _ms(value: Any) -> str:
+    return duration(value / 1000) if isinstance(value, int | float) else ""
 
 
 def cmd_approvals_list(node: Node, args: argparse.Namespace) -> int:
@@ -144,6 +152,29 @@ def cmd_approvals_list(node: Node, args: argparse.Namespace) -> int:
     return 0
 
 
+HISTORY_COLUMNS = [
+    ("at", "at"),
+    ("agent", "agent"),
+    ("outcome", "outcome"),
+    ("capability", "capability"),
+    ("by", "by"),
+    ("reason", "reason"),
+    ("id", "id"),
+    ("detail", "detail"),
+]
+
+
+def cmd_approvals_history(node: Node, args: argparse.Namespace) -> int:
+    """Resolved requests, newest first: what was asked, the outcome, who decided and why."""
+    resolved = node.call("GET", "/api/v1/approvals/history", params={"limit": args.limit})
+    rows = [
+        {**r, "by": r.get("operator") or ("(timed out)" if r["outcome"] == "timeout" else "")}
+        for r in resolved
+    ]
+    emit(args, resolved, lambda _: table(rows, HISTORY_COLUMNS))
+    return 0
+
+
 def _decide(decision: str) -> Callable[[Node, argparse.Namespace], int]:
     def command(node: Node, args: argparse.Namespace) -> int:
         ids = list(args.ids)
@@ -151,18 +182,25 @@ def _decide(decision: str) -> Callable[[Node, argparse.Namespace], int]:
             ids.extend(_group_ids(node, group))
         if not ids:
             raise ClientError("give approval ids, or --group AGENT:CAPABILITY", exit_code=2)
+        reason = getattr(args, "reason", None)
+        body: dict[str, Any] = {"decision": decision}
+        if reason is not None:
+            body["reason"] = reason
         if len(ids) == 1 and not args.group:
             path = f"/api/v1/approvals/{_segment(ids[0])}"
-            result = node.call("POST", path, json={"decision": decision})
-            emit(args, result, lambda r: f"{r['decision']} {r['id']} at {r['decided_at']}")
+            result = node.call("POST", path, json=body)
+            emit(args, result, _decision_text)
             return 0
-        result = node.call(
-            "POST", "/api/v1/approvals/batch", json={"ids": ids, "decision": decision}
-        )
+        result = node.call("POST", "/api/v1/approvals/batch", json={"ids": ids, **body})
         emit(args, result, lambda r: _batch_summary(decision, r))
         return 0 if result["decided"] or not ids else 1
 
     return command
+
+
+def _decision_text(result: dict[str, Any]) -> str:
+    text = f"{result['decision']} {result['id']} at {result['decided_at']}"
+    return f"{text}: {result['reason']}" if result.get("reason") else text
 
 
 def _group_ids(node: Node, group: str) -> list[str]:
@@ -247,7 +285,7 @@ def _segment(value: str) -> str:
 LOG_COLUMNS = [("seq", "seq"), ("ts", "ts"), ("level", "level"), ("agent", "agent")]
 LOG_COLUMNS.append(("message", "message"))
 FINDING_COLUMNS = [("seq", "seq"), ("ts", "ts"), ("severity", "severity"), ("agent", "agent")]
-FINDING_COLUMNS += [("title", "title"), ("detail", "detail")]
+FINDING_COLUMNS += [("by", "posted_by"), ("title", "title"), ("detail", "detail")]
 
 
 def _entries(
@@ -316,6 +354,14 @@ def add_client_commands(sub: argparse._SubParsersAction) -> None:
         p.add_argument(
             "--group", action="append", metavar="AGENT:CAPABILITY", help="every pending one of it"
         )
+        if decision == "deny":
+            p.add_argument(
+                "--reason", help="why (one line, up to 500 characters): the agent is told"
+            )
+    past = command(
+        actions, "history", cmd_approvals_history, "decided and timed-out requests, newest first"
+    )
+    past.add_argument("--limit", type=_non_negative, default=50, help="at most this many (50)")
 
     tasks = sub.add_parser("tasks", help="A2A tasks").add_subparsers(metavar="ACTION")
     listing = command(tasks, "list", cmd_tasks_list, "tasks, oldest first")

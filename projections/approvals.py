@@ -25,7 +25,7 @@ from __future__ import annotations
 import builtins
 import hashlib
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import msgspec
 
@@ -53,20 +53,34 @@ class ApprovalRequest(msgspec.Struct, frozen=True):
     task: str | None = None  # the task whose run asked, when a task's run asked
 
 
+Outcome = Literal["approve", "deny", "timeout"]
+
+
+class Verdict(NamedTuple):
+    """How a request ended, as the agent is told: the outcome, who decided, and why."""
+
+    outcome: Outcome
+    operator: str | None = None
+    reason: str | None = None
+
+
 def hash_request(request: str) -> str:
     """What a decision binds to: `sha256:` and the hex digest of the request's UTF-8 text."""
     return "sha256:" + hashlib.sha256(request.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 class Resolution(msgspec.Struct, frozen=True):
-    """How a request ended: `approve`, `deny` or `timeout`, when, and by whom."""
+    """How a request ended: `approve`, `deny` or `timeout`, when, by whom, and what it was."""
 
     id: str
     agent: str
     outcome: str
     at: str
     operator: str | None = None
-    reason: str | None = None  # why the node decided by itself (a canceled task)
+    # why: the operator's reason for a denial, or the node's when it decided by itself
+    reason: str | None = None
+    capability: str = ""  # what was asked, as the request said (its one-line `detail`)
+    detail: str = ""
 
 
 class Group(msgspec.Struct, frozen=True):
@@ -213,7 +227,14 @@ class Approvals:
         else:
             txn.delete(group, db=self._groups)
         resolution = Resolution(
-            approval_id, open_request.agent, outcome, envelope.event.ts, operator, reason
+            approval_id,
+            open_request.agent,
+            outcome,
+            envelope.event.ts,
+            operator,
+            reason,
+            open_request.capability,
+            open_request.detail,
         )
         txn.put(key, _encode(resolution), db=self._resolved)
         txn.put(u64(envelope.position), _text(approval_id), db=self._resolved_order)

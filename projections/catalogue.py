@@ -216,6 +216,7 @@ class Finding(Payload):
     title: Title = ""
     detail: Text = ""
     incident: Title | None = None  # a sync incident's de-duplication key (node/sync/incidents)
+    posted_by: Name | None = None  # the API token that posted it; absent: the agent's own
 
 
 @entry

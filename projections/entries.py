@@ -33,12 +33,15 @@ class Finding(msgspec.Struct, frozen=True, gc=False):
     severity: str
     title: str
     detail: str
+    # the name of the API token that posted it (POST /api/v1/findings); None: the agent's own,
+    # or the node's (its sync incidents)
+    posted_by: str | None = None
 
 
 _encode = msgspec.msgpack.Encoder().encode
 # stored: (position, the entry's fields after seq)
 _decode_log = msgspec.msgpack.Decoder(tuple[int, str, str, str, str]).decode
-_decode_finding = msgspec.msgpack.Decoder(tuple[int, str, str, str, str, str]).decode
+_decode_finding = msgspec.msgpack.Decoder(tuple[int, str, str, str, str, str, str]).decode
 
 
 # how many of the newest (position, seq) pairs `seq_at` answers without reading LMDB, at least:
@@ -194,11 +197,12 @@ class Findings(_SeqLog):
             str(data.get("severity", "info")),
             str(data.get("title", "")),
             str(data.get("detail", "")),
+            str(data.get("posted_by") or ""),
         )
 
     def entry(self, seq: int, raw: bytes) -> Finding:
-        _, ts, agent, severity, title, detail = _decode_finding(raw)
-        return Finding(seq, ts, agent, severity, title, detail)
+        _, ts, agent, severity, title, detail, posted_by = _decode_finding(raw)
+        return Finding(seq, ts, agent, severity, title, detail, posted_by or None)
 
     def has_incident(self, incident: str) -> bool:
         with self.space.read() as txn:

@@ -9,6 +9,7 @@ from pathlib import Path
 from eventstore.keys import load_or_create_key
 from node.app import open_store
 from node.config import load_config
+from projections.approvals import hash_request
 from tests.support import write_config
 
 # what an on-call operator holds: read to see, operate to decide (operate alone cannot read)
@@ -71,6 +72,7 @@ def seed_pending(
     ids: list[str],
     timeout_secs: int = 600,
     detail: str | None = None,
+    request: str | None = None,
 ) -> None:
     """Journal approval requests while no node runs, as a node killed while its agents waited
     leaves them: the next node lists them as pending and arms their timeouts."""
@@ -86,6 +88,8 @@ def seed_pending(
                 "detail": detail or f"{capability} request {approval_id}",
                 "timeout_secs": timeout_secs,
             }
+            if request is not None:  # the exact text, and the hash a decision binds to
+                data |= {"request": request, "request_hash": hash_request(request)}
             await store.append(journal, "approval.requested", data)
         await store.close()
 

@@ -40,17 +40,41 @@ class BatchResult(msgspec.Struct):
 
 
 RequestHash = Annotated[str, msgspec.Meta(pattern=r"^sha256:[0-9a-f]{64}$(?!\n)")]
+MAX_REASON = 500
+# one line of text with something in it: shown in tables and in the agent's error
+Reason = Annotated[
+    str,
+    msgspec.Meta(
+        min_length=1,
+        max_length=MAX_REASON,
+        pattern=r"^[^\x00-\x1f\x7f]*[^\x00-\x20\x7f][^\x00-\x1f\x7f]*$",
+        description="why the request is denied (deny only): one line, up to 500 characters",
+    ),
+]
+
+
+def _reason_is_for_deny(decision: Decision, reason: str | None) -> None:
+    if reason is not None and decision != "deny":
+        raise ValueError("`reason` is given only with decision deny")
 
 
 class DecisionBody(msgspec.Struct, forbid_unknown_fields=True):
     decision: Decision
     # optional: decide only if the request is still exactly the one the operator read (409)
     request_hash: RequestHash | None = None
+    reason: Reason | None = None  # shown to the agent and in the history
+
+    def __post_init__(self) -> None:
+        _reason_is_for_deny(self.decision, self.reason)
 
 
 class BatchBody(msgspec.Struct, forbid_unknown_fields=True):
     ids: Annotated[list[ApprovalId], msgspec.Meta(max_length=10_000)]
     decision: Decision
+    reason: Reason | None = None
+
+    def __post_init__(self) -> None:
+        _reason_is_for_deny(self.decision, self.reason)
 
 
 def gate_of(request: web.Request) -> ApprovalGate:
@@ -72,13 +96,16 @@ async def decide(request: web.Request) -> web.Response:
         body.decision,
         request[IDENTITY].name,
         request_hash=body.request_hash,
+        reason=body.reason,
     )
     return json_response(result)
 
 
 async def decide_batch(request: web.Request) -> web.Response:
     body = await json_body(request, BatchBody)
-    result = await gate_of(request).decide_batch(body.ids, body.decision, request[IDENTITY].name)
+    result = await gate_of(request).decide_batch(
+        body.ids, body.decision, request[IDENTITY].name, reason=body.reason
+    )
     return json_response(result)
 
 
@@ -124,7 +151,8 @@ def setup(app: web.Application) -> None:
             BatchResult,
             errors=(400,),
             body=BatchBody,
-            description="Pending ids are decided in one atomic append; the others are skipped.",
+            description="Pending ids are decided in one atomic append; the others are skipped. "
+            "A denial may carry a `reason`, given to the agent and kept in the history.",
         ),
     )
     add_route(
@@ -141,6 +169,7 @@ def setup(app: web.Application) -> None:
             body=DecisionBody,
             description="404 when the id is unknown, decided or timed out; 409 (with "
             "`home_node`) when the agent is hosted on another node, or when `request_hash` is "
-            "given and is not the pending request's.",
+            "given and is not the pending request's. A denial may carry a `reason` (one line, "
+            "up to 500 characters), given to the agent and kept in the history.",
         ),
     )

@@ -5,10 +5,11 @@ from __future__ import annotations
 import msgspec
 from aiohttp import web
 
+from node.auth import IDENTITY
 from node.context import context_of
 from node.http import SINCE, int_query, json_body, json_response, limit_param, limit_query
 from node.routes import Doc, add_route
-from node.services.findings import NewFinding, report_finding
+from node.services.findings import NewFinding, post_finding
 from projections.entries import Finding, Findings, LogEntry, Logs
 
 
@@ -40,9 +41,9 @@ async def list_findings(request: web.Request) -> web.Response:
     return json_response(FindingPage(next_seq, findings))
 
 
-async def post_finding(request: web.Request) -> web.Response:
+async def create_finding(request: web.Request) -> web.Response:
     finding = await json_body(request, NewFinding)
-    seq = await report_finding(context_of(request), finding)
+    seq = await post_finding(context_of(request), finding, request[IDENTITY].name)
     return json_response(FindingCreated(seq), status=201)
 
 
@@ -79,14 +80,17 @@ def setup(app: web.Application) -> None:
         app,
         "POST",
         "/api/v1/findings",
-        post_finding,
+        create_finding,
         "operate",
         Doc(
             "Report a finding",
             "logs",
             FindingCreated,
             status=201,
-            errors=(400, 409),
+            errors=(400, 404, 409),
             body=NewFinding,
+            description="`agent` names a hosted agent, a journal the node has, or the node "
+            "itself; another name is 404 (no new journal). The finding records the posting "
+            "token's name as `posted_by`, apart from the agent's own findings.",
         ),
     )

@@ -44,6 +44,7 @@ from node.runtime.inference import InferenceClient, parse_request
 from node.runtime.redact import SecretRedactor
 from node.runtime.tasks import TaskQueue
 from projections import catalogue as c
+from projections.approvals import Verdict
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -63,6 +64,15 @@ class ApprovalGate(Protocol):
         timeout_secs: int | None = None,
         task_id: str | None = None,
     ) -> str: ...  # "approve" | "deny" | "timeout"
+
+    async def ask(
+        self,
+        agent: str,
+        capability: str,
+        request: str,
+        timeout_secs: int | None = None,
+        task_id: str | None = None,
+    ) -> Verdict: ...  # `request`, with who decided and their reason
 
 
 class Grants(Protocol):
@@ -105,6 +115,14 @@ class HostServices:
     task_service: TaskLifecycle
     sink: EventSink
     redactor: SecretRedactor = field(default_factory=SecretRedactor)
+
+
+def denial_message(capability: str, verdict: Verdict) -> str:
+    """What the agent's approval-denied error says: who denied, and their reason if given
+    (the WIT's `approval-denied(string)` is the one place the agent reads it)."""
+    who = f"operator {verdict.operator!r}" if verdict.operator else "an operator"
+    message = f"{who} denied {capability}"
+    return f"{message}: {verdict.reason}" if verdict.reason else message
 
 
 def _reason(error: Exception) -> str:
@@ -228,10 +246,10 @@ class JournalHost:
         timeout = self.agent.approval_timeout_secs
         task_id = self._run.detail if self._run is not None and self._run.kind == "task" else None
         with exempt_from_deadline():  # waiting for a person is not the agent's wasm time
-            decision = self._on_loop(gate.request(self.name, capability, shown, timeout, task_id))
-        if decision == "deny":
-            raise HostError("approval-denied", f"an operator denied {capability}")
-        if decision != "approve":
+            verdict = self._on_loop(gate.ask(self.name, capability, shown, timeout, task_id))
+        if verdict.outcome == "deny":
+            raise HostError("approval-denied", denial_message(capability, verdict))
+        if verdict.outcome != "approve":
             raise HostError(
                 "approval-timeout", f"no decision on {capability} within {timeout} s; retry later"
             )

@@ -31,14 +31,19 @@ from node.http import Problem
 from node.limits import MAX_DETAIL
 from node.services.journal import ensure_local
 from projections import catalogue as c
-from projections.approvals import DEFAULT_TIMEOUT_SECS, Approvals, hash_request
+from projections.approvals import (
+    DEFAULT_TIMEOUT_SECS,
+    Approvals,
+    Outcome,
+    Verdict,
+    hash_request,
+)
 from projections.journals import Journals
 from projections.states import TaskChanged, TaskState
 from projections.tasks import Tasks
 
 log = logging.getLogger(__name__)
 Decision = Literal["approve", "deny"]
-Outcome = Literal["approve", "deny", "timeout"]
 # (agent, capability, request_hash): what identifies "the same request" across restarts
 RequestKey = tuple[str, str, str]
 
@@ -116,7 +121,18 @@ class ApprovalGate:
         timeout_secs: int | None = None,
         task_id: str | None = None,
     ) -> Outcome:
-        """Journal the exact request and wait for its outcome: "approve", "deny" or "timeout".
+        """Journal the exact request and wait for its outcome: "approve", "deny" or "timeout"."""
+        return (await self.ask(agent, capability, request, timeout_secs, task_id)).outcome
+
+    async def ask(
+        self,
+        agent: str,
+        capability: str,
+        request: str,
+        timeout_secs: int | None = None,
+        task_id: str | None = None,
+    ) -> Verdict:
+        """`request`, answering with who decided and why as well (the host tells the agent).
 
         `task_id` names the task whose run asks, so that canceling the task denies it.
         """
@@ -134,7 +150,7 @@ class ApprovalGate:
         key = (agent, capability, request_hash)
         decided = self._unclaimed.pop(key, None)
         if decided is not None:
-            return decided  # decided while the agent was restarting: no second request
+            return Verdict(decided)  # decided while the agent was restarting: no second request
         future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
         orphan = self._orphan(key)
         if orphan is not None:
@@ -142,7 +158,7 @@ class ApprovalGate:
             # wait for the operator's decision on it instead of asking twice.
             self._waiters[orphan] = future
             try:
-                return await future
+                return self._verdict(orphan, await future)
             finally:
                 self._waiters.pop(orphan, None)
         approval_id = str(uuid.uuid4())
@@ -160,9 +176,16 @@ class ApprovalGate:
         try:
             await self.ctx.store.append(agent, *c.event_of(c.ApprovalRequested(**data)))
             self._arm(approval_id, timeout_secs)
-            return await future
+            return self._verdict(approval_id, await future)
         finally:
             self._waiters.pop(approval_id, None)
+
+    def _verdict(self, approval_id: str, outcome: Outcome) -> Verdict:
+        """The outcome with the decider and reason the journal holds for it."""
+        resolution = self.projection.resolution(approval_id)
+        if resolution is None:
+            return Verdict(outcome)
+        return Verdict(outcome, resolution.operator, resolution.reason)
 
     def _orphan(self, key: RequestKey) -> str | None:
         """A request left pending by a previous run, for the same thing, that nobody awaits.
@@ -190,7 +213,7 @@ class ApprovalGate:
         """Decide one pending request; 404 when unknown, already decided or timed out.
 
         With `request_hash`, the decision holds only for that exact request (409 otherwise);
-        `reason` says why the node decided by itself.
+        `reason` says why: the operator's reason for a denial, or the node's own.
         """
         request = self.projection.get(approval_id)
         if request is None or approval_id in self._claimed:
@@ -233,7 +256,7 @@ class ApprovalGate:
         return denied
 
     async def decide_batch(
-        self, ids: Iterable[str], decision: Decision, operator: str
+        self, ids: Iterable[str], decision: Decision, operator: str, reason: str | None = None
     ) -> dict[str, Any]:
         """Decide every pending local id in one atomic append; the rest are listed as skipped.
 
@@ -261,7 +284,9 @@ class ApprovalGate:
             events.append(
                 NewEvent(
                     request.agent,
-                    *c.event_of(_decided(approval_id, decision, operator, request.request_hash)),
+                    *c.event_of(
+                        _decided(approval_id, decision, operator, request.request_hash, reason)
+                    ),
                 )
             )
         if events:

@@ -8,9 +8,11 @@ import msgspec
 
 from node.config import AGENT_NAME
 from node.context import NodeContext
+from node.http import Problem
 from node.services.journal import ensure_local
 from projections import catalogue as c
 from projections.entries import Findings
+from projections.journals import Journals
 
 Severity = Literal["info", "low", "medium", "high", "critical"]
 
@@ -22,7 +24,31 @@ class NewFinding(msgspec.Struct, forbid_unknown_fields=True):
     detail: Annotated[str, msgspec.Meta(max_length=65_536)] = ""
 
 
-async def report_finding(ctx: NodeContext, finding: NewFinding, incident: str = "") -> int:
+async def post_finding(ctx: NodeContext, finding: NewFinding, poster: str) -> int:
+    """A finding an API client posts about an agent: into a journal that exists (404 otherwise,
+    so a typo never starts a new journal), marked with the posting token's name."""
+    if not journal_exists(ctx, finding.agent):
+        raise Problem(
+            404,
+            f"no agent or journal named {finding.agent!r} on this node: findings are posted "
+            f"about a hosted agent, a journal the node has, or the node itself ({ctx.name!r})",
+        )
+    return await report_finding(ctx, finding, posted_by=poster)
+
+
+def journal_exists(ctx: NodeContext, name: str) -> bool:
+    """A hosted agent (configured, running or not), a journal the node holds (its own agents'
+    and replicas), or the node's own journal."""
+    return (
+        name == ctx.name
+        or ctx.config.agent(name) is not None
+        or name in ctx.projections.get(Journals).head
+    )
+
+
+async def report_finding(
+    ctx: NodeContext, finding: NewFinding, incident: str = "", posted_by: str | None = None
+) -> int:
     """Journal the finding in the reporter's journal; returns its finding seq. The one writer of
     findings the node reports (over the API, and its own sync incidents, which carry an
     `incident` key); an agent's own findings are its host's (node/runtime/host.py)."""
@@ -32,6 +58,7 @@ async def report_finding(ctx: NodeContext, finding: NewFinding, incident: str = 
         title=finding.title,
         detail=finding.detail,
         incident=incident or None,
+        posted_by=posted_by,
     )
     envelope = await ctx.store.append(finding.agent, *c.event_of(payload))
     seq = ctx.projections.get(Findings).seq_at(envelope.position)

@@ -2,15 +2,22 @@
 
 import pytest
 
+from node.app import build_app
 from node.context import CONTEXT
-from tests.support import OPERATE_TOKEN, READ_TOKEN, auth
+from tests.support import ADMIN_TOKEN, OPERATE_TOKEN, READ_TOKEN, auth, make_config, tiny_component
 
 
 async def post_finding(client, body, token=OPERATE_TOKEN):
     return await client.post("/api/v1/findings", json=body, headers=auth(token))
 
 
+async def journal_of(client, name: str) -> None:
+    """A journal the node holds (an agent's): findings are posted about one that exists."""
+    await client.app[CONTEXT].store.append(name, "state.set", {"key": "k", "value": "v"})
+
+
 async def test_post_then_poll_findings(client):
+    await journal_of(client, "scanner")
     seqs = []
     for i in range(5):
         response = await post_finding(
@@ -25,8 +32,9 @@ async def test_post_then_poll_findings(client):
     assert page["next_seq"] == 2
     assert [f["title"] for f in page["findings"]] == ["t0", "t1"]
     first = page["findings"][0]
-    assert set(first) == {"seq", "ts", "agent", "severity", "title", "detail"}
+    assert set(first) == {"seq", "ts", "agent", "severity", "title", "detail", "posted_by"}
     assert first["agent"] == "scanner" and first["ts"].endswith("Z")
+    assert first["posted_by"] == "operator"  # the token that posted it
 
     page = await (await client.get("/api/v1/findings?since=2", headers=auth(READ_TOKEN))).json()
     assert [f["seq"] for f in page["findings"]] == [3, 4, 5] and page["next_seq"] == 5
@@ -35,14 +43,53 @@ async def test_post_then_poll_findings(client):
 
 
 async def test_finding_detail_defaults_to_empty_and_lands_in_the_agents_journal(client):
+    await journal_of(client, "ext.scanner-1")
     response = await post_finding(
         client, {"agent": "ext.scanner-1", "severity": "info", "title": "x"}
     )
     assert response.status == 201
     store = client.app[CONTEXT].store
-    (envelope,) = store.read_stream("ext.scanner-1")
+    (_, envelope) = store.read_stream("ext.scanner-1")
     assert envelope.event.type == "finding"
-    assert envelope.event.data == {"severity": "info", "title": "x", "detail": ""}
+    assert envelope.event.data == {
+        "severity": "info",
+        "title": "x",
+        "detail": "",
+        "posted_by": "operator",
+    }
+
+
+async def test_a_finding_about_an_unknown_agent_is_404_and_starts_no_journal(client):
+    store = client.app[CONTEXT].store
+    before = store.last_position
+    response = await post_finding(client, {"agent": "nosuch", "severity": "high", "title": "x"})
+    assert response.status == 404
+    assert response.content_type == "application/problem+json"
+    assert "no agent or journal named 'nosuch'" in (await response.json())["detail"]
+    assert store.last_position == before and store.head("nosuch") is None
+
+
+async def test_the_node_itself_and_a_configured_agent_take_findings(aiohttp_client, tmp_path):
+    tiny_component(tmp_path / "agent.wasm")
+    config = make_config(tmp_path, '[[agents]]\nname = "quiet"\ncomponent = "agent.wasm"\n')
+    client = await aiohttp_client(build_app(config))
+    for agent in ("node-a", "quiet"):  # the node's own journal, a configured agent
+        body = {"agent": agent, "severity": "low", "title": "n"}
+        assert (await post_finding(client, body)).status == 201, agent
+
+
+async def test_a_posted_finding_is_told_apart_from_the_agents_own(client):
+    store = client.app[CONTEXT].store
+    await store.append("scanner", "finding", {"severity": "low", "title": "own", "detail": ""})
+    response = await post_finding(
+        client, {"agent": "scanner", "severity": "high", "title": "seen by ops"}, ADMIN_TOKEN
+    )
+    assert response.status == 201
+    page = await (await client.get("/api/v1/findings", headers=auth(READ_TOKEN))).json()
+    assert [(f["title"], f["posted_by"]) for f in page["findings"]] == [
+        ("own", None),
+        ("seen by ops", "admin"),
+    ]
 
 
 async def test_findings_default_limit_is_50_and_max_is_1000(client):

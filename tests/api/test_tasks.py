@@ -241,7 +241,7 @@ async def test_event_stream_carries_the_task_lifecycle(client):
         await asyncio.sleep(0.05)
         await client.post(  # an unrelated event in between: not on this stream
             "/api/v1/findings",
-            json={"agent": "worker", "severity": "info", "title": "t"},
+            json={"agent": "node-a", "severity": "info", "title": "t"},
             headers=auth(),
         )
         a = await create(client, input={"n": 1})

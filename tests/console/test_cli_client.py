@@ -53,7 +53,10 @@ def test_status_table_and_json(node):
     table = cli(node, "status")
     assert table.returncode == 0, table.stderr
     header, *rows = table.stdout.splitlines()
-    assert header.split()[:3] == ["AGENT", "STATUS", "UPTIME_MS"]
+    assert header.split() == ["AGENT", "STATUS", "UPTIME", "HEAP", "FUEL", "RESTARTS", "IDLE"]
+    # for people: `1.2 MiB`, `3 min 20 s`; --json keeps the raw numbers
+    assert all(" MiB" in row or " KiB" in row for row in rows), rows
+    assert all(" ms" in row or " s" in row for row in rows), rows
     assert {row.split()[0] for row in rows} == {"payer", "vault", "worker", "cashier"}
     [payer] = ok_json(node, "status", "--agent", "payer")
     assert payer["name"] == "payer" and "memory_profile" in payer
@@ -96,6 +99,43 @@ def test_a_read_token_may_list_but_not_decide(node):
     assert "lacks the scope" in refused.stderr and "403" in refused.stderr
 
 
+def test_deny_with_a_reason_and_the_history_says_what_and_who(node):
+    denied = cli(
+        node, "approvals", "deny", "e-2", "--reason", "export not needed", token=ONCALL_TOKEN
+    )
+    assert denied.returncode == 0, denied.stderr
+    assert denied.stdout.startswith("deny e-2 at ") and "export not needed" in denied.stdout
+    refused = cli(node, "approvals", "approve", "nope", "--reason", "x")
+    assert refused.returncode == 2 and "--reason" in refused.stderr  # deny only
+
+    history = ok_json(node, "approvals", "history", "--limit", "1")
+    assert history == [
+        {
+            "id": "e-2",
+            "agent": "ledger",
+            "outcome": "deny",
+            "at": history[0]["at"],
+            "operator": "oncall",
+            "reason": "export not needed",
+            "capability": "export",
+            "detail": "export request e-2",
+        }
+    ]
+    header, first, *_ = cli(node, "approvals", "history").stdout.splitlines()
+    assert header.split() == [
+        "AT",
+        "AGENT",
+        "OUTCOME",
+        "CAPABILITY",
+        "BY",
+        "REASON",
+        "ID",
+        "DETAIL",
+    ]
+    assert first.split()[1:6] == ["ledger", "deny", "export", "oncall", "export"]
+    assert "export not needed" in first and "export request e-2" in first
+
+
 def test_tasks_create_get_list_and_cancel(node):
     created = ok_json(node, "tasks", "create", "--to", "worker", "--input", '{"numbers": [2, 3]}')
     assert created["status"] == "pending"
@@ -126,19 +166,26 @@ def test_tasks_create_get_list_and_cancel(node):
     assert unknown.returncode == 1 and "404" in unknown.stderr
 
 
-FOLLOW = [sys.executable, "-m", "node", "findings", "--follow", "--json", "--agent", "probe"]
+FOLLOW = [sys.executable, "-m", "node", "findings", "--follow", "--json", "--agent", "worker"]
 
 
 def test_logs_and_findings_pages_filters_and_follow(node):
     with node.client() as http:
         http.post(
             "/api/v1/findings",
-            json={"agent": "probe", "severity": "high", "title": "first", "detail": "d1"},
+            json={"agent": "worker", "severity": "high", "title": "first", "detail": "d1"},
         ).raise_for_status()
     findings = [json.loads(line) for line in cli(node, "findings", "--json").stdout.splitlines()]
-    assert [f["title"] for f in findings if f["agent"] == "probe"] == ["first"]
-    table = cli(node, "findings", "--agent", "probe").stdout.splitlines()
-    assert table[0].split()[:3] == ["SEQ", "TS", "SEVERITY"] and "first" in table[1]
+    assert [f["title"] for f in findings if f["agent"] == "worker"] == ["first"]
+    assert [f["posted_by"] for f in findings if f["agent"] == "worker"] == ["admin"]
+    table = cli(node, "findings", "--agent", "worker").stdout.splitlines()
+    assert table[0].split() == ["SEQ", "TS", "SEVERITY", "AGENT", "BY", "TITLE", "DETAIL"]
+    assert table[1].split()[3:6] == ["worker", "admin", "first"]
+    with node.client() as http:  # an agent the node does not have: no new journal
+        unknown = http.post(
+            "/api/v1/findings", json={"agent": "probe", "severity": "high", "title": "x"}
+        )
+    assert unknown.status_code == 404 and "probe" in unknown.json()["detail"]
     logs = [
         json.loads(line) for line in cli(node, "logs", "--json", "--limit", "3").stdout.splitlines()
     ]
@@ -155,7 +202,7 @@ def test_logs_and_findings_pages_filters_and_follow(node):
         with node.client() as http:
             http.post(
                 "/api/v1/findings",
-                json={"agent": "probe", "severity": "low", "title": "second", "detail": ""},
+                json={"agent": "worker", "severity": "low", "title": "second", "detail": ""},
             ).raise_for_status()
         started = time.monotonic()
         assert json.loads(follow.stdout.readline())["title"] == "second"

@@ -23,6 +23,8 @@ CHROMIUM = os.environ.get("CHROMIUM", shutil.which("chromium") or "/usr/bin/chro
 ARTIFACTS = ROOT / "test-artifacts" / "console"
 TIMEOUT_MS = 15_000
 PAGES: list[Page] = []
+EXPORT_REQUEST = "export every ledger of 2026 to s3://reports/ledgers"
+PHONE = (390, 844)
 
 
 @pytest.fixture(scope="module")
@@ -34,6 +36,8 @@ def node(tmp_path_factory, built_agents) -> Iterator[NodeProcess]:
     directory = tmp_path_factory.mktemp("console-node")
     config = console_config(directory, built_agents)
     seed_pending(config, "ledger", "refund", ["refund-1", "refund-2", "refund-3"])
+    # a request that is not JSON: the console shows it as the text it is
+    seed_pending(config, "ledger", "export", ["export-1"], request=EXPORT_REQUEST)
     node = NodeProcess(config)
     with logs_on_failure(node.log_path), node:
         yield node
@@ -159,6 +163,68 @@ def test_batch_deny_a_group(node, open_page):
         history = {r["id"]: r for r in http.get("/api/v1/approvals/history").json()}
     assert not pending & {"refund-1", "refund-2", "refund-3"}
     assert history["refund-2"]["outcome"] == "deny" and history["refund-2"]["operator"] == "oncall"
+
+
+def no_page_overflow(page: Page) -> None:
+    """Nothing wider than the viewport: only tables scroll, inside their own box."""
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= page.viewport_size["width"], f"the page is {width}px wide"
+
+
+@screenshot_on_failure
+def test_the_full_request_and_a_denial_reason_at_phone_width(node, open_page):
+    page = open_page(*PHONE)
+    sign_in(page, node, ONCALL_TOKEN)
+    # a JSON request reads as its fields, not as an escaped string
+    payer = payer_row(page).first
+    payer.get_by_text("Full request").click()
+    fields = payer.locator("dl.request-fields")
+    expect(fields.locator("dt", has_text="invoice")).to_be_visible()
+    expect(fields.locator("dd").first).to_have_text(re.compile(r"^INV-\d+$"))
+    expect(fields.locator("dt", has_text="payee")).to_be_visible()
+    expect(payer.locator("details")).not_to_contain_text('\\"')
+    # a request that is not JSON shows as its text
+    export = page.locator('li.request[data-id="export-1"]')
+    export.get_by_text("Full request").click()
+    expect(export.locator("pre.request-text")).to_have_text(EXPORT_REQUEST)
+    no_page_overflow(page)
+
+    export.get_by_label("reason for denying export-1").fill("exports need the CFO's sign-off")
+    export.get_by_role("button", name="deny export-1").click()
+    expect(export).to_have_count(0)
+    row = page.locator("table tr", has_text="export-1")
+    for shown in (
+        "export",
+        EXPORT_REQUEST[:20],
+        "deny",
+        "oncall",
+        "exports need the CFO's sign-off",
+    ):
+        expect(row).to_contain_text(shown)
+    with node.client() as http:
+        history = {r["id"]: r for r in http.get("/api/v1/approvals/history").json()}
+    assert history["export-1"]["reason"] == "exports need the CFO's sign-off"
+    assert history["export-1"]["capability"] == "export"
+
+
+@screenshot_on_failure
+def test_nav_and_tables_stay_usable_at_390_px(node, open_page):
+    page = open_page(*PHONE)
+    sign_in(page, node, ONCALL_TOKEN)
+    links = page.locator("nav a")
+    expect(links).to_have_count(7)
+    for index in range(7):
+        link = links.nth(index)
+        expect(link).to_be_in_viewport(ratio=1)  # wholly in sight: no nav scrolling needed
+        view = link.get_attribute("data-view")
+        link.click()
+        expect(link).to_have_attribute("aria-current", "page")
+        assert page.url.endswith(f"#/{view}")
+        expect(page.locator("main h2").first).to_be_visible()
+        no_page_overflow(page)
+        for wrap in page.locator(".table-wrap").all():  # a table scrolls within its own box
+            box = wrap.bounding_box()
+            assert box is None or box["x"] + box["width"] <= PHONE[0] + 0.5, view
 
 
 @screenshot_on_failure

@@ -13,7 +13,7 @@ async def run_node(aiohttp_client, config, findings: int):
     for i in range(findings):
         response = await client.post(
             "/api/v1/findings",
-            json={"agent": "a", "severity": "low", "title": str(i)},
+            json={"agent": "node-a", "severity": "low", "title": str(i)},
             headers=auth(OPERATE_TOKEN),
         )
         assert response.status == 201

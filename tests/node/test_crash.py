@@ -17,7 +17,7 @@ def burst(url: str, acked: list[str], stop: threading.Event, worker: int) -> Non
             try:
                 response = client.post(
                     "/api/v1/findings",
-                    json={"agent": f"burst{worker % 3}", "severity": "low", "title": title},
+                    json={"agent": "node-a", "severity": "low", "title": title},
                 )
             except httpx.HTTPError:
                 return

@@ -36,7 +36,7 @@ def post_findings(node: NodeProcess, titles: list[str]) -> None:
     with node.client() as client:
         for title in titles:
             response = client.post(
-                "/api/v1/findings", json={"agent": "a", "severity": "low", "title": title}
+                "/api/v1/findings", json={"agent": "node-a", "severity": "low", "title": title}
             )
             assert response.status_code == 201, response.text
 

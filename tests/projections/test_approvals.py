@@ -111,8 +111,12 @@ def test_expiry_keeps_the_timestamp_format_or_an_unparsable_one_as_is() -> None:
 @pytest.mark.parametrize(
     ("decision", "operator", "resolution"),
     [
-        ("approve", "op", Resolution("a1", "alice", "approve", ts_at(2), "op")),
-        ("deny", "op", Resolution("a1", "alice", "deny", ts_at(2), "op")),
+        (
+            "approve",
+            "op",
+            Resolution("a1", "alice", "approve", ts_at(2), "op", None, "http", "http: x"),
+        ),
+        ("deny", "op", Resolution("a1", "alice", "deny", ts_at(2), "op", None, "http", "http: x")),
     ],
 )
 def test_a_decision_resolves_the_request(
@@ -136,7 +140,9 @@ def test_a_timeout_resolves_the_request_without_an_operator() -> None:
     j.add("alice", "approval.timed_out", {"id": "a1", "operator": "ignored"})
     approvals = fold(Approvals(), j.envelopes)
     assert approvals.list() == [] and approvals.count == 0
-    assert resolutions(approvals) == {"a1": Resolution("a1", "alice", "timeout", ts_at(2), None)}
+    assert resolutions(approvals) == {
+        "a1": Resolution("a1", "alice", "timeout", ts_at(2), None, None, "http", "http: x")
+    }
 
 
 def test_a_decided_approval_that_then_times_out_stays_decided() -> None:
@@ -146,7 +152,9 @@ def test_a_decided_approval_that_then_times_out_stays_decided() -> None:
     j.add("alice", "approval.timed_out", {"id": "a1"})
     decide(j, "alice", "a1", "deny", "other")
     approvals = fold(Approvals(), j.envelopes)
-    assert approvals.resolution("a1") == Resolution("a1", "alice", "approve", ts_at(2), "op")
+    assert approvals.resolution("a1") == Resolution(
+        "a1", "alice", "approve", ts_at(2), "op", None, "http", "http: x"
+    )
     assert approvals.history(10) == [approvals.resolution("a1")]  # resolved once
     assert approvals.list() == [] and approvals.count == 0
 

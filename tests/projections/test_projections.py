@@ -9,6 +9,8 @@ from tests.support import OPERATE_TOKEN, auth
 
 async def test_rebuild_from_zero_equals_live_state(client):
     ctx = client.app[CONTEXT]
+    for name in ("a0", "a1", "a2"):  # journals that exist: findings are posted about them
+        await ctx.store.append(name, "state.set", {"key": "k", "value": "v"})
     for i in range(30):
         await client.post(
             "/api/v1/findings",

@@ -56,7 +56,7 @@ async def start_node(aiohttp_client, tmp_path: Path, toml: str, sink: bool = Fal
     return app, client, recorder
 
 
-async def decide(client, decision: str) -> str:
+async def decide(client, decision: str, reason: str | None = None) -> str:
     """Decide the one pending approval over HTTP, as an operator does."""
 
     async def listed() -> list[dict]:
@@ -65,7 +65,7 @@ async def decide(client, decision: str) -> str:
     pending = (await until(listed, 15, "an approval is pending"))[0]
     response = await client.post(
         f"/api/v1/approvals/{pending['id']}",
-        json={"decision": decision},
+        json={"decision": decision} | ({"reason": reason} if reason else {}),
         headers=auth(OPERATE_TOKEN),
     )
     assert response.status == 200
@@ -174,7 +174,7 @@ timeout_secs = 1
     app, client, _ = await start_node(aiohttp_client, tmp_path, toml)
     await decide(client, "approve")
     await until(lambda: received)
-    await decide(client, "deny")
+    await decide(client, "deny", "INV-0002 was paid by hand")
     await until(lambda: journal(app, "payer", "approval.timed_out"))  # nobody decides: 1 s
     await decide(client, "approve")
     await until(lambda: len(received) == 2)
@@ -185,7 +185,10 @@ timeout_secs = 1
     assert performed[0]["capability"] == "spend" and performed[0]["status"] == 200
     messages = [e["message"] for e in journal(app, "payer", "log")]
     assert messages[0] == 'paid INV-0001: {"status": 200, "body": {"payment_id": "pay-1"}}'
-    assert messages[1] == "payment of INV-0002 denied: an operator denied spend"
+    # the operator's reason reaches the agent in its approval-denied error
+    assert messages[1] == (
+        "payment of INV-0002 denied: operator 'operator' denied spend: INV-0002 was paid by hand"
+    )
     decided = journal(app, "payer", "approval.decided")
     assert [d["decision"] for d in decided] == ["approve", "deny", "approve"]
     assert decided[0]["operator"] == "operator"

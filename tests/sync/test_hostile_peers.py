@@ -22,7 +22,7 @@ from node.app import open_store
 from node.config import load_config
 from node.streams.mapping import UNIFIED_NAMES
 from tests.support import READ_TOKEN, NodeProcess, free_port, tiny_component, write_config
-from tests.sync_support import SYNC_TUNING, peer_token, peer_toml
+from tests.sync_support import SYNC_TUNING, peer_token, peer_toml, prefill
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -76,7 +76,9 @@ def node(tmp_path_factory):
             presents="unused-token-0000000000",
             public_key=public_key_multibase(key.verify_key),
         )
-    process = NodeProcess(write_config(root / "a", extra)).start()
+    config_path = write_config(root / "a", extra)
+    prefill(config_path, {"reporter": 1})  # a journal written here, of no configured agent
+    process = NodeProcess(config_path).start()
     yield process
     process.kill()
 
@@ -105,7 +107,7 @@ def assert_responsive(node: NodeProcess) -> None:
         started = time.monotonic()
         written = client.post(
             "/api/v1/findings",
-            json={"agent": "probe", "severity": "info", "title": "still writable"},
+            json={"agent": "node-a", "severity": "info", "title": "still writable"},
         )
         assert written.status_code == 201, written.text
         assert time.monotonic() - started < 1.0
@@ -218,11 +220,7 @@ def test_a_payload_nested_past_the_decoder_limit_is_malformed(node):
 
 
 def test_a_peer_cannot_start_or_extend_a_journal_homed_here(node):
-    with node.client() as client:  # `reporter` is a journal this node has written
-        client.post(
-            "/api/v1/findings", json={"agent": "reporter", "severity": "info", "title": "x"}
-        )
-    reply = push(
+    reply = push(  # `reporter` is a journal this node has written (the fixture's)
         node,
         [
             envelope("node-a", 1, "finding", {"title": "in your journal"}),  # the node journal

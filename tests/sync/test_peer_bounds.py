@@ -91,12 +91,7 @@ async def test_heads_a_peer_reports_are_kept_only_for_journals_held_here(
     reply = {"accepted": 0, "rejected": 0, "heads": {**made_up, "reporter": 10**12}}
     peer = await fake_peer(aiohttp_server, did_doc={}, reply=json.dumps(reply).encode())
     client = await node_with_peer(tmp_path, aiohttp_client, str(peer.make_url("")).rstrip("/"))
-    response = await client.post(
-        "/api/v1/findings",
-        json={"agent": "reporter", "severity": "info", "title": "x"},
-        headers=auth(),
-    )
-    assert response.status == 201
+    await client.app[CONTEXT].store.append("reporter", "finding", {"title": "x"})
     await replicator_state(client, lambda r: r.connected and "reporter" in r.acked)
     sync = client.app[SYNC]
     await asyncio.sleep(0.2)  # a probe or two, then the ack recorder's flush

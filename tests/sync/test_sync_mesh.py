@@ -130,9 +130,12 @@ def assert_audits_pass(mesh: Mesh) -> None:
 # ----------------------------------------------------------------- tests
 def test_two_nodes_converge_and_replicas_are_read_only(mesh_factory):
     mesh = mesh_factory(["node-a", "node-b"])
+    # each node's agent journal exists before findings are posted about it (404 otherwise)
+    prefill(mesh.paths["node-a"], {"alpha": 1})
+    prefill(mesh.paths["node-b"], {"beta": 1})
     mesh.start()
-    post_findings(mesh["node-a"], "alpha", 30)
-    post_findings(mesh["node-b"], "beta", 20)
+    post_findings(mesh["node-a"], "alpha", 29)
+    post_findings(mesh["node-b"], "beta", 19)
     wait_converged(mesh, {"alpha": 30, "beta": 20})
     assert_same_everywhere(mesh, {"alpha": 30, "beta": 20})
 
@@ -151,9 +154,11 @@ def test_two_nodes_converge_and_replicas_are_read_only(mesh_factory):
 
 def test_three_nodes_converge_with_identical_journals(mesh_factory):
     mesh = mesh_factory(["node-a", "node-b", "node-c"])
+    for name in mesh.nodes:
+        prefill(mesh.paths[name], {f"agent-{name}": 1})
     mesh.start()
     for i, name in enumerate(mesh.nodes):
-        post_findings(mesh[name], f"agent-{name}", 10 + i)
+        post_findings(mesh[name], f"agent-{name}", 9 + i)
     expected = {f"agent-{name}": 10 + i for i, name in enumerate(mesh.nodes)}
     wait_converged(mesh, expected)
     assert_same_everywhere(mesh, expected)
@@ -190,8 +195,9 @@ def test_kill_9_mid_sync_on_either_side_loses_and_duplicates_nothing(mesh_factor
 
 def test_a_peer_down_for_a_while_is_caught_up(mesh_factory):
     mesh = mesh_factory(["node-a", "node-b"])
+    prefill(mesh.paths["node-a"], {"alpha": 1})
     mesh.start("node-a")
-    post_findings(mesh["node-a"], "alpha", 25)  # node-b never seen yet
+    post_findings(mesh["node-a"], "alpha", 24)  # node-b never seen yet
     time.sleep(1.5)  # several backoff rounds against a closed port
     mesh.start("node-b")
     wait_converged(mesh, {"alpha": 25})
@@ -245,9 +251,11 @@ def test_bad_pushes_to_a_real_node_are_each_rejected_and_counted(mesh_factory, t
 
 def test_keys_learned_from_did_documents(mesh_factory):
     mesh = mesh_factory(["node-a", "node-b"], with_keys=False)
+    prefill(mesh.paths["node-a"], {"alpha": 1})
+    prefill(mesh.paths["node-b"], {"beta": 1})
     mesh.start()
     assert httpx.get(mesh["node-a"].url + "/.well-known/did.json").status_code == 200
-    post_findings(mesh["node-a"], "alpha", 5)
-    post_findings(mesh["node-b"], "beta", 5)
+    post_findings(mesh["node-a"], "alpha", 4)
+    post_findings(mesh["node-b"], "beta", 4)
     wait_converged(mesh, {"alpha": 5, "beta": 5})
     assert_audits_pass(mesh)

@@ -14,7 +14,7 @@ from node.keyring import key_resolver
 from projections.entries import Findings
 from projections.peers import PeerBook
 from tests.polling import until
-from tests.support import ADMIN_TOKEN, READ_TOKEN, auth, free_port, make_config
+from tests.support import READ_TOKEN, auth, free_port, make_config
 from tests.sync_support import SYNC_TUNING, peer_token, peer_toml, signed_chain
 
 PEER_KEY = SigningKey(b"\x02" * 32)
@@ -166,11 +166,7 @@ async def test_peer_id_must_match_the_token_and_scope_is_enforced(client):
 
 async def test_an_empty_push_is_a_probe_answered_with_every_head(client):
     await push(client, signed_chain(PEER_KEY, "node-b", "scout", 2))
-    await client.post(
-        "/api/v1/findings",
-        json={"agent": "local", "severity": "low", "title": "t"},
-        headers=auth(ADMIN_TOKEN),
-    )
+    await client.app[CONTEXT].store.append("local", "finding", {"title": "t"})
     status, body = await push(client, [])
     assert status == 200 and body["accepted"] == 0 and body["rejected"] == 0
     assert body["heads"] == {"scout": 2, "local": 1}
@@ -178,11 +174,7 @@ async def test_an_empty_push_is_a_probe_answered_with_every_head(client):
 
 async def test_get_envelopes_reads_pages_and_a_peers_pull_records_its_ack(client):
     for i in range(5):
-        await client.post(
-            "/api/v1/findings",
-            json={"agent": "payer", "severity": "info", "title": f"f{i}"},
-            headers=auth(ADMIN_TOKEN),
-        )
+        await client.app[CONTEXT].store.append("payer", "finding", {"title": f"f{i}"})
     r = await client.get("/api/v1/sync/envelopes", headers=auth(READ_TOKEN))
     assert r.status == 400
     for bad in ("since=-1", "since=x", "limit=1.5"):

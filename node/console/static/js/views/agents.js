@@ -51,7 +51,7 @@ async function choose(name) {
     fill(panel, 
       h("h3", {}, name),
       table(["Time", "Level", "Message"], mine(logs.entries).map((l) => h("tr", {}, h("td", {}, when(l.ts)), h("td", {}, l.level), h("td", {}, l.message))), "Recent logs"),
-      table(["Time", "Severity", "Title", "Detail"], mine(findings.entries).map((f) => h("tr", {}, h("td", {}, when(f.ts)), h("td", {}, f.severity), h("td", {}, f.title), h("td", {}, f.detail))), "Recent findings"),
+      table(["Time", "Severity", "Title", "Detail", "Posted by"], mine(findings.entries).map((f) => h("tr", {}, h("td", {}, when(f.ts)), h("td", {}, f.severity), h("td", {}, f.title), h("td", {}, f.detail), h("td", { class: "posted-by" }, f.posted_by || "(the agent)"))), "Recent findings"),
       table(["Task", "From", "Status", "Created"], tasks.slice(-RECENT).reverse().map((t) => h("tr", {}, h("td", { class: "mono" }, h("a", { href: `#/tasks/${encodeURIComponent(t.id)}` }, t.id)), h("td", {}, t.from), h("td", {}, t.status), h("td", {}, when(t.created_at)))), "Tasks"),
       table(["Domain", "Status", "Granted", "Revoked"], grants.filter((g) => g.agent === name).map((g) => h("tr", {}, h("td", {}, g.domain), h("td", {}, g.status), h("td", {}, when(g.granted_at)), h("td", {}, when(g.revoked_at)))), "Grants"),
     );

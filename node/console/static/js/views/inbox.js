@@ -13,6 +13,8 @@ let focusedId = null;
 let ticker = null;
 let renderQueued = false;
 let notice = "";
+const reasons = new Map(); // id → the reason typed for denying it
+let batchReason = "";
 
 function expiryOf(ts, timeoutSecs) {
   const start = new Date(ts).getTime();
@@ -23,13 +25,60 @@ function add(request) {
   if (!pending.has(request.id)) pending.set(request.id, request);
 }
 
-function resolve(id, agent, outcome, at, operator) {
+function resolve(id, agent, outcome, at, operator, reason) {
   const request = pending.get(id);
   pending.delete(id);
   selected.delete(id);
+  reasons.delete(id);
   if (history.some((r) => r.id === id)) return;
-  history.unshift({ id, agent: agent || request?.agent, outcome, at, operator });
+  history.unshift({
+    id,
+    agent: agent || request?.agent,
+    outcome,
+    at,
+    operator,
+    reason: reason || null,
+    capability: request?.capability || "",
+    detail: request?.detail || "",
+  });
   history = history.slice(0, HISTORY_SHOWN);
+}
+
+/** The request's own fields, readably: a JSON object as a list of its fields (nested values
+ * pretty-printed), anything else as the text it is. */
+function requestFields(text) {
+  let parsed;
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    parsed = undefined;
+  }
+  if (parsed === null || typeof parsed !== "object" || Array.isArray(parsed) || !Object.keys(parsed).length) {
+    return h("pre", { class: "request-text" }, parsed === undefined ? text || "(empty)" : json(parsed));
+  }
+  return h(
+    "dl",
+    { class: "facts request-fields" },
+    Object.entries(parsed).map(([key, value]) => [
+      h("dt", {}, key),
+      h("dd", {}, value !== null && typeof value === "object" ? h("pre", {}, json(value)) : String(value)),
+    ]),
+  );
+}
+
+function aboutRequest(request) {
+  const facts = [
+    ["id", request.id],
+    ["task", request.task],
+    ["requested", request.requested_at],
+    ["expires", request.expires_at],
+    ["hash", request.request_hash],
+  ].filter(([, value]) => value);
+  return h(
+    "dl",
+    { class: "facts about" },
+    facts.map(([key, value]) => [h("dt", {}, key), h("dd", { class: "mono wrap" }, value)]),
+  );
 }
 
 /** Groups by (agent, capability) in order of their first pending request. */
@@ -58,18 +107,25 @@ function scheduleRender() {
   });
 }
 
-async function decide(ids, decision) {
+/** The body of a decision: a denial carries the reason typed for it, if any. */
+function decisionBody(decision, reason) {
+  const text = (reason || "").trim();
+  return decision === "deny" && text ? { decision, reason: text } : { decision };
+}
+
+async function decide(ids, decision, reason) {
   await attempt(`${decision} failed`, async () => {
     if (ids.length === 1) {
-      const result = await api(`/api/v1/approvals/${encodeURIComponent(ids[0])}`, {
-        method: "POST",
-        body: { decision },
-      });
-      resolve(result.id, pending.get(result.id)?.agent, decision, result.decided_at, result.operator);
+      const body = decisionBody(decision, reason ?? reasons.get(ids[0]));
+      const result = await api(`/api/v1/approvals/${encodeURIComponent(ids[0])}`, { method: "POST", body });
+      resolve(result.id, pending.get(result.id)?.agent, decision, result.decided_at, result.operator, result.reason);
       notice = `${decision === "approve" ? "Approved" : "Denied"} ${result.id}`;
     } else {
-      const result = await api("/api/v1/approvals/batch", { method: "POST", body: { ids, decision } });
-      for (const id of result.ids) resolve(id, pending.get(id)?.agent, decision, new Date().toISOString(), null);
+      const body = { ids, ...decisionBody(decision, reason ?? batchReason) };
+      const result = await api("/api/v1/approvals/batch", { method: "POST", body });
+      const now = new Date().toISOString();
+      for (const id of result.ids) resolve(id, pending.get(id)?.agent, decision, now, null, body.reason);
+      if (body.reason) batchReason = "";
       const skipped = result.skipped?.length ? `, ${result.skipped.length} skipped (already resolved or not hosted here)` : "";
       notice = `${decision === "approve" ? "Approved" : "Denied"} ${result.decided}${skipped}`;
     }
@@ -79,7 +135,7 @@ async function decide(ids, decision) {
 
 function requestRow(request) {
   const id = request.id;
-  const { agent: _a, capability: _c, detail, ...rest } = request;
+  const detail = request.detail;
   const checkbox = can("operate")
     ? h("input", {
         type: "checkbox",
@@ -114,13 +170,30 @@ function requestRow(request) {
         `${request.agent}${request.origin ? ` on ${request.origin}` : ""} · asked ${when(request.requested_at)} · `,
         h("span", { class: "countdown", dataset: { expires: request.expires_at } }, countdown(request.expires_at)),
       ),
-      h("details", {}, h("summary", {}, "Full request"), h("pre", {}, json({ ...rest, detail }))),
+      h(
+        "details",
+        { class: "full-request" },
+        h("summary", {}, "Full request"),
+        requestFields(request.request ?? ""),
+        aboutRequest(request),
+      ),
     ),
     h(
       "div",
       { class: "actions" },
       action("operate", "Approve", () => decide([id], "approve"), { class: "approve", "aria-label": `approve ${id}` }),
       action("operate", "Deny", () => decide([id], "deny"), { class: "deny", "aria-label": `deny ${id}` }),
+      can("operate")
+        ? h("input", {
+            class: "reason",
+            type: "text",
+            maxlength: 500,
+            placeholder: "reason for denying (optional)",
+            "aria-label": `reason for denying ${id}`,
+            value: reasons.get(id) || "",
+            oninput: (e) => reasons.set(id, e.target.value),
+          })
+        : null,
     ),
   );
 }
@@ -152,12 +225,16 @@ function historyTable() {
       { dataset: { id: r.id } },
       h("td", {}, when(r.at)),
       h("td", {}, r.agent || ""),
+      h("td", {}, r.capability || ""),
+      h("td", { class: "what" }, r.detail || ""),
       h("td", { class: `outcome ${r.outcome}` }, r.outcome),
       h("td", {}, r.operator || (r.outcome === "timeout" ? "(timed out)" : "")),
+      h("td", { class: "reason" }, r.reason || ""),
       h("td", { class: "mono" }, r.id),
     ),
   );
-  return table(["When", "Agent", "Outcome", "Operator", "Id"], rows, "Decisions, newest first");
+  const headers = ["When", "Agent", "Capability", "Request", "Outcome", "By", "Reason", "Id"];
+  return table(headers, rows, "Decisions, newest first");
 }
 
 function render() {
@@ -175,6 +252,17 @@ function render() {
           h("span", {}, `${chosen.length} selected`),
           h("button", { type: "button", disabled: !chosen.length, onclick: () => decide(chosen, "approve") }, "Approve selected"),
           h("button", { type: "button", class: "deny", disabled: !chosen.length, onclick: () => decide(chosen, "deny") }, "Deny selected"),
+          h("input", {
+            class: "reason",
+            type: "text",
+            maxlength: 500,
+            placeholder: "reason for denying selected or a group (optional)",
+            "aria-label": "reason for denying selected or a group",
+            value: batchReason,
+            oninput: (e) => {
+              batchReason = e.target.value;
+            },
+          }),
         )
       : null,
     list.length
@@ -183,8 +271,16 @@ function render() {
     h("h2", {}, "History"),
     historyTable(),
   ];
+  // a reason being typed keeps its focus and caret when new requests re-render the list
+  const typing = root.contains(document.activeElement) && document.activeElement.matches("input.reason")
+    ? { label: document.activeElement.getAttribute("aria-label"), caret: document.activeElement.selectionStart }
+    : null;
   fill(root, parts);
-  if (hadFocus && focusedId) root.querySelector(`li[data-id="${CSS.escape(focusedId)}"]`)?.focus();
+  if (typing) {
+    const input = root.querySelector(`input.reason[aria-label="${CSS.escape(typing.label)}"]`);
+    input?.focus();
+    input?.setSelectionRange(typing.caret, typing.caret);
+  } else if (hadFocus && focusedId) root.querySelector(`li[data-id="${CSS.escape(focusedId)}"]`)?.focus();
 }
 
 function rows() {
@@ -213,6 +309,8 @@ export default {
     clearInterval(ticker);
     pending.clear();
     selected.clear();
+    reasons.clear();
+    batchReason = "";
     history = [];
     root = null;
     updateBadge();
@@ -244,7 +342,7 @@ export default {
       add({ ...rest, requested_at: ts, timeout_secs: timeout, expires_at: expiryOf(ts, timeout) });
       scheduleRender();
     } else if (name === "approval_decided" && pending.has(data.id)) {
-      resolve(data.id, data.agent, data.decision, data.ts, data.operator);
+      resolve(data.id, data.agent, data.decision, data.ts, data.operator, data.reason);
       scheduleRender();
     } else if (name === "approval_timed_out" && pending.has(data.id)) {
       resolve(data.id, data.agent, "timeout", data.ts, null);

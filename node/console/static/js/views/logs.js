@@ -15,6 +15,11 @@ let queued = false;
 
 const rank = (list, value) => Math.max(0, list.indexOf(value));
 
+/** A finding an operator's token posted, told apart from the agent's own. */
+function postedBy(f) {
+  return f.posted_by ? [h("span", { class: "posted-by", title: "posted over the API, not by the agent" }, `posted by ${f.posted_by}`), " "] : null;
+}
+
 function shown(entry, field, list, min) {
   return (!filters.agent || entry.agent === filters.agent) && rank(list, entry[field]) >= rank(list, min);
 }
@@ -47,7 +52,7 @@ function render() {
   fill(
     root.querySelector("#finding-lines"),
     found.length ? [] : h("li", { class: "line empty" }, "No findings match."),
-    ...found.map((f) => h("li", { class: `line severity-${f.severity}` }, h("time", {}, when(f.ts)), " ", h("span", { class: "tag" }, f.severity), " ", h("strong", {}, f.agent), " ", h("b", {}, f.title), f.detail ? ` — ${f.detail}` : "")),
+    ...found.map((f) => h("li", { class: `line severity-${f.severity}` }, h("time", {}, when(f.ts)), " ", h("span", { class: "tag" }, f.severity), " ", h("strong", {}, f.agent), " ", postedBy(f), h("b", {}, f.title), f.detail ? ` — ${f.detail}` : "")),
   );
 }
 
@@ -100,7 +105,7 @@ export default {
       if (logs.length > KEEP) logs = logs.slice(-KEEP);
       schedule();
     } else if (name === "finding") {
-      findings.push({ ts: data.ts, severity: String(data.severity ?? "info"), agent: data.agent, title: String(data.title ?? ""), detail: String(data.detail ?? "") });
+      findings.push({ ts: data.ts, severity: String(data.severity ?? "info"), agent: data.agent, title: String(data.title ?? ""), detail: String(data.detail ?? ""), posted_by: typeof data.posted_by === "string" ? data.posted_by : null });
       if (findings.length > KEEP) findings = findings.slice(-KEEP);
       schedule();
     }
