@@ -35,7 +35,9 @@ from projections.disk import Space, Txn, key_of, u64
 from projections.states import ApprovalChanged, ApprovalState, approval_resolved
 
 DEFAULT_TIMEOUT_SECS = 300
-APPROVAL_EVENTS = frozenset({c.APPROVAL_REQUESTED, c.APPROVAL_DECIDED, c.APPROVAL_TIMED_OUT})
+APPROVAL_EVENTS = frozenset(
+    {c.APPROVAL_REQUESTED, c.APPROVAL_DECIDED, c.APPROVAL_TIMED_OUT, c.APPROVAL_ABANDONED}
+)
 
 
 class ApprovalRequest(msgspec.Struct, frozen=True):
@@ -51,6 +53,11 @@ class ApprovalRequest(msgspec.Struct, frozen=True):
     request: str = ""
     request_hash: str = ""
     task: str | None = None  # the task whose run asked, when a task's run asked
+    # a decision made while no running call waited (`approval.decided` `later`): it applies
+    # when the agent asks for exactly this again
+    recorded: str | None = None
+    recorded_by: str | None = None
+    recorded_reason: str | None = None
 
 
 Outcome = Literal["approve", "deny", "timeout"]
@@ -205,16 +212,20 @@ class Approvals:
         position, open_request = _decode_pending(raw)
         if open_request.agent != envelope.stream:
             return None
-        outcome: Literal["approve", "deny", "timeout"]
+        outcome: str
         operator: str | None
         reason: str | None
-        if envelope.event.type == c.APPROVAL_DECIDED:
-            decided = c.read(c.ApprovalDecided, envelope.event.data)
-            if decided is None:
-                return None
-            outcome, operator, reason = decided.decision, decided.operator, decided.reason
-        else:
+        payload = c.payload_of(envelope)
+        if isinstance(payload, c.ApprovalDecided):
+            if payload.later:
+                return self._recorded(txn, key, position, open_request, payload, envelope)
+            outcome, operator, reason = payload.decision, payload.operator, payload.reason
+        elif isinstance(payload, c.ApprovalAbandoned):
+            outcome, operator, reason = "abandoned", None, payload.reason
+        elif isinstance(payload, c.ApprovalTimedOut):
             outcome, operator, reason = "timeout", None, None
+        else:
+            return None
         after = approval_resolved(ApprovalState.PENDING, outcome)
         if after is None:
             return None
@@ -245,6 +256,33 @@ class Approvals:
             before=ApprovalState.PENDING,
             after=after,
             position=envelope.position,
+        )
+
+    def _recorded(
+        self,
+        txn: Txn,
+        key: bytes,
+        position: int,
+        request: ApprovalRequest,
+        decided: c.ApprovalDecided,
+        envelope: Envelope,
+    ) -> ApprovalChanged:
+        """A decision for later: kept on the request, which stays pending (the newest holds)."""
+        request = msgspec.structs.replace(
+            request,
+            recorded=decided.decision,
+            recorded_by=decided.operator,
+            recorded_reason=decided.reason,
+        )
+        txn.put(key, _encode((position, request)), db=self._pending)
+        return ApprovalChanged(
+            approval=request.id,
+            agent=request.agent,
+            task=None,
+            before=ApprovalState.PENDING,
+            after=ApprovalState.PENDING,
+            position=envelope.position,
+            recorded=decided.decision,
         )
 
     # ------------------------------------------------------------------ pending

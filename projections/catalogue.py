@@ -26,6 +26,7 @@ from eventstore.envelope import Envelope, Event
 APPROVAL_REQUESTED = "approval.requested"
 APPROVAL_DECIDED = "approval.decided"
 APPROVAL_TIMED_OUT = "approval.timed_out"
+APPROVAL_ABANDONED = "approval.abandoned"
 GRANT_CREATED = "grant.created"
 GRANT_REVOKED = "grant.revoked"
 GRANT_RESTORED = "grant.restored"
@@ -128,12 +129,25 @@ class ApprovalDecided(Payload):
     operator: Name | None = None
     request_hash: RequestHash = ""  # the request decided on
     reason: Text | None = None  # why, when the node decided (a canceled task's approvals)
+    # no running call waited for it (its agent instance ended): recorded on the request, which
+    # stays pending, and applied when the agent asks for exactly the same again
+    later: bool | None = None  # written only when true
 
 
 @entry
 class ApprovalTimedOut(Payload):
     type = APPROVAL_TIMED_OUT
     id: Id
+
+
+@entry
+class ApprovalAbandoned(Payload):
+    """Closed by the node: nothing can ever perform it (its agent stopped, its task ended, the
+    agent asked for something else in its place)."""
+
+    type = APPROVAL_ABANDONED
+    id: Id
+    reason: Text = ""
 
 
 # ----------------------------------------------------------------------------- grants

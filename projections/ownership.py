@@ -25,6 +25,7 @@ CHANGES = {
     c.TASK_CANCELED: "task",
     c.APPROVAL_DECIDED: "approval",
     c.APPROVAL_TIMED_OUT: "approval",
+    c.APPROVAL_ABANDONED: "approval",
 }
 GUARDED = frozenset(CREATES) | frozenset(CHANGES)
 

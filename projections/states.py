@@ -18,7 +18,9 @@ Transitions (anything else changes nothing):
   approval  (none) --requested--> pending --decided approve--> approved
                                           --decided deny-->    denied
                                           --timed out-->       timed_out
-            only a decision of "approve" or "deny" decides; the first resolution is final.
+                                          --abandoned-->       abandoned (by the node)
+            only a decision of "approve" or "deny" decides; the first resolution is final; a
+            decision recorded for later (nobody waits) leaves it pending, with the decision.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ class ApprovalState(StrEnum):
     APPROVED = "approved"
     DENIED = "denied"
     TIMED_OUT = "timed_out"
+    ABANDONED = "abandoned"
 
 
 FINAL_TASK_STATES = frozenset({TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELED})
@@ -50,6 +53,7 @@ OUTCOMES = {  # an approval's final state as the spec's outcome word
     ApprovalState.APPROVED: "approve",
     ApprovalState.DENIED: "deny",
     ApprovalState.TIMED_OUT: "timeout",
+    ApprovalState.ABANDONED: "abandoned",
 }
 STATE_OF_OUTCOME = {outcome: state for state, outcome in OUTCOMES.items()}
 
@@ -82,6 +86,9 @@ class ApprovalChanged(msgspec.Struct, frozen=True, kw_only=True, tag="approval",
     before: ApprovalState | None
     after: ApprovalState
     position: int
+    # a decision recorded on a pending request nobody waits for (`approval.decided` `later`):
+    # no transition yet, it applies when the agent asks for the same again
+    recorded: str | None = None
 
     @property
     def requested(self) -> bool:
@@ -125,7 +132,8 @@ def task_waiting(before: TaskState, waiting: bool) -> TaskState | None:
 
 
 def approval_resolved(before: ApprovalState | None, outcome: str) -> ApprovalState | None:
-    """A decision or a timeout: only a pending approval, only a known outcome."""
+    """A decision, a timeout or the node abandoning it: only a pending approval, only a known
+    outcome."""
     after = STATE_OF_OUTCOME.get(outcome)
     return after if before is ApprovalState.PENDING and after is not None else None
 

@@ -221,8 +221,8 @@ class Tasks:
         """The approval's own transition (its part decides it), then what it does to the task
         whose run asked: waiting while a request of its run is pending."""
         change = self.approvals.fold(txn, envelope)
-        if change is None:
-            return []
+        if change is None or (not change.requested and change.outcome is None):
+            return [] if change is None else [change]  # none, or a decision for later
         approval = id_key(change.approval)
         if approval is None:
             return [change]

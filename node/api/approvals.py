@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Annotated
+from typing import Annotated, Literal
 
 import msgspec
 from aiohttp import web
@@ -26,9 +26,21 @@ class DecisionResult(msgspec.Struct, omit_defaults=True):
     id: str
     decision: Decision
     decided_at: str
+    # "now": a running call waited and goes on with it; "later": the request is orphaned (the
+    # agent instance that asked is gone), the decision is recorded and applies if the agent
+    # asks for exactly the same again
+    applies: Literal["now", "later"]
+    effect: str
     operator: str = ""
     request_hash: str = ""
     reason: str = ""
+
+
+class PendingApproval(ApprovalRequest, frozen=True):
+    """A pending request as listed: `state` is `orphaned` when no running call waits for it."""
+
+    state: Literal["pending", "orphaned"] = "pending"
+    note: str | None = None
 
 
 class BatchResult(msgspec.Struct):
@@ -81,8 +93,24 @@ def gate_of(request: web.Request) -> ApprovalGate:
     return request.app[APPROVALS]
 
 
+ORPHANED_NOTE = (
+    "the agent instance that asked is gone: applies if the agent asks for the same again"
+)
+
+
 async def list_approvals(request: web.Request) -> web.Response:
-    return json_response(gate_of(request).projection.list())
+    gate = gate_of(request)
+    listed = []
+    for r in gate.projection.list():
+        orphaned = gate.is_orphaned(r)
+        listed.append(
+            PendingApproval(
+                **msgspec.structs.asdict(r),
+                state="orphaned" if orphaned else "pending",
+                note=ORPHANED_NOTE if orphaned else None,
+            )
+        )
+    return json_response(listed)
 
 
 async def list_batched(request: web.Request) -> web.Response:
@@ -128,7 +156,7 @@ def setup(app: web.Application) -> None:
         "/api/v1/approvals",
         list_approvals,
         "read",
-        Doc("Pending approval requests, oldest first", "approvals", list[ApprovalRequest]),
+        Doc("Pending approval requests, oldest first", "approvals", list[PendingApproval]),
     )
     add_route(
         app,
@@ -167,9 +195,11 @@ def setup(app: web.Application) -> None:
             DecisionResult,
             errors=(400, 404, 409),
             body=DecisionBody,
-            description="404 when the id is unknown, decided or timed out; 409 (with "
-            "`home_node`) when the agent is hosted on another node, or when `request_hash` is "
-            "given and is not the pending request's. A denial may carry a `reason` (one line, "
+            description="404 when the id is unknown, decided or timed out; 409 when the node "
+            "abandoned it (with the reason), when the agent is hosted on another node (with "
+            "`home_node`), or when `request_hash` is given and is not the pending request's. "
+            "On an orphaned request the decision is recorded (`applies: later`) and applies if "
+            "the agent asks for the same again. A denial may carry a `reason` (one line, "
             "up to 500 characters), given to the agent and kept in the history.",
         ),
     )

@@ -259,7 +259,7 @@ class A2AService:
         out: builtins.list[tuple[Update, bool]] = []
         for change in changes:
             if isinstance(change, ApprovalChanged):
-                if change.task != task_id:
+                if change.task != task_id or (not change.requested and change.outcome is None):
                     continue
                 approval = change.approval
                 if change.requested:

@@ -18,10 +18,11 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Iterable
+from collections.abc import Coroutine, Iterable
 from datetime import UTC, datetime
 from typing import Any, Literal, cast
 
+import msgspec
 from aiohttp import web
 
 from eventstore.envelope import Envelope
@@ -33,6 +34,7 @@ from node.services.journal import ensure_local
 from projections import catalogue as c
 from projections.approvals import (
     DEFAULT_TIMEOUT_SECS,
+    ApprovalRequest,
     Approvals,
     Outcome,
     Verdict,
@@ -60,11 +62,7 @@ class ApprovalGate:
         # ids with a resolution being appended: a concurrent decide or timer must not add another
         self._claimed: set[str] = set()
         self._due: set[str] = set()
-        # Requests left pending by a previous run of the node (their agent instance is gone),
-        # by id, and the decisions on them that arrived before the agent asked again.
-        self._orphans: dict[str, RequestKey] = {}
-        self._unclaimed: dict[RequestKey, Outcome] = {}
-        self._denials: set[asyncio.Task[None]] = set()
+        self._background: set[asyncio.Task[None]] = set()
         self._flusher: asyncio.Task[None] | None = None
         self._closed = False
 
@@ -87,9 +85,6 @@ class ApprovalGate:
                 overdue.append(request.id)
             else:
                 self._arm(request.id, remaining)
-                if request.request_hash:
-                    key = (request.agent, request.capability, request.request_hash)
-                    self._orphans[request.id] = key
         if overdue:
             log.info("timing out %d approval(s) that expired while the node was down", len(overdue))
             self._due.update(overdue)
@@ -105,7 +100,7 @@ class ApprovalGate:
             self._flusher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._flusher
-        for denial in list(self._denials):
+        for denial in list(self._background):
             denial.cancel()
         for future in self._waiters.values():
             if not future.done():
@@ -148,19 +143,19 @@ class ApprovalGate:
             raise ValueError("timeout_secs must be positive")
         request_hash = hash_request(request)
         key = (agent, capability, request_hash)
-        decided = self._unclaimed.pop(key, None)
-        if decided is not None:
-            return Verdict(decided)  # decided while the agent was restarting: no second request
         future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
         orphan = self._orphan(key)
         if orphan is not None:
             # The same request, left pending by an agent instance that is gone (a restart):
-            # wait for the operator's decision on it instead of asking twice.
-            self._waiters[orphan] = future
+            # take the decision recorded on it, or wait for one, instead of asking twice.
+            self._waiters[orphan.id] = future
             try:
-                return self._verdict(orphan, await future)
+                if orphan.recorded is not None:
+                    await self._claim(orphan.id)
+                return self._verdict(orphan.id, await future)
             finally:
-                self._waiters.pop(orphan, None)
+                self._waiters.pop(orphan.id, None)
+        await self._abandon_replaced(agent, capability, task_id, request)
         approval_id = str(uuid.uuid4())
         self._waiters[approval_id] = future
         data: dict[str, Any] = {
@@ -187,20 +182,87 @@ class ApprovalGate:
             return Verdict(outcome)
         return Verdict(outcome, resolution.operator, resolution.reason)
 
-    def _orphan(self, key: RequestKey) -> str | None:
+    def is_orphaned(self, request: ApprovalRequest) -> bool:
+        """Pending, hosted here, and no running call waits for it: the agent instance that
+        asked is gone (a restart, a crash). A decision on it applies if the agent asks for
+        exactly the same again."""
+        return request.id not in self._waiters and self.ctx.projections.get(Journals).home_of(
+            request.agent
+        ) in (None, self.ctx.name)
+
+    def _orphan(self, key: RequestKey) -> ApprovalRequest | None:
         """A request left pending by a previous run, for the same thing, that nobody awaits.
 
         One whose decision is being journaled right now counts too: the agent then waits for
         that decision rather than asking again and missing it.
         """
-        for approval_id, orphan_key in self._orphans.items():
+        agent, capability, request_hash = key
+        for request in self.projection.list():
             if (
-                orphan_key == key
-                and approval_id not in self._waiters
-                and self.projection.is_pending(approval_id)
+                request.agent == agent
+                and request.capability == capability
+                and request.request_hash == request_hash
+                and request.id not in self._waiters
             ):
-                return approval_id
+                return request
         return None
+
+    async def _claim(self, approval_id: str) -> None:
+        """Apply the decision recorded on an orphaned request, now that its call waits."""
+        request = self.projection.get(approval_id)
+        if request is None or request.recorded is None or approval_id in self._claimed:
+            return  # resolved meanwhile, or being decided: the waiter learns it from the commit
+        decision = cast(Decision, request.recorded)
+        await self._append_decision(
+            request, decision, request.recorded_by or "", request.recorded_reason
+        )
+
+    async def _abandon_replaced(
+        self, agent: str, capability: str, task_id: str | None, request: str
+    ) -> None:
+        """The agent asks `capability` for something else where an orphaned request of the
+        same capability was asked (the same task, or a tick): that one can never apply."""
+        replaced = [
+            r.id
+            for r in self.projection.list()
+            if r.agent == agent
+            and r.capability == capability
+            and r.task == task_id
+            and self.is_orphaned(r)
+        ]
+        if replaced:
+            where = f"task {task_id}" if task_id else "a tick"
+            reason = f"{agent} asked {capability} for something else in {where}: " + summary(
+                capability, request
+            )
+            await self.abandon(replaced, reason)
+
+    async def abandon(self, ids: Iterable[str], reason: str) -> list[str]:
+        """Close pending requests that can never apply (`approval.abandoned`, with why)."""
+        requests = [
+            r
+            for i in dict.fromkeys(ids)
+            if i not in self._claimed and (r := self.projection.get(i))
+        ]
+        if not requests or self._closed:
+            return []
+        abandoned = [r.id for r in requests]
+        self._claimed.update(abandoned)
+        try:
+            await self.ctx.store.append_many(
+                [
+                    NewEvent(r.agent, *c.event_of(c.ApprovalAbandoned(id=r.id, reason=reason)))
+                    for r in requests
+                ]
+            )
+        finally:
+            self._claimed.difference_update(abandoned)
+        return abandoned
+
+    async def abandon_agent(self, agent: str, reason: str) -> list[str]:
+        """The agent was stopped, upgraded or removed: what it asked can no longer apply."""
+        pending = [r.id for r in self.projection.list() if r.agent == agent]
+        return await self.abandon(pending, reason)
 
     async def decide(
         self,
@@ -209,14 +271,23 @@ class ApprovalGate:
         operator: str,
         request_hash: str | None = None,
         reason: str | None = None,
+        later: bool | None = None,
     ) -> dict[str, Any]:
-        """Decide one pending request; 404 when unknown, already decided or timed out.
+        """Decide one pending request; 404 when unknown, already decided or timed out, 409
+        with the reason when the node abandoned it.
 
         With `request_hash`, the decision holds only for that exact request (409 otherwise);
-        `reason` says why: the operator's reason for a denial, or the node's own.
+        `reason` says why: the operator's reason for a denial, or the node's own. On an
+        orphaned request (no running call waits) the decision is recorded for a later
+        identical request (`later`; the node's own decisions pass False: they close it).
         """
         request = self.projection.get(approval_id)
         if request is None or approval_id in self._claimed:
+            closed = self.projection.resolution(approval_id)
+            if closed is not None and closed.outcome == "abandoned":
+                raise Problem(
+                    409, f"approval {approval_id} was abandoned: {closed.reason or 'no reason'}"
+                )
             raise Problem(404, f"no pending approval with id {approval_id!r}")
         ensure_local(self.ctx, request.agent)
         if request_hash is not None and request_hash != request.request_hash:
@@ -225,33 +296,51 @@ class ApprovalGate:
                 f"approval {approval_id} is for request {request.request_hash or '(unhashed)'}, "
                 f"not {request_hash[:80]}",
             )
-        self._claimed.add(approval_id)
-        try:
-            envelope = await self.ctx.store.append(
-                request.agent,
-                *c.event_of(
-                    _decided(approval_id, decision, operator, request.request_hash, reason)
-                ),
-            )
-        finally:
-            self._claimed.discard(approval_id)
+        if later is None:
+            later = self.is_orphaned(request)
+        envelope = await self._append_decision(request, decision, operator, reason, later)
+        if later and approval_id in self._waiters:
+            await self._claim(approval_id)  # the agent asked again while it was journaled
         result = {
             "id": approval_id,
             "decision": decision,
             "decided_at": envelope.event.ts,
             "operator": operator,
             "request_hash": request.request_hash,
+            "applies": "later" if later else "now",
+            "effect": (
+                f"recorded: it applies if {request.agent} asks for the same again"
+                if later
+                else "given to the waiting call"
+            ),
         }
         if reason is not None:
             result["reason"] = reason
         return result
+
+    async def _append_decision(
+        self,
+        request: ApprovalRequest,
+        decision: Decision,
+        operator: str,
+        reason: str | None,
+        later: bool = False,
+    ) -> Envelope:
+        self._claimed.add(request.id)
+        try:
+            decided = _decided(request.id, decision, operator, request.request_hash, reason)
+            if later:
+                decided = msgspec.structs.replace(decided, later=True)
+            return await self.ctx.store.append(request.agent, *c.event_of(decided))
+        finally:
+            self._claimed.discard(request.id)
 
     async def deny_for_task(self, agent: str, task_id: str, operator: str, reason: str) -> int:
         """Deny every pending request a task's run asked for; how many were denied."""
         denied = 0
         for approval_id in self.ctx.projections.get(Tasks).asked_by(agent, task_id):
             with contextlib.suppress(Problem):  # decided or timed out meanwhile
-                await self.decide(approval_id, "deny", operator, reason=reason)
+                await self.decide(approval_id, "deny", operator, reason=reason, later=False)
                 denied += 1
         return denied
 
@@ -261,7 +350,7 @@ class ApprovalGate:
         """Decide every pending local id in one atomic append; the rest are listed as skipped.
 
         Unknown, already resolved and replicated (decided on their home node) ids are skipped;
-        a repeated id counts once.
+        a repeated id counts once. Orphaned ones are recorded for later, as `decide` does.
         """
         decided: list[str] = []
         skipped: list[str] = []
@@ -281,14 +370,10 @@ class ApprovalGate:
                 skipped.append(approval_id)
                 continue
             decided.append(approval_id)
-            events.append(
-                NewEvent(
-                    request.agent,
-                    *c.event_of(
-                        _decided(approval_id, decision, operator, request.request_hash, reason)
-                    ),
-                )
-            )
+            event = _decided(approval_id, decision, operator, request.request_hash, reason)
+            if self.is_orphaned(request):  # recorded for a later identical request
+                event = msgspec.structs.replace(event, later=True)
+            events.append(NewEvent(request.agent, *c.event_of(event)))
         if events:
             self._claimed.update(decided)
             try:
@@ -336,45 +421,59 @@ class ApprovalGate:
     # ------------------------------------------------------------------ journal follower
     def _on_commit(self, envelopes: list[Envelope]) -> None:
         """Release the waiter and drop the timer of every request resolved in this commit,
-        and deny what a canceled task asked for: the changes the tasks read model made."""
+        claim a decision recorded while its call now waits, deny what a canceled task asked
+        for and abandon what an ended task asked for: the tasks read model's changes."""
         machine = self.ctx.projections.get(Tasks)
         for envelope in envelopes:
             for change in machine.changes(envelope):
                 if isinstance(change, TaskChanged):
-                    if change.after is TaskState.CANCELED and change.ended:
-                        self._deny_canceled(change, envelope)
+                    if change.ended:
+                        self._task_ended(change, envelope)
                 elif change.outcome is not None:
                     self._resolved(change.approval, change.outcome)
+                elif change.recorded is not None and change.approval in self._waiters:
+                    self._spawn(self._claim(change.approval))
 
     def _resolved(self, approval_id: str, outcome: str) -> None:
         handle = self._timers.pop(approval_id, None)
         if handle is not None:
             handle.cancel()
         future = self._waiters.get(approval_id)
-        orphan = self._orphans.pop(approval_id, None)
         if future is not None and not future.done():
-            future.set_result(cast(Outcome, outcome))
-        elif orphan is not None and outcome in ("approve", "deny"):
-            self._unclaimed[orphan] = cast(Outcome, outcome)
+            # abandoned while a call waited (its agent stopped): the call may not go ahead
+            future.set_result(cast(Outcome, "deny" if outcome == "abandoned" else outcome))
 
-    def _deny_canceled(self, change: TaskChanged, envelope: Envelope) -> None:
-        """A canceled task's pending requests can never be performed: deny them, saying why."""
+    def _task_ended(self, change: TaskChanged, envelope: Envelope) -> None:
+        """A canceled task's pending requests can never be performed: deny them, saying why;
+        an ended task's are abandoned (no later call of the task can ask for them)."""
         task_id, agent = change.task, change.agent
         if self._closed:
             return
         if self.ctx.projections.get(Journals).home_of(agent) not in (None, self.ctx.name):
-            return  # a replica: the home node denies
-        if not self.ctx.projections.get(Tasks).asked_by(agent, task_id):
+            return  # a replica: the home node decides
+        asked = self.ctx.projections.get(Tasks).asked_by(agent, task_id)
+        if not asked:
+            return
+        if change.after is not TaskState.CANCELED:
+            self._spawn(self.abandon(asked, f"task {task_id} ended ({change.after.value})"))
             return
         canceled = c.payload_of(envelope)
         operator = canceled.operator if isinstance(canceled, c.TaskCanceled) else None
         by = f" by {operator}" if operator else ""
         reason = f"task {task_id} was canceled{by}"
-        denial = asyncio.get_running_loop().create_task(
-            self._deny_logged(agent, task_id, operator or "", reason)
-        )
-        self._denials.add(denial)
-        denial.add_done_callback(self._denials.discard)
+        self._spawn(self._deny_logged(agent, task_id, operator or "", reason))
+
+    def _spawn(self, work: Coroutine[Any, Any, object]) -> None:
+        job = asyncio.get_running_loop().create_task(self._logged(work))
+        self._background.add(job)
+        job.add_done_callback(self._background.discard)
+
+    @staticmethod
+    async def _logged(work: Coroutine[Any, Any, object]) -> None:
+        try:
+            await work
+        except Exception:
+            log.exception("could not journal an approval the node closes by itself")
 
     async def _deny_logged(self, agent: str, task_id: str, operator: str, reason: str) -> None:
         try:
