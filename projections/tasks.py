@@ -75,6 +75,9 @@ class Task(msgspec.Struct, kw_only=True):
     completed_at: str | None = None
     progress: Any = msgspec.UNSET
     error: str | msgspec.UnsetType = msgspec.UNSET
+    # what an open task waits for, read when it is served (never stored): "waiting for
+    # approval of spend", "queued behind task t-1"
+    waiting_for: str | msgspec.UnsetType = msgspec.UNSET
 
 
 class TaskRecord(msgspec.Struct, kw_only=True):
@@ -307,7 +310,21 @@ class Tasks:
     # ------------------------------------------------------------------ reads
     def get(self, task_id: str) -> Task | None:
         record = self.record(task_id)
-        return record.task if record is not None else None
+        return self._served(record) if record is not None else None
+
+    def _served(self, record: TaskRecord) -> Task:
+        """The task with what it waits for, when it waits."""
+        task = record.task
+        if record.state is TaskState.INPUT_REQUIRED:
+            asked = [self.approvals.get(i) for i in self.pending_approvals(task.id)]
+            capabilities = sorted({r.capability for r in asked if r is not None})
+            if capabilities:
+                task.waiting_for = "waiting for approval of " + ", ".join(capabilities)
+        elif record.state is TaskState.PENDING:
+            running = self.working_on(task.to)
+            if running is not None and running != task.id:
+                task.waiting_for = f"queued behind task {running}"
+        return task
 
     def record(self, task_id: str) -> TaskRecord | None:
         key = id_key(task_id)
@@ -333,8 +350,8 @@ class Tasks:
                 keys = (key for _, key in _prefixed(txn, self._by_agent, agent))
             else:
                 keys = txn.cursor(self._created).iternext(keys=False, values=True)
-            found = [self._load(txn, key).task for key in keys]
-        return [t for t in found if status is None or t.status == status]
+            found = [self._load(txn, key) for key in keys]
+        return [self._served(r) for r in found if status is None or r.task.status == status]
 
     def open_tasks(self, agent: str) -> builtins.list[Task]:
         """The agent's open tasks in creation order: what a restart delivers again."""

@@ -38,7 +38,11 @@ async def test_a_decision_on_an_orphan_is_recorded_and_survives_a_restart(aiohtt
     body = await answer.json()
     assert body["applies"] == "later" and "asks for the same again" in body["effect"]
     (item,) = await listed(client)  # still pending: nothing was performed
-    assert (item["state"], item["recorded"], item["recorded_by"]) == ("orphaned", "approve", "operator")
+    assert (item["state"], item["recorded"], item["recorded_by"]) == (
+        "orphaned",
+        "approve",
+        "operator",
+    )
     await client.close()
 
     again = await aiohttp_client(build_app(config))  # the recorded decision is in the journal

@@ -3,6 +3,7 @@ keeps under the event's position, and what each protocol calls a state."""
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from projections.states import (
@@ -121,3 +122,25 @@ def test_folding_returns_and_keeps_the_changes_of_each_event() -> None:
     ]
     record = tasks.record("t1")
     assert record is not None and record.state is T.COMPLETED and record.task.status == "completed"
+
+
+def test_an_open_task_says_what_it_waits_for() -> None:
+    j = Journal()
+    j.add("alice", "task.created", {"id": "t1", "from": "boss", "input": {}})
+    j.add("alice", "task.created", {"id": "t2", "from": "boss", "input": {}})
+    j.add("alice", "task.started", {"id": "t1"})
+    j.add("alice", "approval.requested", {"id": "a1", "capability": "spend"})
+    tasks = fold(Tasks(), j.envelopes)
+    waiting, queued = tasks.get("t1"), tasks.get("t2")
+    assert waiting is not None and waiting.waiting_for == "waiting for approval of spend"
+    assert queued is not None and queued.waiting_for == "queued behind task t1"
+    assert [t.waiting_for for t in tasks.list(agent="alice")] == [
+        "waiting for approval of spend",
+        "queued behind task t1",
+    ]
+    j.add("alice", "approval.decided", {"id": "a1", "decision": "approve"})
+    j.add("alice", "task.completed", {"id": "t1", "output": {}})
+    tasks = fold(Tasks(), j.envelopes)
+    done, next_up = tasks.get("t1"), tasks.get("t2")
+    assert done is not None and next_up is not None
+    assert msgspec.UNSET is done.waiting_for is next_up.waiting_for  # nothing left to wait for
