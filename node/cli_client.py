@@ -145,11 +145,22 @@ def cmd_approvals_list(node: Node, args: argparse.Namespace) -> int:
         ("id", "id"),
         ("agent", "agent"),
         ("capability", "capability"),
+        ("state", "state"),
         ("expires_at", "expires_at"),
         ("detail", "detail"),
     ]
-    emit(args, pending, lambda p: table(p, columns))
+    rows = [{**p, "state": _pending_state(p)} for p in pending]
+    emit(args, pending, lambda _: table(rows, columns))
     return 0
+
+
+def _pending_state(request: dict[str, Any]) -> str:
+    """`orphaned` says what a decision on it will do; a recorded decision shows as well."""
+    if request.get("state") != "orphaned":
+        return request.get("state") or "pending"
+    recorded = request.get("recorded")
+    suffix = f"; {recorded} recorded by {request.get('recorded_by')}" if recorded else ""
+    return f"orphaned ({request.get('note')}{suffix})"
 
 
 HISTORY_COLUMNS = [
@@ -200,7 +211,8 @@ def _decide(decision: str) -> Callable[[Node, argparse.Namespace], int]:
 
 def _decision_text(result: dict[str, Any]) -> str:
     text = f"{result['decision']} {result['id']} at {result['decided_at']}"
-    return f"{text}: {result['reason']}" if result.get("reason") else text
+    text = f"{text}: {result['reason']}" if result.get("reason") else text
+    return f"{text} ({result['effect']})" if result.get("effect") else text
 
 
 def _group_ids(node: Node, group: str) -> list[str]:

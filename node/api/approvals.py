@@ -28,8 +28,9 @@ class DecisionResult(msgspec.Struct, omit_defaults=True):
     decided_at: str
     # "now": a running call waited and goes on with it; "later": the request is orphaned (the
     # agent instance that asked is gone), the decision is recorded and applies if the agent
-    # asks for exactly the same again
-    applies: Literal["now", "later"]
+    # asks for exactly the same again; "never": orphaned and nothing can ask for it again (it
+    # has no request hash to match): the decision closes it
+    applies: Literal["now", "later", "never"]
     effect: str
     operator: str = ""
     request_hash: str = ""
@@ -93,6 +94,7 @@ def gate_of(request: web.Request) -> ApprovalGate:
     return request.app[APPROVALS]
 
 
+NEVER_NOTE = "the agent instance that asked is gone and nothing can ask for this again"
 ORPHANED_NOTE = (
     "the agent instance that asked is gone: applies if the agent asks for the same again"
 )
@@ -103,13 +105,9 @@ async def list_approvals(request: web.Request) -> web.Response:
     listed = []
     for r in gate.projection.list():
         orphaned = gate.is_orphaned(r)
-        listed.append(
-            PendingApproval(
-                **msgspec.structs.asdict(r),
-                state="orphaned" if orphaned else "pending",
-                note=ORPHANED_NOTE if orphaned else None,
-            )
-        )
+        note = (ORPHANED_NOTE if gate.can_ask_again(r) else NEVER_NOTE) if orphaned else None
+        state: Literal["pending", "orphaned"] = "orphaned" if orphaned else "pending"
+        listed.append(PendingApproval(**msgspec.structs.asdict(r), state=state, note=note))
     return json_response(listed)
 
 

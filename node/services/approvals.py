@@ -190,6 +190,11 @@ class ApprovalGate:
             request.agent
         ) in (None, self.ctx.name)
 
+    def can_ask_again(self, request: ApprovalRequest) -> bool:
+        """Whether an agent could ask for exactly this again: the request has its hash (one
+        journaled before requests carried it cannot be matched)."""
+        return bool(request.request_hash)
+
     def _orphan(self, key: RequestKey) -> ApprovalRequest | None:
         """A request left pending by a previous run, for the same thing, that nobody awaits.
 
@@ -296,8 +301,9 @@ class ApprovalGate:
                 f"approval {approval_id} is for request {request.request_hash or '(unhashed)'}, "
                 f"not {request_hash[:80]}",
             )
+        waited = not self.is_orphaned(request)
         if later is None:
-            later = self.is_orphaned(request)
+            later = not waited and self.can_ask_again(request)
         envelope = await self._append_decision(request, decision, operator, reason, later)
         if later and approval_id in self._waiters:
             await self._claim(approval_id)  # the agent asked again while it was journaled
@@ -307,11 +313,13 @@ class ApprovalGate:
             "decided_at": envelope.event.ts,
             "operator": operator,
             "request_hash": request.request_hash,
-            "applies": "later" if later else "now",
+            "applies": "later" if later else "now" if waited else "never",
             "effect": (
                 f"recorded: it applies if {request.agent} asks for the same again"
                 if later
                 else "given to the waiting call"
+                if waited
+                else "closed: no call waits and nothing can ask for this again"
             ),
         }
         if reason is not None:
@@ -371,7 +379,7 @@ class ApprovalGate:
                 continue
             decided.append(approval_id)
             event = _decided(approval_id, decision, operator, request.request_hash, reason)
-            if self.is_orphaned(request):  # recorded for a later identical request
+            if self.is_orphaned(request) and self.can_ask_again(request):  # for later
                 event = msgspec.structs.replace(event, later=True)
             events.append(NewEvent(request.agent, *c.event_of(event)))
         if events:

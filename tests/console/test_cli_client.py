@@ -67,9 +67,13 @@ def test_approvals_list_approve_and_deny_a_group(node):
     assert {"r-1", "r-2", "r-3", "e-1", "e-2"} <= {p["id"] for p in pending}
     table = cli(node, "approvals", "list", "--batched")
     assert "ledger" in table.stdout and "refund" in table.stdout and "3" in table.stdout
+    # no call waits for these (the node that asked is gone) and, unhashed, nothing can ask again
+    listed = cli(node, "approvals", "list")
+    assert "orphaned (the agent instance that asked is gone and nothing" in listed.stdout
 
     one = ok_json(node, "approvals", "approve", "r-1")
     assert one["id"] == "r-1" and one["decision"] == "approve" and one["operator"] == "admin"
+    assert one["applies"] == "never" and one["effect"].startswith("closed: no call waits")
     again = cli(node, "approvals", "approve", "r-1")
     assert again.returncode == 1 and "r-1" in again.stderr and "404" in again.stderr
 
