@@ -16,6 +16,7 @@ from typing import NamedTuple
 from projections.a2a import A2AView
 from projections.approvals import Approvals
 from projections.base import Projection, Projections
+from projections.deployments import DeployedAgents
 from projections.disk import DiskModel, DiskModels
 from projections.entries import Findings, Logs
 from projections.grants import Grants
@@ -51,6 +52,7 @@ READ_MODELS: tuple[ReadModel, ...] = (
     ReadModel(Registry, Storage.MEMORY),
     ReadModel(Grants, Storage.MEMORY),
     ReadModel(PeerBook, Storage.MEMORY),
+    ReadModel(DeployedAgents, Storage.MEMORY),
 )
 
 
