@@ -148,9 +148,7 @@ async def remove(request: web.Request) -> web.Response:
 def setup(app: web.Application) -> None:
     read = ("Deployed agents: version, source, status, history", "agents")
     add_route(app, "GET", BASE, list_agents, "read", Doc(*read, list[AgentView]))
-    add_route(
-        app, "GET", BASE + "/{name}", get_agent, "read", Doc(*read, AgentView, errors=(404,))
-    )
+    add_route(app, "GET", BASE + "/{name}", get_agent, "read", Doc(*read, AgentView, errors=(404,)))
     add_route(
         app,
         "PUT",

@@ -36,7 +36,9 @@ async def publish(client, package: str, version: str, wasm_path) -> None:
     data.add_field("id", package)
     data.add_field("version", version)
     data.add_field("wasm", wasm_path.read_bytes(), filename="a.wasm")
-    response = await client.post("/api/v1/registry/packages", data=data, headers=auth(PUBLISH_TOKEN))
+    response = await client.post(
+        "/api/v1/registry/packages", data=data, headers=auth(PUBLISH_TOKEN)
+    )
     assert response.status == 201, await response.text()
 
 
@@ -56,6 +58,13 @@ async def get(client, name: str) -> dict:
 
 def node_events(app, type_: str | None = None) -> list[dict]:
     return journal(app, "$node", type_)
+
+
+async def create_task(client, task_input: dict, to: str = "worker") -> str:
+    body = {"from": "planner", "to": to, "input": task_input}
+    response = await client.post("/api/v1/a2a/tasks", json=body, headers=auth(OPERATE_TOKEN))
+    assert response.status == 201, await response.text()
+    return (await response.json())["id"]
 
 
 async def status_of(client, name: str) -> str:
@@ -133,7 +142,12 @@ async def test_deploy_upgrade_keeps_state_and_grants_and_rolls_back_a_broken_one
     assert rolled["to_revision"] == 2 and "revision 3 failed" in rolled["reason"]
     after = await get(client, "tools")
     assert after["current"]["revision"] == 2 and after["current"]["version"] == "2.0.0"
-    assert [h["event"] for h in after["history"]] == ["deployed", "upgraded", "upgraded", "rolled_back"]
+    assert [h["event"] for h in after["history"]] == [
+        "deployed",
+        "upgraded",
+        "upgraded",
+        "rolled_back",
+    ]
     await until(lambda: app[AGENTS].runtime.worker("tools").probation.done())
     assert app[AGENTS].runtime.worker("tools").probation.result() is None
 
@@ -172,26 +186,20 @@ async def test_a_task_in_flight_during_an_upgrade_completes_and_queued_ones_wait
     assert (await put(client, "worker", body)).status == 201
 
     numbers = list(range(2000))  # one journaled progress event each: long enough to upgrade
-    created = await client.post(
-        "/api/v1/tasks",
-        json={"to": "worker", "input": {"numbers": numbers}},
-        headers=auth(OPERATE_TOKEN),
-    )
-    assert created.status in (200, 201), await created.text()
-    task_id = (await created.json())["id"]
+    task_id = await create_task(client, {"numbers": numbers})
     await until(lambda: journal(app, "worker", "task.progress"))
     response = await put(client, "worker", {**body, "component": "registry:worker@1.0.1"})
     assert response.status == 200, await response.text()
     (completed,) = journal(app, "worker", "task.completed")
-    assert completed["id"] == task_id and completed["output"] == {"sum": sum(numbers), "count": 2000}
+    assert completed["id"] == task_id and completed["output"] == {
+        "sum": sum(numbers),
+        "count": 2000,
+    }
     assert not journal(app, "worker", "task.failed")
 
     # stopped: a new task stays queued; started: it is done
     assert (await post(client, "worker", "stop")).status == 200
-    queued = await client.post(
-        "/api/v1/tasks", json={"to": "worker", "input": {"numbers": [1, 2]}}, headers=auth(OPERATE_TOKEN)
-    )
-    queued_id = (await queued.json())["id"]
+    queued_id = await create_task(client, {"numbers": [1, 2]})
     assert (await post(client, "worker", "stop")).status == 200  # again: nothing to do
     assert all(e["id"] != queued_id for e in journal(app, "worker", "task.started"))
     assert (await post(client, "worker", "start")).status == 200
