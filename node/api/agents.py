@@ -20,7 +20,7 @@ from node.services.deployments import (
     RollbackRequest,
 )
 from projections import catalogue as c
-from projections.deployments import DeployedAgent, Deployment, DeployedAgents, HistoryEntry
+from projections.deployments import DeployedAgent, DeployedAgents, Deployment, HistoryEntry
 
 BASE = "/api/v1/agents"
 Status = Literal["running", "idle", "stopped", "error", "unknown"]

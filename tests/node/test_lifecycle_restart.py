@@ -4,6 +4,7 @@ declares an API-deployed agent stops the start, saying why (real node processes)
 
 from __future__ import annotations
 
+import json
 import os
 
 import httpx
@@ -11,7 +12,19 @@ import httpx
 from node.api.runtime import COMPILED_CACHE_ENV
 from tests.polling import wait_until
 from tests.runtime_support import COMPILED_CACHE
-from tests.support import PUBLISH_TOKEN, NodeProcess, auth, write_config
+from tests.support import (
+    ADMIN_TOKEN,
+    OPERATE_TOKEN,
+    PUBLISH_TOKEN,
+    NodeProcess,
+    auth,
+    run_cli,
+    write_config,
+)
+
+
+def cli(node: NodeProcess, *args: str, token: str = ADMIN_TOKEN):
+    return run_cli("agents", *args, "--url", node.url, "--token", token)
 
 
 def agents(client: httpx.Client) -> dict[str, dict]:
@@ -47,16 +60,35 @@ def test_the_deployed_set_survives_kill_9_and_sigterm_and_a_conflicting_config_s
                 data={"id": "hello", "version": "1.0.0"},
                 files={"wasm": ("a.wasm", built_agents["hello"].read_bytes())},
                 headers=auth(PUBLISH_TOKEN),
+                timeout=120,  # the registry compiles the component to check it
             )
             assert published.status_code == 201, published.text
             hello = {"component": "registry:hello@1.0.0", "tick_interval_ms": 200}
-            for name in ("a", "b", "c"):
+            for name in ("a", "b"):
                 response = client.put(f"/api/v1/agents/{name}", json=hello)
                 assert response.status_code == 201, response.text
-            upgraded = client.put("/api/v1/agents/a", json={**hello, "tick_interval_ms": 300})
-            assert upgraded.status_code == 200 and "revision 2" in upgraded.json()["message"]
-            assert client.post("/api/v1/agents/b/stop").status_code == 200
-            assert client.delete("/api/v1/agents/c").status_code == 200
+            # the same through the CLI
+            ref = "registry:hello@1.0.0"
+            deployed = cli(node, "deploy", "c", ref, "--capability", "spend", "--gate", "spend")
+            assert deployed.returncode == 0, deployed.stderr
+            assert "c: deployed as revision 1" in deployed.stdout
+            again = cli(node, "deploy", "c", ref)
+            assert again.returncode == 1 and "use `agents upgrade`" in again.stderr
+            upgraded = cli(node, "upgrade", "a", ref, "--tick-interval-ms", "300")
+            assert upgraded.returncode == 0 and "upgraded to revision 2" in upgraded.stdout
+            shown = cli(node, "show", "c", "--json")
+            assert json.loads(shown.stdout)["definition"]["approval"] == {"spend": True}
+            assert cli(node, "stop", "b").returncode == 0
+            denied = cli(node, "stop", "a", token=OPERATE_TOKEN)
+            assert denied.returncode == 1 and "HTTP 403" in denied.stderr
+            removed = cli(node, "rm", "c")
+            assert removed.returncode == 0 and "removed; its journal is kept" in removed.stdout
+            listed = cli(node, "list")
+            assert listed.returncode == 0
+            assert [line.split()[:4] for line in listed.stdout.splitlines()[1:]] == [
+                ["a", "api", listed.stdout.splitlines()[1].split()[2], "2"],
+                ["b", "api", "stopped", "1"],
+            ]
             before = agents(client)
         node.kill()
 
