@@ -76,13 +76,16 @@ async function choose(name) {
 async function lifecycle(name, label, path, init) {
   const note = root?.querySelector("#deploy-note");
   if (note) note.textContent = `${label}…`;
+  let message = null;
   await attempt(`${label} ${name}`, async () => {
-    const change = await api(path, init);
-    await load();
-    await choose(name);
-    const fresh = root?.querySelector("#deploy-note");
-    if (fresh) fresh.textContent = change.message;
+    message = (await api(path, init)).message;
   });
+  // afresh either way: a refused upgrade was rolled back, which the history shows
+  await attempt("refreshing agents", load);
+  if (!root) return;
+  await choose(name);
+  const fresh = root?.querySelector("#deploy-note");
+  if (fresh && message) fresh.textContent = message;
 }
 
 function deploymentPanel(d) {
