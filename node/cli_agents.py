@@ -173,9 +173,7 @@ def add_agents_commands(sub: argparse._SubParsersAction, command: Any) -> None:
         description="Agents on a running node (admin token; list and show need read).",
     ).add_subparsers(metavar="ACTION")
     command(agents, "list", cmd_list, "the deployed agents: source, status, revision, version")
-    command(agents, "show", cmd_show, "one agent: its deployment and history").add_argument(
-        "name"
-    )
+    command(agents, "show", cmd_show, "one agent: its deployment and history").add_argument("name")
     for name, func, help in (
         ("deploy", cmd_deploy, "deploy a new agent from the registry (registry:ID@VERSION)"),
         ("upgrade", cmd_upgrade, "upgrade an agent; options not given keep their value"),

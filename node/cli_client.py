@@ -1,4 +1,4 @@
-"""`agent-node approvals|status|tasks|logs|findings|agents`: a client of a running node's public API.
+"""`agent-node approvals|status|tasks|logs|findings|agents`: a client of a node's public API.
 
 Every command is an ordinary API call with the operator's token, so what it does is journaled
 exactly as any other client's call. Human tables by default, `--json` for scripts; a failed
@@ -298,9 +298,7 @@ def add_client_commands(sub: argparse._SubParsersAction) -> None:
     )
     common.add_argument("--json", action="store_true", help="JSON output for scripts")
 
-    def command(
-        parent, name: str, func, help: str, timeout: float = 30
-    ) -> argparse.ArgumentParser:
+    def command(parent, name: str, func, help: str, timeout: float = 30) -> argparse.ArgumentParser:
         p = parent.add_parser(name, help=help, description=help, parents=[common])
         p.set_defaults(func=_run(func, timeout))
         return p
