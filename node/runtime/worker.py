@@ -33,6 +33,7 @@ from node.runtime.hostapi import (
     RunKind,
     RunResult,
     Task,
+    run_clock,
 )
 from node.runtime.instance import AgentFaultError, AgentInstance, MissingExportError
 from node.runtime.memory import MemoryMeter
@@ -116,8 +117,9 @@ class AgentWorker:
         # Set before a lifecycle swap: a task interrupted by the stop is left open for the next
         # instance (handed over) instead of being journaled as failed.
         self.hand_over_tasks = False
-        # The outcome of this worker's first instance: None once its first tick succeeded, else
-        # why it did not get there (load failure, fault, stopped first). An upgrade waits on it.
+        # The outcome of this worker's first instance: None once a run of it succeeded or waits
+        # for an operator's approval (it loaded and works), else why not (load failure, a fault
+        # first, stopped first). An upgrade waits on it.
         self.probation: Future[str | None] = Future()
         self.handed_over: list[str] = []  # ids of tasks left open for the next instance
         self._thread = threading.Thread(target=self._main, name=f"agent-{spec.name}", daemon=True)
@@ -198,6 +200,7 @@ class AgentWorker:
     # ---- the worker thread ---------------------------------------------------------------
 
     def _main(self) -> None:
+        run_clock().on_wait = lambda: self._end_probation(None)
         try:
             while not self._ending:
                 if self._instance is None:
@@ -315,8 +318,9 @@ class AgentWorker:
             self.probation.set_result(reason)
 
     def _handed_over(self, task: Task, why: str) -> bool:
-        """Whether a task that did not succeed was cut by a lifecycle stop: then it stays open
-        for the next instance (the queue releases it) rather than being journaled as failed."""
+        """Whether a task run was cut by a lifecycle's hard stop (its drain timed out): then
+        the task stays open for the next instance (the queue releases it), delivered again as
+        after a restart, rather than finished with what a cut run answered."""
         if not (self.hand_over_tasks and self.stopping.is_set()):
             return False
         self.handed_over.append(task.id)
@@ -340,9 +344,11 @@ class AgentWorker:
             if not self._handed_over(task, e.fault.reason):
                 self.hooks.task_failed(task, f"agent failed: {e.fault.reason}")
             return
+        if self._handed_over(task, "its run was cut by the stop"):
+            return  # whatever it answered, a host call of it may have been refused
         if result.tag == "ok":
             self.hooks.task_completed(task, result.payload)
-        elif not self._handed_over(task, result.payload):
+        else:
             self.hooks.task_failed(task, result.payload)
 
     def _run_call(self, call: _Call) -> None:
@@ -377,6 +383,7 @@ class AgentWorker:
                 self._runs += 1
             if fault is None:
                 self._set_state("idle")
+                self._end_probation(None)
             self._emit_output()
             self.hooks.run_finished(
                 run,

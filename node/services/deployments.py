@@ -142,6 +142,7 @@ class DeploymentService:
         self._runtime: AgentRuntime | None = None
         self._tasks: TaskQueue | None = None
         self._closed = False
+        self.drain_secs = DRAIN_SECS
 
     @property
     def projection(self) -> DeployedAgents:
@@ -397,7 +398,7 @@ class DeploymentService:
         await self.grants.create_for(agent)
         reason = f"upgraded to revision {revision}"
         worker = await asyncio.to_thread(
-            runtime.replace, self._spec(name), reason, DRAIN_SECS, not deployed.suspended
+            runtime.replace, self._spec(name), reason, self.drain_secs, not deployed.suspended
         )
         if deployed.suspended:
             return f"upgraded to revision {revision} (stopped: it runs once started)"
@@ -410,7 +411,7 @@ class DeploymentService:
             runtime.replace,
             self._spec(name),
             f"rolled back to revision {previous}",
-            DRAIN_SECS,
+            self.drain_secs,
             not deployed.suspended,
         )
         raise self._failed(name, revision, previous, why)
@@ -455,7 +456,7 @@ class DeploymentService:
                 self.runtime.replace,
                 self._spec(name),
                 f"rolled back to revision {target.revision}",
-                DRAIN_SECS,
+                self.drain_secs,
                 not deployed.suspended,
             )
             return f"rolled back to revision {target.revision}"
@@ -466,7 +467,7 @@ class DeploymentService:
             if deployed.suspended:
                 return f"agent {name!r} was already stopped"
             await self._append(c.AgentSuspended(agent=name, operator=operator))
-            await asyncio.to_thread(self.runtime.suspend, name, "suspended", DRAIN_SECS)
+            await asyncio.to_thread(self.runtime.suspend, name, "suspended", self.drain_secs)
             return "stopped; its tasks stay queued until it is started"
 
     async def resume(self, name: str, operator: str) -> str:
@@ -476,7 +477,7 @@ class DeploymentService:
                 return f"agent {name!r} was already running"
             await self._append(c.AgentResumed(agent=name, operator=operator))
             await asyncio.to_thread(
-                self.runtime.replace, self._spec(name), "resumed", DRAIN_SECS, True
+                self.runtime.replace, self._spec(name), "resumed", self.drain_secs, True
             )
             return "started"
 
@@ -485,7 +486,7 @@ class DeploymentService:
             deployed = self._agent(name)
             self._only_api(deployed, "remove")
             await self._append(c.AgentRemoved(agent=name, operator=operator))
-            await asyncio.to_thread(self.runtime.remove, name, "removed", DRAIN_SECS)
+            await asyncio.to_thread(self.runtime.remove, name, "removed", self.drain_secs)
             self._set_hosted()
             return "removed; its journal is kept"
 

@@ -13,6 +13,7 @@ from node.app import build_app
 from node.config import ConfigError
 from node.context import CONTEXT
 from node.runtime.agents import AGENTS
+from node.services.deployments import DEPLOYMENTS
 from tests.polling import until
 from tests.runtime.test_runtime_node import agent_toml, journal
 from tests.runtime_support import COMPILED_CACHE
@@ -255,3 +256,47 @@ async def test_a_config_that_declares_an_api_deployed_agent_stops_the_start(
     again = build_app(make_config(tmp_path, toml))
     with pytest.raises(ConfigError, match="deployed through the API"):
         await aiohttp_client(again)
+
+
+async def test_a_task_cut_by_a_drain_timeout_is_handed_to_the_new_instance(
+    aiohttp_client, tmp_path, built_agents
+):
+    app = build_app(make_config(tmp_path))
+    client = await aiohttp_client(app)
+    app[DEPLOYMENTS].drain_secs = 0.5  # the old instance waits on an approval past this
+    await publish(client, "cashier", "1.0.0", built_agents["cashier"])
+    body = {
+        "component": "registry:cashier@1.0.0",
+        "capabilities": {"spend": True},
+        "approval": {"spend": True},
+        "tick_interval_ms": 200,
+    }
+    assert (await put(client, "cashier", body)).status == 201
+    task_id = await create_task(client, {"pay": {"invoice": "INV-7"}}, to="cashier")
+
+    async def pending() -> list[dict]:
+        return await (await client.get("/api/v1/approvals", headers=auth(READ_TOKEN))).json()
+
+    (first,) = await until(pending, 20, "the cashier asks to pay")
+    response = await put(client, "cashier", {**body, "tick_interval_ms": 300})
+    assert response.status == 200, await response.text()
+    assert "upgraded to revision 2" in (await response.json())["message"]
+    # the cut run finished nothing; the new instance took the task and asks again
+    assert not journal(app, "cashier", "task.completed")
+    assert not journal(app, "cashier", "task.failed")
+    await until(lambda: app[AGENTS].runtime.worker("cashier").status().status == "running")
+
+    async def asked_again() -> list[dict]:
+        return [a for a in await pending() if a["id"] != first["id"]]
+
+    # the new instance asks anew (what becomes of the request the old instance left is the
+    # approval gate's business: DeploymentService.instance_ended is its hook)
+    (again,) = await until(asked_again, 20, "the new instance asks to pay")
+    assert again["task"] == task_id and again["request_hash"] == first["request_hash"]
+    decided = await client.post(
+        f"/api/v1/approvals/{again['id']}", json={"decision": "deny"}, headers=auth(OPERATE_TOKEN)
+    )
+    assert decided.status == 200
+    (completed,) = await until(lambda: journal(app, "cashier", "task.completed"), 20)
+    assert completed["id"] == task_id and completed["output"]["paid"] is False
+    assert not journal(app, "cashier", "task.failed")
