@@ -53,6 +53,7 @@ from projections.tasks import Tasks
 
 log = logging.getLogger(__name__)
 DRAIN_SECS = 30.0  # how long a swap waits for the run in progress before stopping it
+RESERVED_NAMES = frozenset({"stream"})  # /api/v1/agents/stream is the per-agent event stream
 PROBATION_MARGIN_SECS = 30.0  # on top of the tick timeout: loading, queued tasks first
 
 
@@ -278,6 +279,8 @@ class DeploymentService:
     def _check_request(self, name: str, body: DeployRequest) -> tuple[AgentConfig, Path]:
         if not AGENT_NAME_RE.fullmatch(name):
             raise Problem(400, f"agent name {name[:80]!r} must match {AGENT_NAME}")
+        if name in RESERVED_NAMES:
+            raise Problem(400, f"{name!r} is reserved (GET /api/v1/agents/{name} is a stream)")
         taken = {self.ctx.name, *(p.name for p in self.ctx.config.peers)}
         if name in taken:
             raise Problem(409, f"{name!r} is the name of a node of this mesh, not an agent")
