@@ -172,7 +172,7 @@ class AgentWorker:
     def submit(self, kind: RunKind, detail: str, fn: Callable[[AgentInstance], Any]) -> Future[Any]:
         """Run `fn` with the agent's instance on the worker thread (an MCP call, say)."""
         call = _Call(kind, detail, fn)
-        if self.stopping.is_set():
+        if self.stopping.is_set() or not self.started:  # not started: stopped by an operator
             call.future.set_exception(AgentUnavailableError(f"agent {self.spec.name} stopped"))
         else:
             self._queue.put(call)
