@@ -136,7 +136,7 @@ function deploymentPanel(d) {
       h("dt", {}, "Source"), h("dd", {}, d.source === "config" ? "runtime.toml" : "deployed through the API"),
       h("dt", {}, "Revision"), h("dd", { id: "deploy-revision" }, `${d.current.revision}${d.current.version ? ` (version ${d.current.version})` : ""}`),
       h("dt", {}, "Component"), h("dd", { class: "mono" }, d.current.component),
-      h("dt", {}, "Checksum"), h("dd", { class: "mono", style: "word-break: break-all" }, d.current.sha256 || "unknown"),
+      h("dt", {}, "Checksum"), h("dd", { class: "mono checksum" }, d.current.sha256 || "unknown"),
       h("dt", {}, "State"), h("dd", { id: "deploy-state" }, d.stopped ? "stopped by an operator (tasks stay queued)" : d.status),
     ),
     buttons,
