@@ -14,6 +14,7 @@ from eventstore.store import EventStore
 from node import checkpoint, logsetup, progress
 from node.api import (
     a2a,
+    agents,
     approvals,
     conformance,
     console,
@@ -55,6 +56,7 @@ AREAS = (
     discovery,
     console,  # the operator console at /console/ and the read endpoints it needs
     runtime,  # takes approvals, registry, grants, the bus and tasks; its agents stop first
+    agents,  # deploy, upgrade, roll back, stop, start, remove: the runtime's deployments
     protocols,  # takes tasks, approvals and the runtime's agents
     openapi,  # after every route exists: the document is built from the router
 )

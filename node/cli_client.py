@@ -1,4 +1,4 @@
-"""`agent-node approvals|status|tasks|logs|findings`: a client of a running node's public API.
+"""`agent-node approvals|status|tasks|logs|findings|agents`: a client of a node's public API.
 
 Every command is an ordinary API call with the operator's token, so what it does is journaled
 exactly as any other client's call. Human tables by default, `--json` for scripts; a failed
@@ -348,9 +348,9 @@ def add_client_commands(sub: argparse._SubParsersAction) -> None:
     )
     common.add_argument("--json", action="store_true", help="JSON output for scripts")
 
-    def command(parent, name: str, func, help: str) -> argparse.ArgumentParser:
+    def command(parent, name: str, func, help: str, timeout: float = 30) -> argparse.ArgumentParser:
         p = parent.add_parser(name, help=help, description=help, parents=[common])
-        p.set_defaults(func=_run(func))
+        p.set_defaults(func=_run(func, timeout))
         return p
 
     status = command(sub, "status", cmd_status, "status of the node's agents")
@@ -400,6 +400,10 @@ def add_client_commands(sub: argparse._SubParsersAction) -> None:
         p.add_argument("--agent", help="only this agent's")
         p.add_argument("--follow", "-f", action="store_true", help="keep printing new ones")
 
+    from node.cli_agents import add_agents_commands  # it builds on this module
+
+    add_agents_commands(sub, command)
+
 
 def _non_negative(text: str) -> int:
     value = int(text)
@@ -408,12 +412,14 @@ def _non_negative(text: str) -> int:
     return value
 
 
-def _run(func: Callable[[Node, argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+def _run(
+    func: Callable[[Node, argparse.Namespace], int], timeout: float = 30
+) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
         if not args.token:
             print(f"agent-node: give --token or set {TOKEN_ENV}", file=sys.stderr)
             return 2
-        node = Node(args.url, args.token)
+        node = Node(args.url, args.token, timeout)
         try:
             return func(node, args)
         except ClientError as exc:

@@ -267,6 +267,11 @@ def _check_secret_domains(config: Config, source: str) -> Iterator[str]:
                 )
 
 
+def agent_problems(agent: AgentConfig, where: str) -> Iterator[str]:
+    """Every problem of one agent entry (the API's deployments are checked the same way)."""
+    return _check_agent(agent, where)
+
+
 def _check_agent(agent: AgentConfig, where: str) -> Iterator[str]:
     if agent.component.startswith(REGISTRY_REFERENCE):
         _, at, version = agent.component.removeprefix(REGISTRY_REFERENCE).partition("@")

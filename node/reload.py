@@ -22,9 +22,10 @@ import msgspec
 from aiohttp import web
 
 from node.auth import TOKENS
-from node.config import Config, ConfigError, load_config
+from node.config import AgentConfig, Config, ConfigError, load_config
 from node.context import CONTEXT
 from node.logsetup import Redactor, secrets_of
+from node.services.deployments import DEPLOYMENTS
 from node.sync.service import SYNC
 from projections import catalogue as c
 
@@ -59,7 +60,9 @@ class Reloader:
             return False
         ctx = self._app[CONTEXT]
         old = ctx.config
-        restart_needed = _sections_needing_restart(old, new)
+        deployments = self._app.get(DEPLOYMENTS)
+        declared = deployments.declared if deployments is not None else old.agents
+        restart_needed = _sections_needing_restart(old, new, declared)
         self._app[TOKENS].reload(new.auth)
         old.auth = new.auth
         old.secrets = new.secrets  # the runtime reads secrets through this config object
@@ -100,11 +103,17 @@ class Reloader:
         return sorted(applied)
 
 
-def _sections_needing_restart(old: Config, new: Config) -> list[str]:
+def _sections_needing_restart(
+    old: Config, new: Config, declared_agents: list[AgentConfig]
+) -> list[str]:
+    """Sections whose change needs a restart; the agents as runtime.toml declared them at
+    start (`old.agents` also holds those deployed through the API)."""
+    before = {name: getattr(old, name) for name in _RESTART_SECTIONS}
+    before["agents"] = declared_agents
     changed = [
         name
         for name in _RESTART_SECTIONS
-        if msgspec.to_builtins(getattr(old, name)) != msgspec.to_builtins(getattr(new, name))
+        if msgspec.to_builtins(before[name]) != msgspec.to_builtins(getattr(new, name))
     ]
     if _peers_without_tokens(old) != _peers_without_tokens(new):
         changed.append("peers")

@@ -46,6 +46,13 @@ AGENT_STARTED = "agent.started"
 AGENT_STOPPED = "agent.stopped"
 AGENT_RESTARTED = "agent.restarted"
 AGENT_ERRORED = "agent.errored"
+# the lifecycle of the node's agents, in `$node` (projections/deployments.py)
+AGENT_DEPLOYED = "agent.deployed"
+AGENT_UPGRADED = "agent.upgraded"
+AGENT_ROLLED_BACK = "agent.rolled_back"
+AGENT_SUSPENDED = "agent.suspended"
+AGENT_RESUMED = "agent.resumed"
+AGENT_REMOVED = "agent.removed"
 PACKAGE_PUBLISHED = "package.published"
 PEER_KEY_PINNED = "peer.key_pinned"
 PEER_ACKED = "peer.acked"
@@ -287,6 +294,104 @@ class AgentErrored(Payload):
     error: Text = ""
     kind: Name = ""
     retry_in_ms: Count = 0
+
+
+# ----------------------------------------------------------------------------- deployments
+# What the node runs, in its own `$node` journal: how each agent was deployed, upgraded, rolled
+# back, suspended, resumed and removed (projections/deployments.py folds them; docs/design.md,
+# "Agents as a live resource"). `agent.started`/`agent.stopped` already mean "an instance of it
+# started/ended" in the agent's own journal (at every restart), so an operator's stop and start
+# are `agent.suspended` and `agent.resumed`.
+MAX_AGENT_ENTRIES = 100  # capabilities, approval rules, grant domains, allowed hosts
+# "" when the component could not be read at deployment (a config agent's missing file)
+Checksum = Annotated[str, msgspec.Meta(pattern=r"^(sha256:[0-9a-f]{64})?$")]
+Positive = Annotated[int, msgspec.Meta(gt=0, le=MAX_COUNT)]
+DeploymentSource = Literal["config", "api"]
+
+
+class AgentLimits(msgspec.Struct, kw_only=True, frozen=True):
+    tick_interval_ms: Positive
+    fuel_per_tick: Positive
+    memory_limit_mb: Positive
+    tick_timeout_ms: Positive
+
+
+class AgentDefinition(msgspec.Struct, kw_only=True, frozen=True):
+    """Everything that makes one version of an agent: the component (`registry:ID@VERSION`, or
+    a file for a config-declared agent) with the sha256 of its bytes, and its permissions."""
+
+    component: Name
+    sha256: Checksum
+    description: Text = ""
+    capabilities: Annotated[dict[Name, bool], msgspec.Meta(max_length=MAX_AGENT_ENTRIES)] = {}
+    # capability → gated, plus `timeout_secs` (an int)
+    approval: Annotated[dict[Name, bool | int], msgspec.Meta(max_length=MAX_AGENT_ENTRIES)] = {}
+    limits: AgentLimits
+    mcp: bool = False
+    grant_domains: Annotated[list[Name], msgspec.Meta(max_length=MAX_AGENT_ENTRIES)] = []
+    allow_hosts: Annotated[list[Name], msgspec.Meta(max_length=MAX_AGENT_ENTRIES)] = []
+
+
+@entry
+class AgentDeployed(Payload):
+    type = AGENT_DEPLOYED
+    replicated = False
+    agent: JournalName
+    revision: Positive
+    source: DeploymentSource
+    definition: AgentDefinition
+    operator: Name | None = None
+
+
+@entry
+class AgentUpgraded(Payload):
+    type = AGENT_UPGRADED
+    replicated = False
+    agent: JournalName
+    revision: Positive
+    source: DeploymentSource
+    definition: AgentDefinition
+    operator: Name | None = None
+
+
+@entry
+class AgentRolledBack(Payload):
+    """Back to the deployment below the current one (`to_revision`), by an operator or by the
+    node itself when an upgrade did not load or failed its first run (`automatic`)."""
+
+    type = AGENT_ROLLED_BACK
+    replicated = False
+    agent: JournalName
+    from_revision: Positive
+    to_revision: Positive
+    reason: Text = ""
+    automatic: bool = False
+    operator: Name | None = None
+
+
+@entry
+class AgentSuspended(Payload):
+    type = AGENT_SUSPENDED
+    replicated = False
+    agent: JournalName
+    operator: Name | None = None
+
+
+@entry
+class AgentResumed(Payload):
+    type = AGENT_RESUMED
+    replicated = False
+    agent: JournalName
+    operator: Name | None = None
+
+
+@entry
+class AgentRemoved(Payload):
+    type = AGENT_REMOVED
+    replicated = False
+    agent: JournalName
+    reason: Text = ""
+    operator: Name | None = None
 
 
 # ----------------------------------------------------------------------------- node-level

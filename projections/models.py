@@ -14,6 +14,7 @@ from enum import StrEnum
 from typing import NamedTuple
 
 from projections.base import Projection, Projections
+from projections.deployments import DeployedAgents
 from projections.disk import DiskModel, DiskModels
 from projections.entries import Findings, Logs
 from projections.grants import Grants
@@ -49,6 +50,7 @@ READ_MODELS: tuple[ReadModel, ...] = (
     ReadModel(Registry, Storage.MEMORY),
     ReadModel(Grants, Storage.MEMORY),
     ReadModel(PeerBook, Storage.MEMORY),
+    ReadModel(DeployedAgents, Storage.MEMORY),
 )
 
 

@@ -20,8 +20,7 @@ import aiohttp
 from aiohttp import web
 
 from node import jsonrpc as rpc
-from node.config import ConfigError
-from node.context import CONTEXT, NodeContext, context_of
+from node.context import CONTEXT, context_of
 from node.http import Problem, json_response
 from node.routes import Doc, Query, add_route
 from node.runtime.agents import AGENTS, Agents
@@ -34,11 +33,11 @@ from node.runtime.spec import AgentSpec, RuntimeOptions, spec_from_config
 from node.runtime.status import StatusView
 from node.runtime.tasks import TaskQueue
 from node.services.approvals import APPROVALS, ApprovalGate
+from node.services.deployments import DEPLOYMENTS, DeploymentService, refuse_foreign
 from node.services.grants import GRANTS, GrantService
 from node.services.registry import REGISTRY, RegistryService
 from node.services.tasks import TASKS, TaskService
 from node.streams.bus import BUS, EventBus
-from projections.journals import Journals
 from projections.tasks import Tasks
 
 COMPILED_DIR = "compiled"  # under data_dir: the compiled-component cache
@@ -55,7 +54,9 @@ def setup(app: web.Application) -> None:
         tasks=app[TASKS],
         bus=app[BUS],
         registry=app[REGISTRY],
+        deployments=DeploymentService(app[CONTEXT], app[REGISTRY], app[GRANTS]),
     )
+    app[DEPLOYMENTS] = deps.deployments
     app.cleanup_ctx.append(lambda app: runtime_lifecycle(app, agents, deps))
     add_route(
         app,
@@ -110,18 +111,7 @@ class RuntimeDeps:
     tasks: TaskService
     bus: EventBus
     registry: RegistryService
-
-
-def refuse_replicas(ctx: NodeContext) -> None:
-    """A journal has one writer: an agent whose journal came from another node is not ours."""
-    journals = ctx.projections.get(Journals)
-    for agent in ctx.config.agents:
-        home = journals.home_of(agent.name)
-        if home not in (None, ctx.name):
-            raise ConfigError(
-                f"agents: {agent.name!r} is hosted on node {home!r} (its journal was written "
-                "there); agent names must be unique across the mesh"
-            )
+    deployments: DeploymentService
 
 
 async def runtime_lifecycle(
@@ -129,7 +119,14 @@ async def runtime_lifecycle(
 ) -> AsyncIterator[None]:
     ctx = app[CONTEXT]
     config = ctx.config
-    refuse_replicas(ctx)
+    deployments = deps.deployments
+    refuse_foreign(ctx, deployments.declared)
+    # the agents to host: what the journal's lifecycle events say, runtime.toml's changes
+    # journaled first (a conflict between the two stops the start here)
+    hosted = await deployments.reconcile()
+    refuse_foreign(ctx, hosted)
+    config.agents = hosted
+    ctx.metrics.agents_total.set(len(hosted))
     loop = asyncio.get_running_loop()
     session = aiohttp.ClientSession()
     names = [a.name for a in config.agents]
@@ -174,11 +171,12 @@ async def runtime_lifecycle(
 
     ctx.store.add_commit_listener(on_commit)
     agents.attach(runtime, McpServer(runtime, services.sink.publish, services.redactor.value))
-    ctx.metrics.agents_total.set(len(runtime.workers))
-    runtime.start()
+    deployments.attach(runtime, tasks)
+    runtime.start(suspended=deployments.suspended())
     try:
         yield
     finally:
+        await deployments.close()  # a lifecycle change in progress ends first
         await loop.run_in_executor(None, runtime.stop)
         agents.attach(None, None)
         await session.close()

@@ -14,9 +14,9 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Container, Iterable
 from concurrent.futures import Future
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from node.runtime.engine import AgentEngine
@@ -32,6 +32,19 @@ log = logging.getLogger(__name__)
 # Builds the node side of one agent; `stopping` is set when the agent is being stopped, so
 # a host call blocked on an approval or a fetch can give up.
 HostFactory = Callable[[AgentSpec, threading.Event], tuple[AgentHost, AgentHooks]]
+
+
+@dataclass(frozen=True)
+class InstanceEnd:
+    """A lifecycle change ended an agent's instance (never said at shutdown)."""
+
+    agent: str
+    reason: str  # "suspended", "upgraded to revision 3", "removed", ...
+    handed_over: tuple[str, ...]  # tasks it was cut in, left open for the next instance
+
+
+# Told (on the thread that runs the change) once the old instance has ended.
+InstanceEnded = Callable[[InstanceEnd], None]
 
 
 class UnknownAgentError(KeyError):
@@ -52,21 +65,22 @@ class AgentRuntime:
             options = replace(options, output_dir=Path(tempfile.mkdtemp(prefix="agent-output-")))
         self.options = options
         self.engine = AgentEngine(self.options.cache_dir, self.options.epoch_interval_ms)
+        self._host_factory = host_factory
+        self._resolve = resolve
+        self.on_instance_ended: list[InstanceEnded] = []
         self.workers: dict[str, AgentWorker] = {}
         for spec in specs:
             if spec.name in self.workers:
                 raise ValueError(f"agent {spec.name} is configured twice")
-            stopping = threading.Event()
-            host, hooks = host_factory(spec, stopping)
-            self.workers[spec.name] = AgentWorker(
-                spec, self.engine, host, hooks, self.options, stopping, resolve
-            )
-        self._output_guard = OutputGuard(lambda: [w.output for w in self.workers.values()])
+            self.workers[spec.name] = self._new_worker(spec)
+        self._output_guard = OutputGuard(lambda: [w.output for w in list(self.workers.values())])
 
-    def start(self) -> None:
-        """Start every worker; each loads its component on its own thread."""
-        for worker in self.workers.values():
-            worker.start()
+    def start(self, suspended: Container[str] = ()) -> None:
+        """Start every worker but the `suspended` ones; each loads its component on its own
+        thread."""
+        for name, worker in list(self.workers.items()):
+            if not worker.started and name not in suspended:
+                worker.start()
         self._output_guard.start()
 
     def stop(self, timeout: float = 15.0) -> None:
@@ -76,10 +90,11 @@ class AgentRuntime:
         interrupted; its (daemon) thread is left to the process exit after the timeout, since
         it holds nothing that must be written.
         """
-        for worker in self.workers.values():
+        workers = list(self.workers.values())
+        for worker in workers:
             worker.request_stop()
         deadline = time.monotonic() + timeout
-        for worker in self.workers.values():
+        for worker in workers:
             if not worker.stop(max(0.0, deadline - time.monotonic())):
                 log.error("agent %s did not stop within %.0f s", worker.spec.name, timeout)
         self._output_guard.stop()
@@ -87,6 +102,55 @@ class AgentRuntime:
         gc.collect()  # free what is left of the stores now, not at interpreter exit
         if self._own_output_dir and self.options.output_dir is not None:
             shutil.rmtree(self.options.output_dir, ignore_errors=True)
+
+    def _new_worker(self, spec: AgentSpec) -> AgentWorker:
+        stopping = threading.Event()
+        host, hooks = self._host_factory(spec, stopping)
+        return AgentWorker(spec, self.engine, host, hooks, self.options, stopping, self._resolve)
+
+    # ---- lifecycle changes on a running node (blocking: run them in a thread) ---------------
+
+    def add(self, spec: AgentSpec, run: bool = True) -> AgentWorker:
+        """Host a new agent; `run=False` keeps it stopped (status `stopped`) until `replace`."""
+        if spec.name in self.workers:
+            raise ValueError(f"agent {spec.name} is already hosted")
+        worker = self.workers[spec.name] = self._new_worker(spec)
+        if run:
+            worker.start()
+        return worker
+
+    def replace(
+        self, spec: AgentSpec, reason: str, drain_secs: float, run: bool = True
+    ) -> AgentWorker:
+        """Swap the agent's worker for a new one of `spec` (an upgrade, a rollback, a start):
+        the old instance finishes its run in progress first (drain), then the new one starts.
+        The agent's state and grants live in its journal, so the new instance finds them."""
+        old = self.worker(spec.name)
+        self._end(old, reason, drain_secs)
+        worker = self.workers[spec.name] = self._new_worker(spec)
+        if run:
+            worker.start()
+        return worker
+
+    def suspend(self, name: str, reason: str, drain_secs: float) -> AgentWorker:
+        """Stop taking ticks, tasks and calls (tasks stay queued); the agent stays hosted."""
+        return self.replace(self.worker(name).spec, reason, drain_secs, run=False)
+
+    def remove(self, name: str, reason: str, drain_secs: float) -> None:
+        self._end(self.worker(name), reason, drain_secs)
+        del self.workers[name]
+
+    def _end(self, worker: AgentWorker, reason: str, drain_secs: float) -> None:
+        if worker.started:
+            worker.hand_over_tasks = True
+            if not worker.drain(drain_secs):
+                log.error("agent %s did not stop; replacing it anyway", worker.spec.name)
+        end = InstanceEnd(worker.spec.name, reason, tuple(worker.handed_over))
+        for hook in self.on_instance_ended:
+            try:
+                hook(end)
+            except Exception:
+                log.exception("instance-ended hook failed for %s", worker.spec.name)
 
     def worker(self, name: str) -> AgentWorker:
         try:

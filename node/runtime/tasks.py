@@ -33,6 +33,20 @@ class TaskQueue:
             for task_id, sender, task_input in open_tasks:
                 tasks[task_id] = Task(task_id, sender, json.dumps(task_input or {}))
 
+    def add_agent(self, agent: str, open_tasks: Iterable[tuple[str, str, dict]]) -> None:
+        """An agent deployed on the running node, with the open tasks its journal holds."""
+        with self._lock:
+            self._open.setdefault(agent, OrderedDict())
+        self.seed(agent, open_tasks)
+
+    def release(self, agent: str, task_ids: Iterable[str]) -> int:
+        """Tasks of `agent` whose instance ended in a lifecycle swap before finishing them
+        become deliverable again, for the next instance to take over. How many."""
+        with self._lock:
+            released = self._delivered & set(task_ids) & set(self._open.get(agent, {}))
+            self._delivered -= released
+        return len(released)
+
     def apply(
         self, changes: Iterable[TaskChanged], get: Callable[[str], SpecTask | None]
     ) -> list[str]:

@@ -33,6 +33,7 @@ from node.runtime.hostapi import (
     RunKind,
     RunResult,
     Task,
+    run_clock,
 )
 from node.runtime.instance import AgentFaultError, AgentInstance, MissingExportError
 from node.runtime.memory import MemoryMeter
@@ -110,6 +111,17 @@ class AgentWorker:
         self._fuel_consumed = 0
         self._runs = 0
         self._next_tick = 0.0
+        # Set by `drain`: finish the run in progress, take nothing new, end. Unlike `stopping`,
+        # a host call in flight (an approval wait) is not given up.
+        self._draining = False
+        # Set before a lifecycle swap: a task interrupted by the stop is left open for the next
+        # instance (handed over) instead of being journaled as failed.
+        self.hand_over_tasks = False
+        # The outcome of this worker's first instance: None once a run of it succeeded or waits
+        # for an operator's approval (it loaded and works), else why not (load failure, a fault
+        # first, stopped first). An upgrade waits on it.
+        self.probation: Future[str | None] = Future()
+        self.handed_over: list[str] = []  # ids of tasks left open for the next instance
         self._thread = threading.Thread(target=self._main, name=f"agent-{spec.name}", daemon=True)
 
     # ---- other threads -------------------------------------------------------------------
@@ -120,12 +132,38 @@ class AgentWorker:
     def stop(self, timeout: float | None = None) -> bool:
         """Ask the worker to stop; True once its thread has ended (within `timeout`)."""
         self.request_stop()
+        if not self.started:
+            return True
         self._thread.join(timeout)
         return not self._thread.is_alive()
 
     def request_stop(self) -> None:
         self.stopping.set()
         self._queue.put(_WAKE)
+
+    def drain(self, timeout: float) -> bool:
+        """End after the run in progress (a task finishes on this instance); past `timeout`,
+        stop hard (a blocked host call gives up; with `hand_over_tasks` its task stays open).
+        True once the thread has ended. Blocking."""
+        if not self.started:
+            return True
+        self._draining = True
+        self._queue.put(_WAKE)
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            log.warning(
+                "agent %s: still busy after %.0f s of draining; stopping", self.spec.name, timeout
+            )
+            return self.stop(timeout)
+        return True
+
+    @property
+    def started(self) -> bool:
+        return self._thread.ident is not None
+
+    @property
+    def _ending(self) -> bool:
+        return self._draining or self.stopping.is_set()
 
     def wake(self) -> None:
         """Look for new tasks now rather than at the next tick."""
@@ -134,7 +172,7 @@ class AgentWorker:
     def submit(self, kind: RunKind, detail: str, fn: Callable[[AgentInstance], Any]) -> Future[Any]:
         """Run `fn` with the agent's instance on the worker thread (an MCP call, say)."""
         call = _Call(kind, detail, fn)
-        if self.stopping.is_set():
+        if self.stopping.is_set() or not self.started:  # not started: stopped by an operator
             call.future.set_exception(AgentUnavailableError(f"agent {self.spec.name} stopped"))
         else:
             self._queue.put(call)
@@ -143,7 +181,7 @@ class AgentWorker:
     def status(self) -> AgentStatus:
         now = time.monotonic()
         with self._lock:
-            state = self._state
+            state = self._state if self.started else "stopped"
             return AgentStatus(
                 name=self.spec.name,
                 status=state,
@@ -162,11 +200,12 @@ class AgentWorker:
     # ---- the worker thread ---------------------------------------------------------------
 
     def _main(self) -> None:
+        run_clock().on_wait = lambda: self._end_probation(None)
         try:
-            while not self.stopping.is_set():
+            while not self._ending:
                 if self._instance is None:
                     self._wait_for_retry()
-                    if self.stopping.is_set() or not self._start_instance():
+                    if self._ending or not self._start_instance():
                         continue
                 self._serve_once()
         except Exception as e:  # a bug here must not take the node down silently
@@ -177,7 +216,7 @@ class AgentWorker:
 
     def _wait_for_retry(self) -> None:
         """Sit out the backoff after a fault; calls arriving meanwhile are refused."""
-        while not self.stopping.is_set() and (left := self._retry_at - time.monotonic()) > 0:
+        while not self._ending and (left := self._retry_at - time.monotonic()) > 0:
             try:
                 item = self._queue.get(timeout=left)
             except queue.Empty:
@@ -247,12 +286,12 @@ class AgentWorker:
                 break
             if isinstance(item, _Call):
                 self._run_call(item)
-        while self._instance is not None and not self.stopping.is_set():
+        while self._instance is not None and not self._ending:
             task = self.hooks.next_task()
             if task is None:
                 break
             self._run_task(task)
-        if self._instance is None or self.stopping.is_set():
+        if self._instance is None or self._ending:
             return
         wait = self._next_tick - time.monotonic()
         if wait <= 0:
@@ -272,6 +311,23 @@ class AgentWorker:
         except AgentFaultError:
             return
         self._failures = 0  # healthy again: the next fault starts the backoff afresh
+        self._end_probation(None)
+
+    def _end_probation(self, reason: str | None) -> None:
+        if not self.probation.done():
+            self.probation.set_result(reason)
+
+    def _handed_over(self, task: Task, why: str) -> bool:
+        """Whether a task run was cut by a lifecycle's hard stop (its drain timed out): then
+        the task stays open for the next instance (the queue releases it), delivered again as
+        after a restart, rather than finished with what a cut run answered."""
+        if not (self.hand_over_tasks and self.stopping.is_set()):
+            return False
+        self.handed_over.append(task.id)
+        log.info(
+            "agent %s: task %s handed over to the next instance (%s)", self.spec.name, task.id, why
+        )
+        return True
 
     def _run_task(self, task: Task) -> None:
         self.hooks.task_started(task)
@@ -285,8 +341,11 @@ class AgentWorker:
             self.hooks.task_failed(task, str(e))
             return
         except AgentFaultError as e:
-            self.hooks.task_failed(task, f"agent failed: {e.fault.reason}")
+            if not self._handed_over(task, e.fault.reason):
+                self.hooks.task_failed(task, f"agent failed: {e.fault.reason}")
             return
+        if self._handed_over(task, "its run was cut by the stop"):
+            return  # whatever it answered, a host call of it may have been refused
         if result.tag == "ok":
             self.hooks.task_completed(task, result.payload)
         else:
@@ -324,6 +383,7 @@ class AgentWorker:
                 self._runs += 1
             if fault is None:
                 self._set_state("idle")
+                self._end_probation(None)
             self._emit_output()
             self.hooks.run_finished(
                 run,
@@ -346,6 +406,7 @@ class AgentWorker:
         with self._lock:
             self._last_error = fault.reason
         self._set_state("error")
+        self._end_probation(fault.reason)
         self._retry_at = time.monotonic() + delay_ms / 1000
         log.warning("agent %s: %s; restart in %d ms", self.spec.name, fault.reason, delay_ms)
         self.hooks.agent_errored(fault, delay_ms)
@@ -365,6 +426,7 @@ class AgentWorker:
         self._linker = None
         self._emit_output()
         self._set_state("stopped")
+        self._end_probation(self._last_error or "the agent stopped before its first tick")
         while True:
             try:
                 item = self._queue.get_nowait()

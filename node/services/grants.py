@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterable
 
 from aiohttp import web
 
 from eventstore.store import NewEvent
+from node.config import AgentConfig
 from node.context import NodeContext
 from node.http import Problem
 from node.services.journal import ensure_local
@@ -41,9 +43,17 @@ class GrantService:
         Runs at every start, so a domain added to the config later is granted then; a revoked
         grant stays revoked, and removing a domain from the config revokes nothing.
         """
+        return await self._create(self.ctx.config.agents)
+
+    async def create_for(self, agent: AgentConfig) -> int:
+        """Grant the domains of an agent deployed (or upgraded) on the running node; like the
+        config's, a revoked grant stays revoked and a dropped domain revokes nothing."""
+        return await self._create([agent])
+
+    async def _create(self, agents: Iterable[AgentConfig]) -> int:
         journals = self.ctx.projections.get(Journals)
         events = []
-        for agent in self.ctx.config.agents:
+        for agent in agents:
             home = journals.home_of(agent.name)
             if home not in (None, self.ctx.name):
                 log.warning("%s's journal is hosted on %s; not granting here", agent.name, home)

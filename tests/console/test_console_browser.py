@@ -318,3 +318,47 @@ def test_create_and_cancel_a_task_and_publish_a_component(node, open_page, built
     page.get_by_label("Component (.wasm)").set_input_files(str(built_agents["bad_trap"]))
     page.get_by_role("button", name="Publish").click()
     expect(page.locator("#error")).to_contain_text("publish failed")  # 409: the node's detail
+
+
+@screenshot_on_failure
+def test_the_agent_page_shows_the_deployment_and_its_buttons(node, open_page, built_agents):
+    with node.client() as http:
+        for package, agent in (("greeter", "hello"), ("trapper", "bad_trap")):
+            published = http.post(
+                "/api/v1/registry/packages",
+                data={"id": package, "version": "1.0.0"},
+                files={"wasm": ("a.wasm", built_agents[agent].read_bytes())},
+                timeout=120,
+            )
+            assert published.status_code == 201, published.text
+        body = {"component": "registry:greeter@1.0.0", "tick_interval_ms": 500}
+        deployed = http.put("/api/v1/agents/greeter", json=body, timeout=120)
+        assert deployed.status_code == 201, deployed.text
+
+    reader = open_page(390, 844)
+    sign_in(reader, node, READ_TOKEN, view="agents")
+    reader.get_by_role("button", name="greeter", exact=True).click()
+    panel = reader.locator("#deployment")
+    expect(panel).to_contain_text("deployed through the API")
+    expect(panel.get_by_role("button")).to_have_count(0)  # no admin scope: no buttons
+    expect(reader.locator("#upgrade-form")).to_have_count(0)
+
+    page = open_page()
+    sign_in(page, node, ADMIN_TOKEN, view="agents")
+    page.get_by_role("button", name="greeter", exact=True).click()
+    panel = page.locator("#deployment")
+    expect(page.locator("#deploy-revision")).to_have_text("1 (version 1.0.0)")
+    panel.get_by_role("button", name="stop greeter").click()
+    expect(page.locator("#deploy-state")).to_contain_text("stopped by an operator")
+    page.locator("#deployment").get_by_role("button", name="start greeter").click()
+    expect(page.locator("#deploy-state")).not_to_contain_text("stopped")
+    # an upgrade whose first tick traps: rolled back by the node, which says why
+    page.get_by_label("component to upgrade to").fill("registry:trapper@1.0.0")
+    page.locator("#upgrade-form").get_by_role("button", name="Upgrade").click()
+    expect(page.locator("#error")).to_contain_text("rolled back to revision 1", timeout=60_000)
+    history = page.locator("#deployment table")
+    expect(history).to_contain_text("rolled back (automatic)")
+    expect(page.locator("#deploy-revision")).to_have_text("1 (version 1.0.0)")
+    page.once("dialog", lambda dialog: dialog.accept())  # "Remove greeter? ..."
+    page.locator("#deployment").get_by_role("button", name="remove greeter").click()
+    expect(page.locator('#agent-list tr[data-agent="greeter"]')).to_have_count(0)

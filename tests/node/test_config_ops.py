@@ -201,8 +201,10 @@ api_key_file = "api.key"
         assert node.terminate() == 0
     exported = run_cli("journal", "export", "--config", str(path), "--agent", "$node")
     assert exported.returncode == 0, exported.stderr
-    (reloaded,) = [json.loads(line)["event"] for line in exported.stdout.splitlines()]
-    assert reloaded["type"] == "node.reloaded"
+    events = [json.loads(line)["event"] for line in exported.stdout.splitlines()]
+    # `$node` also holds the agents' lifecycle: runtime.toml's reader, deployed at start
+    assert [e["type"] for e in events] == ["agent.deployed", "node.reloaded"]
+    reloaded = events[1]
     assert reloaded["data"]["secrets"] == ["payments.api_key"]
     assert "ops" in reloaded["data"]["tokens"] and reloaded["data"]["restart_needed"] == []
     journal = (tmp_path / "data" / "journal" / "data.mdb").read_bytes()

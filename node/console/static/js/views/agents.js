@@ -1,8 +1,9 @@
 // Agents: status, uptime, heap, fuel, restarts and last activity, refreshed live; per agent its
-// recent logs, findings, tasks and grants.
+// deployment (revision, version, source, history; stop/start/upgrade/roll back/remove for an
+// admin token) and its recent logs, findings, tasks and grants.
 
 import { api, tail } from "../api.js";
-import { h, attempt, duration, bytes, table, when, fill } from "../ui.js";
+import { h, attempt, action, can, duration, bytes, table, when, fill } from "../ui.js";
 
 const POLL_MS = 2000;
 const RECENT = 20;
@@ -10,10 +11,18 @@ let root = null;
 let timer = null;
 let chosen = null;
 let statuses = [];
+let deployments = {};
 
 async function load() {
-  statuses = await api("/api/v1/status");
+  const [status, deployed] = await Promise.all([api("/api/v1/status"), api("/api/v1/agents")]);
+  statuses = status;
+  deployments = Object.fromEntries(deployed.map((d) => [d.name, d]));
   renderList();
+}
+
+function versionOf(d) {
+  if (!d) return "";
+  return `r${d.current.revision}${d.current.version ? ` · ${d.current.version}` : ""}`;
 }
 
 function renderList() {
@@ -25,6 +34,8 @@ function renderList() {
       { dataset: { agent: s.name }, class: s.name === chosen ? "chosen" : null },
       h("td", {}, h("button", { type: "button", class: "link", onclick: () => choose(s.name) }, s.name)),
       h("td", {}, h("span", { class: `status ${s.status}` }, s.status)),
+      h("td", {}, versionOf(deployments[s.name])),
+      h("td", {}, deployments[s.name]?.source ?? ""),
       h("td", {}, duration(s.uptime_ms)),
       h("td", {}, bytes(s.memory_profile?.heap_bytes)),
       h("td", {}, s.memory_profile?.fuel_remaining ?? "unlimited"),
@@ -32,7 +43,7 @@ function renderList() {
       h("td", {}, s.last_activity_ms_ago === null || s.last_activity_ms_ago === undefined ? "never" : `${duration(s.last_activity_ms_ago)} ago`),
     ),
   );
-  fill(list, table(["Agent", "Status", "Uptime", "Heap", "Fuel left", "Restarts", "Last activity"], rows));
+  fill(list, table(["Agent", "Status", "Version", "Source", "Uptime", "Heap", "Fuel left", "Restarts", "Last activity"], rows));
 }
 
 async function choose(name) {
@@ -41,7 +52,8 @@ async function choose(name) {
   const panel = root.querySelector("#agent-detail");
   fill(panel, h("h3", {}, name), h("p", {}, "loading…"));
   await attempt(`loading ${name}`, async () => {
-    const [logs, findings, tasks, grants] = await Promise.all([
+    const [deployment, logs, findings, tasks, grants] = await Promise.all([
+      api(`/api/v1/agents/${encodeURIComponent(name)}`).catch(() => null),
       tail("/api/v1/logs", "logs", 500),
       tail("/api/v1/findings", "findings", 500),
       api(`/api/v1/a2a/tasks?agent=${encodeURIComponent(name)}`),
@@ -50,12 +62,88 @@ async function choose(name) {
     const mine = (xs) => xs.filter((x) => x.agent === name).slice(-RECENT).reverse();
     fill(panel, 
       h("h3", {}, name),
+      deploymentPanel(deployment),
       table(["Time", "Level", "Message"], mine(logs.entries).map((l) => h("tr", {}, h("td", {}, when(l.ts)), h("td", {}, l.level), h("td", {}, l.message))), "Recent logs"),
       table(["Time", "Severity", "Title", "Detail", "Posted by"], mine(findings.entries).map((f) => h("tr", {}, h("td", {}, when(f.ts)), h("td", {}, f.severity), h("td", {}, f.title), h("td", {}, f.detail), h("td", { class: "posted-by" }, f.posted_by || "(the agent)"))), "Recent findings"),
       table(["Task", "From", "Status", "Created"], tasks.slice(-RECENT).reverse().map((t) => h("tr", {}, h("td", { class: "mono" }, h("a", { href: `#/tasks/${encodeURIComponent(t.id)}` }, t.id)), h("td", {}, t.from), h("td", {}, t.status), h("td", {}, when(t.created_at)))), "Tasks"),
       table(["Domain", "Status", "Granted", "Revoked"], grants.filter((g) => g.agent === name).map((g) => h("tr", {}, h("td", {}, g.domain), h("td", {}, g.status), h("td", {}, when(g.granted_at)), h("td", {}, when(g.revoked_at)))), "Grants"),
     );
   });
+}
+
+/** Run a lifecycle call, then show the agent afresh; the node's answer (`message`, or the
+ * problem's detail: a rolled-back upgrade says why) goes to the status line. */
+async function lifecycle(name, label, path, init) {
+  const note = root?.querySelector("#deploy-note");
+  if (note) note.textContent = `${label}…`;
+  let message = null;
+  await attempt(`${label} ${name}`, async () => {
+    message = (await api(path, init)).message;
+  });
+  // afresh either way: a refused upgrade was rolled back, which the history shows
+  await attempt("refreshing agents", load);
+  if (!root) return;
+  await choose(name);
+  const fresh = root?.querySelector("#deploy-note");
+  if (fresh && message) fresh.textContent = message;
+}
+
+function deploymentPanel(d) {
+  if (!d) return h("p", { class: "hint" }, "No deployment record.");
+  const base = `/api/v1/agents/${encodeURIComponent(d.name)}`;
+  const api_ = d.source === "api";
+  const upgradeInput = h("input", { id: "upgrade-component", type: "text", placeholder: "registry:ID@VERSION", "aria-label": "component to upgrade to", value: d.current.component.startsWith("registry:") ? d.current.component : "" });
+  const buttons = h(
+    "div",
+    { class: "actions", id: "deploy-actions" },
+    d.stopped
+      ? action("admin", "Start", () => lifecycle(d.name, "starting", `${base}/start`, { method: "POST" }), { "aria-label": `start ${d.name}` })
+      : action("admin", "Stop", () => lifecycle(d.name, "stopping", `${base}/stop`, { method: "POST" }), { class: "deny", "aria-label": `stop ${d.name}` }),
+    api_ && d.previous.length
+      ? action("admin", `Roll back to r${d.previous[d.previous.length - 1].revision}`, () => lifecycle(d.name, "rolling back", `${base}/rollback`, { method: "POST" }), { "aria-label": `roll back ${d.name}` })
+      : null,
+    api_
+      ? action("admin", "Remove", () => {
+          if (window.confirm(`Remove ${d.name}? Its journal is kept.`)) lifecycle(d.name, "removing", base, { method: "DELETE" });
+        }, { class: "deny", "aria-label": `remove ${d.name}` })
+      : null,
+  );
+  const upgrade =
+    api_ && can("admin")
+      ? h(
+          "form",
+          {
+            class: "inline-form",
+            id: "upgrade-form",
+            onsubmit: (event) => {
+              event.preventDefault();
+              // the current definition with the new component: permissions and limits stay
+              const { limits, sha256: _sha, ...rest } = d.definition;
+              lifecycle(d.name, "upgrading", base, { method: "PUT", body: { ...rest, ...limits, component: upgradeInput.value.trim() } });
+            },
+          },
+          upgradeInput,
+          h("button", { type: "submit" }, "Upgrade"),
+        )
+      : null;
+  const history = d.history.slice().reverse().map((e) =>
+    h("tr", {}, h("td", {}, when(e.at)), h("td", {}, e.event.replace("_", " ") + (e.automatic ? " (automatic)" : "")), h("td", {}, e.revision ?? ""), h("td", { class: "mono" }, e.component ?? ""), h("td", {}, e.operator ?? ""), h("td", {}, e.reason ?? "")),
+  );
+  return h(
+    "section",
+    { class: "deployment", id: "deployment" },
+    h("dl", { class: "facts" },
+      h("dt", {}, "Source"), h("dd", {}, d.source === "config" ? "runtime.toml" : "deployed through the API"),
+      h("dt", {}, "Revision"), h("dd", { id: "deploy-revision" }, `${d.current.revision}${d.current.version ? ` (version ${d.current.version})` : ""}`),
+      h("dt", {}, "Component"), h("dd", { class: "mono" }, d.current.component),
+      h("dt", {}, "Checksum"), h("dd", { class: "mono checksum" }, d.current.sha256 || "unknown"),
+      h("dt", {}, "State"), h("dd", { id: "deploy-state" }, d.stopped ? "stopped by an operator (tasks stay queued)" : d.status),
+    ),
+    buttons,
+    upgrade,
+    h("p", { id: "deploy-note", role: "status" }),
+    table(["Time", "Event", "Revision", "Component", "By", "Reason"], history, "Deployment history"),
+  );
 }
 
 export default {

@@ -1,0 +1,200 @@
+"""Agents as a live resource: GET the deployed agents, PUT (deploy or upgrade), stop, start,
+rollback and DELETE one (node/services/deployments.py; docs/api.md, docs/operations.md)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+from aiohttp import web
+
+from node.auth import IDENTITY
+from node.context import context_of
+from node.http import Problem, json_body, json_response
+from node.routes import Doc, add_route
+from node.runtime.agents import AGENTS
+from node.services.deployments import (
+    DEPLOYMENTS,
+    DeploymentService,
+    DeployRequest,
+    RollbackRequest,
+)
+from projections import catalogue as c
+from projections.deployments import DeployedAgent, DeployedAgents, Deployment, HistoryEntry
+
+BASE = "/api/v1/agents"
+Status = Literal["running", "idle", "stopped", "error", "unknown"]
+
+
+class DeploymentView(msgspec.Struct, kw_only=True):
+    revision: int
+    component: str
+    version: str | None
+    sha256: str
+    deployed_at: str
+    operator: str | None
+
+
+class AgentView(msgspec.Struct, kw_only=True):
+    """One deployed agent: what runs (revision, component, version, permissions), where it was
+    declared (`config`: runtime.toml, `api`: deployed through this API), whether it is
+    stopped, what a rollback returns to, and its deployment history (oldest first)."""
+
+    name: str
+    source: c.DeploymentSource
+    status: Status  # what the runtime reports now
+    stopped: bool  # stopped by an operator (tasks stay queued)
+    last_error: str | None
+    current: DeploymentView
+    definition: c.AgentDefinition
+    previous: list[DeploymentView]  # newest last: a rollback returns to the last one
+    history: list[HistoryEntry]
+
+
+class AgentChange(msgspec.Struct, kw_only=True):
+    """What a lifecycle call did (`message`) and the agent afterwards (None once removed)."""
+
+    message: str
+    agent: AgentView | None
+
+
+def _deployment(d: Deployment) -> DeploymentView:
+    return DeploymentView(
+        revision=d.revision,
+        component=d.definition.component,
+        version=d.version,
+        sha256=d.definition.sha256,
+        deployed_at=d.deployed_at,
+        operator=d.operator,
+    )
+
+
+def view(request: web.Request, deployed: DeployedAgent) -> AgentView:
+    status: Status = "unknown"
+    last_error = None
+    agents = request.app[AGENTS]
+    if agents.running and deployed.name in agents.runtime.workers:
+        now = agents.runtime.worker(deployed.name).status()
+        status, last_error = now.status, now.last_error
+    return AgentView(
+        name=deployed.name,
+        source=deployed.source,
+        status=status,
+        stopped=deployed.suspended,
+        last_error=last_error,
+        current=_deployment(deployed.current),
+        definition=deployed.current.definition,
+        previous=[_deployment(d) for d in deployed.previous],
+        history=list(deployed.history),
+    )
+
+
+def _service(request: web.Request) -> DeploymentService:
+    return request.app[DEPLOYMENTS]
+
+
+def _name(request: web.Request) -> str:
+    return request.match_info["name"]
+
+
+def _operator(request: web.Request) -> str:
+    return request[IDENTITY].name
+
+
+def _answer(request: web.Request, message: str, status: int = 200) -> web.Response:
+    deployed = context_of(request).projections.get(DeployedAgents).get(_name(request))
+    agent = view(request, deployed) if deployed is not None else None
+    return json_response(AgentChange(message=message, agent=agent), status)
+
+
+async def list_agents(request: web.Request) -> web.Response:
+    model = context_of(request).projections.get(DeployedAgents)
+    return json_response([view(request, d) for d in model.list()])
+
+
+async def get_agent(request: web.Request) -> web.Response:
+    deployed = context_of(request).projections.get(DeployedAgents).get(_name(request))
+    if deployed is None:
+        raise Problem(404, f"no agent {_name(request)!r} is deployed on this node")
+    return json_response(view(request, deployed))
+
+
+async def deploy(request: web.Request) -> web.Response:
+    body = await json_body(request, DeployRequest)
+    status, message = await _service(request).deploy(_name(request), body, _operator(request))
+    return _answer(request, message, status)
+
+
+async def stop(request: web.Request) -> web.Response:
+    return _answer(request, await _service(request).suspend(_name(request), _operator(request)))
+
+
+async def start(request: web.Request) -> web.Response:
+    return _answer(request, await _service(request).resume(_name(request), _operator(request)))
+
+
+async def rollback(request: web.Request) -> web.Response:
+    reason = ""
+    if request.can_read_body:
+        reason = (await json_body(request, RollbackRequest)).reason
+    service = _service(request)
+    return _answer(request, await service.rollback(_name(request), reason, _operator(request)))
+
+
+async def remove(request: web.Request) -> web.Response:
+    return _answer(request, await _service(request).remove(_name(request), _operator(request)))
+
+
+def setup(app: web.Application) -> None:
+    read = ("Deployed agents: version, source, status, history", "agents")
+    add_route(app, "GET", BASE, list_agents, "read", Doc(*read, list[AgentView]))
+    add_route(app, "GET", BASE + "/{name}", get_agent, "read", Doc(*read, AgentView, errors=(404,)))
+    add_route(
+        app,
+        "PUT",
+        BASE + "/{name}",
+        deploy,
+        "admin",
+        Doc(
+            "Deploy an agent from the registry, or upgrade a deployed one",
+            "agents",
+            AgentChange,
+            body=DeployRequest,
+            errors=(404, 409, 422, 503),
+            extra={201: {"application/json": AgentChange}},
+            description=(
+                "201 when the agent is new, 200 for an upgrade (or no change). `component` is "
+                "`registry:ID@VERSION`: publish an uploaded component to the registry first. "
+                "An upgrade keeps the agent's journal, state and grants; the old instance "
+                "finishes its run in progress first. A new version that does not load or "
+                "whose first tick fails is rolled back by the node: 422 saying why. 409 for an "
+                "agent declared in runtime.toml."
+            ),
+        ),
+    )
+    for verb, handler, summary in (
+        ("stop", stop, "Stop an agent: no ticks, tasks or calls; tasks stay queued"),
+        ("start", start, "Start a stopped agent"),
+        ("rollback", rollback, "Roll an agent back to its previous deployment"),
+    ):
+        add_route(
+            app,
+            "POST",
+            f"{BASE}/{{name}}/{verb}",
+            handler,
+            "admin",
+            Doc(summary, "agents", AgentChange, errors=(400, 404, 409, 503)),
+        )
+    add_route(
+        app,
+        "DELETE",
+        BASE + "/{name}",
+        remove,
+        "admin",
+        Doc(
+            "Remove an agent deployed through the API (its journal is kept)",
+            "agents",
+            AgentChange,
+            errors=(404, 409, 503),
+        ),
+    )

@@ -1,0 +1,207 @@
+"""`agent-node agents list|show|deploy|upgrade|rollback|stop|start|rm`: agents on a running node.
+
+Calls /api/v1/agents with an admin token (list and show need `read`). `deploy` takes a
+registry reference (publish the component first) and the agent's permissions; `upgrade` starts
+from the agent's current definition and changes only what is given, so `agents upgrade worker
+registry:worker@2.0.0` keeps its capabilities, limits and approval rules.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from node.cli_client import ClientError, Node, _segment, emit, table
+
+# an upgrade drains the old instance (up to 30 s) and waits for the new one's first tick
+LIFECYCLE_TIMEOUT_SECS = 180.0
+HISTORY_COLUMNS = [
+    ("at", "at"),
+    ("event", "event"),
+    ("revision", "revision"),
+    ("component", "component"),
+    ("operator", "operator"),
+    ("reason", "reason"),
+]
+
+
+def _path(name: str, verb: str = "") -> str:
+    return f"/api/v1/agents/{_segment(name)}" + (f"/{verb}" if verb else "")
+
+
+def _row(agent: dict[str, Any]) -> dict[str, Any]:
+    current = agent["current"]
+    return {
+        "name": agent["name"],
+        "source": agent["source"],
+        "status": "stopped" if agent["stopped"] else agent["status"],
+        "revision": current["revision"],
+        "version": current["version"] or "-",
+        "component": current["component"],
+    }
+
+
+ROW_COLUMNS = [
+    ("agent", "name"),
+    ("source", "source"),
+    ("status", "status"),
+    ("revision", "revision"),
+    ("version", "version"),
+    ("component", "component"),
+]
+
+
+def _agent_text(agent: dict[str, Any]) -> str:
+    current, definition = agent["current"], agent["definition"]
+    lines = [
+        f"agent: {agent['name']} ({agent['source']})",
+        f"status: {'stopped by an operator' if agent['stopped'] else agent['status']}",
+        f"revision: {current['revision']}  version: {current['version'] or '-'}",
+        f"component: {current['component']}  {current['sha256']}",
+        f"capabilities: {', '.join(k for k, v in definition['capabilities'].items() if v) or '-'}",
+    ]
+    if agent.get("last_error"):
+        lines.append(f"last error: {agent['last_error']}")
+    if agent["previous"]:
+        back = agent["previous"][-1]
+        lines.append(f"rollback goes to: revision {back['revision']} ({back['component']})")
+    lines += ["history:", table(agent["history"], HISTORY_COLUMNS)]
+    return "\n".join(lines)
+
+
+def _change_text(change: dict[str, Any]) -> str:
+    agent = change.get("agent")
+    if agent is None:
+        return change["message"]
+    return f"{agent['name']}: {change['message']}"
+
+
+def cmd_list(node: Node, args: argparse.Namespace) -> int:
+    agents = node.call("GET", "/api/v1/agents")
+    emit(args, agents, lambda a: table([_row(x) for x in a], ROW_COLUMNS))
+    return 0
+
+
+def cmd_show(node: Node, args: argparse.Namespace) -> int:
+    emit(args, node.call("GET", _path(args.name)), _agent_text)
+    return 0
+
+
+def _existing(node: Node, name: str) -> dict[str, Any] | None:
+    agents = node.call("GET", "/api/v1/agents")
+    return next((a for a in agents if a["name"] == name), None)
+
+
+def _body(args: argparse.Namespace, base: dict[str, Any] | None) -> dict[str, Any]:
+    """The PUT body: the current definition (upgrade) or defaults, with the options given."""
+    body: dict[str, Any] = {}
+    if base is not None:
+        limits = base["limits"]
+        body = {
+            "description": base["description"],
+            "mcp": base["mcp"],
+            "capabilities": dict(base["capabilities"]),
+            "approval": dict(base["approval"]),
+            "grant_domains": list(base["grant_domains"]),
+            "allow_hosts": list(base["allow_hosts"]),
+            **limits,
+        }
+    body["component"] = args.component
+    for option, key in (
+        ("tick_interval_ms", "tick_interval_ms"),
+        ("fuel_per_tick", "fuel_per_tick"),
+        ("memory_limit_mb", "memory_limit_mb"),
+        ("tick_timeout_ms", "tick_timeout_ms"),
+        ("description", "description"),
+    ):
+        if getattr(args, option) is not None:
+            body[key] = getattr(args, option)
+    if args.mcp is not None:
+        body["mcp"] = args.mcp
+    capabilities = body.setdefault("capabilities", {})
+    approval = body.setdefault("approval", {})
+    for capability in args.capability or ():
+        capabilities[capability] = True
+    for capability in args.drop_capability or ():
+        capabilities.pop(capability, None)
+        approval.pop(capability, None)
+    for capability in args.gate or ():
+        approval[capability] = True
+    if args.approval_timeout_secs is not None:
+        approval["timeout_secs"] = args.approval_timeout_secs
+    for domain in args.grant or ():
+        body.setdefault("grant_domains", []).append(domain)
+    for host in args.allow_host or ():
+        body.setdefault("allow_hosts", []).append(host)
+    return body
+
+
+def cmd_deploy(node: Node, args: argparse.Namespace) -> int:
+    if _existing(node, args.name) is not None:
+        raise ClientError(f"agent {args.name!r} is deployed already; use `agents upgrade`")
+    change = node.call("PUT", _path(args.name), json=_body(args, None))
+    emit(args, change, _change_text)
+    return 0
+
+
+def cmd_upgrade(node: Node, args: argparse.Namespace) -> int:
+    current = _existing(node, args.name)
+    if current is None:
+        raise ClientError(f"no agent {args.name!r} is deployed; use `agents deploy`")
+    change = node.call("PUT", _path(args.name), json=_body(args, current["definition"]))
+    emit(args, change, _change_text)
+    return 0
+
+
+def _verb(method: str, verb: str) -> Any:
+    def command(node: Node, args: argparse.Namespace) -> int:
+        kwargs: dict[str, Any] = {}
+        if verb == "rollback" and args.reason:
+            kwargs["json"] = {"reason": args.reason}
+        change = node.call(method, _path(args.name, verb), **kwargs)
+        emit(args, change, _change_text)
+        return 0
+
+    return command
+
+
+def add_agents_commands(sub: argparse._SubParsersAction, command: Any) -> None:
+    """`command(parent, name, func, help, timeout)` is the client commands' registrar."""
+    agents = sub.add_parser(
+        "agents",
+        help="deploy, upgrade, roll back, stop, start and remove agents on a running node",
+        description="Agents on a running node (admin token; list and show need read).",
+    ).add_subparsers(metavar="ACTION")
+    command(agents, "list", cmd_list, "the deployed agents: source, status, revision, version")
+    command(agents, "show", cmd_show, "one agent: its deployment and history").add_argument("name")
+    for name, func, help in (
+        ("deploy", cmd_deploy, "deploy a new agent from the registry (registry:ID@VERSION)"),
+        ("upgrade", cmd_upgrade, "upgrade an agent; options not given keep their value"),
+    ):
+        p = command(agents, name, func, help, LIFECYCLE_TIMEOUT_SECS)
+        p.add_argument("name", help="agent name")
+        p.add_argument("component", help="registry:ID@VERSION")
+        p.add_argument("--capability", action="append", metavar="NAME", help="enable it")
+        p.add_argument(
+            "--drop-capability", action="append", metavar="NAME", help="disable it (upgrade)"
+        )
+        p.add_argument("--gate", action="append", metavar="NAME", help="needs approval")
+        p.add_argument("--approval-timeout-secs", type=int, help="approval wait")
+        p.add_argument("--grant", action="append", metavar="DOMAIN", help="secrets domain")
+        p.add_argument("--allow-host", action="append", metavar="HOST", help="http_fetch host")
+        p.add_argument("--tick-interval-ms", type=int)
+        p.add_argument("--fuel-per-tick", type=int)
+        p.add_argument("--memory-limit-mb", type=int)
+        p.add_argument("--tick-timeout-ms", type=int)
+        p.add_argument("--description")
+        p.add_argument("--mcp", action=argparse.BooleanOptionalAction, default=None)
+    for name, method, verb, help in (
+        ("rollback", "POST", "rollback", "roll an agent back to its previous deployment"),
+        ("stop", "POST", "stop", "stop an agent (its tasks stay queued)"),
+        ("start", "POST", "start", "start a stopped agent"),
+        ("rm", "DELETE", "", "remove an agent deployed through the API (journal kept)"),
+    ):
+        p = command(agents, name, _verb(method, verb), help, LIFECYCLE_TIMEOUT_SECS)
+        p.add_argument("name", help="agent name")
+        if verb == "rollback":
+            p.add_argument("--reason", default="", help="why, for the history")

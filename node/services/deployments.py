@@ -1,0 +1,509 @@
+"""Agents as a live resource: deploy, upgrade, roll back, suspend, resume and remove agents on a
+running node, each change an event in the node's `$node` journal (projections/deployments.py).
+
+The rule between runtime.toml and the API (docs/design.md, "Agents as a live resource"): an
+agent name belongs to one source. runtime.toml's `[[agents]]` are deployed (`source: config`)
+at every start, and upgraded when their entry or component bytes changed; one that left the
+file is removed. The API deploys, upgrades, rolls back and removes only `source: api` agents;
+asking it to change a config-declared one is a 409, and a runtime.toml that declares an agent
+the API deployed stops the start with a message saying how to resolve it. Either side may
+suspend and resume any agent. Nothing wins silently.
+
+Every change is journaled first, then carried out: after a crash the node starts what the
+journal says. An upgrade (or rollback) drains the old instance (its run in progress finishes,
+then it ends; past `DRAIN_SECS` it is stopped and a task it was cut in is handed to the next
+instance) and starts the new one; a new version that does not load, or whose first tick fails,
+is rolled back by the node itself, journaled as `agent.rolled_back` with the reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import wasmtime
+from aiohttp import web
+
+from eventstore.store import NewEvent
+from node.config import (
+    AGENT_NAME,
+    AGENT_NAME_RE,
+    REGISTRY_REFERENCE,
+    AgentConfig,
+    ConfigError,
+    agent_problems,
+)
+from node.context import NodeContext
+from node.http import Problem
+from node.runtime.runtime import AgentRuntime, InstanceEnd
+from node.runtime.spec import AgentSpec, spec_from_config
+from node.runtime.tasks import TaskQueue
+from node.services.grants import GrantService
+from node.services.journal import ensure_local
+from node.services.registry import RegistryService, parse_reference
+from projections import catalogue as c
+from projections.deployments import NODE_STREAM, DeployedAgent, DeployedAgents
+from projections.journals import Journals
+from projections.tasks import Tasks
+
+log = logging.getLogger(__name__)
+DRAIN_SECS = 30.0  # how long a swap waits for the run in progress before stopping it
+RESERVED_NAMES = frozenset({"stream"})  # /api/v1/agents/stream is the per-agent event stream
+PROBATION_MARGIN_SECS = 30.0  # on top of the tick timeout: loading, queued tasks first
+
+
+class DeployRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """PUT /api/v1/agents/{name}: what runtime.toml's [[agents]] entry says, from the registry."""
+
+    component: str  # registry:ID@VERSION (publish an uploaded component first)
+    description: str = ""
+    tick_interval_ms: int = 1000
+    fuel_per_tick: int | None = None  # None: the node's default budget
+    memory_limit_mb: int = 64
+    tick_timeout_ms: int = 10_000
+    mcp: bool = False
+    capabilities: dict[str, Any] = {}
+    approval: dict[str, Any] = {}
+    grant_domains: list[str] = []
+    allow_hosts: list[str] = []
+
+
+class RollbackRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    reason: str = ""
+
+
+def definition_of(agent: AgentConfig, sha256: str) -> c.AgentDefinition:
+    return c.AgentDefinition(
+        component=agent.component,
+        sha256=sha256,
+        description=agent.description,
+        capabilities={k: bool(v) for k, v in agent.capabilities.items()},
+        approval=dict(agent.approval),
+        limits=c.AgentLimits(
+            tick_interval_ms=agent.tick_interval_ms,
+            fuel_per_tick=agent.fuel_per_tick,
+            memory_limit_mb=agent.memory_limit_mb,
+            tick_timeout_ms=agent.tick_timeout_ms,
+        ),
+        mcp=agent.mcp,
+        grant_domains=list(agent.grants.domains),
+        allow_hosts=list(agent.http.allow_hosts),
+    )
+
+
+def config_of(name: str, definition: c.AgentDefinition) -> AgentConfig:
+    """The runtime.toml entry a deployment amounts to (what the agent's host reads)."""
+    raw: dict[str, Any] = {
+        "name": name,
+        "component": definition.component,
+        "description": definition.description,
+        "tick_interval_ms": definition.limits.tick_interval_ms,
+        "fuel_per_tick": definition.limits.fuel_per_tick,
+        "memory_limit_mb": definition.limits.memory_limit_mb,
+        "tick_timeout_ms": definition.limits.tick_timeout_ms,
+        "mcp": definition.mcp,
+        "capabilities": dict(definition.capabilities),
+        "approval": dict(definition.approval),
+        "grants": {"domains": list(definition.grant_domains)},
+        "http": {"allow_hosts": list(definition.allow_hosts)},
+    }
+    return msgspec.convert(raw, AgentConfig)
+
+
+def _bounded(definition: c.AgentDefinition) -> c.AgentDefinition:
+    """The definition as the catalogue bounds it (a Struct built in code is not checked)."""
+    try:
+        return msgspec.convert(msgspec.to_builtins(definition), c.AgentDefinition)
+    except msgspec.ValidationError as exc:
+        raise Problem(400, f"invalid body: {str(exc).replace('`$.', '`')}") from None
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return f"sha256:{digest.hexdigest()}"
+
+
+class DeploymentService:
+    def __init__(self, ctx: NodeContext, registry: RegistryService, grants: GrantService) -> None:
+        self.ctx = ctx
+        self.registry = registry
+        self.grants = grants
+        # runtime.toml's agents as the file declares them (ctx.config.agents becomes the hosted
+        # set: these plus the API's)
+        self.declared: list[AgentConfig] = list(ctx.config.agents)
+        self._lock = asyncio.Lock()  # one lifecycle change at a time
+        self._runtime: AgentRuntime | None = None
+        self._tasks: TaskQueue | None = None
+        self._closed = False
+        self.drain_secs = DRAIN_SECS
+
+    @property
+    def projection(self) -> DeployedAgents:
+        return self.ctx.projections.get(DeployedAgents)
+
+    @property
+    def runtime(self) -> AgentRuntime:
+        if self._runtime is None or self._closed:
+            raise Problem(503, "the agent runtime is not running")
+        return self._runtime
+
+    # ------------------------------------------------------------------ start
+
+    def _config_sha256(self, agent: AgentConfig) -> str:
+        """The sha256 of a config agent's component; "" when it cannot be read now (the
+        agent then fails to load and says why, as it always did)."""
+        try:
+            if agent.component.startswith(REGISTRY_REFERENCE):
+                package = self.registry.projection.version(*parse_reference(agent.component))
+                return package.checksum if package is not None else ""
+            return _sha256_file(self.ctx.config.path(agent.component))
+        except (OSError, ValueError):
+            return ""
+
+    async def reconcile(self) -> list[AgentConfig]:
+        """Journal what runtime.toml changed since the journal last said, refuse a conflict
+        (ConfigError), and return the agents this node hosts: the declared ones, then the
+        API's. Runs at every start, before any agent does."""
+        events: list[Any] = []
+        declared_names = {a.name for a in self.declared}
+        for agent in self.declared:
+            deployed = self.projection.get(agent.name)
+            sha = await asyncio.to_thread(self._config_sha256, agent)
+            definition = definition_of(agent, sha)
+            if deployed is None:
+                revision = 1
+                events.append(
+                    c.AgentDeployed(
+                        agent=agent.name, revision=revision, source="config", definition=definition
+                    )
+                )
+            elif deployed.source == "api":
+                raise ConfigError(
+                    f"agents: {agent.name!r} is declared in runtime.toml but was deployed "
+                    f"through the API (revision {deployed.current.revision}, "
+                    f"{deployed.current.definition.component}); an agent belongs to one "
+                    f"source: drop it from runtime.toml, or remove the deployed one first "
+                    f"(`agent-node agents rm {agent.name}` with the entry left out)"
+                )
+            elif deployed.current.definition != definition:
+                events.append(
+                    c.AgentUpgraded(
+                        agent=agent.name,
+                        revision=deployed.last_revision + 1,
+                        source="config",
+                        definition=definition,
+                    )
+                )
+        for deployed in self.projection.list():
+            if deployed.source == "config" and deployed.name not in declared_names:
+                reason = "no longer declared in runtime.toml"
+                events.append(c.AgentRemoved(agent=deployed.name, reason=reason))
+        for event in events:
+            await self.ctx.store.append(NODE_STREAM, *c.event_of(event))
+        return self.hosted()
+
+    def hosted(self) -> list[AgentConfig]:
+        """The agents to host, as the journal says now (declared first, in file order)."""
+        declared = {a.name: a for a in self.declared}
+        hosted = [declared[a.name] for a in self.declared if self.projection.get(a.name)]
+        hosted += [
+            config_of(d.name, d.current.definition)
+            for d in self.projection.list()
+            if d.source == "api"
+        ]
+        return hosted
+
+    def suspended(self) -> set[str]:
+        return {d.name for d in self.projection.list() if d.suspended}
+
+    def attach(self, runtime: AgentRuntime | None, tasks: TaskQueue | None) -> None:
+        self._runtime, self._tasks = runtime, tasks
+        if runtime is not None:
+            runtime.on_instance_ended.append(self.instance_ended)
+
+    async def close(self) -> None:
+        """At shutdown: wait (bounded) for a lifecycle change in progress, then refuse more."""
+        try:
+            await asyncio.wait_for(self._lock.acquire(), DRAIN_SECS + PROBATION_MARGIN_SECS)
+        except TimeoutError:
+            log.error("a lifecycle change is still running at shutdown")
+        else:
+            self._lock.release()
+        self._closed = True  # later changes answer 503
+        self.attach(None, None)
+
+    def instance_ended(self, end: InstanceEnd) -> None:
+        """An agent's instance ended by a lifecycle change (suspend, upgrade, rollback, remove):
+        hand the tasks it was cut in to the next instance. The hook for whatever else must
+        follow an instance's end (closing its pending approvals, say) goes here too."""
+        if self._tasks is not None and end.handed_over:
+            released = self._tasks.release(end.agent, end.handed_over)
+            log.info("agent %s (%s): %d task(s) handed over", end.agent, end.reason, released)
+
+    # ------------------------------------------------------------------ changes
+
+    def _agent(self, name: str) -> DeployedAgent:
+        deployed = self.projection.get(name)
+        if deployed is None:
+            raise Problem(404, f"no agent {name!r} is deployed on this node")
+        return deployed
+
+    def _only_api(self, deployed: DeployedAgent, what: str) -> None:
+        if deployed.source == "config":
+            raise Problem(
+                409,
+                f"agent {deployed.name!r} is declared in runtime.toml; {what} it there "
+                "(and restart the node): an agent belongs to one source",
+            )
+
+    def _set_hosted(self) -> None:
+        self.ctx.config.agents = self.hosted()  # a new list: readers cache by identity
+        self.ctx.metrics.agents_total.set(len(self.ctx.config.agents))
+
+    def _spec(self, name: str) -> AgentSpec:
+        agent = self.ctx.config.agent(name)
+        assert agent is not None, name
+        return spec_from_config(agent, self.ctx.config)
+
+    async def _append(self, event: c.Payload) -> None:
+        await self.ctx.store.append(NODE_STREAM, *c.event_of(event))
+
+    def _check_request(self, name: str, body: DeployRequest) -> tuple[AgentConfig, Path]:
+        if not AGENT_NAME_RE.fullmatch(name):
+            raise Problem(400, f"agent name {name[:80]!r} must match {AGENT_NAME}")
+        if name in RESERVED_NAMES:
+            raise Problem(400, f"{name!r} is reserved (GET /api/v1/agents/{name} is a stream)")
+        taken = {self.ctx.name, *(p.name for p in self.ctx.config.peers)}
+        if name in taken:
+            raise Problem(409, f"{name!r} is the name of a node of this mesh, not an agent")
+        raw = msgspec.to_builtins(body)
+        raw["name"] = name
+        raw["grants"] = {"domains": raw.pop("grant_domains")}
+        raw["http"] = {"allow_hosts": raw.pop("allow_hosts")}
+        if raw["fuel_per_tick"] is None:
+            del raw["fuel_per_tick"]
+        try:
+            agent = msgspec.convert(raw, AgentConfig)
+        except msgspec.ValidationError as exc:
+            raise Problem(400, f"invalid body: {str(exc).replace('`$.', '`')}") from None
+        problems = [p.removeprefix("agent.") for p in agent_problems(agent, "agent")]
+        if problems:
+            raise Problem(400, "; ".join(problems))
+        try:
+            parse_reference(agent.component)
+        except ValueError as exc:
+            raise Problem(
+                400,
+                f"{exc}; the API deploys from the registry: publish the component "
+                "(POST /api/v1/registry/packages) and deploy registry:ID@VERSION",
+            ) from None
+        try:
+            path = self.registry.resolve(agent.component)
+        except LookupError as exc:
+            raise Problem(404, str(exc)) from None
+        return agent, path
+
+    async def _loads(self, path: Path) -> str | None:
+        """Why the component does not load (compile/deserialize through the runtime's engine),
+        or None when it does."""
+        try:
+            await asyncio.to_thread(self.runtime.engine.load, path)
+        except (OSError, wasmtime.WasmtimeError) as exc:
+            return f"the component does not load: {str(exc).strip().splitlines()[0][:500]}"
+        return None
+
+    async def deploy(self, name: str, body: DeployRequest, operator: str) -> tuple[int, str]:
+        """Deploy a new agent (201) or upgrade a deployed one (200); (status, message)."""
+        async with self._lock:
+            agent, path = self._check_request(name, body)
+            runtime = self.runtime
+            ensure_local(self.ctx, name)
+            package = self.registry.projection.version(*parse_reference(agent.component))
+            assert package is not None  # resolved above
+            definition = _bounded(definition_of(agent, package.checksum))
+            deployed = self.projection.get(name)
+            if deployed is None:
+                return 201, await self._deploy_new(name, definition, path, operator)
+            self._only_api(deployed, "change")
+            if deployed.current.definition == definition:
+                return (
+                    200,
+                    f"agent {name!r} already runs this deployment "
+                    f"(revision {deployed.current.revision}); nothing changed",
+                )
+            return 200, await self._upgrade(deployed, definition, path, operator, runtime)
+
+    async def _deploy_new(
+        self, name: str, definition: c.AgentDefinition, path: Path, operator: str
+    ) -> str:
+        why = await self._loads(path)
+        if why is not None:
+            raise Problem(422, f"agent {name!r} not deployed: {why}")
+        await self._append(
+            c.AgentDeployed(
+                agent=name, revision=1, source="api", definition=definition, operator=operator
+            )
+        )
+        self._set_hosted()
+        agent = self.ctx.config.agent(name)
+        assert agent is not None
+        await self.grants.create_for(agent)
+        if self._tasks is not None:
+            open_tasks = self.ctx.projections.get(Tasks).open_tasks(name)
+            self._tasks.add_agent(name, ((t.id, t.from_, t.input) for t in open_tasks))
+        worker = await asyncio.to_thread(self.runtime.add, self._spec(name))
+        why = await self._probation(worker.probation, definition)
+        if why is not None:
+            return f"deployed as revision 1, but its first run failed: {why}"
+        return "deployed as revision 1"
+
+    async def _probation(self, probation: Any, definition: c.AgentDefinition) -> str | None:
+        """Why the new instance failed before its first good tick, or None once it had one."""
+        timeout = definition.limits.tick_timeout_ms / 1000 + PROBATION_MARGIN_SECS
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(probation), timeout)
+        except TimeoutError:
+            return f"no successful first tick within {timeout:.0f} s"
+
+    async def _upgrade(
+        self,
+        deployed: DeployedAgent,
+        definition: c.AgentDefinition,
+        path: Path,
+        operator: str,
+        runtime: AgentRuntime,
+    ) -> str:
+        name = deployed.name
+        revision = deployed.last_revision + 1
+        previous = deployed.current.revision
+        upgraded = c.AgentUpgraded(
+            agent=name, revision=revision, source="api", definition=definition, operator=operator
+        )
+        why = await self._loads(path)  # before the swap: the old instance runs on meanwhile
+        if why is not None:  # journaled as tried and undone, in one write
+            rolled_back = self._rolled_back(name, revision, previous, why)
+            await self.ctx.store.append_many(
+                [NewEvent(NODE_STREAM, *c.event_of(e)) for e in (upgraded, rolled_back)]
+            )
+            raise self._failed(name, revision, previous, why)
+        await self._append(upgraded)
+        self._set_hosted()
+        agent = self.ctx.config.agent(name)
+        assert agent is not None
+        await self.grants.create_for(agent)
+        reason = f"upgraded to revision {revision}"
+        worker = await asyncio.to_thread(
+            runtime.replace, self._spec(name), reason, self.drain_secs, not deployed.suspended
+        )
+        if deployed.suspended:
+            return f"upgraded to revision {revision} (stopped: it runs once started)"
+        why = await self._probation(worker.probation, definition)
+        if why is None:
+            return f"upgraded to revision {revision}"
+        await self._append(self._rolled_back(name, revision, previous, why))
+        self._set_hosted()
+        await asyncio.to_thread(
+            runtime.replace,
+            self._spec(name),
+            f"rolled back to revision {previous}",
+            self.drain_secs,
+            not deployed.suspended,
+        )
+        raise self._failed(name, revision, previous, why)
+
+    @staticmethod
+    def _rolled_back(name: str, revision: int, previous: int, why: str) -> c.AgentRolledBack:
+        return c.AgentRolledBack(
+            agent=name,
+            from_revision=revision,
+            to_revision=previous,
+            reason=f"revision {revision} failed: {why}"[: c.MAX_TEXT],
+            automatic=True,
+        )
+
+    @staticmethod
+    def _failed(name: str, revision: int, previous: int, why: str) -> Problem:
+        return Problem(
+            422,
+            f"upgrade of {name!r} to revision {revision} failed and was rolled back to "
+            f"revision {previous}: {why}",
+            rolled_back_to=previous,
+        )
+
+    async def rollback(self, name: str, reason: str, operator: str) -> str:
+        async with self._lock:
+            deployed = self._agent(name)
+            self._only_api(deployed, "roll back")
+            if not deployed.previous:
+                raise Problem(409, f"agent {name!r} has no earlier deployment to roll back to")
+            target = deployed.previous[-1]
+            await self._append(
+                c.AgentRolledBack(
+                    agent=name,
+                    from_revision=deployed.current.revision,
+                    to_revision=target.revision,
+                    reason=reason[: c.MAX_TEXT],
+                    operator=operator,
+                )
+            )
+            self._set_hosted()
+            await asyncio.to_thread(
+                self.runtime.replace,
+                self._spec(name),
+                f"rolled back to revision {target.revision}",
+                self.drain_secs,
+                not deployed.suspended,
+            )
+            return f"rolled back to revision {target.revision}"
+
+    async def suspend(self, name: str, operator: str) -> str:
+        async with self._lock:
+            deployed = self._agent(name)
+            if deployed.suspended:
+                return f"agent {name!r} was already stopped"
+            await self._append(c.AgentSuspended(agent=name, operator=operator))
+            await asyncio.to_thread(self.runtime.suspend, name, "suspended", self.drain_secs)
+            return "stopped; its tasks stay queued until it is started"
+
+    async def resume(self, name: str, operator: str) -> str:
+        async with self._lock:
+            deployed = self._agent(name)
+            if not deployed.suspended:
+                return f"agent {name!r} was already running"
+            await self._append(c.AgentResumed(agent=name, operator=operator))
+            await asyncio.to_thread(
+                self.runtime.replace, self._spec(name), "resumed", self.drain_secs, True
+            )
+            return "started"
+
+    async def remove(self, name: str, operator: str) -> str:
+        async with self._lock:
+            deployed = self._agent(name)
+            self._only_api(deployed, "remove")
+            await self._append(c.AgentRemoved(agent=name, operator=operator))
+            await asyncio.to_thread(self.runtime.remove, name, "removed", self.drain_secs)
+            self._set_hosted()
+            return "removed; its journal is kept"
+
+
+def refuse_foreign(ctx: NodeContext, agents: Iterable[AgentConfig]) -> None:
+    """A journal has one writer: an agent whose journal came from another node is not ours."""
+    journals = ctx.projections.get(Journals)
+    for agent in agents:
+        home = journals.home_of(agent.name)
+        if home not in (None, ctx.name):
+            raise ConfigError(
+                f"agents: {agent.name!r} is hosted on node {home!r} (its journal was written "
+                "there); agent names must be unique across the mesh"
+            )
+
+
+DEPLOYMENTS = web.AppKey("deployments", DeploymentService)
