@@ -54,7 +54,7 @@ def setup(app: web.Application) -> None:
         tasks=app[TASKS],
         bus=app[BUS],
         registry=app[REGISTRY],
-        deployments=DeploymentService(app[CONTEXT], app[REGISTRY], app[GRANTS]),
+        deployments=DeploymentService(app[CONTEXT], app[REGISTRY], app[GRANTS], app[APPROVALS]),
     )
     app[DEPLOYMENTS] = deps.deployments
     app.cleanup_ctx.append(lambda app: runtime_lifecycle(app, agents, deps))

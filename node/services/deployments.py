@@ -43,6 +43,7 @@ from node.http import Problem
 from node.runtime.runtime import AgentRuntime, InstanceEnd
 from node.runtime.spec import AgentSpec, spec_from_config
 from node.runtime.tasks import TaskQueue
+from node.services.approvals import ApprovalGate
 from node.services.grants import GrantService
 from node.services.journal import ensure_local
 from node.services.registry import RegistryService, parse_reference
@@ -132,10 +133,18 @@ def _sha256_file(path: Path) -> str:
 
 
 class DeploymentService:
-    def __init__(self, ctx: NodeContext, registry: RegistryService, grants: GrantService) -> None:
+    def __init__(
+        self,
+        ctx: NodeContext,
+        registry: RegistryService,
+        grants: GrantService,
+        approvals: ApprovalGate,
+    ) -> None:
         self.ctx = ctx
         self.registry = registry
         self.grants = grants
+        self.approvals = approvals
+        self._loop: asyncio.AbstractEventLoop | None = None
         # runtime.toml's agents as the file declares them (ctx.config.agents becomes the hosted
         # set: these plus the API's)
         self.declared: list[AgentConfig] = list(ctx.config.agents)
@@ -227,6 +236,7 @@ class DeploymentService:
     def attach(self, runtime: AgentRuntime | None, tasks: TaskQueue | None) -> None:
         self._runtime, self._tasks = runtime, tasks
         if runtime is not None:
+            self._loop = asyncio.get_running_loop()
             runtime.on_instance_ended.append(self.instance_ended)
 
     async def close(self) -> None:
@@ -242,11 +252,22 @@ class DeploymentService:
 
     def instance_ended(self, end: InstanceEnd) -> None:
         """An agent's instance ended by a lifecycle change (suspend, upgrade, rollback, remove):
-        hand the tasks it was cut in to the next instance. The hook for whatever else must
-        follow an instance's end (closing its pending approvals, say) goes here too."""
+        hand the tasks it was cut in to the next instance, and close what it asked for (no
+        later call of that instance can perform it: `approval.abandoned`). Called on the
+        thread that ran the change."""
         if self._tasks is not None and end.handed_over:
             released = self._tasks.release(end.agent, end.handed_over)
             log.info("agent %s (%s): %d task(s) handed over", end.agent, end.reason, released)
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            reason = f"{end.agent}'s instance ended: {end.reason}"
+            asyncio.run_coroutine_threadsafe(self._abandon(end.agent, reason), loop)
+
+    async def _abandon(self, agent: str, reason: str) -> None:
+        try:
+            await self.approvals.abandon_agent(agent, reason)
+        except Exception:
+            log.exception("could not close the approvals of %s", agent)
 
     # ------------------------------------------------------------------ changes
 

@@ -5,6 +5,8 @@ build/agents/, published to the node's real registry over HTTP."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from aiohttp import FormData
 
@@ -13,6 +15,7 @@ from node.app import build_app
 from node.config import ConfigError
 from node.context import CONTEXT
 from node.runtime.agents import AGENTS
+from node.services.approvals import APPROVALS
 from node.services.deployments import DEPLOYMENTS
 from tests.polling import until
 from tests.runtime.test_runtime_node import agent_toml, journal
@@ -309,3 +312,27 @@ async def test_a_task_cut_by_a_drain_timeout_is_handed_to_the_new_instance(
     (completed,) = await until(lambda: journal(app, "cashier", "task.completed"), 20)
     assert completed["id"] == task_id and completed["output"]["paid"] is False
     assert not journal(app, "cashier", "task.failed")
+
+
+async def test_stopping_an_agent_abandons_what_it_left_pending(
+    aiohttp_client, tmp_path, built_agents
+):
+    """Issue 29 item 4: an approval its ended instance asked for can never apply."""
+    toml = agent_toml("hello", built_agents["hello"], "tick_interval_ms = 60000")
+    app = build_app(make_config(tmp_path, toml))
+    client = await aiohttp_client(app)
+    gate = app[APPROVALS]
+    await until(lambda: journal(app, "hello", "agent.started"), what="hello runs")
+    asked = asyncio.create_task(gate.request("hello", "spend", "INV-7", 60))
+    await until(lambda: gate.projection.count, what="the request is pending")
+    (approval_id,) = [r.id for r in gate.projection.list()]
+    asked.cancel()  # the call that asked is gone, as when its instance is cut off
+    assert (await post(client, "hello", "stop")).status == 200
+    await until(lambda: gate.projection.resolution(approval_id), what="the request is closed")
+    resolution = gate.projection.resolution(approval_id)
+    assert resolution is not None and resolution.outcome == "abandoned"
+    assert (resolution.reason or "").startswith("hello's instance ended")
+    decided = await client.post(
+        f"/api/v1/approvals/{approval_id}", json={"decision": "approve"}, headers=auth()
+    )
+    assert decided.status == 409 and "abandoned" in (await decided.json())["detail"]
