@@ -1,0 +1,108 @@
+"""The receiving side: one durable pull consumer per node on the mesh's stream.
+
+Fetched envelopes go through the same receive path as an HTTP push (receive.py), grouped by
+origin node (from the subject), and are acknowledged only after it returns, that is after the
+local LMDB commit. A rejected envelope is acknowledged too (the rejection is counted, logged and,
+for equivocation, a finding): redelivering it would change nothing. A `gap` (the stream no longer
+holds what comes before) is repaired over HTTP at once and the envelope received again; what
+still cannot be had is left to the heads check (nats_mesh.py).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import msgspec
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+from node.context import NodeContext
+from node.sync.nats_metrics import NatsMetrics
+from node.sync.nats_repair import HttpRepair
+from node.sync.nats_subjects import all_subjects, durable_name, parse_subject, stream_name
+from node.sync.receive import Receiver
+
+log = logging.getLogger("agent-node.sync")
+GAP = "gap"
+UNKNOWN_PUBLISHER = "(nats)"
+
+
+class NatsConsumer:
+    def __init__(
+        self,
+        ctx: NodeContext,
+        js: JetStreamContext,
+        receiver: Receiver,
+        repair: HttpRepair,
+        metrics: NatsMetrics,
+    ) -> None:
+        self._ctx = ctx
+        self._js = js
+        self._receiver = receiver
+        self._repair = repair
+        self._metrics = metrics
+        self._mesh = ctx.config.mesh
+        self._peers = {p.name for p in ctx.config.peers}
+        self.subscription: JetStreamContext.PullSubscription | None = None
+        self.pending = 0  # the consumer's lag at the last look
+
+    async def run(self) -> None:
+        mesh = self._mesh.name
+        self.subscription = await self._js.pull_subscribe(
+            all_subjects(mesh),
+            durable=durable_name(self._ctx.name),
+            stream=stream_name(mesh),
+            config=ConsumerConfig(
+                ack_policy=AckPolicy.EXPLICIT,
+                deliver_policy=DeliverPolicy.ALL,
+                ack_wait=60,
+                max_ack_pending=20_000,
+            ),
+        )
+        while True:
+            try:
+                messages = await self.subscription.fetch(self._mesh.fetch_batch, timeout=1)
+            except TimeoutError:
+                await self.look_at_lag()
+                continue
+            await self.handle(messages)
+
+    async def look_at_lag(self) -> None:
+        if self.subscription is None:
+            return
+        info = await self.subscription.consumer_info()
+        self.pending = int(info.num_pending or 0) + int(info.num_ack_pending or 0)
+        self._metrics.consumer_lag.set(self.pending)
+
+    async def handle(self, messages: list[Msg]) -> None:
+        groups: dict[str, list[Msg]] = {}
+        for message in messages:
+            if message.metadata.num_delivered > 1:
+                self._metrics.redeliveries.inc()
+            parsed = parse_subject(self._mesh.name, message.subject)
+            if parsed and parsed[0] == self._ctx.name:
+                continue  # our own envelopes: nothing to do
+            # the subject names the publisher; only configured names key per-peer state
+            origin = parsed[0] if parsed and parsed[0] in self._peers else UNKNOWN_PUBLISHER
+            groups.setdefault(origin, []).append(message)
+        for origin, group in groups.items():
+            items = [msgspec.Raw(m.data) for m in group]
+            outcome = await self._receiver.receive(origin, items)
+            gaps = [r for r in outcome.rejections if r.reason == GAP]
+            if gaps:
+                await self._fill(gaps, items, origin)
+        for message in messages:
+            await message.ack()
+
+    async def _fill(self, gaps: list, items: list[msgspec.Raw], origin: str) -> None:
+        """Repair each gapped journal up to just before its first gapped envelope, then take
+        the gapped envelopes again."""
+        first: dict[str, int] = {}
+        for r in gaps:
+            if r.agent is not None and r.seq is not None:
+                first[r.agent] = min(first.get(r.agent, r.seq), r.seq)
+        for journal, seq in first.items():
+            await self._repair.repair(journal, seq - 1)
+        again = [items[r.index] for r in gaps]
+        await self._receiver.receive(origin, again)
