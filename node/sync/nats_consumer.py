@@ -11,6 +11,8 @@ still cannot be had is left to the heads check (nats_mesh.py).
 from __future__ import annotations
 
 import logging
+import time
+from collections import deque
 
 import msgspec
 from nats.aio.msg import Msg
@@ -18,14 +20,22 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from node.context import NodeContext
+from node.sync.incidents import Incidents
 from node.sync.nats_metrics import NatsMetrics
 from node.sync.nats_repair import HttpRepair
 from node.sync.nats_subjects import all_subjects, durable_name, parse_subject, stream_name
-from node.sync.receive import Receiver
+from node.sync.receive import Receiver, Rejection
 
 log = logging.getLogger("agent-node.sync")
 GAP = "gap"
+# rejections that are part of normal operation: redeliveries, repaired gaps, equivocation
+# (receive.py journals its own critical finding)
+UNREMARKABLE = frozenset({GAP, "duplicate", "own_journal", "equivocation"})
+MAX_REJECTION_FINDINGS_PER_HOUR = 10
 UNKNOWN_PUBLISHER = "(nats)"
+# unacknowledged messages (this node crashed or lost its connection mid-batch) come again
+# after this long; a batch normally takes well under a second
+ACK_WAIT_SECS = 10
 
 
 class NatsConsumer:
@@ -35,8 +45,11 @@ class NatsConsumer:
         js: JetStreamContext,
         receiver: Receiver,
         repair: HttpRepair,
+        incidents: Incidents,
         metrics: NatsMetrics,
     ) -> None:
+        self._incidents = incidents
+        self._budget: dict[str, deque[float]] = {}  # publisher → times of its findings
         self._ctx = ctx
         self._js = js
         self._receiver = receiver
@@ -56,7 +69,7 @@ class NatsConsumer:
             config=ConsumerConfig(
                 ack_policy=AckPolicy.EXPLICIT,
                 deliver_policy=DeliverPolicy.ALL,
-                ack_wait=60,
+                ack_wait=ACK_WAIT_SECS,
                 max_ack_pending=20_000,
             ),
         )
@@ -92,10 +105,34 @@ class NatsConsumer:
             gaps = [r for r in outcome.rejections if r.reason == GAP]
             if gaps:
                 await self._fill(gaps, items, origin)
+            for rejection in outcome.rejections:
+                if rejection.reason not in UNREMARKABLE:
+                    await self._report(origin, rejection)
         for message in messages:
             await message.ack()
 
-    async def _fill(self, gaps: list, items: list[msgspec.Raw], origin: str) -> None:
+    async def _report(self, publisher: str, rejection: Rejection) -> None:
+        """A finding per rejected stream message (once per journal, seq and reason), at most
+        MAX_REJECTION_FINDINGS_PER_HOUR per publisher: what an HTTP push answers its sender
+        has no sender to go to here, and every node must say what it refused."""
+        key = f"nats-rejected/{rejection.agent}/{rejection.seq}/{rejection.reason}"
+        if self._incidents.seen(key):
+            return
+        now = time.monotonic()
+        times = self._budget.setdefault(publisher, deque())
+        while times and now - times[0] > 3600:
+            times.popleft()
+        if len(times) >= MAX_REJECTION_FINDINGS_PER_HOUR:
+            return
+        times.append(now)
+        await self._incidents.report(
+            key,
+            "high",
+            f"rejected envelope {rejection.agent}#{rejection.seq} from the mesh stream",
+            f"published by {publisher}: {rejection.reason}: {rejection.detail}"[:1000],
+        )
+
+    async def _fill(self, gaps: list[Rejection], items: list[msgspec.Raw], origin: str) -> None:
         """Repair each gapped journal up to just before its first gapped envelope, then take
         the gapped envelopes again."""
         first: dict[str, int] = {}

@@ -1,11 +1,12 @@
 """Every node's heads in the mesh's key-value bucket: the convergence report without probes.
 
 Each node puts its heads of every replicated journal (key: hex of its name, value:
-`{"node", "heads"}`) when they change, at most every `heads_interval_secs`, and watches the
-bucket. A configured peer's heads become its acknowledgements (acks.py, so the convergence
-report, `agent-node status` and the console's peers view read them as with HTTP), recorded like
-the HTTP replicator's: only journals this node holds, never beyond its own head. All reported
-heads are kept for the repair check (a journal someone holds further than this node).
+`{"node", "heads"}`) when they change, at most every `heads_interval_secs`, and reads the
+configured peers' records as often. A configured peer's heads become its acknowledgements
+(acks.py: the convergence report, `agent-node status` and the console's peers view read them as
+with HTTP), recorded like the HTTP replicator's: only journals this node holds, never beyond
+its own head. All reported heads are kept for the repair check (a journal someone holds
+further than this node).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import asyncio
 import logging
 
 import msgspec
+from nats.js.errors import KeyNotFoundError
 from nats.js.kv import KeyValue
 
 from node.context import NodeContext
@@ -57,15 +59,23 @@ class HeadsBoard:
             await asyncio.sleep(interval)
 
     async def watch(self) -> None:
-        watcher = await self._kv.watchall()
+        """Read each configured peer's record every interval. (A KV watcher, an ordered push
+        consumer, was seen to stop delivering under load; a direct get per peer cannot.)"""
+        interval = self._ctx.config.mesh.heads_interval_secs
+        seen: dict[str, bytes] = {}
         while True:
-            try:
-                entry = await watcher.updates(timeout=5)
-            except TimeoutError:
-                continue
-            if entry is None or entry.value is None or len(entry.value) > MAX_HEADS_BYTES:
-                continue
-            self.take(entry.key, entry.value)
+            for peer in self._peers:
+                key = token(peer)
+                try:
+                    entry = await self._kv.get(key)
+                except KeyNotFoundError:
+                    continue
+                if entry.value is None or entry.value == seen.get(key):
+                    continue
+                seen[key] = entry.value
+                if len(entry.value) <= MAX_HEADS_BYTES:
+                    self.take(key, entry.value)
+            await asyncio.sleep(interval)
 
     def take(self, key: str, value: bytes) -> None:
         try:

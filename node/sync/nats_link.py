@@ -75,7 +75,8 @@ async def ensure_stream(js: JetStreamContext, mesh: MeshSection) -> None:
             max_age=mesh.stream_max_age_secs or None,
             max_bytes=mesh.stream_max_bytes,
             discard=DiscardPolicy.OLD,
-            duplicate_window=DUPLICATE_WINDOW_SECS,
+            # the server refuses a duplicate window longer than the stream's max age
+            duplicate_window=min(DUPLICATE_WINDOW_SECS, mesh.stream_max_age_secs or 1e9),
         )
     )
     log.info("nats: created stream %s (replicas %d)", name, mesh.stream_replicas)

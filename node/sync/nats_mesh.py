@@ -16,6 +16,7 @@ from nats.aio.client import Client as NATS
 
 from node.context import NodeContext
 from node.sync.acks import AckRecorder
+from node.sync.incidents import Incidents
 from node.sync.nats_consumer import NatsConsumer
 from node.sync.nats_heads import HeadsBoard
 from node.sync.nats_link import connect, ensure_stream, heads_kv
@@ -35,9 +36,11 @@ class NatsMesh:
         ctx: NodeContext,
         receiver: Receiver,
         acks: AckRecorder,
+        incidents: Incidents,
         http: aiohttp.ClientSession,
     ) -> None:
         self._ctx = ctx
+        self._incidents = incidents
         self._receiver = receiver
         self._acks = acks
         self.metrics = NatsMetrics(ctx.metrics.registry)
@@ -58,7 +61,7 @@ class NatsMesh:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # keep trying: the mesh must come back by itself
-                text = f"{type(exc).__name__}: {exc}"
+                text = _describe(exc)
                 if text != self.last_error:
                     log.warning("nats mesh: %s; retrying", text)
                 self.connected, self.last_error = False, text
@@ -79,7 +82,9 @@ class NatsMesh:
         await ensure_stream(js, mesh)
         kv = await heads_kv(js, mesh)
         self.publisher = NatsPublisher(self._ctx, js, self.metrics)
-        self.consumer = NatsConsumer(self._ctx, js, self._receiver, self.repair, self.metrics)
+        self.consumer = NatsConsumer(
+            self._ctx, js, self._receiver, self.repair, self._incidents, self.metrics
+        )
         self.heads = HeadsBoard(self._ctx, kv, self._acks)
         if not self.connected:
             log.info("nats mesh %s: connected", mesh.name)
@@ -114,3 +119,10 @@ class NatsMesh:
                     if journal in behind_before:
                         await self.repair.repair(journal, want, self.heads.reported)
             behind_before = behind
+
+
+def _describe(exc: BaseException) -> str:
+    """One line naming the failure (each failure of a task group, not the group)."""
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(_describe(e) for e in exc.exceptions)
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

@@ -47,7 +47,7 @@ class SyncService:
         if self.ctx.config.mesh.transport == "nats":
             from node.sync.nats_mesh import NatsMesh  # nats-py is an optional extra
 
-            self.nats = NatsMesh(self.ctx, self.receiver, self.acks, self._http)
+            self.nats = NatsMesh(self.ctx, self.receiver, self.acks, self.incidents, self._http)
             self._tasks.append(asyncio.create_task(self.nats.run(), name="sync-nats"))
             return
         self.replicators = [
