@@ -28,9 +28,9 @@ from node.sync.receive import Receiver, Rejection
 
 log = logging.getLogger("agent-node.sync")
 GAP = "gap"
-# rejections that are part of normal operation: redeliveries, repaired gaps, equivocation
-# (receive.py journals its own critical finding)
-UNREMARKABLE = frozenset({GAP, "duplicate", "own_journal", "equivocation"})
+# rejections that are part of normal operation (redeliveries, repaired gaps), or reported
+# already (equivocation: receive.py journals a critical finding)
+UNREMARKABLE = frozenset({GAP, "duplicate", "equivocation"})
 MAX_REJECTION_FINDINGS_PER_HOUR = 10
 UNKNOWN_PUBLISHER = "(nats)"
 # unacknowledged messages (this node crashed or lost its connection mid-batch) come again
