@@ -2,10 +2,11 @@
 
 Fetched envelopes go through the same receive path as an HTTP push (receive.py), grouped by
 origin node (from the subject), and are acknowledged only after it returns, that is after the
-local LMDB commit. A rejected envelope is acknowledged too (the rejection is counted, logged and,
-for equivocation, a finding): redelivering it would change nothing. A `gap` (the stream no longer
-holds what comes before) is repaired over HTTP at once and the envelope received again; what
-still cannot be had is left to the heads check (nats_mesh.py).
+local LMDB commit (one ack per batch: the consumer's ack policy is `all`). A rejected envelope
+is acknowledged too (the rejection is counted, logged and reported as a finding): redelivering
+it would change nothing. A `gap` (the stream no longer holds what comes before) is repaired
+over HTTP at once and the envelope received again; what still cannot be had is left to the
+heads check (nats_mesh.py).
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ class NatsConsumer:
             durable=durable_name(self._ctx.name),
             stream=stream_name(mesh),
             config=ConsumerConfig(
-                ack_policy=AckPolicy.EXPLICIT,
+                ack_policy=AckPolicy.ALL,  # acking a batch's last message acks the batch
                 deliver_policy=DeliverPolicy.ALL,
                 ack_wait=ACK_WAIT_SECS,
                 max_ack_pending=20_000,
@@ -108,8 +109,8 @@ class NatsConsumer:
             for rejection in outcome.rejections:
                 if rejection.reason not in UNREMARKABLE:
                     await self._report(origin, rejection)
-        for message in messages:
-            await message.ack()
+        if messages:
+            await messages[-1].ack()
 
     async def _report(self, publisher: str, rejection: Rejection) -> None:
         """A finding per rejected stream message (once per journal, seq and reason), at most
