@@ -61,13 +61,20 @@ def journal_hashes(node: NodeProcess, agent: str) -> list[str]:
                 return out
 
 
-def run(transport: str, nodes: int, envelopes: int, writers: int, cluster_size: int) -> dict:
+def run(
+    transport: str,
+    nodes: int,
+    envelopes: int,
+    writers: int,
+    cluster_size: int,
+    sync_always: bool = False,
+) -> dict:
     root = Path(tempfile.mkdtemp(prefix=f"mesh-{transport}-"))
     names = [f"node-{i}" for i in range(nodes)]
     cluster = None
     extra = TUNING
     if transport == "nats":
-        cluster = NatsCluster(root / "nats", cluster_size).start()
+        cluster = NatsCluster(root / "nats", cluster_size, sync_always).start()
         extra += nats_mesh_toml(cluster.urls, replicas=min(3, cluster_size))
     paths = write_mesh(root, names, extra=extra)
     journals = {f"agent-{n}": envelopes for n in names[:writers]}
@@ -124,13 +131,18 @@ def main() -> None:
     parser.add_argument("--transport", choices=("nats", "http", "both"), default="both")
     parser.add_argument("--writers", type=int, default=0, help="writing nodes (0: all)")
     parser.add_argument("--cluster", type=int, default=1, choices=(1, 3), help="nats-servers")
+    parser.add_argument(
+        "--sync-always", action="store_true", help="JetStream fsyncs every write (sync_interval)"
+    )
     args = parser.parse_args()
     writers = args.writers or args.nodes
     began = time.perf_counter()
     results = {}
     for transport in ("nats", "http"):
         if args.transport in (transport, "both"):
-            results[transport] = run(transport, args.nodes, args.envelopes, writers, args.cluster)
+            results[transport] = run(
+                transport, args.nodes, args.envelopes, writers, args.cluster, args.sync_always
+            )
             print(transport, results[transport], flush=True)
     nats, http = results.get("nats", {}), results.get("http", {})
     summary = {
@@ -139,6 +151,7 @@ def main() -> None:
         "writers": writers,
         "envelopes_per_node": args.envelopes,
         "nats_servers": args.cluster,
+        "nats_sync_always": args.sync_always,
         "nats_converge_s": nats.get("converge_s"),
         "http_converge_s": http.get("converge_s"),
         "speedup": round(http["converge_s"] / nats["converge_s"], 2) if nats and http else None,

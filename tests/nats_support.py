@@ -24,7 +24,8 @@ def nats_server_binary() -> str:
 
 
 class NatsServer:
-    def __init__(self, root: Path, name: str, cluster: str = "") -> None:
+    def __init__(self, root: Path, name: str, cluster: str = "", sync_always: bool = False) -> None:
+        self.sync_always = sync_always
         self.root = root
         self.name = name
         self.port = free_port()
@@ -38,7 +39,7 @@ class NatsServer:
         store = self.root / self.name / "js"
         text = (
             f'server_name: "{self.name}"\nlisten: "127.0.0.1:{self.port}"\n'
-            f'jetstream {{ store_dir: "{store}" }}\n'
+            f'jetstream {{ store_dir: "{store}"{", sync_interval: always" * self.sync_always} }}\n'
         )
         if self.cluster:
             routes = ", ".join(f'"{r}"' for r in self.routes)
@@ -70,9 +71,11 @@ class NatsServer:
 class NatsCluster:
     """1 server, or 3 routed into one JetStream cluster; killed (SIGKILL) at the end."""
 
-    def __init__(self, root: Path, size: int = 1) -> None:
+    def __init__(self, root: Path, size: int = 1, sync_always: bool = False) -> None:
         cluster = "mesh-test" if size > 1 else ""
-        self.servers = [NatsServer(root / "nats", f"n{i}", cluster) for i in range(size)]
+        self.servers = [
+            NatsServer(root / "nats", f"n{i}", cluster, sync_always) for i in range(size)
+        ]
         for server in self.servers:
             server.routes = [f"nats://127.0.0.1:{s.cluster_port}" for s in self.servers]
         self.urls = [s.url for s in self.servers]

@@ -11,6 +11,7 @@ heads check (nats_mesh.py).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import deque
@@ -74,13 +75,24 @@ class NatsConsumer:
                 max_ack_pending=20_000,
             ),
         )
-        while True:
-            try:
-                messages = await self.subscription.fetch(self._mesh.fetch_batch, timeout=1)
-            except TimeoutError:
-                await self.look_at_lag()
-                continue
-            await self.handle(messages)
+        # the next batch is fetched while this one is verified and committed
+        fetching = asyncio.ensure_future(self._fetch())
+        try:
+            while True:
+                messages = await fetching
+                fetching = asyncio.ensure_future(self._fetch())
+                if messages:
+                    await self.handle(messages)
+        finally:
+            fetching.cancel()
+
+    async def _fetch(self) -> list[Msg]:
+        assert self.subscription is not None
+        try:
+            return await self.subscription.fetch(self._mesh.fetch_batch, timeout=1)
+        except TimeoutError:
+            await self.look_at_lag()
+            return []
 
     async def look_at_lag(self) -> None:
         if self.subscription is None:
@@ -100,17 +112,21 @@ class NatsConsumer:
             # the subject names the publisher; only configured names key per-peer state
             origin = parsed[0] if parsed and parsed[0] in self._peers else UNKNOWN_PUBLISHER
             groups.setdefault(origin, []).append(message)
-        for origin, group in groups.items():
-            items = [msgspec.Raw(m.data) for m in group]
-            outcome = await self._receiver.receive(origin, items)
-            gaps = [r for r in outcome.rejections if r.reason == GAP]
-            if gaps:
-                await self._fill(gaps, items, origin)
-            for rejection in outcome.rejections:
-                if rejection.reason not in UNREMARKABLE:
-                    await self._report(origin, rejection)
+        # origins hold disjoint journals: their groups are verified and committed side by side,
+        # as concurrent HTTP pushes from several peers are
+        await asyncio.gather(*(self._receive(origin, group) for origin, group in groups.items()))
         if messages:
             await messages[-1].ack()
+
+    async def _receive(self, origin: str, group: list[Msg]) -> None:
+        items = [msgspec.Raw(m.data) for m in group]
+        outcome = await self._receiver.receive(origin, items)
+        gaps = [r for r in outcome.rejections if r.reason == GAP]
+        if gaps:
+            await self._fill(gaps, items, origin)
+        for rejection in outcome.rejections:
+            if rejection.reason not in UNREMARKABLE:
+                await self._report(origin, rejection)
 
     async def _report(self, publisher: str, rejection: Rejection) -> None:
         """A finding per rejected stream message (once per journal, seq and reason), at most
