@@ -119,7 +119,7 @@ class MeshSection(_Section, kw_only=True):
     stream_max_age_secs: NonNegative = 0.0  # 0: keep envelopes until stream_max_bytes
     stream_max_bytes: int = -1  # -1: unlimited
     publish_window: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 1000
-    fetch_batch: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 500
+    fetch_batch: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 1000
     heads_interval_secs: Annotated[float, msgspec.Meta(gt=0)] = 0.5
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import subprocess
@@ -24,8 +25,18 @@ def nats_server_binary() -> str:
 
 
 class NatsServer:
-    def __init__(self, root: Path, name: str, cluster: str = "", sync_always: bool = False) -> None:
+    def __init__(
+        self,
+        root: Path,
+        name: str,
+        cluster: str = "",
+        sync_always: bool = False,
+        include: Path | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.sync_always = sync_always
+        self.include = include  # a config file included as is (users and permissions)
+        self.env = env or {}
         self.root = root
         self.name = name
         self.port = free_port()
@@ -41,6 +52,8 @@ class NatsServer:
             f'server_name: "{self.name}"\nlisten: "127.0.0.1:{self.port}"\n'
             f'jetstream {{ store_dir: "{store}"{", sync_interval: always" * self.sync_always} }}\n'
         )
+        if self.include is not None:
+            text += f'include "{self.include}"\n'
         if self.cluster:
             routes = ", ".join(f'"{r}"' for r in self.routes)
             text += (
@@ -58,6 +71,7 @@ class NatsServer:
             [nats_server_binary(), "-c", str(folder / "nats.conf")],
             stdout=log,
             stderr=subprocess.STDOUT,
+            env={**os.environ, **self.env},
         )
         log.close()
         return self

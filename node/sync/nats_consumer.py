@@ -1,7 +1,7 @@
 """The receiving side: one durable pull consumer per node on the mesh's stream.
 
-Fetched envelopes go through the same receive path as an HTTP push (receive.py), grouped by
-origin node (from the subject), and are acknowledged only after it returns, that is after the
+Fetched envelopes go through the same receive path as an HTTP push (receive.py), a batch at a
+time, and are acknowledged only after it returns, that is after the
 local LMDB commit (one ack per batch: the consumer's ack policy is `all`). A rejected envelope
 is acknowledged too (the rejection is counted, logged and reported as a finding): redelivering
 it would change nothing. A `gap` (the stream no longer holds what comes before) is repaired
@@ -35,6 +35,9 @@ GAP = "gap"
 UNREMARKABLE = frozenset({GAP, "duplicate", "equivocation"})
 MAX_REJECTION_FINDINGS_PER_HOUR = 10
 UNKNOWN_PUBLISHER = "(nats)"
+# the receive path's "peer" for stream batches: not a configured peer, so no acks are inferred
+# from it (heads come from the bucket) and equivocation findings share one hourly budget
+STREAM_PEER = "(nats stream)"
 # unacknowledged messages (this node crashed or lost its connection mid-batch) come again
 # after this long; a batch normally takes well under a second
 ACK_WAIT_SECS = 10
@@ -102,7 +105,10 @@ class NatsConsumer:
         self._metrics.consumer_lag.set(self.pending)
 
     async def handle(self, messages: list[Msg]) -> None:
-        groups: dict[str, list[Msg]] = {}
+        """The whole batch in one receive: one LMDB commit, journals verified on parallel
+        lanes (as one HTTP push). Publishers are named for the findings only."""
+        items: list[msgspec.Raw] = []
+        publishers: list[str] = []
         for message in messages:
             if message.metadata.num_delivered > 1:
                 self._metrics.redeliveries.inc()
@@ -110,23 +116,20 @@ class NatsConsumer:
             if parsed and parsed[0] == self._ctx.name:
                 continue  # our own envelopes: nothing to do
             # the subject names the publisher; only configured names key per-peer state
-            origin = parsed[0] if parsed and parsed[0] in self._peers else UNKNOWN_PUBLISHER
-            groups.setdefault(origin, []).append(message)
-        # origins hold disjoint journals: their groups are verified and committed side by side,
-        # as concurrent HTTP pushes from several peers are
-        await asyncio.gather(*(self._receive(origin, group) for origin, group in groups.items()))
+            publishers.append(
+                parsed[0] if parsed and parsed[0] in self._peers else UNKNOWN_PUBLISHER
+            )
+            items.append(msgspec.Raw(message.data))
+        if items:
+            outcome = await self._receiver.receive(STREAM_PEER, items)
+            gaps = [r for r in outcome.rejections if r.reason == GAP]
+            if gaps:
+                await self._fill(gaps, items)
+            for rejection in outcome.rejections:
+                if rejection.reason not in UNREMARKABLE:
+                    await self._report(publishers[rejection.index], rejection)
         if messages:
             await messages[-1].ack()
-
-    async def _receive(self, origin: str, group: list[Msg]) -> None:
-        items = [msgspec.Raw(m.data) for m in group]
-        outcome = await self._receiver.receive(origin, items)
-        gaps = [r for r in outcome.rejections if r.reason == GAP]
-        if gaps:
-            await self._fill(gaps, items, origin)
-        for rejection in outcome.rejections:
-            if rejection.reason not in UNREMARKABLE:
-                await self._report(origin, rejection)
 
     async def _report(self, publisher: str, rejection: Rejection) -> None:
         """A finding per rejected stream message (once per journal, seq and reason), at most
@@ -149,7 +152,7 @@ class NatsConsumer:
             f"published by {publisher}: {rejection.reason}: {rejection.detail}"[:1000],
         )
 
-    async def _fill(self, gaps: list[Rejection], items: list[msgspec.Raw], origin: str) -> None:
+    async def _fill(self, gaps: list[Rejection], items: list[msgspec.Raw]) -> None:
         """Repair each gapped journal up to just before its first gapped envelope, then take
         the gapped envelopes again."""
         first: dict[str, int] = {}
@@ -159,4 +162,4 @@ class NatsConsumer:
         for journal, seq in first.items():
             await self._repair.repair(journal, seq - 1)
         again = [items[r.index] for r in gaps]
-        await self._receiver.receive(origin, again)
+        await self._receiver.receive(STREAM_PEER, again)

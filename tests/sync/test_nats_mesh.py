@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import httpx
 import msgspec
@@ -12,8 +13,8 @@ import nats
 import pytest
 
 from eventstore.keys import load_or_create_key
-from node.sync.nats_subjects import subject
-from tests.nats_support import NatsCluster, nats_mesh_toml, stream_state
+from node.sync.nats_subjects import subject, token
+from tests.nats_support import NatsCluster, NatsServer, nats_mesh_toml, stream_state
 from tests.support import ADMIN_TOKEN, NodeProcess, auth
 from tests.sync.test_sync_mesh import (
     Mesh,
@@ -27,6 +28,7 @@ from tests.sync.test_sync_mesh import (
 from tests.sync_support import SYNC_TUNING, signed_chain
 
 pytestmark = pytest.mark.timeout(240)
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -249,3 +251,76 @@ def publish(urls: list[str], node: str, envelopes: list[dict]) -> None:
             await nc.close()
 
     asyncio.run(run())
+
+
+def test_the_shipped_permissions_let_a_node_publish_only_its_own_envelopes(nats_mesh, tmp_path):
+    """deploy/nats/mesh-permissions.conf as shipped: node-a and node-b converge with their own
+    users, and node-a's user cannot publish on node-b's subjects nor write its heads record."""
+    include = ROOT / "deploy" / "nats" / "mesh-permissions.conf"
+    passwords = {"NODE_A_PASSWORD": "pw-a-0123456789", "NODE_B_PASSWORD": "pw-b-0123456789"}
+    passwords["NODE_C_PASSWORD"] = "pw-c-0123456789"
+    server = NatsServer(tmp_path / "nats", "n0", include=include, env=passwords).start()
+    cluster = NatsCluster(tmp_path / "unused", 0)
+    cluster.servers, cluster.urls = [server], [server.url]
+    try:
+        wait_until(
+            lambda: _can_connect(server.url, "node-a", passwords["NODE_A_PASSWORD"]),
+            20,
+            "the server answers",
+            retry_on=(Exception,),
+        )
+        mesh = nats_mesh(["node-a", "node-b"], cluster)
+        for name, path in mesh.paths.items():
+            secret = passwords[f"NODE_{name[-1].upper()}_PASSWORD"]
+            (path.parent / "nats-password").write_text(secret + "\n")
+            path.write_text(
+                path.read_text() + f'nats_user = "{name}"\nnats_password_file = "nats-password"\n'
+            )
+            mesh.nodes[name] = NodeProcess(path)
+        start_all(mesh)
+        post_findings(mesh["node-a"], "alpha", 5)
+        post_findings(mesh["node-b"], "beta", 5)
+        wait_converged(mesh, {"alpha": 5, "beta": 5}, timeout=30)
+        for log_path in (p.parent / "node.log" for p in mesh.paths.values()):
+            assert passwords["NODE_A_PASSWORD"] not in log_path.read_text()
+        denied = asyncio.run(
+            _try_publish(server.url, "node-a", passwords["NODE_A_PASSWORD"], "node-b")
+        )
+        assert denied == ["denied", "denied"], denied
+    finally:
+        server.kill()
+
+
+def _can_connect(url: str, user: str, password: str) -> bool:
+    async def run() -> bool:
+        nc = await nats.connect(url, user=user, password=password, allow_reconnect=False)
+        await nc.close()
+        return True
+
+    return asyncio.run(run())
+
+
+async def _try_publish(url: str, user: str, password: str, victim: str) -> list[str]:
+    """Publish as `user` on `victim`'s envelope subject and heads record: what the server said."""
+    errors: list[Exception] = []
+
+    async def on_error(exc: Exception) -> None:
+        errors.append(exc)
+
+    nc = await nats.connect(url, user=user, password=password, error_cb=on_error)
+    out = []
+    try:
+        js = nc.jetstream(timeout=2)
+        for target in (
+            subject("default", victim, "beta"),
+            f"$KV.MESH_default_HEADS.{token(victim)}",
+        ):
+            try:
+                await js.publish(target, b"{}")
+                out.append("published")
+            except (nats.errors.TimeoutError, nats.js.errors.NoStreamResponseError):
+                out.append("denied")  # the server drops it: no stream ever answers
+    finally:
+        await nc.close()
+    assert any("Permissions Violation" in str(e) for e in errors), errors
+    return out
