@@ -41,6 +41,7 @@ STREAM_PEER = "(nats stream)"
 # unacknowledged messages (this node crashed or lost its connection mid-batch) come again
 # after this long; a batch normally takes well under a second
 ACK_WAIT_SECS = 10
+MAX_EMPTY_FETCHES_WHILE_WAITING = 3
 
 
 class NatsConsumer:
@@ -63,7 +64,10 @@ class NatsConsumer:
         self._mesh = ctx.config.mesh
         self._peers = {p.name for p in ctx.config.peers}
         self.subscription: JetStreamContext.PullSubscription | None = None
-        self.pending = 0  # the consumer's lag at the last look
+        self.pending = 0  # the consumer's lag at the last look (waiting + unacknowledged)
+        self.waiting = 0
+        self._stalls = 0
+        self.beat = time.monotonic()  # the last fetch started (nats_mesh.py watches it)
 
     async def run(self) -> None:
         mesh = self._mesh.name
@@ -91,17 +95,26 @@ class NatsConsumer:
 
     async def _fetch(self) -> list[Msg]:
         assert self.subscription is not None
+        self.beat = time.monotonic()
         try:
-            return await self.subscription.fetch(self._mesh.fetch_batch, timeout=1)
+            messages = await self.subscription.fetch(self._mesh.fetch_batch, timeout=1)
         except TimeoutError:
             await self.look_at_lag()
+            # after a server of the cluster died, a pull subscription was seen to get nothing
+            # while the consumer had messages waiting: start over with a new one
+            self._stalls = self._stalls + 1 if self.waiting else 0
+            if self._stalls >= MAX_EMPTY_FETCHES_WHILE_WAITING:
+                raise ConnectionError(f"{self.waiting} message(s) wait, fetches get none") from None
             return []
+        self._stalls = 0
+        return messages
 
     async def look_at_lag(self) -> None:
         if self.subscription is None:
             return
         info = await self.subscription.consumer_info()
-        self.pending = int(info.num_pending or 0) + int(info.num_ack_pending or 0)
+        self.waiting = int(info.num_pending or 0)
+        self.pending = self.waiting + int(info.num_ack_pending or 0)
         self._metrics.consumer_lag.set(self.pending)
 
     async def handle(self, messages: list[Msg]) -> None:

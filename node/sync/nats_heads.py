@@ -13,18 +13,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 import msgspec
-from nats.js.errors import KeyNotFoundError
+from nats.js import JetStreamContext
+from nats.js.errors import NotFoundError
 from nats.js.kv import KeyValue
 
 from node.context import NodeContext
 from node.sync.acks import AckRecorder
-from node.sync.nats_subjects import name_of, token
+from node.sync.nats_subjects import heads_bucket, name_of, token
 from projections.journals import Journals
 
 log = logging.getLogger("agent-node.sync")
 MAX_HEADS_BYTES = 1 << 20
+REPUT_SECS = 10.0
 
 
 class HeadsRecord(msgspec.Struct):
@@ -36,12 +39,22 @@ _decoder = msgspec.json.Decoder(HeadsRecord)
 
 
 class HeadsBoard:
-    def __init__(self, ctx: NodeContext, kv: KeyValue, acks: AckRecorder) -> None:
+    def __init__(
+        self, ctx: NodeContext, js: JetStreamContext, kv: KeyValue, acks: AckRecorder
+    ) -> None:
         self._ctx = ctx
+        self._js = js
         self._kv = kv
+        self._bucket = heads_bucket(ctx.config.mesh.name)
         self._acks = acks
         self._peers = {p.name for p in ctx.config.peers}
         self.reported: dict[str, dict[str, int]] = {}  # configured peer → its heads
+        # the last turn of each loop (nats_mesh.py restarts the link when one stops turning)
+        self.put_beat = self.read_beat = time.monotonic()
+
+    @property
+    def beat(self) -> float:
+        return min(self.put_beat, self.read_beat)
 
     def own_heads(self) -> dict[str, int]:
         heads = self._ctx.projections.get(Journals).head
@@ -49,32 +62,41 @@ class HeadsBoard:
 
     async def publish(self) -> None:
         last: dict[str, int] | None = None
+        last_put = time.monotonic()
         interval = self._ctx.config.mesh.heads_interval_secs
         while True:
             heads = self.own_heads()
             if heads != last:
                 record = HeadsRecord(self._ctx.name, heads)
                 await self._kv.put(token(self._ctx.name), msgspec.json.encode(record))
-                last = heads
+                last, last_put = heads, time.monotonic()
+            elif time.monotonic() - last_put > REPUT_SECS:
+                last = None  # put again: a put acknowledged just before a failover may be lost
+            self.put_beat = time.monotonic()
+            self.read_beat = time.monotonic()
             await asyncio.sleep(interval)
 
     async def watch(self) -> None:
         """Read each configured peer's record every interval. (A KV watcher, an ordered push
         consumer, was seen to stop delivering under load; a direct get per peer cannot.)"""
         interval = self._ctx.config.mesh.heads_interval_secs
-        seen: dict[str, bytes] = {}
         while True:
             for peer in self._peers:
                 key = token(peer)
                 try:
-                    entry = await self._kv.get(key)
-                except KeyNotFoundError:
+                    # from the stream's leader: a direct get may be answered by a replica
+                    # that fell behind (seen for tens of seconds after a server was killed)
+                    msg = await self._js.get_last_msg(
+                        f"KV_{self._bucket}", f"$KV.{self._bucket}.{key}", direct=False
+                    )
+                except NotFoundError:
                     continue
-                if entry.value is None or entry.value == seen.get(key):
-                    continue
-                seen[key] = entry.value
-                if len(entry.value) <= MAX_HEADS_BYTES:
-                    self.take(key, entry.value)
+                value = msg.data
+                # taken again even when unchanged: acks are capped at this node's own heads,
+                # which may have grown since (acks.py records only what changed)
+                if value and len(value) <= MAX_HEADS_BYTES:
+                    self.take(key, value)
+            self.read_beat = time.monotonic()
             await asyncio.sleep(interval)
 
     def take(self, key: str, value: bytes) -> None:

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import time
 
 import aiohttp
 from nats.aio.client import Client as NATS
@@ -28,6 +29,8 @@ from projections.journals import Journals
 
 log = logging.getLogger("agent-node.sync")
 REPAIR_CHECK_SECS = 1.0
+STUCK_CHECKS = 5
+STALLED_SECS = 20.0
 
 
 class NatsMesh:
@@ -85,7 +88,7 @@ class NatsMesh:
         self.consumer = NatsConsumer(
             self._ctx, js, self._receiver, self.repair, self._incidents, self.metrics
         )
-        self.heads = HeadsBoard(self._ctx, kv, self._acks)
+        self.heads = HeadsBoard(self._ctx, js, kv, self._acks)
         if not self.connected:
             log.info("nats mesh %s: connected", mesh.name)
         self.connected, self.last_error = True, ""
@@ -102,9 +105,13 @@ class NatsMesh:
         joined late, a lost stream); pull it over HTTP."""
         assert self.heads is not None and self.consumer is not None
         behind_before: dict[str, int] = {}
+        stuck_for: dict[str, tuple[int, int]] = {}  # journal → (checks at this head, head)
         while True:
             await asyncio.sleep(REPAIR_CHECK_SECS)
-            await self.consumer.look_at_lag()
+            quiet_for = time.monotonic() - min(self.heads.beat, self.consumer.beat)
+            if quiet_for > STALLED_SECS:  # a loop hangs on a call that never answers
+                raise ConnectionError(f"nats loops stalled for {quiet_for:.0f} s; reconnecting")
+            await asyncio.wait_for(self.consumer.look_at_lag(), STALLED_SECS)
             held = self._ctx.projections.get(Journals).head
             home = self._ctx.projections.get(Journals).home
             behind: dict[str, int] = {}
@@ -114,10 +121,16 @@ class NatsMesh:
                         continue
                     if seq > held.get(journal, 0):
                         behind[journal] = max(behind.get(journal, 0), seq)
-            if self.consumer.pending == 0:
-                for journal, want in behind.items():
-                    if journal in behind_before:
-                        await self.repair.repair(journal, want, self.heads.reported)
+            quiet = self.consumer.pending == 0
+            for journal, want in behind.items():
+                # behind twice in a row with nothing left on the stream, or behind at the same
+                # head for STUCK_CHECKS checks whatever the stream says
+                stuck = stuck_for.get(journal, (0, -1))
+                count = stuck[0] + 1 if stuck[1] == held.get(journal, 0) else 1
+                stuck_for[journal] = (count, held.get(journal, 0))
+                if (quiet and journal in behind_before) or count >= STUCK_CHECKS:
+                    await self.repair.repair(journal, want, self.heads.reported)
+            stuck_for = {j: v for j, v in stuck_for.items() if j in behind}
             behind_before = behind
 
 

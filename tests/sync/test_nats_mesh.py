@@ -87,7 +87,7 @@ def test_ten_nodes_on_a_three_server_cluster_converge_and_survive_a_server_kill(
     with ThreadPoolExecutor(10) as pool:
         list(pool.map(lambda n: post_findings(mesh[n], f"agent-{n}", 8), names))
     expected = {f"agent-{n}": 8 for n in names}
-    wait_converged(mesh, expected, timeout=60)
+    diag_converged(mesh, expected)
     assert_same_everywhere(mesh, expected)
     state = stream_state(cluster.urls)
     assert state["messages"] == 80  # each envelope once, however many nodes read it
@@ -97,9 +97,27 @@ def test_ten_nodes_on_a_three_server_cluster_converge_and_survive_a_server_kill(
     with ThreadPoolExecutor(10) as pool:
         list(pool.map(lambda n: post_findings(mesh[n], f"agent-{n}", 4), names))
     expected = {f"agent-{n}": 12 for n in names}
-    wait_converged(mesh, expected, timeout=60)
+    diag_converged(mesh, expected)
     assert_same_everywhere(mesh, expected)
     assert stream_state(cluster.urls[1:])["messages"] == 120
+
+
+def diag_converged(mesh: Mesh, expected: dict[str, int]) -> None:
+    """wait_converged, printing every node's unconverged journals and NATS metrics on failure."""
+    try:
+        wait_converged(mesh, expected, timeout=60)
+    except Exception:
+        for name, node in mesh.nodes.items():
+            behind = []
+            for agent, head in expected.items():
+                report = convergence(node, agent)
+                if not report["converged"] or report["local_seq"] != head:
+                    lagging = [(p["peer_id"], p["acked_seq"]) for p in report["peers"] if p["lag"]]
+                    behind.append((agent, report["local_seq"], lagging))
+            with node.client() as client:
+                text = client.get("/api/v1/metrics").text
+            print(name, behind, [x for x in text.splitlines() if x.startswith("svc_nats")])
+        raise
 
 
 def test_kill_9_of_a_node_in_a_write_burst_loses_nothing_it_acknowledged(
