@@ -52,8 +52,8 @@ class NatsServer:
             f'server_name: "{self.name}"\nlisten: "127.0.0.1:{self.port}"\n'
             f'jetstream {{ store_dir: "{store}"{", sync_interval: always" * self.sync_always} }}\n'
         )
-        if self.include is not None:
-            text += f'include "{self.include}"\n'
+        if self.include is not None:  # nats-server resolves includes beside the config
+            text += f'include "{self.include.name}"\n'
         if self.cluster:
             routes = ", ".join(f'"{r}"' for r in self.routes)
             text += (
@@ -66,6 +66,8 @@ class NatsServer:
         folder = self.root / self.name
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "nats.conf").write_text(self.config())
+        if self.include is not None:
+            shutil.copy(self.include, folder / self.include.name)
         log = open(folder / "nats.log", "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(
             [nats_server_binary(), "-c", str(folder / "nats.conf")],
