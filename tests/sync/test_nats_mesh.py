@@ -69,6 +69,9 @@ def test_three_nodes_converge_over_one_nats_server(nats_mesh, cluster_factory):
     assert_same_everywhere(mesh, expected)
     state = stream_state(cluster.urls)
     assert state["messages"] == sum(expected.values())
+    with mesh["node-a"].client() as client:  # the console's mesh view, from the heads bucket
+        view = client.get("/api/v1/mesh").json()
+    assert {j["agent"] for j in view["journals"] if j["converged"]} >= set(expected)
 
 
 def start_all(mesh: Mesh, *names: str) -> None:
