@@ -99,6 +99,30 @@ class SyncSection(_Section, kw_only=True):
     ack_flush_secs: NonNegative = 0.2
 
 
+MESH_NAME = r"^[A-Za-z0-9_-]{1,32}$(?!\n)"
+
+
+class MeshSection(_Section, kw_only=True):
+    """How envelopes travel between nodes (docs/mesh.md): all-to-all HTTP pushes, or one NATS
+    JetStream stream per mesh (node/sync/nats_*.py). Peers stay configured either way: their
+    keys, and the HTTP pulls that repair gaps."""
+
+    transport: Literal["http", "nats"] = "http"
+    name: Annotated[str, msgspec.Meta(pattern=MESH_NAME)] = "default"
+    nats_servers: list[str] = []
+    nats_user: str | None = None
+    nats_password: str | None = None  # or nats_password_file (read like token_file)
+    nats_password_file: str | None = None
+    nats_creds_file: str | None = None  # a .creds file (JWT + nkey seed)
+    nats_nkey_seed_file: str | None = None  # an nkey seed file (SU...)
+    stream_replicas: Annotated[int, msgspec.Meta(ge=1, le=5)] = 1
+    stream_max_age_secs: NonNegative = 0.0  # 0: keep envelopes until stream_max_bytes
+    stream_max_bytes: int = -1  # -1: unlimited
+    publish_window: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 1000
+    fetch_batch: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 1000
+    heads_interval_secs: Annotated[float, msgspec.Meta(gt=0)] = 0.5
+
+
 class InferenceSection(_Section, kw_only=True):
     local_url: str | None = None
     cloud_url: str | None = None
@@ -151,6 +175,7 @@ class Config(_Section, kw_only=True):
     auth: AuthSection = msgspec.field(default_factory=AuthSection)
     peers: list[Peer] = []
     sync: SyncSection = msgspec.field(default_factory=SyncSection)
+    mesh: MeshSection = msgspec.field(default_factory=MeshSection)
     inference: InferenceSection = msgspec.field(default_factory=InferenceSection)
     agents: list[AgentConfig] = []
     actions: dict[str, ActionSection] = {}
@@ -240,6 +265,7 @@ def _check(config: Config, source: str) -> Iterator[str]:
         if not re.match(r"^https?://", peer.url):
             yield f"{source}: peers[{i}].url: must start with http:// or https://"
     yield from _check_secret_domains(config, source)
+    yield from _check_mesh(config, f"{source}: mesh")
     host, _, port = config.node.listen.rpartition(":")
     if not host or not port.isdigit() or not 0 <= int(port) < 65536:
         yield f"{source}: node.listen: expected HOST:PORT, got {config.node.listen!r}"
@@ -249,6 +275,38 @@ def _check(config: Config, source: str) -> Iterator[str]:
             f"{source}: node.public_url: must start with http:// or https:// and a host, "
             f"got {public_url!r}"
         )
+
+
+def _check_mesh(config: Config, where: str) -> Iterator[str]:
+    """NATS settings, checked only when they are used; never echoes a credential."""
+    mesh = config.mesh
+    if mesh.transport != "nats":
+        return
+    if not mesh.nats_servers:
+        yield f'{where}.nats_servers: give at least one server URL with transport = "nats"'
+    for i, url in enumerate(mesh.nats_servers):
+        if not re.match(r"^(nats|tls)://[^/\s]+$", url):
+            yield f"{where}.nats_servers[{i}]: expected nats://HOST:PORT or tls://HOST:PORT"
+    ways = [
+        mesh.nats_user is not None,
+        mesh.nats_creds_file is not None,
+        mesh.nats_nkey_seed_file is not None,
+    ]
+    if sum(ways) > 1:
+        yield (
+            f"{where}: give one of nats_user (with a password), nats_creds_file "
+            "or nats_nkey_seed_file"
+        )
+    if (mesh.nats_password is not None) != (mesh.nats_user is not None):
+        yield f"{where}: nats_user and nats_password (or nats_password_file) go together"
+    for key in ("nats_creds_file", "nats_nkey_seed_file"):
+        path_text = getattr(mesh, key)
+        if path_text is not None and not config.path(path_text).is_file():
+            yield f"{where}.{key}: {path_text} is not a readable file"
+    try:
+        import nats  # noqa: F401
+    except ImportError:
+        yield f"{where}.transport: \"nats\" needs nats-py: pip install 'agent-node[nats]'"
 
 
 def _check_secret_domains(config: Config, source: str) -> Iterator[str]:

@@ -42,6 +42,16 @@ def read_secret_files(config: Config, source: str) -> Iterator[str]:
         peer.token, problem = _read(config, peer.token_file, f"{where}.token_file")
         if problem:
             yield problem
+    mesh = config.mesh
+    if mesh.nats_password_file is not None:
+        if mesh.nats_password is not None:
+            yield f"{source}: mesh: give `nats_password` or `nats_password_file`, not both"
+        else:
+            mesh.nats_password, problem = _read(
+                config, mesh.nats_password_file, f"{source}: mesh.nats_password_file"
+            )
+            if problem:
+                yield problem
     for domain, values in config.secrets.items():
         for key in [k for k in values if k.endswith(FILE_SUFFIX)]:
             where = f"{source}: secrets.{domain}.{key}"

@@ -44,6 +44,10 @@ class EnvelopePage(msgspec.Struct):
     envelopes: list[EnvelopeRead]
 
 
+class PushedPage(msgspec.Struct):
+    envelopes: list[PushedEnvelope]
+
+
 class Push(msgspec.Struct):
     peer_id: str
     envelopes: list[PushedEnvelope]
@@ -96,6 +100,18 @@ async def get_envelopes(request: web.Request) -> web.Response:
     return json_response({"envelopes": [e.as_read() for e in envelopes]})
 
 
+async def get_pushed_envelopes(request: web.Request) -> web.Response:
+    """Any journal this node holds, its own or relayed, as pushed (with payloads): what a node
+    repairing a gap imports, verified by the origin's key whoever serves it."""
+    agent = _journal_query(request)
+    since = int_query(request, "since", 0)
+    limit = limit_query(request, 100)
+    ctx = context_of(request)
+    envelopes = ctx.store.read_stream(agent, since, limit) if limit else []
+    ctx.metrics.sync_envelopes.inc(len(envelopes))
+    return json_response({"envelopes": [e.as_pushed() for e in envelopes]})
+
+
 async def get_convergence(request: web.Request) -> web.Response:
     agent = _journal_query(request)
     return json_response(convergence_report(context_of(request), agent))
@@ -139,6 +155,20 @@ def setup(app: web.Application) -> None:
             "Envelopes of one journal after a seq",
             "sync",
             EnvelopePage,
+            errors=(400,),
+            query=(AGENT_QUERY, SINCE, limit_param(100)),
+        ),
+    )
+    add_route(
+        app,
+        "GET",
+        "/api/v1/sync/envelopes/pushed",
+        get_pushed_envelopes,
+        "sync",
+        Doc(
+            "Envelopes of one journal after a seq, with their payloads (repair and relay)",
+            "sync",
+            PushedPage,
             errors=(400,),
             query=(AGENT_QUERY, SINCE, limit_param(100)),
         ),

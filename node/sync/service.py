@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 import aiohttp
 from aiohttp import web
@@ -17,6 +18,9 @@ from node.sync.receive import Receiver
 from node.sync.replicator import Replicator
 from projections.peers import PeerBook
 
+if TYPE_CHECKING:
+    from node.sync.nats_mesh import NatsMesh
+
 
 class SyncService:
     def __init__(self, ctx: NodeContext) -> None:
@@ -28,6 +32,7 @@ class SyncService:
         )
         self.receiver = Receiver(ctx, self.keys, self.incidents, self.acks)
         self.replicators: list[Replicator] = []
+        self.nats: NatsMesh | None = None  # [mesh] transport = "nats"
         self._http: aiohttp.ClientSession | None = None
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -38,11 +43,17 @@ class SyncService:
         )
         self.keys.http = self._http
         await self.keys.pin_configured()
+        self._tasks = [asyncio.create_task(self.acks.run(), name="sync-acks")]
+        if self.ctx.config.mesh.transport == "nats":
+            from node.sync.nats_mesh import NatsMesh  # nats-py is an optional extra
+
+            self.nats = NatsMesh(self.ctx, self.receiver, self.acks, self.incidents, self._http)
+            self._tasks.append(asyncio.create_task(self.nats.run(), name="sync-nats"))
+            return
         self.replicators = [
             Replicator(self.ctx, peer, self._http, self.keys, self.acks)
             for peer in self.ctx.config.peers
         ]
-        self._tasks = [asyncio.create_task(self.acks.run(), name="sync-acks")]
         self._tasks += [
             asyncio.create_task(r.run(), name=f"sync-to-{r.peer.name}") for r in self.replicators
         ]

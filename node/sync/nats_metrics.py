@@ -1,0 +1,29 @@
+"""Metrics of the NATS transport, registered in the node's registry only when it is used."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+
+class NatsMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        r = registry
+        self.consumer_lag = Gauge(
+            "svc_nats_consumer_lag", "Envelopes on the mesh stream not yet fetched", registry=r
+        )
+        self.pending_publishes = Gauge(
+            "svc_nats_pending_publishes",
+            "Own envelopes published, not yet acknowledged",
+            registry=r,
+        )
+        self.published = Counter(
+            "svc_nats_published", "Own envelopes acknowledged by JetStream", registry=r
+        )
+        self.redeliveries = Counter(
+            "svc_nats_redeliveries", "Stream messages delivered more than once", registry=r
+        )
+        self.repairs = Counter(
+            "svc_nats_repaired_envelopes",
+            "Envelopes fetched over HTTP to fill a gap the stream could not",
+            registry=r,
+        )

@@ -1,0 +1,72 @@
+"""Names on the NATS side of a mesh: stream, subjects, consumer, key-value bucket, message ids.
+
+Journal and node names may hold `.` (a NATS token separator), and `@` key journals, so each is
+written into a subject as the lower-case hex of its UTF-8 bytes: reversible, and only
+`[0-9a-f]` (`alpha` → `616c706861`). One subject per origin node and journal:
+
+    mesh.<mesh>.env.<hex(node)>.<hex(journal)>
+
+so a node's NATS user can be allowed to publish on `mesh.<mesh>.env.<hex(node)>.>` only.
+"""
+
+from __future__ import annotations
+
+MSG_ID_HEADER = "Nats-Msg-Id"
+
+
+def token(name: str) -> str:
+    return name.encode().hex()
+
+
+def name_of(hex_token: str) -> str:
+    """ValueError when the token is not hex of UTF-8."""
+    return bytes.fromhex(hex_token).decode()
+
+
+def stream_name(mesh: str) -> str:
+    return f"MESH_{mesh}"
+
+
+def heads_bucket(mesh: str) -> str:
+    return f"MESH_{mesh}_HEADS"
+
+
+def all_subjects(mesh: str) -> str:
+    return f"mesh.{mesh}.env.>"
+
+
+def node_subjects(mesh: str, node: str) -> str:
+    """Every subject `node` may publish on (its NATS permission)."""
+    return f"mesh.{mesh}.env.{token(node)}.>"
+
+
+def subject(mesh: str, node: str, journal: str) -> str:
+    return f"mesh.{mesh}.env.{token(node)}.{token(journal)}"
+
+
+def parse_subject(mesh: str, text: str) -> tuple[str, str] | None:
+    """(origin node, journal) of an envelope subject, or None when it is not one."""
+    prefix = f"mesh.{mesh}.env."
+    if not text.startswith(prefix):
+        return None
+    parts = text[len(prefix) :].split(".")
+    if len(parts) != 2:
+        return None
+    try:
+        return name_of(parts[0]), name_of(parts[1])
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+def durable_name(node: str) -> str:
+    return f"node-{token(node)}"
+
+
+def msg_id(journal: str, seq: int) -> str:
+    """The server drops a second message with the same id inside its duplicate window."""
+    return f"{journal}:{seq}"
+
+
+def seq_of_msg_id(text: str) -> int | None:
+    _, _, seq = text.rpartition(":")
+    return int(seq) if seq.isdigit() else None

@@ -1,0 +1,352 @@
+"""The mesh over NATS JetStream: real nats-server processes, real node processes, loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import msgspec
+import nats
+import pytest
+
+from eventstore.keys import load_or_create_key
+from node.sync.nats_subjects import subject, token
+from tests.nats_support import NatsCluster, NatsServer, nats_mesh_toml, stream_state
+from tests.support import ADMIN_TOKEN, NodeProcess, auth
+from tests.sync.test_sync_mesh import (
+    Mesh,
+    assert_same_everywhere,
+    convergence,
+    journal,
+    post_findings,
+    wait_converged,
+    wait_until,
+)
+from tests.sync_support import SYNC_TUNING, signed_chain
+
+pytestmark = pytest.mark.timeout(240)
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def cluster_factory(tmp_path):
+    clusters: list[NatsCluster] = []
+
+    def make(size: int = 1) -> NatsCluster:
+        clusters.append(NatsCluster(tmp_path / f"c{len(clusters)}", size).start())
+        return clusters[-1]
+
+    yield make
+    for cluster in clusters:
+        cluster.kill()
+
+
+@pytest.fixture
+def nats_mesh(tmp_path, cluster_factory):
+    meshes: list[Mesh] = []
+
+    def make(names: list[str], cluster: NatsCluster, replicas: int = 1, **kw) -> Mesh:
+        extra = SYNC_TUNING + nats_mesh_toml(cluster.urls, replicas=replicas, **kw)
+        meshes.append(Mesh(tmp_path / f"m{len(meshes)}", names, extra=extra))
+        return meshes[-1]
+
+    yield make
+    for mesh in meshes:
+        mesh.kill_all()
+
+
+def test_three_nodes_converge_over_one_nats_server(nats_mesh, cluster_factory):
+    cluster = cluster_factory(1)
+    mesh = nats_mesh(["node-a", "node-b", "node-c"], cluster)
+    mesh.start()
+    for i, name in enumerate(mesh.nodes):
+        post_findings(mesh[name], f"agent-{name}", 10 + i)
+    expected = {f"agent-{name}": 10 + i for i, name in enumerate(mesh.nodes)}
+    wait_converged(mesh, expected, timeout=30)
+    assert_same_everywhere(mesh, expected)
+    state = stream_state(cluster.urls)
+    assert state["messages"] == sum(expected.values())
+    with mesh["node-a"].client() as client:  # the console's mesh view, from the heads bucket
+        view = client.get("/api/v1/mesh").json()
+    assert {j["agent"] for j in view["journals"] if j["converged"]} >= set(expected)
+
+
+def start_all(mesh: Mesh, *names: str) -> None:
+    """Start nodes in parallel (each start waits for its health check)."""
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda n: mesh[n].start(60), names or list(mesh.nodes)))
+
+
+def test_ten_nodes_on_a_three_server_cluster_converge_and_survive_a_server_kill(
+    nats_mesh, cluster_factory
+):
+    cluster = cluster_factory(3)
+    names = [f"node-{i}" for i in range(10)]
+    mesh = nats_mesh(names, cluster, replicas=3)
+    start_all(mesh)
+    with ThreadPoolExecutor(10) as pool:
+        list(pool.map(lambda n: post_findings(mesh[n], f"agent-{n}", 8), names))
+    expected = {f"agent-{n}": 8 for n in names}
+    diag_converged(mesh, expected)
+    assert_same_everywhere(mesh, expected)
+    state = stream_state(cluster.urls)
+    assert state["messages"] == 80  # each envelope once, however many nodes read it
+    assert all(count == 8 for count in state["subjects"].values()), state
+
+    cluster.servers[0].kill()  # one of three: JetStream R3 keeps its quorum
+    with ThreadPoolExecutor(10) as pool:
+        list(pool.map(lambda n: post_findings(mesh[n], f"agent-{n}", 4), names))
+    expected = {f"agent-{n}": 12 for n in names}
+    diag_converged(mesh, expected)
+    assert_same_everywhere(mesh, expected)
+    assert stream_state(cluster.urls[1:])["messages"] == 120
+
+
+def diag_converged(mesh: Mesh, expected: dict[str, int]) -> None:
+    """wait_converged, printing every node's unconverged journals and NATS metrics on failure."""
+    try:
+        wait_converged(mesh, expected, timeout=60)
+    except Exception:
+        for name, node in mesh.nodes.items():
+            behind = []
+            for agent, head in expected.items():
+                report = convergence(node, agent)
+                if not report["converged"] or report["local_seq"] != head:
+                    lagging = [(p["peer_id"], p["acked_seq"]) for p in report["peers"] if p["lag"]]
+                    behind.append((agent, report["local_seq"], lagging))
+            with node.client() as client:
+                text = client.get("/api/v1/metrics").text
+            print(name, behind, [x for x in text.splitlines() if x.startswith("svc_nats")])
+        raise
+
+
+def test_kill_9_of_a_node_in_a_write_burst_loses_nothing_it_acknowledged(
+    nats_mesh, cluster_factory
+):
+    cluster = cluster_factory(1)
+    mesh = nats_mesh(["node-a", "node-b", "node-c"], cluster)
+    start_all(mesh)
+    acknowledged = 0
+
+    def burst() -> None:
+        nonlocal acknowledged
+        with httpx.Client(base_url=mesh["node-a"].url, headers=auth(ADMIN_TOKEN)) as client:
+            for i in range(100_000):
+                try:
+                    r = client.post(
+                        "/api/v1/findings",
+                        json={"agent": "alpha", "severity": "low", "title": f"{i}"},
+                    )
+                except httpx.HTTPError:
+                    return
+                if r.status_code == 201:
+                    acknowledged += 1
+
+    writer = threading.Thread(target=burst)
+    writer.start()
+    wait_until(lambda: acknowledged >= 60, 30, "the burst to be under way")
+    mesh["node-a"].kill()
+    writer.join(30)
+    mesh["node-a"].start()
+    head = convergence(mesh["node-a"], "alpha")["local_seq"]
+    assert head >= acknowledged
+    post_findings(mesh["node-a"], "alpha", 5)
+    wait_converged(mesh, {"alpha": head + 5}, timeout=60)
+    assert_same_everywhere(mesh, {"alpha": head + 5})
+
+
+def test_a_node_joining_while_a_home_node_is_down_gets_its_journals(nats_mesh, cluster_factory):
+    cluster = cluster_factory(1)
+    mesh = nats_mesh(["node-a", "node-b", "node-c"], cluster)
+    start_all(mesh, "node-a", "node-b")
+    post_findings(mesh["node-a"], "alpha", 15)
+    post_findings(mesh["node-b"], "beta", 5)
+    wait_until(lambda: convergence(mesh["node-b"], "alpha")["local_seq"] == 15, 30, "b has alpha")
+    mesh["node-a"].kill()  # alpha's home is down for good
+    mesh["node-c"].start()
+    wait_until(lambda: convergence(mesh["node-c"], "alpha")["local_seq"] == 15, 30, "c gets alpha")
+    wait_until(lambda: convergence(mesh["node-c"], "beta")["local_seq"] == 5, 30, "c gets beta")
+    copies = [journal(mesh[n], "alpha") for n in ("node-b", "node-c")]
+    assert copies[0] == copies[1] and len(copies[0]) == 15
+
+
+def test_signed_but_invalid_envelopes_on_the_stream_are_rejected_by_every_node(
+    nats_mesh, cluster_factory, tmp_path
+):
+    cluster = cluster_factory(1)
+    # node-x is a configured peer (its key is pinned everywhere) that is never started: the
+    # test publishes in its name, as a compromised node would
+    mesh = nats_mesh(["node-a", "node-b", "node-c", "node-x"], cluster)
+    names = ["node-a", "node-b", "node-c"]
+    start_all(mesh, *names)
+    post_findings(mesh["node-a"], "alpha", 3)
+    wait_until(lambda: convergence(mesh["node-b"], "alpha")["local_seq"] == 3, 30, "b has alpha")
+    key_x = load_or_create_key(tmp_path / "m0" / "node-x" / "data")
+    bad_data = signed_chain(key_x, "node-x", "junk", 1, data={"severity": "bogus", "title": 7})
+    alpha_prev = journal(mesh["node-b"], "alpha")[-1][1]
+    wrong_owner = signed_chain(key_x, "node-x", "alpha", 1, start=4, prev=alpha_prev)
+    publish(cluster.urls, "node-x", bad_data + wrong_owner)
+    post_findings(mesh["node-a"], "alpha", 4)  # consumption goes on past them
+    for name in names:  # (node-x never acknowledges: convergence reports would wait for it)
+        wait_until(
+            lambda n=name: convergence(mesh[n], "alpha")["local_seq"] == 7, 30, f"{name}: alpha"
+        )
+
+    for name in names:
+        with mesh[name].client() as client:
+            findings = client.get("/api/v1/findings", params={"limit": 1000}).json()["findings"]
+            metrics = client.get("/api/v1/metrics").text
+        titles = {f["title"] for f in findings if f["agent"] == name and f["severity"] == "high"}
+        assert titles == {
+            "rejected envelope junk#1 from the mesh stream",
+            "rejected envelope alpha#4 from the mesh stream",
+        }, (name, titles)
+        assert 'svc_sync_rejected_total{reason="invalid_data"} 1.0' in metrics
+        # alpha is node-a's own journal: there the envelope is refused as such
+        reason = "own_journal" if name == "node-a" else "foreign_writer"
+        assert f'svc_sync_rejected_total{{reason="{reason}"}} 1.0' in metrics
+        assert convergence(mesh[name], "junk")["local_seq"] == 0
+
+
+def test_a_node_offline_past_retention_catches_up_over_http(nats_mesh, cluster_factory):
+    cluster = cluster_factory(1)
+    mesh = nats_mesh(["node-a", "node-b", "node-c"], cluster, max_age=2)
+    start_all(mesh)
+    post_findings(mesh["node-a"], "alpha", 5)
+    wait_converged(mesh, {"alpha": 5}, timeout=30)
+    mesh["node-c"].kill()
+    post_findings(mesh["node-a"], "alpha", 20)
+    wait_until(lambda: stream_state(cluster.urls)["messages"] == 0, 30, "the stream to age out")
+    mesh["node-a"].kill()  # and the home is down too: node-b relays
+    mesh["node-c"].start()
+    wait_until(lambda: convergence(mesh["node-c"], "alpha")["local_seq"] == 25, 30, "repair")
+    assert journal(mesh["node-c"], "alpha") == journal(mesh["node-b"], "alpha")
+    with mesh["node-c"].client() as client:
+        metrics = client.get("/api/v1/metrics").text
+    assert "svc_nats_repaired_envelopes_total 20.0" in metrics
+
+
+def test_the_same_nodes_over_http_then_nats_end_with_the_same_hashes(
+    nats_mesh, cluster_factory, tmp_path
+):
+    """How a running HTTP mesh moves to NATS: stop, add [mesh], start; nothing is lost."""
+    cluster = cluster_factory(1)
+    names = ["node-a", "node-b", "node-c"]
+    mesh = Mesh(tmp_path / "http", names)  # HTTP first
+    try:
+        start_all(mesh)
+        for name in names:
+            post_findings(mesh[name], f"agent-{name}", 6)
+        expected = {f"agent-{n}": 6 for n in names}
+        wait_converged(mesh, expected, timeout=30)
+        over_http = {a: journal(mesh[names[0]], a) for a in expected}
+        mesh.stop_all()
+        for path in mesh.paths.values():
+            path.write_text(path.read_text() + nats_mesh_toml(cluster.urls))
+        mesh.nodes = {n: NodeProcess(p) for n, p in mesh.paths.items()}
+        start_all(mesh)
+        for name in names:
+            post_findings(mesh[name], f"agent-{name}", 4)
+        expected = {f"agent-{n}": 10 for n in names}
+        wait_converged(mesh, expected, timeout=30)
+        assert_same_everywhere(mesh, expected)
+        for agent, envelopes in over_http.items():
+            assert journal(mesh[names[1]], agent)[:6] == envelopes
+    finally:
+        mesh.kill_all()
+
+
+def publish(urls: list[str], node: str, envelopes: list[dict]) -> None:
+    async def run() -> None:
+        nc = await nats.connect(urls)
+        try:
+            js = nc.jetstream()
+            for envelope in envelopes:
+                await js.publish(
+                    subject("default", node, envelope["agent"]), msgspec.json.encode(envelope)
+                )
+        finally:
+            await nc.close()
+
+    asyncio.run(run())
+
+
+def test_the_shipped_permissions_let_a_node_publish_only_its_own_envelopes(nats_mesh, tmp_path):
+    """deploy/nats/mesh-permissions.conf as shipped: node-a and node-b converge with their own
+    users, and node-a's user cannot publish on node-b's subjects nor write its heads record."""
+    include = ROOT / "deploy" / "nats" / "mesh-permissions.conf"
+    passwords = {"NODE_A_PASSWORD": "pw-a-0123456789", "NODE_B_PASSWORD": "pw-b-0123456789"}
+    passwords["NODE_C_PASSWORD"] = "pw-c-0123456789"
+    server = NatsServer(tmp_path / "nats", "n0", include=include, env=passwords).start()
+    cluster = NatsCluster(tmp_path / "unused", 0)
+    cluster.servers, cluster.urls = [server], [server.url]
+    try:
+        wait_until(
+            lambda: _can_connect(server.url, "node-a", passwords["NODE_A_PASSWORD"]),
+            20,
+            "the server answers",
+            retry_on=(Exception,),
+        )
+        mesh = nats_mesh(["node-a", "node-b"], cluster)
+        for name, path in mesh.paths.items():
+            secret = passwords[f"NODE_{name[-1].upper()}_PASSWORD"]
+            (path.parent / "nats-password").write_text(secret + "\n")
+            credentials = f'nats_user = "{name}"\nnats_password_file = "nats-password"\n'
+            path.write_text(
+                path.read_text().replace(
+                    'transport = "nats"\n', 'transport = "nats"\n' + credentials
+                )
+            )
+            mesh.nodes[name] = NodeProcess(path)
+        start_all(mesh)
+        post_findings(mesh["node-a"], "alpha", 5)
+        post_findings(mesh["node-b"], "beta", 5)
+        wait_converged(mesh, {"alpha": 5, "beta": 5}, timeout=30)
+        for log_path in (p.parent / "node.log" for p in mesh.paths.values()):
+            assert passwords["NODE_A_PASSWORD"] not in log_path.read_text()
+        denied = asyncio.run(
+            _try_publish(server.url, "node-a", passwords["NODE_A_PASSWORD"], "node-b")
+        )
+        assert denied == ["denied", "denied"], denied
+    finally:
+        server.kill()
+
+
+def _can_connect(url: str, user: str, password: str) -> bool:
+    async def run() -> bool:
+        nc = await nats.connect(
+            url, user=user, password=password, allow_reconnect=False, connect_timeout=1
+        )
+        await nc.close()
+        return True
+
+    return asyncio.run(run())
+
+
+async def _try_publish(url: str, user: str, password: str, victim: str) -> list[str]:
+    """Publish as `user` on `victim`'s envelope subject and heads record: what the server said."""
+    errors: list[Exception] = []
+
+    async def on_error(exc: Exception) -> None:
+        errors.append(exc)
+
+    nc = await nats.connect(url, user=user, password=password, error_cb=on_error)
+    out = []
+    try:
+        js = nc.jetstream(timeout=2)
+        for target in (
+            subject("default", victim, "beta"),
+            f"$KV.MESH_default_HEADS.{token(victim)}",
+        ):
+            try:
+                await js.publish(target, b"{}")
+                out.append("published")
+            except (nats.errors.TimeoutError, nats.js.errors.NoStreamResponseError):
+                out.append("denied")  # the server drops it: no stream ever answers
+    finally:
+        await nc.close()
+    assert sum("permissions violation" in str(e).lower() for e in errors) == 2, errors
+    return out
