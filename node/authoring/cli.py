@@ -243,7 +243,9 @@ def human_report(report: dict) -> str:
         lines.append(f"task {task['id']}: {task['status']}: {_compact(result)}")
     if report.get("tool") is not None:
         tool = report["tool"]
-        lines.append(f"tool {tool['name']}: {'ok' if tool['ok'] else 'error'}: {_compact(tool['result'])}")
+        lines.append(
+            f"tool {tool['name']}: {'ok' if tool['ok'] else 'error'}: {_compact(tool['result'])}"
+        )
     if report["state"]:
         lines.append("state: " + ", ".join(f"{k}={v}" for k, v in report["state"].items()))
     if report["fault"]:

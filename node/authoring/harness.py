@@ -147,9 +147,7 @@ def run(component: Path, name: str, fakes: Fakes, plan: Plan, cache_dir: Path | 
     report["events"] = [_shown(type_, data) for type_, data in host.events if type_ in SHOWN]
     report["state"] = dict(host.state)
     faults = host.of_type("agent.errored")
-    report["fault"] = (
-        {"kind": faults[0]["kind"], "error": faults[0]["error"]} if faults else None
-    )
+    report["fault"] = {"kind": faults[0]["kind"], "error": faults[0]["error"]} if faults else None
     report["ok"] = (
         not faults
         and (report.get("task") is None or report["task"]["status"] == "completed")
@@ -197,7 +195,9 @@ def _task(runtime: AgentRuntime, host: KitHost, name: str, plan: Plan) -> dict:
             if t in ("task.completed", "task.failed") and d["id"] == TASK_ID
         ]
 
-    host.wait_for(lambda: ended() or host.of_type("agent.errored"), plan.tick_timeout_ms / 1000 + 30)
+    host.wait_for(
+        lambda: ended() or host.of_type("agent.errored"), plan.tick_timeout_ms / 1000 + 30
+    )
     task: dict[str, Any] = {"id": TASK_ID, "from": plan.task_from, "input": _json(plan.task_input)}
     outcome = ended()
     if not outcome:

@@ -58,7 +58,9 @@ def test_gated_spend_is_decided_by_the_flags(project, built_agents):
 
 def test_secret_needs_its_grant_and_never_shows(project, built_agents):
     secret = "payments.api_key=s3cr3t-value"
-    status, granted = run(project, built_agents["secrets_reader"], "--secret", secret, "--grant", "payments")
+    status, granted = run(
+        project, built_agents["secrets_reader"], "--secret", secret, "--grant", "payments"
+    )
     assert status == 0, granted
     assert of_type(granted, "secret") == [
         {"type": "secret", "domain": "payments", "key": "api_key"}
@@ -73,7 +75,12 @@ def test_secret_needs_its_grant_and_never_shows(project, built_agents):
 
 def test_inference_answers_the_given_text(project, built_agents):
     status, report = run(
-        project, built_agents["inference"], "--infer-reply", "Three invoices.", "--state", "route=cloud"
+        project,
+        built_agents["inference"],
+        "--infer-reply",
+        "Three invoices.",
+        "--state",
+        "route=cloud",
     )
     assert status == 0, report
     assert report["state"]["last_answer"] == "Three invoices."
@@ -123,7 +130,9 @@ def test_bad_flags_are_usage_errors(project, built_agents):
 
 def test_a_secret_read_is_redacted_from_what_is_shown():
     """As the node keeps a read secret out of its journal, the kit keeps it out of the report."""
-    host = harness.KitHost("demo", secrets={("payments", "api_key"): "s3cr3t"}, granted={"payments"})
+    host = harness.KitHost(
+        "demo", secrets={("payments", "api_key"): "s3cr3t"}, granted={"payments"}
+    )
     assert host.get_secret("payments", "api_key") == "s3cr3t"
     host.log("info", "key is s3cr3t")
     host.state_set("copy", '{"k": "s3cr3t"}')

@@ -90,4 +90,6 @@ def test_publish_needs_a_url_a_token_and_a_build(tmp_path, monkeypatch):
     assert unbuilt.returncode == 1
     assert "unbuilt.wasm does not exist: run `agent-node agent build` first" in unbuilt.stderr
     elsewhere = agent("publish", str(tmp_path), "--url", "http://x", "--token", "t", cwd=tmp_path)
-    assert elsewhere.returncode == 1 and "is not an agent project (no agent.toml)" in elsewhere.stderr
+    assert (
+        elsewhere.returncode == 1 and "is not an agent project (no agent.toml)" in elsewhere.stderr
+    )
