@@ -101,7 +101,7 @@ def _reporting(func: Any) -> Any:
     def run(args: argparse.Namespace) -> int:
         try:
             return int(func(args))
-        except (ProjectError, builder.BuildError, ClientError) as exc:
+        except (ProjectError, builder.BuildError, ClientError, TimeoutError) as exc:
             print(f"agent-node: {exc}", file=sys.stderr)
             return 1
         except UsageError as exc:

@@ -136,7 +136,13 @@ def run(component: Path, name: str, fakes: Fakes, plan: Plan, cache_dir: Path | 
     )
     options = RuntimeOptions(cache_dir=cache_dir, restart_backoff_ms=NEVER_MS)
     runtime = AgentRuntime([spec], lambda spec, stopping: (host, host), options)
-    report: dict[str, Any] = {"agent": name, "component": str(component)}
+    report: dict[str, Any] = {
+        "agent": name,
+        "component": str(component),
+        "task": None,  # set when a task was given
+        "tools": None,  # the MCP tools, once the agent got that far
+        "tool": None,  # set when a tool call was given
+    }
     runtime.start()
     try:
         _drive(runtime, host, name, plan, report)
@@ -150,8 +156,8 @@ def run(component: Path, name: str, fakes: Fakes, plan: Plan, cache_dir: Path | 
     report["fault"] = {"kind": faults[0]["kind"], "error": faults[0]["error"]} if faults else None
     report["ok"] = (
         not faults
-        and (report.get("task") is None or report["task"]["status"] == "completed")
-        and (report.get("tool") is None or report["tool"]["ok"])
+        and (report["task"] is None or report["task"]["status"] == "completed")
+        and (report["tool"] is None or report["tool"]["ok"])
     )
     return report
 
