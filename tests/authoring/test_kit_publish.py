@@ -46,14 +46,6 @@ tick_interval_ms = 200
         assert package["versions"] == ["0.1.0"] and package["checksum"] == checksum
         assert package["description"] == "Counts words; a template to start from"
 
-        def ran() -> list[str]:
-            logs = client.get("/api/v1/logs", params={"agent": "kit-demo"}).json()["logs"]
-            return [e["message"] for e in logs if "JavaScript agent" in e["message"]]
-
-        assert wait_until(ran, 120, "kit-demo ran the published package")[0] == (
-            "hello from a JavaScript agent, tick 1"
-        )
-
         again = agent(
             "publish", str(project), "--wasm", str(wasm), "--url", node.url,
             "--token", PUBLISH_TOKEN, cwd=tmp_path,
@@ -75,6 +67,15 @@ tick_interval_ms = 200
             "--token", READ_TOKEN, "--version", "0.3.0", cwd=tmp_path,
         )  # fmt: skip
         assert refused.returncode == 1 and "(HTTP 403)" in refused.stderr
+
+        # meanwhile the node retried the reference (backoff) and found it
+        def ran() -> list[str]:
+            logs = client.get("/api/v1/logs", params={"agent": "kit-demo"}).json()["logs"]
+            return [e["message"] for e in logs if "JavaScript agent" in e["message"]]
+
+        assert wait_until(ran, 120, "kit-demo ran the published package")[0] == (
+            "hello from a JavaScript agent, tick 1"
+        )
 
 
 def test_publish_needs_a_url_a_token_and_a_build(tmp_path, monkeypatch):
