@@ -201,13 +201,13 @@ def _task(runtime: AgentRuntime, host: KitHost, name: str, plan: Plan) -> dict:
             if t in ("task.completed", "task.failed") and d["id"] == TASK_ID
         ]
 
-    host.wait_for(
-        lambda: ended() or host.of_type("agent.errored"), plan.tick_timeout_ms / 1000 + 30
-    )
+    wait_s = plan.tick_timeout_ms / 1000 + 30
+    host.wait_for(lambda: ended() or host.of_type("agent.errored"), wait_s)
     task: dict[str, Any] = {"id": TASK_ID, "from": plan.task_from, "input": _json(plan.task_input)}
     outcome = ended()
     if not outcome:
-        return {**task, "status": "failed", "error": "the agent faulted before the task ended"}
+        why = "the agent faulted" if host.of_type("agent.errored") else f"no end in {wait_s:g} s"
+        return {**task, "status": "failed", "error": why}
     kind, data = outcome[0]
     if kind == "task.completed":
         return {**task, "status": "completed", "output": _json(data["output"])}
