@@ -15,6 +15,7 @@ from pathlib import Path
 from eventstore.audit import verify_journals
 from eventstore.keys import KEY_FILE, KeyFileError, load_or_create_key, public_key_multibase
 from node import cli_config, keyrotate, logsetup, progress
+from node.authoring import cli as authoring
 from node.cli_client import add_client_commands
 from node.config import SCOPES, Config, ConfigError, load_config
 from node.humanize import duration
@@ -79,6 +80,7 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--output", "-o", help="file to write (default: standard output)")
     export.set_defaults(func=cmd_journal_export)
     add_client_commands(sub)  # approvals, status, tasks, logs, findings against a running node
+    authoring.register(sub)  # agent new|build|test|publish (node/authoring/)
     _describe(parser)
     return parser
 

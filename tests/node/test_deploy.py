@@ -44,7 +44,7 @@ def test_the_docs_show_the_shipped_unit_and_the_readme_links_them():
 def test_the_stop_timeout_outlasts_the_graceful_shutdown():
     unit = UNIT.read_text()
     stop_timeout = int(re.search(r"^TimeoutStopSec=(\d+)$", unit, re.M).group(1))
-    (config,) = fenced(DEPLOY_DOC.read_text(), "toml")
+    config = fenced(DEPLOY_DOC.read_text(), "toml")[0]  # the config; later ones are agents
     drain = float(re.search(r"^shutdown_drain_secs = ([\d.]+)$", config, re.M).group(1))
     in_flight, agents = 30, 15  # node/server.py shutdown_timeout, runtime stop (operations.md)
     assert stop_timeout > drain + in_flight + agents
@@ -54,7 +54,7 @@ def test_the_stop_timeout_outlasts_the_graceful_shutdown():
 
 
 def test_the_documented_config_passes_config_check(tmp_path):
-    (config,) = fenced(DEPLOY_DOC.read_text(), "toml")
+    config = fenced(DEPLOY_DOC.read_text(), "toml")[0]  # the config; later ones are agents
     credentials = tmp_path / "credentials"
     credentials.mkdir()
     for name in re.findall(re.escape(CREDENTIALS) + r'([\w-]+)"', config):

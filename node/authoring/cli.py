@@ -1,0 +1,309 @@
+"""`agent-node agent new|build|test|publish`: write, build, try and publish an agent.
+
+Registered on agent-node's parser by node.cli as one `agent` group; every command works on
+an agent project folder (default: the current one), see node.authoring.project.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from node.authoring import build as builder
+from node.authoring import project
+from node.authoring.project import ProjectError
+from node.cli_client import TOKEN_ENV, URL_ENV, ClientError, Node
+
+if TYPE_CHECKING:
+    from node.authoring import harness
+
+CACHE_ENV = "AGENT_NODE_COMPILED_CACHE"  # the node's own variable for its compiled cache
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the `agent` command group to agent-node's sub-commands."""
+    group = sub.add_parser("agent", help="write, build, test and publish an agent (a project)")
+    actions = group.add_subparsers(metavar="ACTION")
+
+    def action(name: str, func: Any, help: str) -> argparse.ArgumentParser:
+        p = actions.add_parser(name, help=help, description=help)
+        p.set_defaults(func=_reporting(func))
+        return p
+
+    new = action("new", cmd_new, "make a new agent project: source, WIT world, test, README")
+    new.add_argument("name", help="agent name, also its registry package id (lower case)")
+    new.add_argument("--lang", choices=sorted(project.LANGUAGES), default="python")
+    new.add_argument("--dir", default=".", help="folder to make the project in (default .)")
+
+    built = action("build", cmd_build, "build the project into build/NAME.wasm")
+    built.add_argument("dir", nargs="?", default=".", help="the project (default .)")
+
+    test = action("test", cmd_test, "run the agent in the node's runtime with fake grants")
+    test.add_argument("dir", nargs="?", default=".", help="the project (default .)")
+    test.add_argument("--wasm", help="run this component instead of the project's build")
+    test.add_argument("--no-build", action="store_true", help="never build first")
+    test.add_argument("--ticks", type=_positive, default=1, help="ticks to run (default 1)")
+    test.add_argument("--input", help="a task's input (JSON), handled after the ticks")
+    test.add_argument("--from", dest="task_from", default="operator", help="the task's sender")
+    test.add_argument("--tool", help="an MCP tool to call last")
+    test.add_argument("--arguments", default="{}", help="the tool's arguments (JSON)")
+    test.add_argument(
+        "--capability",
+        action="append",
+        default=[],
+        metavar="NAME[=REPLY]",
+        help="enable a capability; invoke answers REPLY (JSON, default the node's"
+        ' {"status": "recorded"})',
+    )
+    test.add_argument(
+        "--gate",
+        action="append",
+        default=[],
+        metavar="NAME=DECISION",
+        help="gate a capability behind an approval decided approve, deny or timeout",
+    )
+    test.add_argument(
+        "--grant", action="append", default=[], metavar="DOMAIN", help="grant a secret domain"
+    )
+    test.add_argument(
+        "--secret", action="append", default=[], metavar="DOMAIN.KEY=VALUE", help="a secret"
+    )
+    test.add_argument(
+        "--state", action="append", default=[], metavar="KEY=VALUE", help="initial state"
+    )
+    test.add_argument("--infer-reply", default="ok", help="what inference answers")
+    test.add_argument("--fuel", type=_positive, help="fuel per call (default the node's)")
+    test.add_argument("--timeout-ms", type=_positive, default=10_000, help="time per call")
+    test.add_argument("--memory-mb", type=_positive, help="linear memory limit")
+    test.add_argument("--json", action="store_true", help="the report as JSON")
+
+    pub = action("publish", cmd_publish, "upload the built agent to a node's registry")
+    pub.add_argument("dir", nargs="?", default=".", help="the project (default .)")
+    pub.add_argument("--url", default=os.environ.get(URL_ENV), help=f"node URL (${URL_ENV})")
+    pub.add_argument(
+        "--token", default=os.environ.get(TOKEN_ENV), help=f"token, scope publish (${TOKEN_ENV})"
+    )
+    pub.add_argument("--version", help="the version to publish (default: agent.toml's)")
+    pub.add_argument("--wasm", help="publish this component instead of the project's build")
+    pub.add_argument("--json", action="store_true", help="the node's answer as JSON")
+
+
+class UsageError(Exception):
+    """A flag's value is wrong; exit status 2."""
+
+
+def _reporting(func: Any) -> Any:
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return int(func(args))
+        except (ProjectError, builder.BuildError, ClientError, TimeoutError) as exc:
+            print(f"agent-node: {exc}", file=sys.stderr)
+            return 1
+        except UsageError as exc:
+            print(f"agent-node: {exc}", file=sys.stderr)
+            return 2
+
+    return run
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be 1 or more")
+    return value
+
+
+# ---------------------------------------------------------------------------- new
+def cmd_new(args: argparse.Namespace) -> int:
+    made = project.create(args.name, args.lang, Path(args.dir))
+    where = os.path.relpath(made.root)
+    if where.startswith(".."):
+        where = str(made.root)
+    print(f"made {made.language} agent {made.name} in {where}/")
+    print(f"  cd {where}")
+    print("  agent-node agent build          # -> build/" + made.output.name)
+    print('  agent-node agent test --input \'{"text": "hello world"}\'')
+    print("  " + ("npm test" if made.language == "js" else "python -m unittest"))
+    return 0
+
+
+# ---------------------------------------------------------------------------- build
+def cmd_build(args: argparse.Namespace) -> int:
+    target = project.load(Path(args.dir))
+    print(f"building {target.name} ({target.language}) ...", file=sys.stderr)
+    built = builder.build(target)
+    print(f"built {built.path} ({built.size / 1e6:.1f} MB in {built.seconds:.1f} s)")
+    return 0
+
+
+# ---------------------------------------------------------------------------- test
+def cmd_test(args: argparse.Namespace) -> int:
+    from node.authoring import harness  # wasmtime: only this command needs it
+
+    logging.getLogger("node.runtime").setLevel(logging.ERROR)  # faults are in the report
+    fakes = _fakes(args)
+    if args.input is not None:
+        _check_json("--input", args.input, want_object=True)
+    _check_json("--arguments", args.arguments, want_object=True)
+    if args.wasm:
+        component, name = Path(args.wasm), Path(args.wasm).stem
+        if not component.is_file():
+            raise ProjectError(f"{component} does not exist")
+    else:
+        target = project.load(Path(args.dir))
+        component, name = target.output, target.name
+        if not args.no_build and builder.is_stale(target):
+            print(f"building {target.name} ({target.language}) ...", file=sys.stderr)
+            builder.build(target)
+        elif not component.exists():
+            raise ProjectError(f"{component} does not exist: run `agent-node agent build`")
+    plan = harness.Plan(
+        ticks=args.ticks,
+        task_input=args.input,
+        task_from=args.task_from,
+        tool=args.tool,
+        tool_arguments=args.arguments,
+        fuel_per_tick=args.fuel,
+        tick_timeout_ms=args.timeout_ms,
+        memory_limit_mb=args.memory_mb,
+    )
+    report = harness.run(component.resolve(), name, fakes, plan, _compiled_cache())
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(human_report(report))
+    return 0 if report["ok"] else 1
+
+
+def _compiled_cache() -> Path:
+    """Compiled components survive between runs: a Python agent compiles in seconds, a JS
+    one in tens of seconds, and loads from the cache in milliseconds."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "agent-node" / "compiled"
+
+
+def _fakes(args: argparse.Namespace) -> harness.Fakes:
+    from node.authoring import harness
+
+    fakes = harness.Fakes(grants=set(args.grant), infer_reply=args.infer_reply)
+    for item in args.capability:
+        name, has_reply, reply = item.partition("=")
+        if has_reply:
+            _check_json("--capability " + name, reply, want_object=False)
+        fakes.capabilities[name] = reply if has_reply else harness.RECORDED
+    for item in args.gate:
+        name, _, decision = item.partition("=")
+        if decision not in harness.DECISIONS:
+            raise UsageError(f"--gate {item}: give NAME=approve, NAME=deny or NAME=timeout")
+        fakes.gates[name] = decision
+    for item in args.secret:
+        where, has_value, value = item.partition("=")
+        domain, dot, key = where.partition(".")
+        if not (has_value and dot and domain and key):
+            raise UsageError(f"--secret {item}: give DOMAIN.KEY=VALUE")
+        fakes.secrets[(domain, key)] = value
+    for item in args.state:
+        key, has_value, value = item.partition("=")
+        if not has_value:
+            raise UsageError(f"--state {item}: give KEY=VALUE")
+        fakes.state[key] = value
+    return fakes
+
+
+def _check_json(flag: str, text: str, want_object: bool) -> None:
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"{flag}: not JSON ({exc})") from None
+    if want_object and not isinstance(value, dict):
+        raise UsageError(f"{flag}: give a JSON object")
+
+
+def human_report(report: dict) -> str:
+    """The report for a person: each run with what the agent did in it, then the results."""
+    loaded = report.get("load_seconds")
+    lines = [f"agent {report['agent']}: {report['component']}"]
+    if loaded is not None:
+        lines[0] += f" (loaded in {loaded:.2f} s)"
+    for event in report["events"]:
+        lines.append(_event_line(event))
+    if report.get("tools") is not None:
+        names = ", ".join(t["name"] for t in report["tools"]) or "(none)"
+        lines.append(f"tools: {names}")
+    if report.get("task") is not None:
+        task = report["task"]
+        result = task.get("output") if task["status"] == "completed" else task.get("error")
+        lines.append(f"task {task['id']}: {task['status']}: {_compact(result)}")
+    if report.get("tool") is not None:
+        tool = report["tool"]
+        lines.append(
+            f"tool {tool['name']}: {'ok' if tool['ok'] else 'error'}: {_compact(tool['result'])}"
+        )
+    if report["state"]:
+        lines.append("state: " + ", ".join(f"{k}={v}" for k, v in report["state"].items()))
+    if report["fault"]:
+        lines.append(f"FAULT ({report['fault']['kind']}): {report['fault']['error']}")
+    lines.append("ok" if report["ok"] else "FAILED")
+    return "\n".join(lines)
+
+
+def _event_line(event: dict) -> str:
+    kind = event["type"]
+    if kind == "run.started":
+        detail = f" {event['detail']}" if event["detail"] else ""
+        return f"-- {event['kind']}{detail}"
+    if kind == "run.finished":
+        outcome = f"error: {event['error']}" if event["error"] else "ok"
+        return f"   {event['kind']} {outcome} ({event['duration_ms']} ms, {event['fuel']:,} fuel)"
+    if kind == "log":
+        return f"   log {event['level']}: {event['message']}"
+    if kind == "output":
+        return f"   {event['stream']}: {event['line']}"
+    if kind == "finding":
+        return f"   finding {event['severity']}: {event['title']}: {event['detail']}"
+    if kind == "invoke":
+        outcome = f"error {event['error']}" if "error" in event else _compact(event["result"])
+        return f"   invoke {event['capability']} {_compact(event['request'])} -> {outcome}"
+    if kind == "agent.errored":
+        return f"   FAULT ({event['kind']}): {event['error']}"
+    rest = {k: v for k, v in event.items() if k != "type"}
+    return f"   {kind} {_compact(rest)}"
+
+
+def _compact(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+
+
+# ---------------------------------------------------------------------------- publish
+def cmd_publish(args: argparse.Namespace) -> int:
+    from node.authoring.publish import publish, reference
+
+    if not args.url:
+        raise UsageError(f"give the node's --url or set {URL_ENV}")
+    if not args.token:
+        raise UsageError(f"give --token (a token with scope publish) or set {TOKEN_ENV}")
+    target = project.load(Path(args.dir))
+    component = Path(args.wasm) if args.wasm else target.output
+    if not component.is_file():
+        raise ProjectError(f"{component} does not exist: run `agent-node agent build` first")
+    version = args.version or target.version
+    node = Node(args.url, args.token, timeout=300)
+    try:
+        result = publish(node, target.name, version, target.description, component)
+    finally:
+        node.close()
+    ref = reference(result["id"], result["version"])
+    if args.json:
+        print(json.dumps({**result, "reference": ref}, indent=2))
+        return 0
+    print(ref)
+    print(f"published {result['id']} {result['version']} ({result['checksum']})", file=sys.stderr)
+    print(f'run it: component = "{ref}" in an [[agents]] entry of runtime.toml', file=sys.stderr)
+    return 0
