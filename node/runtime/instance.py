@@ -63,8 +63,6 @@ class AgentInstance:
         self.meter = meter
         self.output = output
         self.budget = spec.fuel_per_tick or UNLIMITED_FUEL
-        self.limited = bool(spec.fuel_per_tick)
-        self.fuel_remaining = 0  # none yet: the first _arm sets the budget
         self.deadline_ticks = engine.deadline_ticks(spec.tick_timeout_ms)
         self.fuel_used = 0
         self.store = wasmtime.Store(engine.engine)
@@ -93,11 +91,8 @@ class AgentInstance:
 
     def _arm(self) -> None:
         """A fresh fuel budget and one wall-clock budget for the run (host calls re-arm the
-        deadline from what is left of it, see RunClock). Without a fuel limit the store keeps
-        its (practically endless) fuel until half is spent: one FFI call less per run."""
-        if self.limited or self.fuel_remaining < UNLIMITED_FUEL // 2:
-            self.store.set_fuel(self.budget)
-            self.fuel_remaining = self.budget
+        deadline from what is left of it, see RunClock)."""
+        self.store.set_fuel(self.budget)
         run_clock().start(self.spec.tick_timeout_ms)
         self.store.set_epoch_deadline(self.deadline_ticks)
 
@@ -107,7 +102,6 @@ class AgentInstance:
         if func is None:
             raise MissingExportError(f"component does not export `{export}`")
         self._arm()
-        before = self.fuel_remaining
         try:
             return func(self.store, *args)
         except wasmtime.WasmtimeError as e:
@@ -116,7 +110,7 @@ class AgentInstance:
             raise AgentFaultError(AgentFault("trap", f"bad `{export}` export: {e}")) from None
         finally:
             self.fuel_remaining = self.store.get_fuel()
-            self.fuel_used = before - self.fuel_remaining
+            self.fuel_used = self.budget - self.fuel_remaining
 
     def classify(self, error: wasmtime.WasmtimeError, default: FaultKind) -> AgentFault:
         """Name the cause of a wasmtime error: fuel, deadline, memory limit, or a trap."""

@@ -44,8 +44,7 @@ def test_fuel_remaining_is_the_stores_fuel(built_agents):
 
 
 def test_unlimited_fuel_is_counted_per_run_not_accumulated(built_agents):
-    # without fuel_per_tick the store's fuel is not re-armed every run: each run's figure
-    # must still be that run's own consumption
+    # each run's fuel figure is that run's own consumption, also without a fuel limit
     spec = AgentSpec("hello", built_agents["hello"], tick_interval_ms=10)
     with running([spec]) as (_, hosts):
         wait_until(lambda: len(hosts["hello"].of_type("run.finished")) >= 6)
