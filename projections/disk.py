@@ -161,7 +161,11 @@ class DiskModels:
     def fold(self, txn: Txn, envelopes: Sequence[Envelope]) -> None:
         self._faults = []
         done = self.position(txn)
-        fresh = [e for e in envelopes if e.position > done]
+        # envelopes come in position order (a commit, a replay's chunk): usually all are new
+        if envelopes and envelopes[0].position > done:
+            fresh = envelopes if isinstance(envelopes, list) else list(envelopes)
+        else:
+            fresh = [e for e in envelopes if e.position > done]
         if not fresh:
             return
         self._forget_staged()

@@ -17,6 +17,7 @@ from typing import Any
 import wasmtime
 from wasmtime import component as cm
 
+from node.runtime.calls import ExportCall
 from node.runtime.engine import AgentEngine
 from node.runtime.hostapi import AgentFault, FaultKind, run_clock
 from node.runtime.memory import MemoryMeter, metering
@@ -75,11 +76,11 @@ class AgentInstance:
         try:
             with metering(meter):
                 self.instance = linker.instantiate(self.store, component)
-            self.funcs: dict[str, cm.Func] = {}
+            self.funcs: dict[str, ExportCall] = {}
             for name in EXPORTS:
                 func = self.instance.get_func(self.store, name)
                 if func is not None:
-                    self.funcs[name] = func
+                    self.funcs[name] = ExportCall(func, self.store)
         except wasmtime.WasmtimeError as e:
             self.close()
             raise AgentFaultError(self.classify(e, "load")) from None

@@ -128,11 +128,14 @@ class OutputCapture:
 
     def collect(self, flush_partial: bool = False) -> None:
         """Read what the agent wrote since the last call into complete lines."""
-        for stream, f in list(self._files.items()):
+        for stream, f in self._files.items():
             with f.lock:
                 data, skipped = f.read(self.max_bytes)
-            with self._skipped_lock:
-                self._skipped_bytes += skipped
+            if skipped:
+                with self._skipped_lock:
+                    self._skipped_bytes += skipped
+            if not data and not (flush_partial and f.partial):
+                continue  # the usual tick of a quiet stream: nothing more to do
             f.partial += data
             while (end := f.partial.find(b"\n")) >= 0:
                 self._add(stream, bytes(f.partial[:end]))
@@ -166,6 +169,8 @@ class OutputCapture:
 
     def drain(self) -> list[tuple[Stream, str]]:
         """Collected lines, oldest first, plus a note if any output was dropped."""
+        if not self._lines and not self._dropped_lines and not self._skipped_bytes:
+            return []  # read without the lock: a count the guard just raised waits a run
         lines = list(self._lines)
         self._lines.clear()
         with self._skipped_lock:

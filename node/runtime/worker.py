@@ -279,11 +279,10 @@ class AgentWorker:
 
     def _serve_once(self) -> None:
         """Run waiting calls, then tasks, then the tick if due; else wait for one of them."""
-        while self._instance is not None:
-            try:
-                item = self._queue.get_nowait()
-            except queue.Empty:
-                break
+        # only this thread takes from the queue: empty() is exact here, and cheaper than
+        # get_nowait's exception on every tick
+        while self._instance is not None and not self._queue.empty():
+            item = self._queue.get_nowait()
             if isinstance(item, _Call):
                 self._run_call(item)
         while self._instance is not None and not self._ending:
@@ -376,13 +375,17 @@ class AgentWorker:
             raise
         finally:
             end = time.monotonic()
-            with self._lock:
+            with self._lock:  # one acquisition for the run's figures and the idle state
                 self._last_activity = end
                 self._fuel_remaining = instance.fuel_remaining
                 self._fuel_consumed += instance.fuel_used
                 self._runs += 1
+                idle = fault is None and self._state != "idle"
+                if idle:
+                    self._state = "idle"
+            if idle:
+                self.hooks.status_changed("idle")
             if fault is None:
-                self._set_state("idle")
                 self._end_probation(None)
             self._emit_output()
             self.hooks.run_finished(

@@ -43,6 +43,16 @@ def test_fuel_remaining_is_the_stores_fuel(built_agents):
         assert status.fuel_remaining == 20_000_000 - last["fuel"]
 
 
+def test_unlimited_fuel_is_counted_per_run_not_accumulated(built_agents):
+    # each run's fuel figure is that run's own consumption, also without a fuel limit
+    spec = AgentSpec("hello", built_agents["hello"], tick_interval_ms=10)
+    with running([spec]) as (_, hosts):
+        wait_until(lambda: len(hosts["hello"].of_type("run.finished")) >= 6)
+    fuels = [r["fuel"] for r in hosts["hello"].of_type("run.finished")]
+    assert all(10_000 < fuel < 50_000_000 for fuel in fuels)
+    assert max(fuels[1:]) < 2 * min(fuels[1:])  # the same tick's work, not a running total
+
+
 def test_payer_spends_through_the_approval_decision(built_agents):
     decisions = iter(["approve", "deny", "timeout", "approve"])
     host = MemoryHost(
