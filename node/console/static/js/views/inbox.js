@@ -61,7 +61,7 @@ function requestFields(text) {
   return h(
     "dl",
     { class: "facts request-fields" },
-    Object.entries(parsed).map(([key, value]) => [
+    Object.entries(parsed).flatMap(([key, value]) => [
       h("dt", {}, key),
       h("dd", {}, value !== null && typeof value === "object" ? h("pre", {}, json(value)) : String(value)),
     ]),
@@ -79,7 +79,7 @@ function aboutRequest(request) {
   return h(
     "dl",
     { class: "facts about" },
-    facts.map(([key, value]) => [h("dt", {}, key), h("dd", { class: "mono wrap" }, value)]),
+    facts.flatMap(([key, value]) => [h("dt", {}, key), h("dd", { class: "mono wrap" }, value)]),
   );
 }
 
