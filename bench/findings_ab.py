@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import http_load, report, start_process, stop_process
 from bench.replay_ab import export
 from tests.support import ADMIN_TOKEN, auth, free_port, write_config
+from tests.sync_support import prefill
 
 
 def start_node(root: Path, config: Path, port: int) -> tuple[subprocess.Popen, str]:
@@ -51,6 +52,8 @@ async def main() -> None:
                 root = export(rev, Path(tmp))
                 port = free_port()
                 config = write_config(Path(tmp) / f"node{i}", port=port)
+                # the 8 journals exist before findings are posted about them (404 otherwise)
+                prefill(config, {f"bench{j}": 1 for j in range(8)})
                 nodes[rev] = start_node(root, config, port)
             for _, url in nodes.values():  # warm-up
                 await http_load(

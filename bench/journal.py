@@ -163,7 +163,8 @@ def replay_rate(directory: Path) -> float:
     return count / elapsed
 
 
-FINDING = {"agent": "perf", "severity": "low", "title": "load", "detail": "a finding under load"}
+# about the node itself (write_config's default name): a finding needs a journal that exists
+FINDING = {"agent": "node-a", "severity": "low", "title": "load", "detail": "a finding under load"}
 
 
 def findings_http(tmp: Path, seconds: int, rounds: int, base: Path | None) -> dict:

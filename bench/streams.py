@@ -148,7 +148,7 @@ async def fanout(node: NodeProcess, subscribers: int, events: int, rate: float) 
             await asyncio.sleep(max(0.0, started + i / rate - time.monotonic()))
             response = await http.post(
                 "/api/v1/findings",
-                json={"agent": "bench", "severity": "info", "title": f"event {i}"},
+                json={"agent": "node-a", "severity": "info", "title": f"event {i}"},
             )
             response.raise_for_status()
     await until(
@@ -193,7 +193,7 @@ async def stalled(node: NodeProcess, count: int, events: int) -> dict:
     ) as http:
 
         async def post(i: int) -> None:
-            body = {"agent": "bench", "severity": "info", "title": str(i), "detail": detail}
+            body = {"agent": "node-a", "severity": "info", "title": str(i), "detail": detail}
             (await http.post("/api/v1/findings", json=body)).raise_for_status()
 
         for third in range(3):

@@ -13,6 +13,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
@@ -146,10 +147,14 @@ def cmd_approvals_list(node: Node, args: argparse.Namespace) -> int:
         ("agent", "agent"),
         ("capability", "capability"),
         ("state", "state"),
-        ("expires_at", "expires_at"),
+        ("expires in", "expires_in"),
         ("detail", "detail"),
     ]
-    rows = [{**p, "state": _pending_state(p)} for p in pending]
+    now = time.time()
+    rows = [
+        {**p, "state": _pending_state(p), "expires_in": _until(p.get("expires_at"), now)}
+        for p in pending
+    ]
     emit(args, pending, lambda _: table(rows, columns))
     return 0
 
@@ -161,6 +166,18 @@ def _pending_state(request: dict[str, Any]) -> str:
     recorded = request.get("recorded")
     suffix = f"; {recorded} recorded by {request.get('recorded_by')}" if recorded else ""
     return f"orphaned ({request.get('note')}{suffix})"
+
+
+def _until(timestamp: Any, now: float) -> str:
+    """`4 min 10 s` from now to an ISO timestamp; the timestamp itself if it does not parse."""
+    try:
+        moment = datetime.fromisoformat(str(timestamp).replace("Z", "+00:00"))
+    except ValueError:
+        return str(timestamp or "")
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    left = moment.timestamp() - now
+    return duration(left) if left > 0 else "due"
 
 
 HISTORY_COLUMNS = [

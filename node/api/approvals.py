@@ -60,7 +60,7 @@ Reason = Annotated[
     msgspec.Meta(
         min_length=1,
         max_length=MAX_REASON,
-        pattern=r"^[^\x00-\x1f\x7f]*[^\x00-\x20\x7f][^\x00-\x1f\x7f]*$",
+        pattern=r"^[^\x00-\x1f\x7f]*[^\x00-\x20\x7f][^\x00-\x1f\x7f]*$(?!\n)",
         description="why the request is denied (deny only): one line, up to 500 characters",
     ),
 ]

@@ -86,6 +86,8 @@ BAD_REASONS = [
     ({"decision": "deny", "reason": ""}, "reason"),
     ({"decision": "deny", "reason": "   "}, "reason"),
     ({"decision": "deny", "reason": "two\nlines"}, "reason"),
+    ({"decision": "deny", "reason": "a trailing newline\n"}, "reason"),
+    ({"decision": "deny", "reason": "a tab\there"}, "reason"),
     ({"decision": "deny", "reason": "x" * 501}, "reason"),
     ({"decision": "deny", "reason": 5}, "reason"),
 ]

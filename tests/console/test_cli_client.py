@@ -65,6 +65,10 @@ def test_status_table_and_json(node):
 def test_approvals_list_approve_and_deny_a_group(node):
     pending = ok_json(node, "approvals", "list")
     assert {"r-1", "r-2", "r-3", "e-1", "e-2"} <= {p["id"] for p in pending}
+    listed = cli(node, "approvals", "list").stdout.splitlines()
+    assert listed[0].split()[:5] == ["ID", "AGENT", "CAPABILITY", "EXPIRES", "IN"]
+    row = next(line for line in listed if line.startswith("r-1 "))
+    assert " min " in row  # seeded with 600 s to go: `9 min 58 s`, not a timestamp
     table = cli(node, "approvals", "list", "--batched")
     assert "ledger" in table.stdout and "refund" in table.stdout and "3" in table.stdout
     # no call waits for these (the node that asked is gone) and, unhashed, nothing can ask again

@@ -193,13 +193,8 @@ def test_the_full_request_and_a_denial_reason_at_phone_width(node, open_page):
     export.get_by_role("button", name="deny export-1").click()
     expect(export).to_have_count(0)
     row = page.locator("table tr", has_text="export-1")
-    for shown in (
-        "export",
-        EXPORT_REQUEST[:20],
-        "deny",
-        "oncall",
-        "exports need the CFO's sign-off",
-    ):
+    # what was asked (its summary), the outcome, by whom, why
+    for shown in ("export request export-1", "deny", "oncall", "exports need the CFO's sign-off"):
         expect(row).to_contain_text(shown)
     with node.client() as http:
         history = {r["id"]: r for r in http.get("/api/v1/approvals/history").json()}

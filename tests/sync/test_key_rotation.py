@@ -49,9 +49,12 @@ def critical_findings(mesh: Mesh, name: str) -> list[dict]:
 
 
 def test_rotate_keep_syncing_both_ways_and_audit_everywhere(mesh):
+    # the agents' journals exist before findings are posted about them (404 otherwise)
+    prefill(mesh.paths["node-a"], {"alpha": 1})
+    prefill(mesh.paths["node-b"], {"beta": 1})
     mesh.start()
-    post_findings(mesh["node-a"], "alpha", 10)
-    post_findings(mesh["node-b"], "beta", 10)
+    post_findings(mesh["node-a"], "alpha", 9)
+    post_findings(mesh["node-b"], "beta", 9)
     wait_converged(mesh, {"alpha": 10, "beta": 10})
     first_key = node_key(mesh, "node-a")
 

@@ -14,6 +14,7 @@ let ticker = null;
 let renderQueued = false;
 let notice = "";
 const reasons = new Map(); // id → the reason typed for denying it
+const opened = new Set(); // ids whose full request is open
 let batchReason = "";
 
 function expiryOf(ts, timeoutSecs) {
@@ -30,6 +31,7 @@ function resolve(id, agent, outcome, at, operator, reason) {
   pending.delete(id);
   selected.delete(id);
   reasons.delete(id);
+  opened.delete(id);
   if (history.some((r) => r.id === id)) return;
   history.unshift({
     id,
@@ -59,7 +61,7 @@ function requestFields(text) {
   return h(
     "dl",
     { class: "facts request-fields" },
-    Object.entries(parsed).map(([key, value]) => [
+    Object.entries(parsed).flatMap(([key, value]) => [
       h("dt", {}, key),
       h("dd", {}, value !== null && typeof value === "object" ? h("pre", {}, json(value)) : String(value)),
     ]),
@@ -77,7 +79,7 @@ function aboutRequest(request) {
   return h(
     "dl",
     { class: "facts about" },
-    facts.map(([key, value]) => [h("dt", {}, key), h("dd", { class: "mono wrap" }, value)]),
+    facts.flatMap(([key, value]) => [h("dt", {}, key), h("dd", { class: "mono wrap" }, value)]),
   );
 }
 
@@ -172,7 +174,11 @@ function requestRow(request) {
       ),
       h(
         "details",
-        { class: "full-request" },
+        {
+          class: "full-request",
+          open: opened.has(id), // stays open when new requests re-render the list
+          ontoggle: (e) => (e.target.open ? opened.add(id) : opened.delete(id)),
+        },
         h("summary", {}, "Full request"),
         requestFields(request.request ?? ""),
         aboutRequest(request),
@@ -310,6 +316,7 @@ export default {
     pending.clear();
     selected.clear();
     reasons.clear();
+    opened.clear();
     batchReason = "";
     history = [];
     root = null;
