@@ -28,8 +28,8 @@ class DecisionResult(msgspec.Struct, omit_defaults=True):
     decided_at: str
     # "now": a running call waited and goes on with it; "later": the request is orphaned (the
     # agent instance that asked is gone), the decision is recorded and applies if the agent
-    # asks for exactly the same again; "never": orphaned and nothing can ask for it again (it
-    # has no request hash to match): the decision closes it
+    # asks for exactly the same again; "never": orphaned and nothing can ask for it again (its
+    # agent is not hosted here, or it has no request hash to match): the decision closes it
     applies: Literal["now", "later", "never"]
     effect: str
     operator: str = ""

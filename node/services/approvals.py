@@ -191,9 +191,9 @@ class ApprovalGate:
         ) in (None, self.ctx.name)
 
     def can_ask_again(self, request: ApprovalRequest) -> bool:
-        """Whether an agent could ask for exactly this again: the request has its hash (one
-        journaled before requests carried it cannot be matched)."""
-        return bool(request.request_hash)
+        """Whether an agent could ask for exactly this again: it is hosted here and the
+        request has its hash (one journaled before requests carried it cannot be matched)."""
+        return bool(request.request_hash) and self.ctx.config.agent(request.agent) is not None
 
     def _orphan(self, key: RequestKey) -> ApprovalRequest | None:
         """A request left pending by a previous run, for the same thing, that nobody awaits.

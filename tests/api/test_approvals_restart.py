@@ -4,12 +4,25 @@ decision on the request listed before the restart, whether it comes before or af
 import asyncio
 import contextlib
 
+import pytest
+
 from node.app import build_app
 from node.context import CONTEXT
 from node.services.approvals import APPROVALS, GateClosedError
 from projections.approvals import Approvals
 from tests.polling import until
-from tests.support import OPERATE_TOKEN, auth
+from tests.support import OPERATE_TOKEN, auth, make_config, tiny_component
+
+
+def hosting_payer(tmp_path):
+    """A node hosting `payer` (a tiny component): only an agent hosted here can ask again."""
+    tiny_component(tmp_path / "agent.wasm")
+    return make_config(tmp_path, '[[agents]]\nname = "payer"\ncomponent = "agent.wasm"\n')
+
+
+@pytest.fixture
+def config(tmp_path):
+    return hosting_payer(tmp_path)
 
 
 def requested(ctx) -> list[str]:

@@ -6,13 +6,20 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from node.app import build_app
 from node.context import CONTEXT
 from node.services.approvals import APPROVALS
 from node.services.tasks import TASKS
-from tests.api.test_approvals_restart import leave_pending, requested
+from tests.api.test_approvals_restart import hosting_payer, leave_pending, requested
 from tests.polling import until
-from tests.support import OPERATE_TOKEN, auth, make_config, tiny_component
+from tests.support import OPERATE_TOKEN, auth
+
+
+@pytest.fixture
+def config(tmp_path):
+    return hosting_payer(tmp_path)
 
 
 async def listed(client) -> list[dict]:
@@ -95,10 +102,8 @@ async def test_asking_for_something_else_in_the_same_place_abandons_the_orphan(
     asking.cancel()
 
 
-async def test_the_end_of_its_task_abandons_what_the_task_asked(aiohttp_client, tmp_path):
-    tiny_component(tmp_path / "agent.wasm")
-    agent = '[[agents]]\nname = "payer"\ncomponent = "agent.wasm"\n'
-    client = await aiohttp_client(build_app(make_config(tmp_path, agent)))
+async def test_the_end_of_its_task_abandons_what_the_task_asked(aiohttp_client, config):
+    client = await aiohttp_client(build_app(config))
     tasks, gate = client.app[TASKS], client.app[APPROVALS]
     created = await tasks.create("boss", "payer", {"n": 1})
     await tasks.start(created["id"])

@@ -185,6 +185,8 @@ def test_the_full_request_and_a_denial_reason_at_phone_width(node, open_page):
     expect(payer.locator("details")).not_to_contain_text('\\"')
     # a request that is not JSON shows as its text
     export = page.locator('li.request[data-id="export-1"]')
+    # its node is gone and nothing here can ask for it again: the inbox says so
+    expect(export.locator(".orphaned")).to_contain_text("nothing can ask for this again")
     export.get_by_text("Full request").click()
     expect(export.locator("pre.request-text")).to_have_text(EXPORT_REQUEST)
     no_page_overflow(page)

@@ -17,6 +17,16 @@ const reasons = new Map(); // id → the reason typed for denying it
 const opened = new Set(); // ids whose full request is open
 let batchReason = "";
 
+// A request no running call waits for (its agent instance ended): what a decision on it does.
+function orphaned(request) {
+  if (request.state !== "orphaned") return [];
+  const recorded = request.recorded ? ` · ${request.recorded} recorded by ${request.recorded_by || "?"}` : "";
+  return [
+    " · ",
+    h("span", { class: "orphaned", title: request.note || "" }, `orphaned: ${request.note || "no call waits for it"}${recorded}`),
+  ];
+}
+
 function expiryOf(ts, timeoutSecs) {
   const start = new Date(ts).getTime();
   return Number.isNaN(start) ? ts : new Date(start + timeoutSecs * 1000).toISOString();
@@ -171,6 +181,7 @@ function requestRow(request) {
         { class: "meta" },
         `${request.agent}${request.origin ? ` on ${request.origin}` : ""} · asked ${when(request.requested_at)} · `,
         h("span", { class: "countdown", dataset: { expires: request.expires_at } }, countdown(request.expires_at)),
+        ...orphaned(request),
       ),
       h(
         "details",
@@ -347,6 +358,18 @@ export default {
       const timeout = Number.isInteger(data.timeout_secs) && data.timeout_secs > 0 ? data.timeout_secs : 300;
       const { ts, timeout_secs: _t, ...rest } = data;
       add({ ...rest, requested_at: ts, timeout_secs: timeout, expires_at: expiryOf(ts, timeout) });
+      scheduleRender();
+    } else if (name === "approval_decided" && data.later && pending.has(data.id)) {
+      // recorded for a later identical request: it stays pending, with the decision on it
+      Object.assign(pending.get(data.id), {
+        state: "orphaned",
+        recorded: data.decision,
+        recorded_by: data.operator,
+        recorded_reason: data.reason,
+      });
+      scheduleRender();
+    } else if (name === "approval_abandoned" && pending.has(data.id)) {
+      resolve(data.id, data.agent, "abandoned", data.ts, null, data.reason);
       scheduleRender();
     } else if (name === "approval_decided" && pending.has(data.id)) {
       resolve(data.id, data.agent, data.decision, data.ts, data.operator, data.reason);
