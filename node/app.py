@@ -7,6 +7,7 @@ import time
 from collections.abc import AsyncIterator
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 from nacl.signing import SigningKey
 
 from eventstore.keys import load_or_create_key
@@ -139,7 +140,7 @@ async def journal_lifecycle(app: web.Application) -> AsyncIterator[None]:
 
 
 @web.middleware
-async def timing_middleware(request: web.Request, handler) -> web.StreamResponse:
+async def timing_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     started = time.perf_counter()
     response = await handler(request)
     if response.content_type != "text/event-stream":

@@ -8,6 +8,7 @@ import secrets
 from dataclasses import dataclass
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from node.config import AuthSection
 from node.http import problem_response
@@ -72,7 +73,7 @@ def _unauthorized(detail: str) -> web.Response:
 
 
 @web.middleware
-async def auth_middleware(request: web.Request, handler) -> web.StreamResponse:
+async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     route = request.match_info.route
     needed = scopes_of(request.app, route)
     if needed is None:

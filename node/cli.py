@@ -9,11 +9,15 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
+from nacl.signing import SigningKey
+
 from eventstore.audit import verify_journals
+from eventstore.envelope import Envelope
 from eventstore.keys import KEY_FILE, KeyFileError, load_or_create_key, public_key_multibase
+from eventstore.store import EventStore
 from node import cli_config, keyrotate, logsetup, progress
 from node.authoring import cli as authoring
 from node.cli_client import add_client_commands
@@ -30,7 +34,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return args.func(args)
+        return int(args.func(args))
     except (ConfigError, KeyFileError) as exc:
         print(f"agent-node: {exc}", file=sys.stderr)
         return 2
@@ -45,7 +49,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"agent-node {__version__}")
     sub = parser.add_subparsers(metavar="COMMAND")
 
-    def command(name: str, func, help: str, config: bool = True) -> argparse.ArgumentParser:
+    def command(
+        name: str, func: Callable[[argparse.Namespace], int], help: str, config: bool = True
+    ) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help, description=help)
         if config:
             p.add_argument("--config", default="runtime.toml", help="path of runtime.toml")
@@ -155,7 +161,7 @@ def cmd_token_new(args: argparse.Namespace) -> int:
     return 0
 
 
-def _open_offline(config: Config):
+def _open_offline(config: Config) -> tuple[SigningKey, EventStore]:
     from node.app import open_store
 
     key = load_or_create_key(config.data_path)
@@ -202,7 +208,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     try:
         count = 0
 
-        def counted():
+        def counted() -> Iterator[Sequence[Envelope]]:
             nonlocal count
             for chunk in ctx.store.iter_chunks():
                 count += len(chunk)

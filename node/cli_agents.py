@@ -72,7 +72,7 @@ def _agent_text(agent: dict[str, Any]) -> str:
 def _change_text(change: dict[str, Any]) -> str:
     agent = change.get("agent")
     if agent is None:
-        return change["message"]
+        return str(change["message"])
     return f"{agent['name']}: {change['message']}"
 
 
@@ -165,7 +165,9 @@ def _verb(method: str, verb: str) -> Any:
     return command
 
 
-def add_agents_commands(sub: argparse._SubParsersAction, command: Any) -> None:
+def add_agents_commands(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], command: Any
+) -> None:
     """`command(parent, name, func, help, timeout)` is the client commands' registrar."""
     agents = sub.add_parser(
         "agents",

@@ -354,7 +354,7 @@ def _entries(
 
 
 # ---------------------------------------------------------------------------- wiring
-def add_client_commands(sub: argparse._SubParsersAction) -> None:
+def add_client_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register the client commands on agent-node's sub-command parser."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
@@ -365,7 +365,13 @@ def add_client_commands(sub: argparse._SubParsersAction) -> None:
     )
     common.add_argument("--json", action="store_true", help="JSON output for scripts")
 
-    def command(parent, name: str, func, help: str, timeout: float = 30) -> argparse.ArgumentParser:
+    def command(
+        parent: argparse._SubParsersAction[argparse.ArgumentParser],
+        name: str,
+        func: Callable[..., int],
+        help: str,
+        timeout: float = 30,
+    ) -> argparse.ArgumentParser:
         p = parent.add_parser(name, help=help, description=help, parents=[common])
         p.set_defaults(func=_run(func, timeout))
         return p

@@ -25,7 +25,7 @@ SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 _INTERNAL_FIELDS = ("base_dir",)  # set by the loader, never written in a file
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `config check` and `config schema` to the CLI's subcommands."""
     config = sub.add_parser("config", help="check a config or print its JSON Schema")
     actions = config.add_subparsers(metavar="ACTION")

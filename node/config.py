@@ -213,7 +213,7 @@ def load_config(path: str | Path) -> Config:
     return parse_config(raw, str(path))
 
 
-def parse_config(raw: dict, source: str = "runtime.toml") -> Config:
+def parse_config(raw: dict[str, Any], source: str = "runtime.toml") -> Config:
     try:
         config = msgspec.convert(raw, Config)
     except msgspec.ValidationError as exc:

@@ -9,6 +9,7 @@ from typing import Annotated, Any, TypeVar
 
 import msgspec
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from node.boundedjson import JsonBoundsError, loads_as
 from node.routes import Query
@@ -63,7 +64,7 @@ def problem_response(
 
 
 @web.middleware
-async def problem_middleware(request: web.Request, handler) -> web.StreamResponse:
+async def problem_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
     except Problem as exc:

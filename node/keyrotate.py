@@ -31,7 +31,7 @@ from projections.keys import KeyHistory, key_journal
 PENDING_KEY_FILE = "node.key.next"
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `key rotate` to the CLI's subcommands."""
     key = sub.add_parser("key", help="manage the node key").add_subparsers(metavar="ACTION")
     rotate = key.add_parser(

@@ -9,6 +9,7 @@ so a secret that slips into a message or a traceback is written as `[redacted]`.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextvars
 import logging
@@ -21,6 +22,7 @@ from typing import Literal
 
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
+from aiohttp.typedefs import Handler
 
 from node.auth import identity_of
 from node.config import Config
@@ -152,7 +154,7 @@ def configure_logging(
 
 
 @web.middleware
-async def request_context_middleware(request: web.Request, handler) -> web.StreamResponse:
+async def request_context_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Give the request an id (the client's, if it is a sane one), make it the log context, and
     answer with it. Streams prepare their response inside the handler: they take the header
     from `stream_headers`. (An `on_response_prepare` hook did this for every response: an
@@ -231,7 +233,7 @@ def access_logger(enabled: bool) -> logging.Logger | None:
     return logging.getLogger(ACCESS_LOGGER) if enabled else None
 
 
-def add_arguments(parser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     """`agent-node run`'s logging flags."""
     parser.add_argument("--log-level", choices=LEVELS, default="info", help="default info")
     parser.add_argument(

@@ -15,7 +15,7 @@ from prometheus_client import (
 
 from node.version import __version__, build_commit
 
-disable_created_metrics()
+disable_created_metrics()  # type: ignore[no-untyped-call]  # prometheus-client has no hint
 
 
 class NodeMetrics:

@@ -19,6 +19,7 @@ import os
 from typing import Any
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from node.api.openapi import document_of, route_path
 from node.http import PROBLEM_TYPE, problem_response
@@ -44,7 +45,7 @@ async def _build_document(app: web.Application) -> None:
 
 
 @web.middleware
-async def conformance_middleware(request: web.Request, handler) -> web.StreamResponse:
+async def conformance_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     response = await handler(request)
     if not isinstance(response, web.Response):
         return response  # a stream: already sent

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 CACHE_ENV = "AGENT_NODE_COMPILED_CACHE"  # the node's own variable for its compiled cache
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the `agent` command group to agent-node's sub-commands."""
     group = sub.add_parser("agent", help="write, build, test and publish an agent (a project)")
     actions = group.add_subparsers(metavar="ACTION")
@@ -226,7 +226,7 @@ def _check_json(flag: str, text: str, want_object: bool) -> None:
         raise UsageError(f"{flag}: give a JSON object")
 
 
-def human_report(report: dict) -> str:
+def human_report(report: dict[str, Any]) -> str:
     """The report for a person: each run with what the agent did in it, then the results."""
     loaded = report.get("load_seconds")
     lines = [f"agent {report['agent']}: {report['component']}"]
@@ -254,7 +254,7 @@ def human_report(report: dict) -> str:
     return "\n".join(lines)
 
 
-def _event_line(event: dict) -> str:
+def _event_line(event: dict[str, Any]) -> str:
     kind = event["type"]
     if kind == "run.started":
         detail = f" {event['detail']}" if event["detail"] else ""

@@ -112,7 +112,9 @@ class KitHost(MemoryHost):
         return self.redactor.text(text)
 
 
-def run(component: Path, name: str, fakes: Fakes, plan: Plan, cache_dir: Path | None) -> dict:
+def run(
+    component: Path, name: str, fakes: Fakes, plan: Plan, cache_dir: Path | None
+) -> dict[str, Any]:
     """Run the plan; the report (JSON-ready) says what happened, `ok` whether all went well."""
     host = KitHost(
         name,
@@ -162,7 +164,9 @@ def run(component: Path, name: str, fakes: Fakes, plan: Plan, cache_dir: Path | 
     return report
 
 
-def _drive(runtime: AgentRuntime, host: KitHost, name: str, plan: Plan, report: dict) -> None:
+def _drive(
+    runtime: AgentRuntime, host: KitHost, name: str, plan: Plan, report: dict[str, Any]
+) -> None:
     def faulted() -> bool:
         return bool(host.of_type("agent.errored"))
 
@@ -189,12 +193,12 @@ def _drive(runtime: AgentRuntime, host: KitHost, name: str, plan: Plan, report: 
         report["tool"] = _tool(runtime, name, plan.tool, plan.tool_arguments)
 
 
-def _task(runtime: AgentRuntime, host: KitHost, name: str, plan: Plan) -> dict:
+def _task(runtime: AgentRuntime, host: KitHost, name: str, plan: Plan) -> dict[str, Any]:
     assert plan.task_input is not None
     host.tasks.append(Task(TASK_ID, plan.task_from, plan.task_input))
     runtime.notify_task(name)
 
-    def ended() -> list[tuple[str, dict]]:
+    def ended() -> list[tuple[str, dict[str, Any]]]:
         return [
             (t, d)
             for t, d in list(host.events)
@@ -214,7 +218,7 @@ def _task(runtime: AgentRuntime, host: KitHost, name: str, plan: Plan) -> dict:
     return {**task, "status": "failed", "error": data["error"]}
 
 
-def _tools(runtime: AgentRuntime, name: str) -> list[dict] | None:
+def _tools(runtime: AgentRuntime, name: str) -> list[dict[str, Any]] | None:
     try:
         tools = asyncio.run(runtime.list_tools(name))
     except Exception:
@@ -225,7 +229,7 @@ def _tools(runtime: AgentRuntime, name: str) -> list[dict] | None:
     ]
 
 
-def _tool(runtime: AgentRuntime, name: str, tool: str, arguments: str) -> dict:
+def _tool(runtime: AgentRuntime, name: str, tool: str, arguments: str) -> dict[str, Any]:
     called: dict[str, Any] = {"name": tool, "arguments": _json(arguments)}
     try:
         result = asyncio.run(runtime.call_tool(name, tool, arguments))
@@ -270,9 +274,9 @@ SHOWN = {
 }
 
 
-def _only(data: dict, *keys: str) -> dict:
+def _only(data: dict[str, Any], *keys: str) -> dict[str, Any]:
     return {k: data[k] for k in keys if k in data}
 
 
-def _shown(type_: str, data: dict) -> dict:
+def _shown(type_: str, data: dict[str, Any]) -> dict[str, Any]:
     return {"type": type_, **SHOWN[type_](data)}

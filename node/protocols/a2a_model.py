@@ -213,7 +213,7 @@ def _json_object(text: str) -> dict[str, Any] | None:
 
 def message_record(message: Message) -> dict[str, Any]:
     """What is journaled with the task as its history: the message in ProtoJSON."""
-    record = msgspec.to_builtins(message)
+    record: dict[str, Any] = msgspec.to_builtins(message)
     record["role"] = message.role or "ROLE_USER"
     record.pop("taskId", None)
     return record

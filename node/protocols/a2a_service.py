@@ -64,7 +64,9 @@ class A2AService:
             raise m.task_not_found(task_id)
         return task
 
-    def task_json(self, agent: str, task_id: str, history_length: int | None = None) -> dict:
+    def task_json(
+        self, agent: str, task_id: str, history_length: int | None = None
+    ) -> dict[str, Any]:
         _check_history_length(history_length)
         return self.views.to_json(self.get(agent, task_id), history_length=history_length)
 
@@ -323,7 +325,8 @@ class A2AService:
 
 
 def _state_of(update: Update) -> str | None:
-    return update.get("statusUpdate", {}).get("status", {}).get("state")
+    state = update.get("statusUpdate", {}).get("status", {}).get("state")
+    return state if isinstance(state, str) else None
 
 
 def _decision(message: Message) -> Decision | None:

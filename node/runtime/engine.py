@@ -112,7 +112,7 @@ class AgentEngine:
         if path is None:
             return
         try:
-            write_atomically(path, component.serialize(), mode=0o644, durable=False)
+            write_atomically(path, bytes(component.serialize()), mode=0o644, durable=False)
         except OSError as e:  # a read-only cache slows restarts but breaks nothing
             log.warning("cannot write compiled component cache %s: %s", path, e)
 

@@ -264,7 +264,7 @@ class JournalHost:
             raise HostError("failed", f"no secret {key[:200]} in domain {domain[:200]}")
         self.s.redactor.learn(domain, key, value)
         self._append(*c.event_of(c.SecretAccessed(domain=domain, key=key)))
-        return value
+        return str(value)
 
     def _grant_active(self, domain: str) -> bool:
         return self.s.grants.is_active(self.name, domain)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from node import jsonrpc as rpc
@@ -46,7 +47,9 @@ class McpServer:
         emit = publish or (lambda agent, event, data: None)
         # secret values agents have read stay out of tool results and tool-call events
         self.redact = redact or (lambda value: value)
-        self.publish = lambda agent, event, data: emit(agent, event, self.redact(data))
+        self.publish: Callable[[str, str, dict[str, Any]], None] = lambda agent, event, data: emit(
+            agent, event, self.redact(data)
+        )
 
     async def handle(self, agent: str, body: bytes) -> dict[str, Any] | None:
         """The response to send, or None for a notification (accepted, never answered)."""

@@ -21,6 +21,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import wasmtime
 from wasmtime import _ffi as ffi
@@ -115,10 +116,12 @@ def _error(message: str) -> int:
 def _make_accessible(base: int, size: int) -> bool:
     if size == 0:
         return True
-    return _libc.mprotect(base, _round_up(size), _PROT_READ_WRITE) == 0
+    return bool(_libc.mprotect(base, _round_up(size), _PROT_READ_WRITE) == 0)
 
 
-def _new_memory(env, ty, minimum, maximum, reserved, guard, memory_ret):
+def _new_memory(
+    env: Any, ty: Any, minimum: int, maximum: int, reserved: int, guard: int, memory_ret: Any
+) -> int:
     try:
         capacity = reserved or max(minimum, min(maximum, _DEFAULT_RESERVATION))
         mapped = _round_up(capacity) + _round_up(guard)
@@ -144,14 +147,14 @@ def _new_memory(env, ty, minimum, maximum, reserved, guard, memory_ret):
         return _error(f"host memory creator failed: {e!r}")
 
 
-def _get_memory(env, byte_size, byte_capacity):
+def _get_memory(env: int, byte_size: Any, byte_capacity: Any) -> int:
     region = _regions[env]
     byte_size[0] = region.size
     byte_capacity[0] = region.capacity
     return region.base
 
 
-def _grow_memory(env, new_size):
+def _grow_memory(env: int, new_size: int) -> int:
     try:
         region = _regions[env]
         if new_size > region.capacity:
@@ -165,7 +168,7 @@ def _grow_memory(env, new_size):
         return _error(f"host memory grow failed: {e!r}")
 
 
-def _finalize(env):
+def _finalize(env: int) -> None:
     with _regions_lock:
         region = _regions.pop(env, None)
     if region is not None:

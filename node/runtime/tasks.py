@@ -14,6 +14,7 @@ import json
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from node.runtime.hostapi import Task
 from projections.states import TaskChanged
@@ -26,14 +27,14 @@ class TaskQueue:
         self._open: dict[str, OrderedDict[str, Task]] = {a: OrderedDict() for a in agents}
         self._delivered: set[str] = set()
 
-    def seed(self, agent: str, open_tasks: Iterable[tuple[str, str, dict]]) -> None:
+    def seed(self, agent: str, open_tasks: Iterable[tuple[str, str, dict[str, Any]]]) -> None:
         """Start from the tasks read model's open tasks, (id, from, input), oldest first."""
         with self._lock:
             tasks = self._open[agent]
             for task_id, sender, task_input in open_tasks:
                 tasks[task_id] = Task(task_id, sender, json.dumps(task_input or {}))
 
-    def add_agent(self, agent: str, open_tasks: Iterable[tuple[str, str, dict]]) -> None:
+    def add_agent(self, agent: str, open_tasks: Iterable[tuple[str, str, dict[str, Any]]]) -> None:
         """An agent deployed on the running node, with the open tasks its journal holds."""
         with self._lock:
             self._open.setdefault(agent, OrderedDict())

@@ -21,6 +21,7 @@ import contextlib
 import json
 import logging
 from pathlib import Path
+from typing import Any
 
 import msgspec
 from nats.js import JetStreamContext
@@ -128,7 +129,7 @@ class NatsPublisher:
         """Up to publish_window envelopes, shared between journals, in flight at once."""
         share = max(1, self._mesh.publish_window // len(work))
         batches = await asyncio.to_thread(self._read, work, share)
-        futures: list[tuple[Envelope, asyncio.Future]] = []
+        futures: list[tuple[Envelope, asyncio.Future[Any]]] = []
         for envelope in batches:
             future = await self._js.publish_async(
                 subject(self._mesh.name, self._ctx.name, envelope.stream),

@@ -19,6 +19,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 import msgspec
 
@@ -59,7 +60,7 @@ class PushOutcome:
     rejections: list[Rejection] = field(default_factory=list)
     heads: dict[str, int] = field(default_factory=dict)
 
-    def as_reply(self) -> dict:
+    def as_reply(self) -> dict[str, Any]:
         return {
             "accepted": self.accepted,
             "rejected": len(self.rejections),
