@@ -163,24 +163,6 @@ def a2a_state(state: TaskState) -> str:
     return A2A_STATES[state]
 
 
-# The A2A SSE stream's event name for a task change (DESIGN.md's shapes; the spec has no
-# canceled state, so a cancel is `task_failed`); a change to or from input-required is not one.
-_A2A_STREAM_NAMES = {
-    TaskState.PENDING: "task_created",
-    TaskState.COMPLETED: "task_completed",
-    TaskState.FAILED: "task_failed",
-    TaskState.CANCELED: "task_failed",
-}
-
-
-def a2a_stream_name(change: TaskChanged) -> str | None:
-    if change.after is TaskState.RUNNING and change.before is TaskState.PENDING:
-        return "task_started"
-    if change.after in (TaskState.RUNNING, TaskState.INPUT_REQUIRED):
-        return "task_progress" if change.before == change.after else None
-    return _A2A_STREAM_NAMES.get(change.after) if change.before != change.after else None
-
-
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(list[TaskChanged | ApprovalChanged])
 
