@@ -46,7 +46,10 @@ def test_python_component_loads_from_cache_in_milliseconds(built_agents):
 
 def test_corrupt_cache_entry_is_recompiled(built_agents, tmp_path):
     wasm = built_agents["bad_trap"]
-    AgentEngine(cache_dir=tmp_path).load(wasm)
+    first = AgentEngine(cache_dir=tmp_path)
+    first.load(wasm)
+    first.close()  # its component maps the cache file: unmapped before the file is overwritten
+    del first
     (cached,) = tmp_path.glob("*.cwasm")
     cached.write_bytes(b"not a compiled component")
     engine = AgentEngine(cache_dir=tmp_path)
