@@ -44,6 +44,7 @@ _ERRORS = {
     409: "Conflict",
     413: "Too large",
     415: "Wrong content type",
+    422: "Well-formed, but this node cannot process it (a component past its compile limits)",
     500: "The node failed to handle the request (its log says why; the body reveals nothing)",
     503: "Not available now (shutting down, or the runtime is not running)",
 }
