@@ -102,20 +102,20 @@ class Compiler:
             "--parent", str(os.getpid()), "--memory-mb", str(self.limits.memory_mb),
             *(["--out", str(out)] if out is not None else ["--check"]),
         ]  # fmt: skip
-        env = {**os.environ, "PYTHONPATH": _pythonpath()}
+        env = _child_environment()
         with self._lock:
             if self._closed:
                 raise CompileError("the node is stopping; compile cancelled", "cancelled")
             if isinstance(wasm, bytes):
                 proc = subprocess.Popen(
                     command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                    stderr=subprocess.PIPE, env=env,
+                    stderr=subprocess.PIPE, env=env, cwd=_CODE_ROOT,
                 )  # fmt: skip
             else:
                 with open(wasm, "rb") as source:
                     proc = subprocess.Popen(
                         command, stdin=source, stdout=subprocess.DEVNULL,
-                        stderr=subprocess.PIPE, env=env,
+                        stderr=subprocess.PIPE, env=env, cwd=_CODE_ROOT,
                     )  # fmt: skip
             self._running.add(proc)
         return proc
@@ -143,6 +143,13 @@ class Compiler:
 _SIGNALS = {s.value for s in signal.Signals}
 
 
-def _pythonpath() -> str:
+def _child_environment() -> dict[str, str]:
+    """Only what an interpreter needs: the node's secrets and tokens (in its environment) stay
+    out of the child, which gets the component's bytes and nothing else."""
+    env = {key: os.environ[key] for key in _PASSED_ENV if key in os.environ}
     existing = os.environ.get("PYTHONPATH")
-    return _CODE_ROOT if not existing else f"{_CODE_ROOT}{os.pathsep}{existing}"
+    env["PYTHONPATH"] = _CODE_ROOT if not existing else f"{_CODE_ROOT}{os.pathsep}{existing}"
+    return env
+
+
+_PASSED_ENV = ("PATH", "LANG", "LC_ALL", "TMPDIR", "VIRTUAL_ENV")

@@ -134,7 +134,8 @@ def test_a_compile_past_its_time_limit_is_killed(built_agents, tmp_path):
     assert not list(tmp_path.iterdir())  # no artifact, no partial
 
 
-def test_stopping_kills_a_running_compile_and_reports_no_fault(built_agents, tmp_path):
+def test_stopping_kills_a_running_compile_and_reports_no_fault(built_agents, tmp_path, monkeypatch):
+    monkeypatch.setenv("AGENT_SECRET_PAYMENTS_API_KEY", "never-in-the-compiler")
     hosts = {"hello": MemoryHost("hello")}
     runtime = AgentRuntime(
         [AgentSpec("hello", built_agents["hello"])],
@@ -144,6 +145,8 @@ def test_stopping_kills_a_running_compile_and_reports_no_fault(built_agents, tmp
     runtime.start()
     wait_until(lambda: runtime.engine.compiler._running, 30, "a compile child running")
     (child,) = runtime.engine.compiler._running
+    # the child gets the component's bytes, not the node's secrets
+    assert b"never-in-the-compiler" not in Path(f"/proc/{child.pid}/environ").read_bytes()
     start = time.monotonic()
     runtime.stop(timeout=30)
     assert time.monotonic() - start < 10, "stop waited for the compile"
