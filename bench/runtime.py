@@ -339,7 +339,9 @@ def run_node_start(tree: Path, cache: Path, folder: Path) -> dict[str, float]:
             )
             event = ""
             timeout = httpx.Timeout(10, read=900)
-            with http.stream("GET", "/api/v1/events", timeout=timeout) as stream:
+            # from position 0: agents that started before this subscription are in the backlog
+            events = "/api/v1/events?last_event_id=0"
+            with http.stream("GET", events, timeout=timeout) as stream:
                 for line in stream.iter_lines():
                     if line.startswith("event:"):
                         event = line.split(":", 1)[1].strip()
