@@ -84,8 +84,7 @@ component = "{broken}"
 """,
     )
     node = NodeProcess(path)
-    with logs_on_failure(node.log_path):
-        node.start(timeout=60)  # healthy at once: compiling does not hold up the start
+    with logs_on_failure(node.log_path), node:  # healthy at once: compiles run meanwhile
         assert node.proc is not None
         children_seen: set[int] = set()
         answered_while_compiling = 0
