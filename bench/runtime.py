@@ -8,6 +8,11 @@
 4. The same end to end in a node: from sending POST /api/v1/approvals/{id} to the moment
    `invoke` returns to the payer, i.e. its `action.performed` is committed: HTTP, the
    decision's durable append, the gate waking the agent's thread, the action's append.
+5. `startup`: a real node (`python -m node run`) on examples/runtime.toml's 5 agents, on an
+   empty compiled cache (cold) and then on the cache it filled (warm): the seconds from spawning
+   the node to its first agent started and to all started (their `agent_started` events on
+   GET /api/v1/events), and the node's RssAnon (/proc/PID/status) once all have started;
+   `rss_cold_vs_warm` is cold ÷ warm (issue 29's target: at most 1.2).
 
 Run: .venv/bin/python bench/runtime.py [--agents 10] [--seconds 2] [--approvals 200]
 [--parts cold,tick,approval,e2e] (builds the agents first through scripts/build-agents; uses a
@@ -16,6 +21,8 @@ fresh compiled cache, so `cold` compiles every Python agent: about a minute on 2
 `--base COMMIT [--rounds 3]`: the same parts for this tree and that commit side by side, each
 tree running its own copy of this script in a child (the order alternating between rounds); the
 figures are the medians, with `tick_ratio_base` and `tick_vs_base` (below 1: slower ticks).
+`startup` is driven from this script for both trees (the base's copy may not have it): each
+tree's own node, run from its own checkout.
 """
 
 from __future__ import annotations
@@ -277,6 +284,109 @@ async def bench_approval_http(wasm: Path, cache: Path, rounds: int) -> dict[str,
     }
 
 
+def rss_anon_kb(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("RssAnon:"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no RssAnon for {pid}")
+
+
+def example_config(folder: Path, agents_dir: Path, port: int) -> Path:
+    """examples/runtime.toml with its components in `agents_dir`, its data in `folder`."""
+    text = (ROOT / "examples" / "runtime.toml").read_text()
+    text = text.replace("../build/agents/", f"{agents_dir}/")
+    text = text.replace("127.0.0.1:8080", f"127.0.0.1:{port}")
+    path = folder / "runtime.toml"
+    path.write_text(text.replace('data_dir = "data"', f'data_dir = "{folder / "data"}"'))
+    return path
+
+
+def run_node_start(tree: Path, cache: Path, folder: Path) -> dict[str, float]:
+    """Start `tree`'s node on the example agents; time the agents' starts, read its RssAnon."""
+    import os
+    import socket
+
+    import httpx
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    folder.mkdir(parents=True, exist_ok=True)
+    config = example_config(folder, tree / "build" / "agents", port)
+    names = [
+        line.split('"')[1]
+        for line in config.read_text().split("[[agents]]", 1)[1].splitlines()
+        if line.startswith("name = ")
+    ]
+    env = {**os.environ, "PYTHONPATH": str(tree), "AGENT_NODE_COMPILED_CACHE": str(cache)}
+    started: dict[str, float] = {}
+    spawned = time.perf_counter()
+    node = subprocess.Popen(
+        [sys.executable, "-m", "node", "run", "--config", str(config)],
+        cwd=tree,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=(folder / "node.log").open("ab"),
+    )
+    headers = {"Authorization": "Bearer dev-admin-token-change-me"}
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=headers) as http:
+            wait_until(
+                lambda: http.get("/api/v1/health", timeout=2).status_code == 200,
+                120,
+                "the node answers",
+                retry_on=(httpx.HTTPError,),
+            )
+            event = ""
+            timeout = httpx.Timeout(10, read=900)
+            # from position 0: agents that started before this subscription are in the backlog
+            events = "/api/v1/events?last_event_id=0"
+            with http.stream("GET", events, timeout=timeout) as stream:
+                for line in stream.iter_lines():
+                    if line.startswith("event:"):
+                        event = line.split(":", 1)[1].strip()
+                    elif line.startswith("data:") and event == "agent_started":
+                        agent = json.loads(line.split(":", 1)[1])["agent"]
+                        started.setdefault(agent, time.perf_counter() - spawned)
+                        if set(names) <= set(started):
+                            break
+        time.sleep(2)  # settle: the first ticks, the allocator's trims
+        rss = rss_anon_kb(node.pid)
+    finally:
+        node.terminate()
+        node.wait(60)
+    return {
+        "first_s": min(started.values()),
+        "all_s": max(started.values()),
+        "rss_anon_mb": rss / 1024,
+    }
+
+
+def bench_startup(tree: Path, folder: Path) -> dict[str, float]:
+    """A cold start (empty compiled cache), then a warm one on what it compiled."""
+    cache = folder / "compiled"
+    cold = run_node_start(tree, cache, folder / "cold")
+    warm = run_node_start(tree, cache, folder / "warm")
+    return {
+        "cold_first_agent_s": round(cold["first_s"], 2),
+        "cold_all_agents_s": round(cold["all_s"], 2),
+        "warm_all_agents_s": round(warm["all_s"], 2),
+        "rss_cold_mb": round(cold["rss_anon_mb"], 1),
+        "rss_warm_mb": round(warm["rss_anon_mb"], 1),
+        "rss_cold_vs_warm": round(cold["rss_anon_mb"] / warm["rss_anon_mb"], 2),
+    }
+
+
+def print_startup(figures: dict[str, float], label: str = "") -> None:
+    print(
+        f"startup{label}, 5 example agents: cold first {figures['cold_first_agent_s']:.1f} s, "
+        f"all {figures['cold_all_agents_s']:.1f} s; warm all {figures['warm_all_agents_s']:.2f} s;"
+        f" RssAnon cold {figures['rss_cold_mb']:.0f} MB, warm {figures['rss_warm_mb']:.0f} MB "
+        f"(cold/warm {figures['rss_cold_vs_warm']:.2f})",
+        flush=True,
+    )
+
+
 def against_base(args: argparse.Namespace) -> None:
     """Each tree's own bench in a child, alternating; medians of the rounds' figures."""
     from bench.replay_ab import export
@@ -286,13 +396,21 @@ def against_base(args: argparse.Namespace) -> None:
         for built in ("build", ".cache"):  # the same agent sources: reuse the builds
             if (ROOT / built).exists():
                 shutil.copytree(ROOT / built, base / built, dirs_exist_ok=True)
+        parts = [p for p in args.parts.split(",") if p != "startup"]
         child = [
-            "--parts", args.parts, "--agents", str(args.agents), "--seconds", str(args.seconds),
-            "--approvals", str(args.approvals),
+            "--parts", ",".join(parts), "--agents", str(args.agents),
+            "--seconds", str(args.seconds), "--approvals", str(args.approvals),
         ]  # fmt: skip
         runs: dict[str, list[dict]] = {"this": [], "base": []}
         for i in range(args.rounds):
             for name, tree in (("this", ROOT), ("base", base))[:: 1 if i % 2 else -1]:
+                figures: dict = {}
+                if "startup" in args.parts.split(","):
+                    figures = bench_startup(tree, Path(tmp) / f"startup-{name}-{i}")
+                    print_startup(figures, f" ({name})")
+                if not parts:
+                    runs[name].append(figures)
+                    continue
                 out = subprocess.run(
                     [sys.executable, "bench/runtime.py", *child],
                     cwd=tree,
@@ -300,7 +418,7 @@ def against_base(args: argparse.Namespace) -> None:
                     capture_output=True,
                     text=True,
                 ).stdout
-                runs[name].append(json.loads(out.strip().splitlines()[-1]))
+                runs[name].append({**figures, **json.loads(out.strip().splitlines()[-1])})
                 print(f"round {i + 1} {name}: {runs[name][-1]}", flush=True)
 
     def median(name: str, key: str) -> float:
@@ -312,6 +430,11 @@ def against_base(args: argparse.Namespace) -> None:
             figures[key] = median("this", key)
             if all(key in r for r in runs["base"]):
                 figures[f"{key}_base"] = median("base", key)
+    for key in ("cold_first_agent_s", "cold_all_agents_s"):
+        if key in figures and f"{key}_base" in figures:
+            figures[f"{key}_vs_base"] = round(
+                float(figures[key]) / float(figures[f"{key}_base"]), 2
+            )
     if "tick_ratio" in figures and "tick_ratio_base" in figures:
         figures["tick_vs_base"] = round(
             float(figures["tick_ratio"]) / float(figures["tick_ratio_base"]), 3
@@ -324,7 +447,7 @@ def main() -> None:
     parser.add_argument("--agents", type=int, default=10)
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--approvals", type=int, default=200)
-    parser.add_argument("--parts", default="cold,tick,approval,e2e")
+    parser.add_argument("--parts", default="cold,tick,approval,e2e", help="and startup")
     parser.add_argument("--base", help="a commit to measure side by side")
     parser.add_argument("--rounds", type=int, default=3, help="with --base")
     args = parser.parse_args()
@@ -336,6 +459,10 @@ def main() -> None:
     figures: dict[str, object] = {"bench": "runtime"}
     with tempfile.TemporaryDirectory(prefix="bench-runtime-") as tmp:
         cache = Path(tmp)
+        if "startup" in parts:
+            startup = bench_startup(ROOT, Path(tmp) / "startup")
+            print_startup(startup)
+            figures.update(startup)
         if "cold" in parts:
             cold = bench_cold_start(agents, args.agents, cache)
             warm = bench_cold_start(agents, args.agents, cache)

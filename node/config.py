@@ -59,6 +59,9 @@ class NodeSection(_Section, kw_only=True):
     sse_queue_max: PositiveInt = 10_000
     shutdown_drain_secs: NonNegative = 1.0
     max_upload_mb: PositiveInt = 64
+    # one component compile (in a child process): wall-clock limit and address-space limit
+    compile_timeout_secs: Annotated[float, msgspec.Meta(gt=0)] = 600.0
+    compile_memory_mb: Annotated[int, msgspec.Meta(ge=256)] = 4096
     max_body_kb: PositiveInt = 1024
     map_size_mb: PositiveInt = 64
     # the in-memory read models' checkpoint (node/checkpoint.py): every so many envelopes or

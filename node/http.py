@@ -27,6 +27,7 @@ _TITLES = {
     409: "Conflict",
     413: "Payload Too Large",
     415: "Unsupported Media Type",
+    422: "Unprocessable Content",
     500: "Internal Server Error",
     503: "Service Unavailable",
 }

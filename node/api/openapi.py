@@ -44,7 +44,10 @@ _ERRORS = {
     409: "Conflict",
     413: "Too large",
     415: "Wrong content type",
-    422: "Understood but not carried out (an upgrade rolled back: `detail` says why)",
+    422: (
+        "Understood but not carried out: a component past its compile limits, an upgrade "
+        "rolled back (`detail` says why)"
+    ),
     500: "The node failed to handle the request (its log says why; the body reveals nothing)",
     503: "Not available now (shutting down, or the runtime is not running)",
 }

@@ -158,7 +158,7 @@ def setup(app: web.Application) -> None:
             "registry",
             PublishResult,
             status=201,
-            errors=(400, 409, 413, 415),
+            errors=(400, 409, 413, 415, 422, 503),
             body_content={"multipart/form-data": PUBLISH_FORM},
         ),
     )

@@ -29,7 +29,7 @@ from node.runtime.host import HostServices, JournalHost
 from node.runtime.inference import InferenceClient
 from node.runtime.mcp import McpServer
 from node.runtime.runtime import AgentRuntime
-from node.runtime.spec import AgentSpec, RuntimeOptions, spec_from_config
+from node.runtime.spec import AgentSpec, RuntimeOptions, compile_limits, spec_from_config
 from node.runtime.status import StatusView
 from node.runtime.tasks import TaskQueue
 from node.services.approvals import APPROVALS, ApprovalGate
@@ -158,7 +158,9 @@ async def runtime_lifecycle(
         [spec_from_config(a, config) for a in config.agents],
         host_factory,
         RuntimeOptions(
-            cache_dir=compiled_cache_dir(config.data_path), output_dir=config.data_path / OUTPUT_DIR
+            cache_dir=compiled_cache_dir(config.data_path),
+            output_dir=config.data_path / OUTPUT_DIR,
+            compile_limits=compile_limits(config),
         ),
         resolve=deps.registry.resolve,
     )

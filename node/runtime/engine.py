@@ -4,12 +4,18 @@ Compiling a Python-built component takes seconds; deserializing the compiled art
 (mmapped by `Component.deserialize_file`) takes milliseconds, so compiled components are kept
 on disk keyed by the wasm's sha256, the wasmtime version and the engine settings. An
 artifact that does not load (corrupt, other settings) is recompiled and replaced.
+
+The node never compiles in its own process: a compile runs in a child (node.runtime.compiler)
+that writes the serialized artifact; the node validates it by deserializing it and only then
+renames it into the cache. That keeps Cranelift's peak heap out of the node for good.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import os
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -19,14 +25,16 @@ from pathlib import Path
 import wasmtime
 from wasmtime import component as cm
 
-from node.files import write_atomically
 from node.runtime import memory
+from node.runtime.compiler import CompileError, CompileLimits, Compiler
 
 log = logging.getLogger(__name__)
 
 WASMTIME_VERSION = version("wasmtime")
 # Everything in _config() that changes compiled code; part of the cache key.
 _SETTINGS = "fuel,epoch,host-memory,no-cow,v1"
+_PARTIAL = ".compiling-"  # artifacts being written by a compile child
+_PARTIAL_STALE_SECS = 24 * 3600  # older ones were left by a killed node (others may be live)
 
 
 @dataclass(frozen=True)
@@ -37,7 +45,8 @@ class LoadedComponent:
     seconds: float
 
 
-def _config() -> wasmtime.Config:
+def engine_config() -> wasmtime.Config:
+    """The node's engine settings; the compile child uses the same, so artifacts match."""
     config = wasmtime.Config()
     config.consume_fuel = True
     config.epoch_interruption = True
@@ -48,17 +57,25 @@ def _config() -> wasmtime.Config:
 class AgentEngine:
     """Owns the Engine, the epoch ticker thread and the compiled-component cache."""
 
-    def __init__(self, cache_dir: Path | None = None, epoch_interval_ms: int = 10) -> None:
-        self.engine = wasmtime.Engine(_config())
+    def __init__(
+        self,
+        cache_dir: Path | None = None,
+        epoch_interval_ms: int = 10,
+        compile_limits: CompileLimits | None = None,
+    ) -> None:
+        self.engine = wasmtime.Engine(engine_config())
         self.cache_dir = cache_dir
         self.epoch_interval_ms = epoch_interval_ms
+        self.compiler = Compiler(compile_limits)
         self.compiles = 0  # how many times this engine compiled (cache misses), for tests
         self._components: dict[str, cm.Component] = {}
+        self._rejected: dict[str, CompileError] = {}  # wasmtime refused: same answer next time
         self._key_locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._ticker = threading.Thread(target=self._tick_epochs, name="wasm-epoch", daemon=True)
         self._ticker.start()
+        self.remove_stale_partials()
 
     def deadline_ticks(self, timeout_ms: int) -> int:
         """Epoch ticks for a wasm time budget of `timeout_ms` (at least one tick)."""
@@ -70,7 +87,11 @@ class AgentEngine:
             self.engine.increment_epoch()
 
     def load(self, path: Path) -> LoadedComponent:
-        """Load a component from `path`: memory, else disk cache, else compile. Blocking."""
+        """Load a component from `path`: memory, else disk cache, else compile in a child.
+
+        Blocking (seconds when it compiles): call it from the agent's worker thread. Raises
+        CompileError when the component does not compile, for that component only.
+        """
         start = time.perf_counter()
         wasm = path.read_bytes()
         sha = hashlib.sha256(wasm).hexdigest()
@@ -84,9 +105,7 @@ class AgentEngine:
             component = self._from_cache(sha)
             hit = component is not None
             if component is None:
-                component = cm.Component(self.engine, wasm)
-                self.compiles += 1
-                self._to_cache(sha, component)
+                component = self._compile(sha, wasm)
             self._components[sha] = component
         return LoadedComponent(component, sha, hit, time.perf_counter() - start)
 
@@ -107,16 +126,64 @@ class AgentEngine:
             path.unlink(missing_ok=True)
             return None
 
-    def _to_cache(self, sha: str, component: cm.Component) -> None:
-        path = self._cache_path(sha)
-        if path is None:
-            return
+    def _compile(self, sha: str, wasm: bytes) -> cm.Component:
+        """Compile in a child into a partial file, validate it by loading it, then cache it."""
+        if sha in self._rejected:
+            raise self._rejected[sha]
+        partial, final = self._partial_file(sha)
         try:
-            write_atomically(path, bytes(component.serialize()), mode=0o644, durable=False)
-        except OSError as e:  # a read-only cache slows restarts but breaks nothing
-            log.warning("cannot write compiled component cache %s: %s", path, e)
+            try:
+                self.compiler.compile(wasm, partial)
+            except CompileError as e:
+                if e.failure == "rejected":
+                    self._rejected[sha] = e
+                raise
+            try:  # the child's output is trusted only once wasmtime accepts it here
+                component = cm.Component.deserialize_file(self.engine, str(partial))
+            except wasmtime.WasmtimeError as e:
+                raise CompileError(f"the compiler's artifact does not load: {e}", "crashed") from e
+            self.compiles += 1
+            if final is not None:
+                try:
+                    os.replace(partial, final)  # atomic: readers see all of it or nothing
+                except OSError as e:  # a read-only cache slows restarts but breaks nothing
+                    log.warning("cannot write compiled component cache %s: %s", final, e)
+            return component
+        finally:
+            partial.unlink(missing_ok=True)  # the mmapped artifact stays valid once unlinked
+
+    def _partial_file(self, sha: str) -> tuple[Path, Path | None]:
+        """An empty file for the child to write to: in the cache folder (renamed into place
+        when valid), else in the temporary folder (not kept)."""
+        final = self._cache_path(sha)
+        name = f"{_PARTIAL}{sha[:16]}-{os.urandom(4).hex()}.cwasm"
+        if final is not None:
+            try:
+                final.parent.mkdir(parents=True, exist_ok=True)
+                partial = final.parent / name
+                partial.touch(mode=0o644, exist_ok=False)
+                return partial, final
+            except OSError as e:
+                log.warning("cannot write compiled component cache in %s: %s", final.parent, e)
+        partial = Path(tempfile.gettempdir()) / name
+        partial.touch(mode=0o600, exist_ok=False)
+        return partial, None
+
+    def remove_stale_partials(self) -> None:
+        """Remove partial artifacts a killed node left (older than a day: another node sharing
+        the cache folder may be writing a recent one)."""
+        if self.cache_dir is None or not self.cache_dir.is_dir():
+            return
+        now = time.time()
+        for leftover in self.cache_dir.glob(f"{_PARTIAL}*"):
+            try:
+                if now - leftover.stat().st_mtime > _PARTIAL_STALE_SECS:
+                    leftover.unlink()
+            except OSError:
+                pass
 
     def close(self) -> None:
+        self.compiler.close()
         self._stop.set()
         self._ticker.join(timeout=1)
         self._components.clear()

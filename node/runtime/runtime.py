@@ -64,7 +64,9 @@ class AgentRuntime:
         if options.output_dir is None:
             options = replace(options, output_dir=Path(tempfile.mkdtemp(prefix="agent-output-")))
         self.options = options
-        self.engine = AgentEngine(self.options.cache_dir, self.options.epoch_interval_ms)
+        self.engine = AgentEngine(
+            self.options.cache_dir, self.options.epoch_interval_ms, self.options.compile_limits
+        )
         self._host_factory = host_factory
         self._resolve = resolve
         self.on_instance_ended: list[InstanceEnded] = []
@@ -86,13 +88,13 @@ class AgentRuntime:
     def stop(self, timeout: float = 15.0) -> None:
         """Stop all agents (in parallel, within one `timeout` for all), then free the engine.
 
-        Blocking: run it in a thread. An agent still compiling its component cannot be
-        interrupted; its (daemon) thread is left to the process exit after the timeout, since
-        it holds nothing that must be written.
+        Blocking: run it in a thread. Compiles still running in their child processes are
+        killed: an agent waiting for one stops at once.
         """
         workers = list(self.workers.values())
         for worker in workers:
             worker.request_stop()
+        self.engine.compiler.close()
         deadline = time.monotonic() + timeout
         for worker in workers:
             if not worker.stop(max(0.0, deadline - time.monotonic())):

@@ -6,9 +6,11 @@ Kept apart from node.config so the engine stays testable on its own; the node bu
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from node.runtime.compiler import CompileLimits
 
 if TYPE_CHECKING:
     from node.config import AgentConfig, Config
@@ -38,6 +40,7 @@ class RuntimeOptions:
     max_output_line: int = 4096  # longer stdout/stderr lines are cut
     max_output_lines_per_run: int = 200  # more are dropped, with one note saying so
     max_output_bytes_per_run: int = 1 << 20  # more are skipped, likewise
+    compile_limits: CompileLimits = field(default_factory=CompileLimits)  # per compile child
 
 
 def spec_from_config(agent: AgentConfig, config: Config) -> AgentSpec:
@@ -54,3 +57,8 @@ def spec_from_config(agent: AgentConfig, config: Config) -> AgentSpec:
         tick_timeout_ms=agent.tick_timeout_ms,
         mcp=agent.mcp,
     )
+
+
+def compile_limits(config: Config) -> CompileLimits:
+    """The limits of one compile child, from [node] (the same for agents and uploads)."""
+    return CompileLimits(config.node.compile_timeout_secs, config.node.compile_memory_mb)

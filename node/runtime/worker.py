@@ -24,6 +24,7 @@ from wasmtime import component as cm
 
 from node.ids import new_id
 from node.runtime.bindings import make_linker
+from node.runtime.compiler import CompileError
 from node.runtime.engine import AgentEngine
 from node.runtime.hostapi import (
     AgentFault,
@@ -242,6 +243,10 @@ class AgentWorker:
             )
         except AgentFaultError as e:
             self._fail(e.fault)
+            return False
+        except CompileError as e:
+            if e.failure != "cancelled":  # cancelled: the node is stopping, not a fault
+                self._fail(AgentFault("load", f"cannot compile {self.spec.component}: {e}"))
             return False
         except (OSError, LookupError, wasmtime.WasmtimeError) as e:
             self._fail(AgentFault("load", f"cannot load {self.spec.component}: {e}"))

@@ -23,14 +23,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import wasmtime
-import wasmtime.component
 from aiohttp import web
 
 from node.config import Config
 from node.context import NodeContext
 from node.files import move_durably
 from node.http import Problem
+from node.runtime.compiler import CompileError, Compiler
+from node.runtime.spec import compile_limits
 from projections import catalogue as c
 from projections.packages import (
     PACKAGE_ID,
@@ -100,9 +100,10 @@ class RegistryService:
         self.tmp = self.root / "tmp"
         self.max_bytes = ctx.config.node.max_upload_mb << 20
         self._lock = asyncio.Lock()
-        # compiling a component is heavy (seconds, all cores): one at a time
-        self._compiler = ThreadPoolExecutor(1, thread_name_prefix="registry-validate")
-        self._engine: wasmtime.Engine | None = None
+        # compiling a component is heavy (seconds, all cores): one check at a time, each in a
+        # child process bounded in time and memory, so an upload cannot grow or crash the node
+        self._checks = ThreadPoolExecutor(1, thread_name_prefix="registry-validate")
+        self._compiler = Compiler(compile_limits(ctx.config), parallel=1)
 
     @property
     def projection(self) -> Registry:
@@ -127,7 +128,8 @@ class RegistryService:
                     log.error("registry blob of %s@%s is missing", package_id, version)
 
     def close(self) -> None:
-        self._compiler.shutdown(wait=True, cancel_futures=True)
+        self._compiler.close()
+        self._checks.shutdown(wait=True, cancel_futures=True)
 
     # ------------------------------------------------------------------ publish
     @contextlib.contextmanager
@@ -156,7 +158,7 @@ class RegistryService:
         self._refuse_existing(package_id, version)
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, upload.finish)
-        await loop.run_in_executor(self._compiler, self._validate, upload.path)
+        await loop.run_in_executor(self._checks, self._validate, upload.path)
         digest = upload.hex_digest
         checksum = f"sha256:{digest}"
         async with self._lock:
@@ -194,16 +196,16 @@ class RegistryService:
             raise Problem(409, f"{package_id}@{version} is already published")
 
     def _validate(self, path: Path) -> None:
-        """Compile the component with wasmtime (in the compiler thread); 400 when refused."""
-        if self._engine is None:
-            config = wasmtime.Config()
-            config.cranelift_opt_level = "none"  # validation only: the fastest compile
-            self._engine = wasmtime.Engine(config)
+        """Compile the component in a child (blocking: the check thread runs it); 400 when
+        wasmtime refuses it, 422 when compiling it exceeds this node's limits or crashes."""
         try:
-            wasmtime.component.Component.from_file(self._engine, str(path))
-        except wasmtime.WasmtimeError as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else "invalid"
-            raise Problem(400, f"wasmtime rejects the component: {first}") from None
+            self._compiler.compile(path, None)
+        except CompileError as exc:
+            if exc.failure == "rejected":
+                raise Problem(400, f"wasmtime rejects the component: {exc}") from None
+            if exc.failure == "cancelled":
+                raise Problem(503, "the node is stopping; publish again later") from None
+            raise Problem(422, f"the component cannot be compiled on this node: {exc}") from None
 
     # ------------------------------------------------------------------ reads
     def blob_path(self, checksum: str) -> Path:

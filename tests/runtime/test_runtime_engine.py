@@ -6,10 +6,13 @@ import re
 import time
 from pathlib import Path
 
+import pytest
 import wasmtime
 
-from node.runtime import AgentSpec
+from node.runtime import AgentRuntime, AgentSpec, RuntimeOptions
+from node.runtime.compiler import CompileError, CompileLimits
 from node.runtime.engine import AgentEngine
+from node.runtime.memhost import MemoryHost
 from node.runtime.memory import live_regions
 from tests.polling import wait_until
 from tests.runtime_support import COMPILED_CACHE, running
@@ -46,7 +49,10 @@ def test_python_component_loads_from_cache_in_milliseconds(built_agents):
 
 def test_corrupt_cache_entry_is_recompiled(built_agents, tmp_path):
     wasm = built_agents["bad_trap"]
-    AgentEngine(cache_dir=tmp_path).load(wasm)
+    first = AgentEngine(cache_dir=tmp_path)
+    first.load(wasm)
+    first.close()  # its component maps the cache file: unmapped before the file is overwritten
+    del first
     (cached,) = tmp_path.glob("*.cwasm")
     cached.write_bytes(b"not a compiled component")
     engine = AgentEngine(cache_dir=tmp_path)
@@ -105,3 +111,45 @@ def test_heap_bytes_is_the_measured_linear_memory(built_agents):
         heap = int(re.search(r"heap (\d+) bytes", error["error"]).group(1))
         assert (24 << 20) - (1 << 20) < heap <= 24 << 20
     assert live_regions() == regions_before  # every store's memory was unmapped on stop
+
+
+def test_a_compile_past_its_memory_limit_fails_that_component_only(built_agents, tmp_path):
+    engine = AgentEngine(cache_dir=tmp_path, compile_limits=CompileLimits(memory_mb=256))
+    with pytest.raises(CompileError) as raised:
+        engine.load(built_agents["hello"])  # an 18 MB component needs far more than 256 MiB
+    assert raised.value.failure == "memory" and "256 MiB" in str(raised.value)
+    assert engine.load(built_agents["bad_trap"]).component is not None  # the next one compiles
+    engine.close()
+    assert [p.name.startswith(".compiling-") for p in tmp_path.iterdir()] == [False]
+
+
+def test_a_compile_past_its_time_limit_is_killed(built_agents, tmp_path):
+    engine = AgentEngine(cache_dir=tmp_path, compile_limits=CompileLimits(timeout_secs=0.5))
+    start = time.monotonic()
+    with pytest.raises(CompileError) as raised:
+        engine.load(built_agents["hello"])
+    assert raised.value.failure == "timeout" and "0.5 s" in str(raised.value)
+    assert time.monotonic() - start < 20  # killed, not waited for (seconds on a loaded machine)
+    engine.close()
+    assert not list(tmp_path.iterdir())  # no artifact, no partial
+
+
+def test_stopping_kills_a_running_compile_and_reports_no_fault(built_agents, tmp_path, monkeypatch):
+    monkeypatch.setenv("AGENT_SECRET_PAYMENTS_API_KEY", "never-in-the-compiler")
+    hosts = {"hello": MemoryHost("hello")}
+    runtime = AgentRuntime(
+        [AgentSpec("hello", built_agents["hello"])],
+        lambda spec, _stopping: (hosts[spec.name],) * 2,
+        RuntimeOptions(cache_dir=tmp_path),  # cold: hello must compile
+    )
+    runtime.start()
+    wait_until(lambda: runtime.engine.compiler._running, 30, "a compile child running")
+    (child,) = runtime.engine.compiler._running
+    # the child gets the component's bytes, not the node's secrets
+    assert b"never-in-the-compiler" not in Path(f"/proc/{child.pid}/environ").read_bytes()
+    start = time.monotonic()
+    runtime.stop(timeout=30)
+    assert time.monotonic() - start < 10, "stop waited for the compile"
+    assert child.poll() is not None  # the child is gone
+    assert runtime.status("hello")[0].status == "stopped"
+    assert not hosts["hello"].of_type("agent.errored")

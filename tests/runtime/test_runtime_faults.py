@@ -154,8 +154,9 @@ def test_one_bad_agent_never_stops_another(built_agents):
 
 
 def test_stop_keeps_one_deadline_for_all_agents(tmp_path):
-    # An agent still compiling its component cannot be interrupted. A real compile that outlasts
-    # the timeout is neither cheap nor deterministic, so each load blocks until released.
+    # A load that does not return (a real compile child is killed at stop: see
+    # test_stopping_kills_a_running_compile_and_reports_no_fault) must still not hold up the
+    # stop past its one deadline; each load here blocks until released.
     specs = [AgentSpec(f"slow{i}", tmp_path / "never-read.wasm") for i in range(3)]
     hosts = {spec.name: MemoryHost(spec.name) for spec in specs}
     runtime = AgentRuntime(specs, lambda spec, _stopping: (hosts[spec.name],) * 2, RuntimeOptions())
