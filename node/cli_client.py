@@ -146,8 +146,8 @@ def cmd_approvals_list(node: Node, args: argparse.Namespace) -> int:
         ("id", "id"),
         ("agent", "agent"),
         ("capability", "capability"),
-        ("state", "state"),
         ("expires in", "expires_in"),
+        ("state", "state"),
         ("detail", "detail"),
     ]
     now = time.time()

@@ -18,6 +18,7 @@ from node.authoring import build as builder
 from node.authoring import project
 from node.authoring.project import ProjectError
 from node.cli_client import TOKEN_ENV, URL_ENV, ClientError, Node
+from projections import catalogue as c
 
 if TYPE_CHECKING:
     from node.authoring import harness
@@ -262,16 +263,16 @@ def _event_line(event: dict[str, Any]) -> str:
     if kind == "run.finished":
         outcome = f"error: {event['error']}" if event["error"] else "ok"
         return f"   {event['kind']} {outcome} ({event['duration_ms']} ms, {event['fuel']:,} fuel)"
-    if kind == "log":
+    if kind == c.Log.type:
         return f"   log {event['level']}: {event['message']}"
     if kind == "output":
         return f"   {event['stream']}: {event['line']}"
-    if kind == "finding":
+    if kind == c.Finding.type:
         return f"   finding {event['severity']}: {event['title']}: {event['detail']}"
     if kind == "invoke":
         outcome = f"error {event['error']}" if "error" in event else _compact(event["result"])
         return f"   invoke {event['capability']} {_compact(event['request'])} -> {outcome}"
-    if kind == "agent.errored":
+    if kind == c.AgentErrored.type:
         return f"   FAULT ({event['kind']}): {event['error']}"
     rest = {k: v for k, v in event.items() if k != "type"}
     return f"   {kind} {_compact(rest)}"

@@ -21,6 +21,7 @@ from typing import Any
 from node.runtime import AgentRuntime, AgentSpec, HostError, RuntimeOptions, Task
 from node.runtime.memhost import MemoryHost
 from node.runtime.redact import SecretRedactor
+from projections import catalogue as c
 
 RECORDED = '{"status": "recorded"}'
 DECISIONS = ("approve", "deny", "timeout")
@@ -154,7 +155,7 @@ def run(
     report["load_seconds"] = None if worker_load is None else round(worker_load, 3)
     report["events"] = [_shown(type_, data) for type_, data in host.events if type_ in SHOWN]
     report["state"] = dict(host.state)
-    faults = host.of_type("agent.errored")
+    faults = host.of_type(c.AgentErrored.type)
     report["fault"] = {"kind": faults[0]["kind"], "error": faults[0]["error"]} if faults else None
     report["ok"] = (
         not faults
@@ -168,7 +169,7 @@ def _drive(
     runtime: AgentRuntime, host: KitHost, name: str, plan: Plan, report: dict[str, Any]
 ) -> None:
     def faulted() -> bool:
-        return bool(host.of_type("agent.errored"))
+        return bool(host.of_type(c.AgentErrored.type))
 
     def runs(kind: str) -> int:
         return sum(1 for r in host.of_type("run.finished") if r["kind"] == kind)
@@ -202,18 +203,20 @@ def _task(runtime: AgentRuntime, host: KitHost, name: str, plan: Plan) -> dict[s
         return [
             (t, d)
             for t, d in list(host.events)
-            if t in ("task.completed", "task.failed") and d["id"] == TASK_ID
+            if t in (c.TaskCompleted.type, c.TaskFailed.type) and d["id"] == TASK_ID
         ]
 
     wait_s = plan.tick_timeout_ms / 1000 + 30
-    host.wait_for(lambda: ended() or host.of_type("agent.errored"), wait_s)
+    host.wait_for(lambda: ended() or host.of_type(c.AgentErrored.type), wait_s)
     task: dict[str, Any] = {"id": TASK_ID, "from": plan.task_from, "input": _json(plan.task_input)}
     outcome = ended()
     if not outcome:
-        why = "the agent faulted" if host.of_type("agent.errored") else f"no end in {wait_s:g} s"
+        why = (
+            "the agent faulted" if host.of_type(c.AgentErrored.type) else f"no end in {wait_s:g} s"
+        )
         return {**task, "status": "failed", "error": why}
     kind, data = outcome[0]
-    if kind == "task.completed":
+    if kind == c.TaskCompleted.type:
         return {**task, "status": "completed", "output": _json(data["output"])}
     return {**task, "status": "failed", "error": data["error"]}
 
@@ -267,10 +270,10 @@ SHOWN = {
     },
     "secret": lambda d: {"domain": d["domain"], "key": d["key"], **_only(d, "error")},
     "inference": lambda d: {"request": _json(d["request"])},
-    "task.created": lambda d: {"id": d["id"], "to": d["to"], "input": _json(d["input"])},
-    "task.progress": lambda d: {"id": d["id"], "progress": _json(d["progress"])},
-    "state.set": lambda d: {"key": d["key"], "value": d["value"]},
-    "agent.errored": lambda d: {"kind": d["kind"], "error": d["error"]},
+    c.TaskCreated.type: lambda d: {"id": d["id"], "to": d["to"], "input": _json(d["input"])},
+    c.TaskProgress.type: lambda d: {"id": d["id"], "progress": _json(d["progress"])},
+    c.StateSet.type: lambda d: {"key": d["key"], "value": d["value"]},
+    c.AgentErrored.type: lambda d: {"kind": d["kind"], "error": d["error"]},
 }
 
 

@@ -20,6 +20,10 @@ PERIODIC = {
     ("node/sync/acks.py", "run"),
     ("node/sync/replicator.py", "run"),
     ("node/streams/bus.py", "_tick"),  # keep-alives
+    ("node/sync/nats_heads.py", "publish"),  # this node's heads into the KV bucket
+    ("node/sync/nats_heads.py", "watch"),  # the peers' heads from it
+    ("node/sync/nats_mesh.py", "run"),  # reconnects with backoff
+    ("node/sync/nats_mesh.py", "_repair_check"),  # periodic: a journal the stream lost
 }
 
 
