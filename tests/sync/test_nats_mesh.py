@@ -25,10 +25,17 @@ from tests.sync.test_sync_mesh import (
     wait_converged,
     wait_until,
 )
-from tests.sync_support import SYNC_TUNING, signed_chain
+from tests.sync_support import SYNC_TUNING, prefill, signed_chain
 
 pytestmark = pytest.mark.timeout(240)
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def seed(mesh: Mesh, journals: dict[str, str]) -> None:
+    """One finding in each node's journal before it starts ({journal: its node}): findings are
+    posted only about a journal a node has (404 otherwise, never a new journal)."""
+    for journal_name, node in journals.items():
+        prefill(mesh.paths[node], {journal_name: 1})
 
 
 @pytest.fixture
@@ -61,9 +68,10 @@ def nats_mesh(tmp_path, cluster_factory):
 def test_three_nodes_converge_over_one_nats_server(nats_mesh, cluster_factory):
     cluster = cluster_factory(1)
     mesh = nats_mesh(["node-a", "node-b", "node-c"], cluster)
+    seed(mesh, {f"agent-{name}": name for name in mesh.nodes})
     mesh.start()
     for i, name in enumerate(mesh.nodes):
-        post_findings(mesh[name], f"agent-{name}", 10 + i)
+        post_findings(mesh[name], f"agent-{name}", 9 + i)
     expected = {f"agent-{name}": 10 + i for i, name in enumerate(mesh.nodes)}
     wait_converged(mesh, expected, timeout=30)
     assert_same_everywhere(mesh, expected)
@@ -86,9 +94,10 @@ def test_ten_nodes_on_a_three_server_cluster_converge_and_survive_a_server_kill(
     cluster = cluster_factory(3)
     names = [f"node-{i}" for i in range(10)]
     mesh = nats_mesh(names, cluster, replicas=3)
+    seed(mesh, {f"agent-{n}": n for n in names})
     start_all(mesh)
     with ThreadPoolExecutor(10) as pool:
-        list(pool.map(lambda n: post_findings(mesh[n], f"agent-{n}", 8), names))
+        list(pool.map(lambda n: post_findings(mesh[n], f"agent-{n}", 7), names))
     expected = {f"agent-{n}": 8 for n in names}
     diag_converged(mesh, expected)
     assert_same_everywhere(mesh, expected)
@@ -128,6 +137,7 @@ def test_kill_9_of_a_node_in_a_write_burst_loses_nothing_it_acknowledged(
 ):
     cluster = cluster_factory(1)
     mesh = nats_mesh(["node-a", "node-b", "node-c"], cluster)
+    seed(mesh, {"alpha": "node-a"})
     start_all(mesh)
     acknowledged = 0
 
@@ -161,9 +171,10 @@ def test_kill_9_of_a_node_in_a_write_burst_loses_nothing_it_acknowledged(
 def test_a_node_joining_while_a_home_node_is_down_gets_its_journals(nats_mesh, cluster_factory):
     cluster = cluster_factory(1)
     mesh = nats_mesh(["node-a", "node-b", "node-c"], cluster)
+    seed(mesh, {"alpha": "node-a", "beta": "node-b"})
     start_all(mesh, "node-a", "node-b")
-    post_findings(mesh["node-a"], "alpha", 15)
-    post_findings(mesh["node-b"], "beta", 5)
+    post_findings(mesh["node-a"], "alpha", 14)
+    post_findings(mesh["node-b"], "beta", 4)
     wait_until(lambda: convergence(mesh["node-b"], "alpha")["local_seq"] == 15, 30, "b has alpha")
     mesh["node-a"].kill()  # alpha's home is down for good
     mesh["node-c"].start()
@@ -181,8 +192,9 @@ def test_signed_but_invalid_envelopes_on_the_stream_are_rejected_by_every_node(
     # test publishes in its name, as a compromised node would
     mesh = nats_mesh(["node-a", "node-b", "node-c", "node-x"], cluster)
     names = ["node-a", "node-b", "node-c"]
+    seed(mesh, {"alpha": "node-a"})
     start_all(mesh, *names)
-    post_findings(mesh["node-a"], "alpha", 3)
+    post_findings(mesh["node-a"], "alpha", 2)
     wait_until(lambda: convergence(mesh["node-b"], "alpha")["local_seq"] == 3, 30, "b has alpha")
     key_x = load_or_create_key(tmp_path / "m0" / "node-x" / "data")
     bad_data = signed_chain(key_x, "node-x", "junk", 1, data={"severity": "bogus", "title": 7})
@@ -214,8 +226,9 @@ def test_signed_but_invalid_envelopes_on_the_stream_are_rejected_by_every_node(
 def test_a_node_offline_past_retention_catches_up_over_http(nats_mesh, cluster_factory):
     cluster = cluster_factory(1)
     mesh = nats_mesh(["node-a", "node-b", "node-c"], cluster, max_age=2)
+    seed(mesh, {"alpha": "node-a"})
     start_all(mesh)
-    post_findings(mesh["node-a"], "alpha", 5)
+    post_findings(mesh["node-a"], "alpha", 4)
     wait_converged(mesh, {"alpha": 5}, timeout=30)
     mesh["node-c"].kill()
     post_findings(mesh["node-a"], "alpha", 20)
@@ -236,10 +249,11 @@ def test_the_same_nodes_over_http_then_nats_end_with_the_same_hashes(
     cluster = cluster_factory(1)
     names = ["node-a", "node-b", "node-c"]
     mesh = Mesh(tmp_path / "http", names)  # HTTP first
+    seed(mesh, {f"agent-{name}": name for name in names})
     try:
         start_all(mesh)
         for name in names:
-            post_findings(mesh[name], f"agent-{name}", 6)
+            post_findings(mesh[name], f"agent-{name}", 5)
         expected = {f"agent-{n}": 6 for n in names}
         wait_converged(mesh, expected, timeout=30)
         over_http = {a: journal(mesh[names[0]], a) for a in expected}
@@ -301,9 +315,10 @@ def test_the_shipped_permissions_let_a_node_publish_only_its_own_envelopes(nats_
                 )
             )
             mesh.nodes[name] = NodeProcess(path)
+        seed(mesh, {"alpha": "node-a", "beta": "node-b"})
         start_all(mesh)
-        post_findings(mesh["node-a"], "alpha", 5)
-        post_findings(mesh["node-b"], "beta", 5)
+        post_findings(mesh["node-a"], "alpha", 4)
+        post_findings(mesh["node-b"], "beta", 4)
         wait_converged(mesh, {"alpha": 5, "beta": 5}, timeout=30)
         for log_path in (p.parent / "node.log" for p in mesh.paths.values()):
             assert passwords["NODE_A_PASSWORD"] not in log_path.read_text()
