@@ -89,8 +89,9 @@ def setup(app: web.Application) -> None:
             status=201,
             errors=(400, 404, 409),
             body=NewFinding,
-            description="`agent` names a hosted agent, a journal the node has, or the node "
-            "itself; another name is 404 (no new journal). The finding records the posting "
+            description="`agent` names a hosted agent, a journal the node has, the node "
+            "itself, or the posting token's own name (a scanner reporting under its name); "
+            "another name is 404 (no new journal). The finding records the posting "
             "token's name as `posted_by`, apart from the agent's own findings.",
         ),
     )

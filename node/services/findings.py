@@ -25,13 +25,15 @@ class NewFinding(msgspec.Struct, forbid_unknown_fields=True):
 
 
 async def post_finding(ctx: NodeContext, finding: NewFinding, poster: str) -> int:
-    """A finding an API client posts about an agent: into a journal that exists (404 otherwise,
-    so a typo never starts a new journal), marked with the posting token's name."""
-    if not journal_exists(ctx, finding.agent):
+    """A finding an API client posts about an agent: into a journal that exists, or the
+    poster's own (an external scanner reports under its token's name); 404 otherwise, so a
+    typo never starts a new journal. Marked with the posting token's name."""
+    if finding.agent != poster and not journal_exists(ctx, finding.agent):
         raise Problem(
             404,
             f"no agent or journal named {finding.agent!r} on this node: findings are posted "
-            f"about a hosted agent, a journal the node has, or the node itself ({ctx.name!r})",
+            f"about a hosted agent, a journal the node has, the node itself ({ctx.name!r}), "
+            f"or the poster itself ({poster!r})",
         )
     return await report_finding(ctx, finding, posted_by=poster)
 

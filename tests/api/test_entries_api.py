@@ -76,6 +76,9 @@ async def test_the_node_itself_and_a_configured_agent_take_findings(aiohttp_clie
     for agent in ("node-a", "quiet"):  # the node's own journal, a configured agent
         body = {"agent": agent, "severity": "low", "title": "n"}
         assert (await post_finding(client, body)).status == 201, agent
+    # a scanner reports under its own token's name (post_finding posts as "operator")
+    body = {"agent": "operator", "severity": "low", "title": "from the scanner"}
+    assert (await post_finding(client, body)).status == 201
 
 
 async def test_a_posted_finding_is_told_apart_from_the_agents_own(client):
