@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from tests.polling import wait_until
 from tests.support import NodeProcess, logs_on_failure, run_cli, write_config
 
@@ -71,3 +73,68 @@ def run_scenario(node: NodeProcess, path) -> None:
 
     verify = run_cli("audit", "verify", "--config", str(path))
     assert verify.returncode == 0, verify.stderr
+
+
+def test_after_kill_9_a_request_the_new_run_will_not_ask_again_is_closed(tmp_path, built_agents):
+    """Issue 29 item 4: the payer's state moved on while the node was down (as an agent whose
+    request comes from state or inference does), so its new run asks `spend` for the next
+    invoice: the orphaned request for the first can never apply and is abandoned, and a late
+    approve of it is a 409, never a success."""
+    path = write_config(
+        tmp_path,
+        f"""
+[[agents]]
+name = "payer"
+component = "{built_agents["payer"]}"
+tick_interval_ms = 200
+[agents.capabilities]
+spend = true
+[agents.approval]
+spend = true
+timeout_secs = 120
+""",
+    )
+    node = NodeProcess(path)
+    with logs_on_failure(node.log_path):
+        node.start()
+        with node.client() as client:
+            pending = wait_until(lambda: client.get("/api/v1/approvals").json(), timeout=90)
+        first = pending[0]["id"]
+        assert "INV-0001" in pending[0]["request"]
+        node.kill()
+        append_while_stopped(path, "payer", "state.set", {"key": "next_invoice", "value": "2"})
+
+        with NodeProcess(path) as restarted, restarted.client() as client:
+
+            def asked_for_the_next() -> list[dict]:
+                listed = client.get("/api/v1/approvals").json()
+                return [a for a in listed if "INV-0002" in a["request"]]
+
+            (second,) = wait_until(asked_for_the_next, timeout=90)
+            assert second["state"] == "pending"  # its call waits
+            history = client.get("/api/v1/approvals/history").json()
+            (closed,) = [h for h in history if h["id"] == first]
+            assert closed["outcome"] == "abandoned"
+            assert "asked spend for something else in a tick" in closed["reason"]
+            late = client.post(f"/api/v1/approvals/{first}", json={"decision": "approve"})
+            assert late.status_code == 409 and "abandoned" in late.json()["detail"]
+            assert restarted.terminate() == 0
+
+
+def append_while_stopped(config_path, stream: str, kind: str, data: dict) -> None:
+    """One event straight into a stopped node's journal (state that moved on meanwhile)."""
+    from eventstore.keys import load_or_create_key
+    from node.app import open_store
+    from node.config import load_config
+
+    config = load_config(config_path)
+
+    async def run() -> None:
+        store = open_store(config, load_or_create_key(config.data_path))
+        store.start()
+        try:
+            await store.append(stream, kind, data)
+        finally:
+            await store.close()
+
+    asyncio.run(run())
