@@ -8,10 +8,9 @@ from tests.polling import wait_until
 from tests.support import NodeProcess, logs_on_failure, run_cli, write_config
 
 
-def test_pending_approval_survives_kill_9_and_the_agent_resumes_on_approve(tmp_path, built_agents):
-    path = write_config(
-        tmp_path,
-        f"""
+def payer_toml(built_agents) -> str:
+    """The payer, its spend gated, with a timeout no test waits for."""
+    return f"""
 [[agents]]
 name = "payer"
 component = "{built_agents["payer"]}"
@@ -21,7 +20,14 @@ spend = true
 [agents.approval]
 spend = true
 timeout_secs = 120
+"""
 
+
+def test_pending_approval_survives_kill_9_and_the_agent_resumes_on_approve(tmp_path, built_agents):
+    path = write_config(
+        tmp_path,
+        payer_toml(built_agents)
+        + f"""
 [[agents]]
 name = "worker"
 component = "{built_agents["task_worker"]}"
@@ -80,20 +86,7 @@ def test_after_kill_9_a_request_the_new_run_will_not_ask_again_is_closed(tmp_pat
     request comes from state or inference does), so its new run asks `spend` for the next
     invoice: the orphaned request for the first can never apply and is abandoned, and a late
     approve of it is a 409, never a success."""
-    path = write_config(
-        tmp_path,
-        f"""
-[[agents]]
-name = "payer"
-component = "{built_agents["payer"]}"
-tick_interval_ms = 200
-[agents.capabilities]
-spend = true
-[agents.approval]
-spend = true
-timeout_secs = 120
-""",
-    )
+    path = write_config(tmp_path, payer_toml(built_agents))
     node = NodeProcess(path)
     with logs_on_failure(node.log_path):
         node.start()
