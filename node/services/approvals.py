@@ -10,6 +10,12 @@ A request is the exact text the agent will perform, journaled with its hash; a d
 binds to that hash (a decision naming another hash is refused), and after a restart an agent
 asking again is matched to a request left pending only when the hash is the same. A request
 asked by a task's run is denied by the node itself, with a reason, when the task is canceled.
+
+A pending request no running call waits for is orphaned: a decision on it is journaled for
+later (`approval.decided` `later`) and taken by the next identical request; the node closes
+with `approval.abandoned` what can never apply (its agent stopped or replaced, its task ended,
+the agent asked that capability for something else in the same place). What happened to each
+request is read from the tasks read model's changes, never from event types.
 """
 
 from __future__ import annotations
