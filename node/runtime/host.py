@@ -54,16 +54,8 @@ TASK_EVENT_WAIT_SECS = 30.0
 
 
 class ApprovalGate(Protocol):
-    """Issue 3's gate: journals the request, waits for an operator or the timeout."""
-
-    async def request(
-        self,
-        agent: str,
-        capability: str,
-        request: str,
-        timeout_secs: int | None = None,
-        task_id: str | None = None,
-    ) -> str: ...  # "approve" | "deny" | "timeout"
+    """What the host needs of the gate (node/services/approvals.py): journal the request, wait
+    for an operator or the timeout."""
 
     async def ask(
         self,
