@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import AsyncIterator
 
 from aiohttp import web
-from aiohttp.typedefs import Handler
 from nacl.signing import SigningKey
 
 from eventstore.keys import load_or_create_key
 from eventstore.store import EventStore
-from node import checkpoint, logsetup, progress
+from node import checkpoint, progress
 from node.api import (
     a2a,
     agents,
@@ -30,11 +28,11 @@ from node.api import (
     streams,
     sync,
 )
-from node.auth import TOKENS, TokenTable, auth_middleware
+from node.auth import TOKENS, TokenTable
 from node.config import Config
 from node.context import CONTEXT, NodeContext
 from node.faults import FaultReporter
-from node.http import problem_middleware
+from node.frontdoor import front_door
 from node.metrics import NodeMetrics
 from projections.base import Projections
 from projections.disk import DiskModels
@@ -93,10 +91,9 @@ def build_app(config: Config, *, key: SigningKey | None = None) -> web.Applicati
         metrics=NodeMetrics(a.name for a in config.agents),
     )
     app = web.Application(
-        middlewares=[timing_middleware, problem_middleware, auth_middleware],
+        middlewares=[front_door],
         client_max_size=config.node.max_body_kb * 1024,
     )
-    logsetup.install(app)  # request ids, log context
     app[CONTEXT] = ctx
     app[TOKENS] = TokenTable(config.auth)
     app.cleanup_ctx.append(journal_lifecycle)
@@ -137,12 +134,3 @@ async def journal_lifecycle(app: web.Application) -> AsyncIterator[None]:
     await faults.stop()
     await ctx.store.close()
     checkpoint.save(ctx.projections, ctx.config.data_path)
-
-
-@web.middleware
-async def timing_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    started = time.perf_counter()
-    response = await handler(request)
-    if response.content_type != "text/event-stream":
-        request.app[CONTEXT].metrics.request_duration.observe(time.perf_counter() - started)
-    return response

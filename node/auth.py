@@ -8,7 +8,6 @@ import secrets
 from dataclasses import dataclass
 
 from aiohttp import web
-from aiohttp.typedefs import Handler
 
 from node.config import AuthSection
 from node.http import problem_response
@@ -72,16 +71,18 @@ def _unauthorized(detail: str) -> web.Response:
     return problem_response(401, detail, headers={"WWW-Authenticate": 'Bearer realm="agent-node"'})
 
 
-@web.middleware
-async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+def refusal(request: web.Request) -> web.Response | None:
+    """The 401 or 403 answer when the route's scopes are not met; None lets the request in
+    (with its `IDENTITY` set when it showed a token). Public routes and unknown paths outside
+    the API need no token."""
     route = request.match_info.route
     needed = scopes_of(request.app, route)
     if needed is None:
         if not request.path.startswith("/api/"):
-            return await handler(request)  # unknown paths outside the API: a plain 404
+            return None  # unknown paths outside the API: a plain 404
         needed = ("admin",) if request.match_info.http_exception is None else ("read",)
     if needed == PUBLIC:
-        return await handler(request)
+        return None
     header = request.headers.get("Authorization", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
@@ -95,4 +96,4 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
             f"token {identity.name!r} lacks the scope for this call (one of: {', '.join(needed)})",
         )
     request[IDENTITY] = identity
-    return await handler(request)
+    return None

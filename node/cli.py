@@ -112,22 +112,25 @@ def _describe(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from node.eventloop import loop_factory
     from node.server import serve
 
     config = load_config(args.config)
+    factory = loop_factory(config.node.event_loop)
     keyrotate.check_no_pending_rotation(config)
     keyrotate.check_key_matches_journal(config)
     redactor = logsetup.configure_logging(
         args.log_level, args.log_format, logsetup.Redactor(logsetup.secrets_of(config))
     )
-    asyncio.run(
-        serve(
-            config,
-            access_log=args.access_log,
-            redactor=redactor,
-            config_path=Path(args.config),
+    with asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(
+            serve(
+                config,
+                access_log=args.access_log,
+                redactor=redactor,
+                config_path=Path(args.config),
+            )
         )
-    )
     return 0
 
 

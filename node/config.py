@@ -68,6 +68,8 @@ class NodeSection(_Section, kw_only=True):
     # seconds, whichever comes first; a start after kill -9 folds at most about that much
     checkpoint_events: PositiveInt = 20_000
     checkpoint_secs: Annotated[float, msgspec.Meta(gt=0)] = 60.0
+    # the asyncio event loop that serves (node/eventloop.py): uvloop where installed
+    event_loop: Literal["auto", "uvloop", "asyncio"] = "auto"
 
 
 class TokenEntry(_Section, kw_only=True):

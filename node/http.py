@@ -4,17 +4,14 @@ strings and JSON bodies into typed values, or a 400 that says why."""
 from __future__ import annotations
 
 import json
-import logging
 from typing import Annotated, Any, TypeVar
 
 import msgspec
 from aiohttp import web
-from aiohttp.typedefs import Handler
 
 from node.boundedjson import JsonBoundsError, loads_as
 from node.routes import Query
 
-log = logging.getLogger(__name__)
 T = TypeVar("T")
 NonNegative = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
 PROBLEM_TYPE = "application/problem+json"
@@ -64,24 +61,13 @@ def problem_response(
     )
 
 
-@web.middleware
-async def problem_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    try:
-        return await handler(request)
-    except Problem as exc:
-        return problem_response(exc.status, exc.detail, title=exc.title, **exc.extra)
-    except web.HTTPException as exc:
-        if exc.status < 400:
-            raise
-        if exc.content_type == PROBLEM_TYPE:
-            raise
-        headers = {
-            k: v for k, v in exc.headers.items() if k.lower() in ("allow", "www-authenticate")
-        }
-        return problem_response(exc.status, _detail_of(exc, request), headers=headers)
-    except Exception:
-        log.exception("unhandled error in %s %s", request.method, request.path)
-        return problem_response(500, "the node failed to handle this request; see its log")
+def problem_for(exc: web.HTTPException, request: web.Request) -> web.Response | None:
+    """aiohttp's own error (404, 405, 413, ...) as problem+json; None for what aiohttp should
+    answer as it is (redirects, and errors that already carry a problem body)."""
+    if exc.status < 400 or exc.content_type == PROBLEM_TYPE:
+        return None
+    headers = {k: v for k, v in exc.headers.items() if k.lower() in ("allow", "www-authenticate")}
+    return problem_response(exc.status, _detail_of(exc, request), headers=headers)
 
 
 def _detail_of(exc: web.HTTPException, request: web.Request) -> str:

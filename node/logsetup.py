@@ -22,7 +22,6 @@ from typing import Literal
 
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
-from aiohttp.typedefs import Handler
 
 from node.auth import identity_of
 from node.config import Config
@@ -153,36 +152,24 @@ def configure_logging(
     return redactor
 
 
-@web.middleware
-async def request_context_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Give the request an id (the client's, if it is a sane one), make it the log context, and
-    answer with it. Streams prepare their response inside the handler: they take the header
-    from `stream_headers`. (An `on_response_prepare` hook did this for every response: an
-    awaited call per request that POST findings measured.)"""
+def enter_request(request: web.Request) -> tuple[str, contextvars.Token[web.Request | None]]:
+    """Give the request an id (the client's, if it is a sane one) and make it the log context;
+    `leave_request(token)` when it is answered. Streams prepare their response inside the
+    handler: they take the header from `stream_headers`."""
     offered = request.headers.get(REQUEST_ID_HEADER, "")
     request_id = offered if _VALID_REQUEST_ID.match(offered) else new_id()
     request[REQUEST_ID] = request_id
-    token = _current_request.set(request)
-    try:
-        response = await handler(request)
-    except web.HTTPException as exc:  # answered by aiohttp itself: a redirect, say
-        exc.headers[REQUEST_ID_HEADER] = request_id
-        raise
-    finally:
-        _current_request.reset(token)
-    if not response.prepared:
-        response.headers[REQUEST_ID_HEADER] = request_id
-    return response
+    return request_id, _current_request.set(request)
+
+
+def leave_request(token: contextvars.Token[web.Request | None]) -> None:
+    _current_request.reset(token)
 
 
 def stream_headers(request: web.Request, headers: Mapping[str, str]) -> dict[str, str]:
     """`headers` and the request's id, for a response the handler prepares itself."""
     request_id = request.get(REQUEST_ID)
     return {**headers, REQUEST_ID_HEADER: request_id} if request_id else dict(headers)
-
-
-def install(app: web.Application) -> None:
-    app.middlewares.insert(0, request_context_middleware)
 
 
 def safe_target(request: web.Request) -> str:

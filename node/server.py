@@ -14,6 +14,8 @@ from node.api.console import CONSOLE_PATH
 from node.app import build_app
 from node.config import Config, listen_address
 from node.context import CONTEXT
+from node.eventloop import loop_name
+from node.heap import settle_after_start
 from node.logsetup import AccessLogger, Redactor, access_logger
 from node.reload import Reloader
 
@@ -46,7 +48,8 @@ async def serve(
     if config_path is not None:  # tokens and secrets again, without a restart (node/reload.py)
         loop.add_signal_handler(signal.SIGHUP, Reloader(app, config_path, redactor).trigger)
     log.info("node %s listening on http://%s:%d", config.node.name, host, port)
-    log.info("journal signer: %s", SIGNER)
+    log.info("journal signer: %s; event loop: %s", SIGNER, loop_name(loop))
+    settle_after_start()
     log.info("ready: the operator console is at %s%s", config.public_url, CONSOLE_PATH)
     try:
         await stop.wait()

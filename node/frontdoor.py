@@ -1,0 +1,51 @@
+"""The one middleware every request passes: its id and log context, the access check, problem
+answers and the duration metric.
+
+One layer instead of four: every aiohttp middleware is a coroutine that a request enters and
+that each resumption of the handler passes back through, which POST /api/v1/findings measured
+(issue 26, bench/RESULTS.md). The parts stay where their subject lives: request ids in
+logsetup, scopes in auth, problem bodies in http."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from aiohttp import hdrs, web
+from aiohttp.typedefs import Handler
+
+from node.auth import refusal
+from node.context import CONTEXT
+from node.http import Problem, problem_for, problem_response
+from node.logsetup import REQUEST_ID_HEADER, enter_request, leave_request
+
+log = logging.getLogger(__name__)
+
+_STREAM_TYPE = "text/event-stream"
+
+
+@web.middleware
+async def front_door(request: web.Request, handler: Handler) -> web.StreamResponse:
+    started = time.perf_counter()
+    request_id, context = enter_request(request)
+    try:
+        refused = refusal(request)
+        response = refused if refused is not None else await handler(request)
+    except Problem as exc:
+        response = problem_response(exc.status, exc.detail, title=exc.title, **exc.extra)
+    except web.HTTPException as exc:
+        answer = problem_for(exc, request)
+        if answer is None:  # a redirect, or already a problem: aiohttp answers it as it is
+            exc.headers[REQUEST_ID_HEADER] = request_id
+            raise
+        response = answer
+    except Exception:
+        log.exception("unhandled error in %s %s", request.method, request.path)
+        response = problem_response(500, "the node failed to handle this request; see its log")
+    finally:
+        leave_request(context)
+    if not response.prepared:
+        response.headers[REQUEST_ID_HEADER] = request_id
+    if not response.headers.get(hdrs.CONTENT_TYPE, "").startswith(_STREAM_TYPE):
+        request.app[CONTEXT].metrics.request_duration.observe(time.perf_counter() - started)
+    return response
