@@ -105,15 +105,31 @@ class SharedSigner:
         self._signer = ffi.gc(signer, lib.shared_free)
         self._capacity = 0
         self._added = 0
+        # without the helper nothing is signed before `finish`: the messages wait in a list
+        # and are signed in one call, instead of one C call per `add` (about 1 µs an append)
+        self._unhelped = BatchSigner(key)
+        self._held: list[bytes] | None = None
+        self._longest = 0
 
     def begin(self, count: int, longest: int, helped: bool = True) -> None:
         """Open a batch of at most `count` messages of at most `longest` bytes each."""
-        if lib.shared_begin(self._signer, count, longest, int(helped)) != 0:
-            raise MemoryError(f"no memory to sign {count} messages")
+        if helped:
+            if lib.shared_begin(self._signer, count, longest, 1) != 0:
+                raise MemoryError(f"no memory to sign {count} messages")
+            self._held = None
+        else:
+            self._held, self._longest = [], longest
         self._capacity, self._added = count, 0
 
     def add(self, message: bytes) -> None:
-        if lib.shared_add(self._signer, message, len(message)) != 0:
+        held = self._held
+        if held is not None:
+            fits = self._added < self._capacity and len(message) <= self._longest
+            if fits:
+                held.append(message)
+        else:
+            fits = lib.shared_add(self._signer, message, len(message)) == 0
+        if not fits:
             raise ValueError(
                 f"message {self._added + 1} does not fit the batch "
                 f"({self._capacity} messages) or it is not open"
@@ -121,6 +137,9 @@ class SharedSigner:
         self._added += 1
 
     def finish(self) -> list[bytes]:
+        if self._held is not None:
+            held, self._held, self._capacity = self._held, [], 0  # closed, as the C batch
+            return self._unhelped.sign(held) if held else []
         signatures = bytearray(SIGNATURE_BYTES * self._added)
         count = lib.shared_finish(self._signer, ffi.from_buffer(signatures))
         if count < 0:

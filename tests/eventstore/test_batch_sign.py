@@ -69,9 +69,10 @@ def test_a_helper_ahead_of_a_slow_caller_sleeps_and_is_woken():
     assert signer.finish() == one_at_a_time(messages)
 
 
-def test_a_message_that_does_not_fit_is_refused_and_the_batch_goes_on():
+@pytest.mark.parametrize("helped", [True, False])
+def test_a_message_that_does_not_fit_is_refused_and_the_batch_goes_on(helped):
     signer = SharedSigner(KEY)
-    signer.begin(2, 10)
+    signer.begin(2, 10, helped)
     signer.add(b"short")
     with pytest.raises(ValueError, match="does not fit"):
         signer.add(b"longer than ten bytes")
@@ -79,6 +80,8 @@ def test_a_message_that_does_not_fit_is_refused_and_the_batch_goes_on():
     with pytest.raises(ValueError, match="does not fit"):
         signer.add(b"third")
     assert signer.finish() == one_at_a_time([b"short", b"also fits"])
+    with pytest.raises(ValueError, match="not open"):  # a finished batch takes nothing more
+        signer.add(b"short")
 
 
 def test_an_abandoned_batch_is_closed_by_the_next_begin():
@@ -134,3 +137,4 @@ def test_a_process_allowed_one_cpu_still_signs():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "signed"
+
