@@ -137,4 +137,3 @@ def test_a_process_allowed_one_cpu_still_signs():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "signed"
-
