@@ -1,5 +1,5 @@
 """The one middleware every request passes: its id and log context, the access check, problem
-answers and the duration metric.
+answers, headers for a part of the site (the console's), and the duration metric.
 
 One layer instead of four: every aiohttp middleware is a coroutine that a request enters and
 that each resumption of the handler passes back through, which POST /api/v1/findings measured
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 
 from aiohttp import hdrs, web
 from aiohttp.typedefs import Handler
@@ -22,6 +23,22 @@ from node.logsetup import REQUEST_ID_HEADER, enter_request, leave_request
 log = logging.getLogger(__name__)
 
 _STREAM_TYPE = "text/event-stream"
+
+# (path prefix, headers) every response under the prefix carries: set here rather than by an
+# `on_response_prepare` hook, which aiohttp awaits for every response of every path
+PATH_HEADERS: web.AppKey[list[tuple[str, Mapping[str, str]]]] = web.AppKey("path_headers", list)
+
+
+def add_path_headers(app: web.Application, prefix: str, headers: Mapping[str, str]) -> None:
+    app.setdefault(PATH_HEADERS, []).append((prefix, headers))
+
+
+def _path_headers(request: web.Request) -> Mapping[str, str]:
+    path = request.path
+    for prefix, headers in request.app.get(PATH_HEADERS, ()):
+        if path.startswith(prefix):
+            return headers
+    return {}
 
 
 @web.middleware
@@ -36,6 +53,7 @@ async def front_door(request: web.Request, handler: Handler) -> web.StreamRespon
     except web.HTTPException as exc:
         answer = problem_for(exc, request)
         if answer is None:  # a redirect, or already a problem: aiohttp answers it as it is
+            exc.headers.update(_path_headers(request))
             exc.headers[REQUEST_ID_HEADER] = request_id
             raise
         response = answer
@@ -45,6 +63,7 @@ async def front_door(request: web.Request, handler: Handler) -> web.StreamRespon
     finally:
         leave_request(context)
     if not response.prepared:
+        response.headers.update(_path_headers(request))
         response.headers[REQUEST_ID_HEADER] = request_id
     if not response.headers.get(hdrs.CONTENT_TYPE, "").startswith(_STREAM_TYPE):
         request.app[CONTEXT].metrics.request_duration.observe(time.perf_counter() - started)

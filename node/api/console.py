@@ -14,6 +14,7 @@ from aiohttp import web
 
 import node.console
 from node.console import endpoints
+from node.frontdoor import add_path_headers
 from node.routes import PUBLIC, Doc, add_route
 
 STATIC_DIR = Path(node.console.__file__).parent / "static"
@@ -34,11 +35,6 @@ async def index(request: web.Request) -> web.StreamResponse:
     return web.FileResponse(STATIC_DIR / "index.html")
 
 
-async def console_headers(request: web.Request, response: web.StreamResponse) -> None:
-    if request.path.startswith(CONSOLE_PATH):
-        response.headers.update(SECURITY_HEADERS)
-
-
 def setup(app: web.Application) -> None:
     endpoints.setup(app)
     add_route(
@@ -54,4 +50,4 @@ def setup(app: web.Application) -> None:
         ),
     )
     app.router.add_static(CONSOLE_PATH, STATIC_DIR, name="console", append_version=False)
-    app.on_response_prepare.append(console_headers)
+    add_path_headers(app, CONSOLE_PATH, SECURITY_HEADERS)
