@@ -95,10 +95,16 @@ def main() -> None:
         figures: dict[str, object] = {"bench": "commit_io", "data_dir": str(args.data_dir)}
         for name, data_dir in (("empty", tmp / "empty"), ("large", args.data_dir)):
             data_dir.mkdir(exist_ok=True)
-            found = windows(traced(data_dir, args.appends, tmp / f"{name}.trace"), args.window)
+            commits = traced(data_dir, args.appends, tmp / f"{name}.trace")
+            found = windows(commits, args.window)
             print(f"{name}: (KiB, write calls) per commit, {args.window} commits a window")
             print("   ", found)
-            figures[name] = {"windows": found, "last": found[-1]}
+            figures[name] = {
+                "windows": found,
+                "last": found[-1],
+                "commits": len(commits),
+                "appends_per_commit": round(args.appends // 64 * 64 / max(len(commits), 1), 1),
+            }
         report(figures)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -328,6 +328,19 @@ def copy_data(source: Path, target: Path) -> None:
                 os.close(fd)
 
 
+def compact_copy(data_dir: Path) -> dict[str, Any]:
+    """What `agent-node journal compact` does, on a copy (LMDB's compacting copy, renamed in)."""
+    from eventstore.compaction import compact
+
+    started = time.perf_counter()
+    done = compact(data_dir / "journal")
+    print(
+        f"  compacted {data_dir}: {done.bytes_before:,} → {done.bytes_after:,} bytes, "
+        f"{done.unused_pages_before:,} unused pages, {time.perf_counter() - started:.1f} s"
+    )
+    return {**asdict(done), "seconds": round(time.perf_counter() - started, 1)}
+
+
 @dataclass
 class Revision:
     name: str
@@ -775,6 +788,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--append-rounds", type=int, default=5)
     parser.add_argument("--append-streams", type=int, default=8, help="journals appended to")
     parser.add_argument("--keep", action="store_true", help="keep the revisions' copies")
+    parser.add_argument(
+        "--appends-only",
+        action="store_true",
+        help="only the appends/s ratio, on a fresh copy of the largest build (no node runs)",
+    )
+    parser.add_argument(
+        "--compact",
+        action="store_true",
+        help="compact that copy first (agent-node journal compact): no free pages left by "
+        "the bulk build, as a journal grown by appends or restored from `mdb_copy -c`",
+    )
     parser.add_argument("--appends-child", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.appends_child:
@@ -804,10 +828,26 @@ def main(argv: Sequence[str] | None = None) -> None:
         "unsaved": args.unsaved,
         "append_rounds": args.append_rounds,
         "append_seconds": args.append_seconds,
+        "appends_only": args.appends_only,
+        "compact": args.compact,
         "sizes": {},
     }
     largest: dict[str, tuple[int, Path]] = {}
-    for index, n in enumerate(sizes):
+    if args.appends_only:
+        n = sizes[-1]
+        build(args.root / str(n), n, args.rebuild)
+        for revision in revisions:
+            run_dir = args.root / str(n) / f"run-{revision.name}"
+            shutil.rmtree(run_dir, ignore_errors=True)
+            run_dir.mkdir()
+            copy_data(args.root / str(n) / "data", run_dir / "data")
+            if args.compact:
+                figures[f"compacted_{revision.name}"] = compact_copy(run_dir / "data")
+            largest[revision.name] = (n, run_dir)
+        sizes_measured: list[int] = []
+    else:
+        sizes_measured = sizes
+    for index, n in enumerate(sizes_measured):
         print(f"== {n:,} events")
         built_dir = args.root / str(n)
         built = build(built_dir, n, args.rebuild)
@@ -848,6 +888,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 f"{a['events']:,} events {a['large_per_s']:,}: {a['ratio']:.2f} "
                 f"(target {a['target']}) rounds {a['ratio_rounds']}"
             )
+    figures["load_average"] = [round(x, 1) for x in os.getloadavg()]
     if not args.keep:
         for n in sizes:
             for revision in revisions:
