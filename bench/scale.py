@@ -34,6 +34,7 @@ import json
 import os
 import random
 import re
+import resource
 import shutil
 import signal
 import subprocess
@@ -596,18 +597,26 @@ async def append_rate(
 
     tasks = [asyncio.ensure_future(producer(n)) for n in range(producers)]
     await asyncio.sleep(0.5)
-    first, started = done, time.perf_counter()
+    first, started, cpu = done, time.perf_counter(), process_cpu()
     await asyncio.sleep(seconds)
-    last, elapsed = done, time.perf_counter() - started
+    last, elapsed, cpu = done, time.perf_counter() - started, process_cpu() - cpu
     running = False
     await asyncio.gather(*tasks)
     after = store.last_position
     await store.close()
     return {
         "appends_per_s": round((last - first) / elapsed),
+        "cpu_us_per_append": round(cpu / max(last - first, 1) * 1e6, 1),
         "events_before": before,
         "events_after": after,
     }
+
+
+def process_cpu() -> float:
+    """CPU seconds of this process, every thread (the writer, its signing helper, the loop):
+    what an append costs whatever else the shared machine runs."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def appends_child(revision: Revision, config: Path, args: Any) -> dict[str, Any]:
@@ -668,7 +677,8 @@ def measure_appends(revision: Revision, run_dir: Path, n: int, args: Any) -> dic
         print(
             f"  [appends {revision.name}] round {i + 1}: empty {e['appends_per_s']:,}/s, "
             f"{g['events_before']:,} events {g['appends_per_s']:,}/s: "
-            f"{g['appends_per_s'] / e['appends_per_s']:.2f}"
+            f"{g['appends_per_s'] / e['appends_per_s']:.2f}; CPU µs per append "
+            f"{e.get('cpu_us_per_append')} / {g.get('cpu_us_per_append')}"
         )
     pairs.sort(key=lambda p: p[1]["appends_per_s"] / p[0]["appends_per_s"])
     empty_rate, large_rate = pairs[len(pairs) // 2]
@@ -680,6 +690,21 @@ def measure_appends(revision: Revision, run_dir: Path, n: int, args: Any) -> dic
         "large_per_s": large_rate["appends_per_s"],
         "ratio": round(large_rate["appends_per_s"] / empty_rate["appends_per_s"], 2),
         "ratio_rounds": [round(g["appends_per_s"] / e["appends_per_s"], 2) for e, g in pairs],
+        # load-independent: CPU per append, empty ÷ large (1.0: history costs no CPU)
+        "cpu_ratio": round(
+            median(
+                e["cpu_us_per_append"] / g["cpu_us_per_append"]
+                for e, g in pairs
+                if "cpu_us_per_append" in g and g["cpu_us_per_append"]
+            ),
+            2,
+        )
+        if all("cpu_us_per_append" in g for _, g in pairs)
+        else None,
+        "cpu_us_per_append": {
+            "empty": median(e.get("cpu_us_per_append", 0) for e, _ in pairs),
+            "large": median(g.get("cpu_us_per_append", 0) for _, g in pairs),
+        },
         "large_events_before": large_rate["events_before"],
         "target": 0.9,
     }

@@ -87,8 +87,7 @@ def _parser() -> argparse.ArgumentParser:
     export.set_defaults(func=cmd_journal_export)
     compact = journal.add_parser(
         "compact",
-        help="rewrite the journal without free pages, with the node stopped (after a large "
-        "import or catch-up: appends are slower while LMDB reuses the pages it freed)",
+        help="rewrite the journal without free pages (node stopped; after a bulk import)",
     )
     compact.add_argument("--config", default="runtime.toml")
     compact.set_defaults(func=cmd_journal_compact)
