@@ -72,9 +72,7 @@ def traced(data_dir: Path, count: int, trace: Path) -> list[tuple[int, int, floa
     return commits_of(trace)
 
 
-def windows(
-    commits: list[tuple[int, int, float]], size: int
-) -> list[tuple[float, float, float]]:
+def windows(commits: list[tuple[int, int, float]], size: int) -> list[tuple[float, float, float]]:
     """Per window: mean KiB, write calls and milliseconds in those calls and the fdatasync."""
     return [
         (

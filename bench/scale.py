@@ -695,7 +695,7 @@ def measure_appends(revision: Revision, run_dir: Path, n: int, args: Any) -> dic
             median(
                 e["cpu_us_per_append"] / g["cpu_us_per_append"]
                 for e, g in pairs
-                if "cpu_us_per_append" in g and g["cpu_us_per_append"]
+                if g.get("cpu_us_per_append")
             ),
             2,
         )

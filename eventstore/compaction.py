@@ -19,6 +19,7 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import lmdb
 
@@ -27,6 +28,9 @@ from eventstore.writer_lock import StoreAlreadyOpenError, WriterLock, claim_path
 DATA_FILE, LOCK_FILE = "data.mdb", "lock.mdb"
 WORK_DIR = "compacting"  # the copy under way; a leftover from an interrupted run is discarded
 _MAX_DBS = 64
+
+if TYPE_CHECKING:
+    from lmdb import _StatDict
 
 
 @dataclass(frozen=True)
@@ -106,7 +110,7 @@ def _unused_pages(env: lmdb.Environment) -> int:
     return max(used - 2 - in_trees, 0)  # two meta pages
 
 
-def _tree_pages(stat: dict[str, int]) -> int:
+def _tree_pages(stat: _StatDict) -> int:
     return stat["branch_pages"] + stat["leaf_pages"] + stat["overflow_pages"]
 
 

@@ -39,7 +39,8 @@ async def bulk_journal(path, events: int = 6000) -> list[bytes]:
     """A journal written as a bulk build writes it: large batches over many streams."""
     store = EventStore(path, KEY, "node-a")
     store.start()
-    batch = [NewEvent(f"agent-{i % 40:02d}", "log", {"n": i, "pad": "x" * 200}) for i in range(2000)]
+    pad = "x" * 200
+    batch = [NewEvent(f"agent-{i % 40:02d}", "log", {"n": i, "pad": pad}) for i in range(2000)]
     for _ in range(events // len(batch)):
         await store.append_many(batch)
     payloads = [e.payload for e in store.read_all(limit=100_000)]

@@ -139,9 +139,7 @@ def test_journal_compact_keeps_the_journal_and_refuses_next_to_a_writer(tmp_path
     verified = run_cli("audit", "verify", "--config", str(path))
     assert verified.returncode == 0, verified.stderr
     export = run_cli("journal", "export", "--config", str(path), "--agent", "a")
-    assert [json.loads(line)["seq"] for line in export.stdout.splitlines()] == list(
-        range(1, 81)
-    )
+    assert [json.loads(line)["seq"] for line in export.stdout.splitlines()] == list(range(1, 81))
     holder = WriterLock(load_config(path).data_path / "journal")  # as a running node holds it
     holder.acquire()
     try:
