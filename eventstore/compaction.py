@@ -62,10 +62,13 @@ def compact(path: Path) -> Compacted:
         try:
             unused = _unused_pages(env)
             env.copy(str(work), compact=True)
+            copied = work / DATA_FILE
+            _fsync(copied)
+        except BaseException:  # a full disk, say: the journal is untouched, drop the part copy
+            shutil.rmtree(work, ignore_errors=True)
+            raise
         finally:
             env.close()
-        copied = work / DATA_FILE
-        _fsync(copied)
         os.replace(copied, data_file)
         # its reader table and last transaction id describe the old file; the next process to
         # open the environment makes a new one

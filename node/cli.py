@@ -275,6 +275,8 @@ def cmd_journal_export(args: argparse.Namespace) -> int:
 
 
 def cmd_journal_compact(args: argparse.Namespace) -> int:
+    import lmdb
+
     from eventstore.compaction import compact
     from eventstore.store import StoreAlreadyOpenError
     from node.app import JOURNAL_DIR
@@ -283,8 +285,8 @@ def cmd_journal_compact(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     try:
         done = compact(config.data_path / JOURNAL_DIR)
-    except (StoreAlreadyOpenError, FileNotFoundError) as exc:
-        print(f"agent-node: {exc}", file=sys.stderr)
+    except (StoreAlreadyOpenError, OSError, lmdb.Error) as exc:  # OSError: a full disk, say
+        print(f"agent-node: journal not compacted: {exc}", file=sys.stderr)
         return 1
     mib = 1 << 20
     print(
