@@ -28,7 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import ROOT, report
 
 DATA = {"level": "info", "message": "request 000000000 served in  12 ms from cache shard 07 ok"}
-_WRITE = re.compile(r"(?:pwrite64|pwritev|write)\((\d+),.*= (\d+)$")
+_WRITE = re.compile(r"(?:pwrite64|pwritev|write)\((\d+),.*= (\d+) <([\d.]+)>$")
+_SYNC = re.compile(r"fdatasync\(.*<([\d.]+)>$")
 
 
 async def append(data_dir: Path, count: int) -> None:
@@ -47,32 +48,37 @@ async def append(data_dir: Path, count: int) -> None:
     await store.close()
 
 
-def commits_of(trace: Path) -> list[tuple[int, int]]:
-    """(bytes, write calls) between consecutive fdatasyncs that wrote anything."""
-    commits, written, calls = [], 0, 0
+def commits_of(trace: Path) -> list[tuple[int, int, float]]:
+    """(bytes, write calls, seconds in those calls and the fdatasync) between consecutive
+    fdatasyncs that wrote anything (strace -T: time in the kernel, mostly waiting on the disk,
+    which the shared machine's CPU load changes little)."""
+    commits, written, calls, seconds = [], 0, 0, 0.0
     for line in trace.read_text().splitlines():
-        found = _WRITE.search(line)
-        if found and int(found.group(1)) > 2 and int(found.group(2)) < (1 << 20):
-            written, calls = written + int(found.group(2)), calls + 1
-        elif "fdatasync(" in line:
+        if found := _WRITE.search(line):
+            if int(found.group(1)) > 2 and int(found.group(2)) < (1 << 20):
+                written, calls = written + int(found.group(2)), calls + 1
+                seconds += float(found.group(3))
+        elif synced := _SYNC.search(line):
             if calls:
-                commits.append((written, calls))
-            written, calls = 0, 0
+                commits.append((written, calls, seconds + float(synced.group(1))))
+            written, calls, seconds = 0, 0, 0.0
     return commits
 
 
-def traced(data_dir: Path, count: int, trace: Path) -> list[tuple[int, int]]:
+def traced(data_dir: Path, count: int, trace: Path) -> list[tuple[int, int, float]]:
     command = [sys.executable, __file__, "--child", str(data_dir), "--appends", str(count)]
-    strace = ["strace", "-f", "-qq", "-e", "trace=pwrite64,pwritev,write,fdatasync", "-o"]
+    strace = ["strace", "-f", "-qq", "-T", "-e", "trace=pwrite64,pwritev,write,fdatasync", "-o"]
     subprocess.run([*strace, str(trace), *command], cwd=ROOT, check=True)
     return commits_of(trace)
 
 
-def windows(commits: list[tuple[int, int]], size: int) -> list[tuple[float, float]]:
+def windows(commits: list[tuple[int, int, float]], size: int) -> list[tuple[float, float, float]]:
+    """Per window: mean KiB, write calls and milliseconds in those calls and the fdatasync."""
     return [
         (
-            round(statistics.mean(b for b, _ in commits[i : i + size]) / 1024, 1),
-            round(statistics.mean(c for _, c in commits[i : i + size]), 1),
+            round(statistics.mean(b for b, _, _ in commits[i : i + size]) / 1024, 1),
+            round(statistics.mean(c for _, c, _ in commits[i : i + size]), 1),
+            round(statistics.mean(t for _, _, t in commits[i : i + size]) * 1e3, 2),
         )
         for i in range(0, len(commits), size)
     ]
@@ -95,10 +101,17 @@ def main() -> None:
         figures: dict[str, object] = {"bench": "commit_io", "data_dir": str(args.data_dir)}
         for name, data_dir in (("empty", tmp / "empty"), ("large", args.data_dir)):
             data_dir.mkdir(exist_ok=True)
-            found = windows(traced(data_dir, args.appends, tmp / f"{name}.trace"), args.window)
-            print(f"{name}: (KiB, write calls) per commit, {args.window} commits a window")
+            commits = traced(data_dir, args.appends, tmp / f"{name}.trace")
+            found = windows(commits, args.window)
+            print(f"{name}: (KiB, write calls, ms) per commit, {args.window} commits a window")
             print("   ", found)
-            figures[name] = {"windows": found, "last": found[-1]}
+            figures[name] = {
+                "windows": found,
+                "last": found[-1],
+                "second_half": windows(commits[len(commits) // 2 :], len(commits))[0],
+                "commits": len(commits),
+                "appends_per_commit": round(args.appends // 64 * 64 / max(len(commits), 1), 1),
+            }
         report(figures)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -34,6 +34,7 @@ import json
 import os
 import random
 import re
+import resource
 import shutil
 import signal
 import subprocess
@@ -328,6 +329,19 @@ def copy_data(source: Path, target: Path) -> None:
                 os.close(fd)
 
 
+def compact_copy(data_dir: Path) -> dict[str, Any]:
+    """What `agent-node journal compact` does, on a copy (LMDB's compacting copy, renamed in)."""
+    from eventstore.compaction import compact
+
+    started = time.perf_counter()
+    done = compact(data_dir / "journal")
+    print(
+        f"  compacted {data_dir}: {done.bytes_before:,} → {done.bytes_after:,} bytes, "
+        f"{done.unused_pages_before:,} unused pages, {time.perf_counter() - started:.1f} s"
+    )
+    return {**asdict(done), "seconds": round(time.perf_counter() - started, 1)}
+
+
 @dataclass
 class Revision:
     name: str
@@ -583,18 +597,26 @@ async def append_rate(
 
     tasks = [asyncio.ensure_future(producer(n)) for n in range(producers)]
     await asyncio.sleep(0.5)
-    first, started = done, time.perf_counter()
+    first, started, cpu = done, time.perf_counter(), process_cpu()
     await asyncio.sleep(seconds)
-    last, elapsed = done, time.perf_counter() - started
+    last, elapsed, cpu = done, time.perf_counter() - started, process_cpu() - cpu
     running = False
     await asyncio.gather(*tasks)
     after = store.last_position
     await store.close()
     return {
         "appends_per_s": round((last - first) / elapsed),
+        "cpu_us_per_append": round(cpu / max(last - first, 1) * 1e6, 1),
         "events_before": before,
         "events_after": after,
     }
+
+
+def process_cpu() -> float:
+    """CPU seconds of this process, every thread (the writer, its signing helper, the loop):
+    what an append costs whatever else the shared machine runs."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def appends_child(revision: Revision, config: Path, args: Any) -> dict[str, Any]:
@@ -655,7 +677,8 @@ def measure_appends(revision: Revision, run_dir: Path, n: int, args: Any) -> dic
         print(
             f"  [appends {revision.name}] round {i + 1}: empty {e['appends_per_s']:,}/s, "
             f"{g['events_before']:,} events {g['appends_per_s']:,}/s: "
-            f"{g['appends_per_s'] / e['appends_per_s']:.2f}"
+            f"{g['appends_per_s'] / e['appends_per_s']:.2f}; CPU µs per append "
+            f"{e.get('cpu_us_per_append')} / {g.get('cpu_us_per_append')}"
         )
     pairs.sort(key=lambda p: p[1]["appends_per_s"] / p[0]["appends_per_s"])
     empty_rate, large_rate = pairs[len(pairs) // 2]
@@ -667,6 +690,21 @@ def measure_appends(revision: Revision, run_dir: Path, n: int, args: Any) -> dic
         "large_per_s": large_rate["appends_per_s"],
         "ratio": round(large_rate["appends_per_s"] / empty_rate["appends_per_s"], 2),
         "ratio_rounds": [round(g["appends_per_s"] / e["appends_per_s"], 2) for e, g in pairs],
+        # load-independent: CPU per append, empty ÷ large (1.0: history costs no CPU)
+        "cpu_ratio": round(
+            median(
+                e["cpu_us_per_append"] / g["cpu_us_per_append"]
+                for e, g in pairs
+                if g.get("cpu_us_per_append")
+            ),
+            2,
+        )
+        if all("cpu_us_per_append" in g for _, g in pairs)
+        else None,
+        "cpu_us_per_append": {
+            "empty": median(e.get("cpu_us_per_append", 0) for e, _ in pairs),
+            "large": median(g.get("cpu_us_per_append", 0) for _, g in pairs),
+        },
         "large_events_before": large_rate["events_before"],
         "target": 0.9,
     }
@@ -775,6 +813,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--append-rounds", type=int, default=5)
     parser.add_argument("--append-streams", type=int, default=8, help="journals appended to")
     parser.add_argument("--keep", action="store_true", help="keep the revisions' copies")
+    parser.add_argument(
+        "--appends-only",
+        action="store_true",
+        help="only the appends/s ratio, on a fresh copy of the largest build (no node runs)",
+    )
+    parser.add_argument(
+        "--compact",
+        action="store_true",
+        help="compact that copy first (agent-node journal compact): no free pages left by "
+        "the bulk build, as a journal grown by appends or restored from `mdb_copy -c`",
+    )
     parser.add_argument("--appends-child", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.appends_child:
@@ -804,10 +853,26 @@ def main(argv: Sequence[str] | None = None) -> None:
         "unsaved": args.unsaved,
         "append_rounds": args.append_rounds,
         "append_seconds": args.append_seconds,
+        "appends_only": args.appends_only,
+        "compact": args.compact,
         "sizes": {},
     }
     largest: dict[str, tuple[int, Path]] = {}
-    for index, n in enumerate(sizes):
+    if args.appends_only:
+        n = sizes[-1]
+        build(args.root / str(n), n, args.rebuild)
+        for revision in revisions:
+            run_dir = args.root / str(n) / f"run-{revision.name}"
+            shutil.rmtree(run_dir, ignore_errors=True)
+            run_dir.mkdir()
+            copy_data(args.root / str(n) / "data", run_dir / "data")
+            if args.compact:
+                figures[f"compacted_{revision.name}"] = compact_copy(run_dir / "data")
+            largest[revision.name] = (n, run_dir)
+        sizes_measured: list[int] = []
+    else:
+        sizes_measured = sizes
+    for index, n in enumerate(sizes_measured):
         print(f"== {n:,} events")
         built_dir = args.root / str(n)
         built = build(built_dir, n, args.rebuild)
@@ -848,6 +913,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 f"{a['events']:,} events {a['large_per_s']:,}: {a['ratio']:.2f} "
                 f"(target {a['target']}) rounds {a['ratio_rounds']}"
             )
+    figures["load_average"] = [round(x, 1) for x in os.getloadavg()]
     if not args.keep:
         for n in sizes:
             for revision in revisions:

@@ -85,6 +85,12 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--agent", required=True, help="journal (agent) name")
     export.add_argument("--output", "-o", help="file to write (default: standard output)")
     export.set_defaults(func=cmd_journal_export)
+    compact = journal.add_parser(
+        "compact",
+        help="rewrite the journal without free pages (node stopped; after a bulk import)",
+    )
+    compact.add_argument("--config", default="runtime.toml")
+    compact.set_defaults(func=cmd_journal_compact)
     add_client_commands(sub)  # approvals, status, tasks, logs, findings against a running node
     authoring.register(sub)  # agent new|build|test|publish (node/authoring/)
     _describe(parser)
@@ -268,6 +274,29 @@ def cmd_journal_export(args: argparse.Namespace) -> int:
         store.close_sync()
         if out is not sys.stdout:
             out.close()
+    return 0
+
+
+def cmd_journal_compact(args: argparse.Namespace) -> int:
+    import lmdb
+
+    from eventstore.compaction import compact
+    from eventstore.store import StoreAlreadyOpenError
+    from node.app import JOURNAL_DIR
+
+    config = load_config(args.config)
+    started = time.perf_counter()
+    try:
+        done = compact(config.data_path / JOURNAL_DIR)
+    except (StoreAlreadyOpenError, OSError, lmdb.Error) as exc:  # OSError: a full disk, say
+        print(f"agent-node: journal not compacted: {exc}", file=sys.stderr)
+        return 1
+    mib = 1 << 20
+    print(
+        f"compacted {config.data_path / JOURNAL_DIR}: {done.bytes_before / mib:,.1f} MiB → "
+        f"{done.bytes_after / mib:,.1f} MiB ({done.unused_pages_before:,} unused pages before) "
+        f"in {duration(time.perf_counter() - started)}"
+    )
     return 0
 
 

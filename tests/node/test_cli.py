@@ -1,4 +1,4 @@
-"""The agent-node CLI against real data dirs: keys, tokens, audit, replay, export."""
+"""The agent-node CLI against real data dirs: keys, tokens, audit, replay, export, compact."""
 
 import asyncio
 import json
@@ -8,6 +8,7 @@ import stat
 import lmdb
 
 from eventstore.keys import load_or_create_key
+from eventstore.writer_lock import WriterLock
 from node.app import open_store
 from node.config import load_config
 from node.version import __version__
@@ -127,6 +128,25 @@ def test_replay_finds_stored_read_models_that_differ_from_the_journal(tmp_path):
     result = run_cli("replay", "--config", str(path))
     assert result.returncode == 1
     assert "stored read models differ from the rebuild: logs.entries" in result.stdout
+
+
+def test_journal_compact_keeps_the_journal_and_refuses_next_to_a_writer(tmp_path):
+    path = write_config(tmp_path)
+    seed_journal(path, per_stream=40)
+    result = run_cli("journal", "compact", "--config", str(path))
+    assert result.returncode == 0, result.stderr
+    assert "compacted " in result.stdout and "unused pages before" in result.stdout
+    verified = run_cli("audit", "verify", "--config", str(path))
+    assert verified.returncode == 0, verified.stderr
+    export = run_cli("journal", "export", "--config", str(path), "--agent", "a")
+    assert [json.loads(line)["seq"] for line in export.stdout.splitlines()] == list(range(1, 81))
+    holder = WriterLock(load_config(path).data_path / "journal")  # as a running node holds it
+    holder.acquire()
+    try:
+        refused = run_cli("journal", "compact", "--config", str(path))
+    finally:
+        holder.release()
+    assert refused.returncode == 1 and "being written by another process" in refused.stderr
 
 
 def test_journal_export_is_json_lines(tmp_path):
