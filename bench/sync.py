@@ -92,6 +92,7 @@ def main() -> None:
     parser.add_argument("--journals", type=int, default=10)
     parser.add_argument("--batch", type=int, default=1000)
     parser.add_argument("--verify-samples", type=int, default=20_000)
+    parser.add_argument("--in-flight", type=int, help="[sync] pushes_in_flight (else the default)")
     parser.add_argument("--tree", type=Path, default=ROOT, help="whose node runs (a checkout)")
     parser.add_argument("--py-spy", type=Path, help="record both nodes into this directory")
     parser.add_argument("--base", help="a commit to measure side by side")
@@ -108,7 +109,7 @@ def main() -> None:
         tuning = (
             f"\n[sync]\nbatch_size = {args.batch}\nbackoff_initial_secs = 0.05\n"
             "backoff_max_secs = 0.1\n"
-        )
+        ) + (f"pushes_in_flight = {args.in_flight}\n" if args.in_flight else "")
         paths = write_mesh(Path(tmp), ["node-a", "node-b"], extra=tuning)
         names = [f"bulk-{i}" for i in range(args.journals)]
         per = args.envelopes // args.journals
