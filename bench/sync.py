@@ -59,7 +59,8 @@ def raw_verify_rate(samples: int) -> float:
 
 
 def thread_cpu(pid: int) -> dict[str, float]:
-    """CPU seconds (user + system) of each thread of `pid`, summed by thread name."""
+    """CPU seconds (user + system) of each thread of `pid` by thread id ("main" for the main
+    thread: Python does not name its threads in /proc; py-spy's profile does)."""
     tick = os.sysconf("SC_CLK_TCK")
     out: dict[str, float] = {}
     for task in Path(f"/proc/{pid}/task").iterdir():
@@ -67,10 +68,22 @@ def thread_cpu(pid: int) -> dict[str, float]:
             stat = (task / "stat").read_text()
         except OSError:
             continue  # the thread ended meanwhile
-        name = stat[stat.index("(") + 1 : stat.rindex(")")]
         fields = stat[stat.rindex(")") + 2 :].split()
-        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+        name = "main" if task.name == str(pid) else task.name
+        out[name] = (int(fields[11]) + int(fields[12])) / tick
     return out
+
+
+def named_threads(cpu: dict[str, float], profile: Path) -> dict[str, float]:
+    """`cpu` with thread ids replaced by the names py-spy recorded for them."""
+    names: dict[str, str] = {}
+    if profile.exists():
+        for line in profile.read_text().splitlines():
+            head = line.split(";", 1)[0]  # "thread (TID): name" or "process ...: thread ..."
+            if head.startswith("thread (") and "): " in head:
+                tid, name = head[len("thread (") :].split("): ", 1)
+                names[tid] = f"{name} {tid}"
+    return {names.get(t, t): v for t, v in cpu.items()}
 
 
 def cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
@@ -169,6 +182,8 @@ def main() -> None:
             "load_average_1m": round(os.getloadavg()[0], 2),
         }
         for n in ("a", "b"):
+            if args.py_spy:
+                cpu[n] = named_threads(cpu[n], args.py_spy / f"{n}.txt")
             total = sum(cpu[n].values())
             figures[f"cpu_us_per_envelope_{n}"] = round(total / args.envelopes * 1e6, 1)
             figures[f"cpu_share_of_wall_{n}"] = round(total / elapsed, 2)
@@ -188,9 +203,9 @@ def main() -> None:
 def spy(pid: int, out: Path) -> subprocess.Popen[bytes]:
     out.parent.mkdir(parents=True, exist_ok=True)
     exe = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or "py-spy"
-    command = [exe, "record", "--threads", "--idle", "-r", "250", "-f", "raw", "-o", str(out)]
+    command = [exe, "record", "--threads", "--idle", "--nonblocking", "-r", "250", "-f", "raw"]
     return subprocess.Popen(
-        [*command, "-p", str(pid)],
+        [*command, "-o", str(out), "-p", str(pid)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
