@@ -86,6 +86,15 @@ def named_threads(cpu: dict[str, float], profile: Path) -> dict[str, float]:
     return {names.get(t, t): v for t, v in cpu.items()}
 
 
+def machine_cpu() -> tuple[float, float, float]:
+    """Seconds of all CPUs since boot: (busy, idle incl. iowait, steal), from /proc/stat."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    tick = os.sysconf("SC_CLK_TCK")
+    user, nice, system, idle, iowait, irq, softirq, steal = fields[:8]
+    busy = user + nice + system + irq + softirq
+    return busy / tick, (idle + iowait) / tick, steal / tick
+
+
 def cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
     names = set(before) | set(after)
     return {n: after.get(n, 0.0) - before.get(n, 0.0) for n in names}
@@ -143,6 +152,7 @@ def main() -> None:
             b.start()
             healthy = time.perf_counter()
             cpu_before = {"a": thread_cpu(a.pid), "b": thread_cpu(b.pid)}
+            machine_before = machine_cpu()
             if args.py_spy:
                 spies = [
                     spy(node.pid, args.py_spy / f"{n}.txt") for n, node in (("a", a), ("b", b))
@@ -154,6 +164,7 @@ def main() -> None:
                     "node-b holds every envelope",
                 )
             done = time.perf_counter()
+            machine = [x - y for x, y in zip(machine_cpu(), machine_before, strict=True)]
             cpu = {
                 "a": cpu_delta(cpu_before["a"], thread_cpu(a.pid)),
                 "b": cpu_delta(cpu_before["b"], thread_cpu(b.pid)),
@@ -181,10 +192,12 @@ def main() -> None:
             "raw_verify_before_after": [round(raw_before), round(raw_after)],
             "load_average_1m": round(os.getloadavg()[0], 2),
         }
+        ours = 0.0
         for n in ("a", "b"):
             if args.py_spy:
                 cpu[n] = named_threads(cpu[n], args.py_spy / f"{n}.txt")
             total = sum(cpu[n].values())
+            ours += total
             figures[f"cpu_us_per_envelope_{n}"] = round(total / args.envelopes * 1e6, 1)
             figures[f"cpu_share_of_wall_{n}"] = round(total / elapsed, 2)
             figures[f"threads_cpu_s_{n}"] = {
@@ -192,6 +205,10 @@ def main() -> None:
                 for k, v in sorted(cpu[n].items(), key=lambda kv: -kv[1])
                 if v >= 0.01
             }
+        # how busy the machine's CPUs were meanwhile, and how much of that was not these nodes
+        figures["machine_cores_busy"] = round(machine[0] / elapsed, 2)
+        figures["other_tenants_cores_busy"] = round((machine[0] - ours) / elapsed, 2)
+        figures["cores_stolen"] = round(machine[2] / elapsed, 2)
     print(
         f"new node caught up on {args.envelopes:,} envelopes in {elapsed:.2f}s "
         f"({done - spawned:.2f}s from process spawn): {rate:,.0f} envelopes/s, "
