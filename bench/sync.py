@@ -8,7 +8,14 @@
    every envelope (verified, durably stored, folded into its read models), as node-b's
    convergence report shows. envelopes/s = N / that time, set next to the raw verify rate.
 
+3. CPU time of each node process over the catch-up (utime + stime from /proc, per envelope,
+   and per thread name), which the machine's other tenants do not inflate the way they do the
+   wall clock.
+
 Run: .venv/bin/python bench/sync.py [--envelopes 100000] [--journals 10] [--batch 1000]
+`--py-spy DIR`: also record both nodes with `py-spy record --threads` (raw folded stacks in DIR).
+`--base COMMIT [--rounds 3]`: the same run for this tree and that commit's nodes, alternating
+which goes first; the figures are the medians, with `_base` twins and `ratio_vs_base`.
 The last line printed is one JSON object with the figures.
 """
 
@@ -17,6 +24,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
+import signal
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -35,16 +46,63 @@ from tests.sync_support import prefill, write_mesh  # noqa: E402
 
 
 def raw_verify_rate(samples: int) -> float:
+    """Verifies per wall-clock second; `raw_verify_cpu` keeps the same run's per CPU second."""
     key = SigningKey.generate()
     verify_key = key.verify_key
     messages = []
     for i in range(samples):
         message = signed_bytes("bench", i + 1, digest_of(b"payload %d" % i))
         messages.append((message, key.sign(message).signature))
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.thread_time()
     for message, signature in messages:
         verify_key.verify(message, signature)
+    raw_verify_cpu.append(samples / (time.thread_time() - cpu))
     return samples / (time.perf_counter() - started)
+
+
+raw_verify_cpu: list[float] = []
+
+
+def thread_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds (user + system) of each thread of `pid` by thread id ("main" for the main
+    thread: Python does not name its threads in /proc; py-spy's profile does)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            stat = (task / "stat").read_text()
+        except OSError:
+            continue  # the thread ended meanwhile
+        fields = stat[stat.rindex(")") + 2 :].split()
+        name = "main" if task.name == str(pid) else task.name
+        out[name] = (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+def named_threads(cpu: dict[str, float], profile: Path) -> dict[str, float]:
+    """`cpu` with thread ids replaced by the names py-spy recorded for them."""
+    names: dict[str, str] = {}
+    if profile.exists():
+        for line in profile.read_text().splitlines():
+            head = line.split(";", 1)[0]  # "thread (TID): name" or "process ...: thread ..."
+            if head.startswith("thread (") and "): " in head:
+                tid, name = head[len("thread (") :].split("): ", 1)
+                names[tid] = f"{name} {tid}"
+    return {names.get(t, t): v for t, v in cpu.items()}
+
+
+def machine_cpu() -> tuple[float, float, float]:
+    """Seconds of all CPUs since boot: (busy, idle incl. iowait, steal), from /proc/stat."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    tick = os.sysconf("SC_CLK_TCK")
+    user, nice, system, idle, iowait, irq, softirq, steal = fields[:8]
+    busy = user + nice + system + irq + softirq
+    return busy / tick, (idle + iowait) / tick, steal / tick
+
+
+def cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    names = set(before) | set(after)
+    return {n: after.get(n, 0.0) - before.get(n, 0.0) for n in names}
 
 
 def held(journals: list[str], client: httpx.Client) -> int:
@@ -61,7 +119,15 @@ def main() -> None:
     parser.add_argument("--journals", type=int, default=10)
     parser.add_argument("--batch", type=int, default=1000)
     parser.add_argument("--verify-samples", type=int, default=20_000)
+    parser.add_argument("--in-flight", type=int, help="[sync] pushes_in_flight (else the default)")
+    parser.add_argument("--tree", type=Path, default=ROOT, help="whose node runs (a checkout)")
+    parser.add_argument("--py-spy", type=Path, help="record both nodes into this directory")
+    parser.add_argument("--base", help="a commit to measure side by side")
+    parser.add_argument("--rounds", type=int, default=3, help="with --base")
     args = parser.parse_args()
+    if args.base:
+        against_base(args)
+        return
 
     raw_before = raw_verify_rate(args.verify_samples)
     print(f"raw ed25519 verify: {raw_before:,.0f}/s (one thread, {args.verify_samples} samples)")
@@ -70,7 +136,7 @@ def main() -> None:
         tuning = (
             f"\n[sync]\nbatch_size = {args.batch}\nbackoff_initial_secs = 0.05\n"
             "backoff_max_secs = 0.1\n"
-        )
+        ) + (f"pushes_in_flight = {args.in_flight}\n" if args.in_flight else "")
         paths = write_mesh(Path(tmp), ["node-a", "node-b"], extra=tuning)
         names = [f"bulk-{i}" for i in range(args.journals)]
         per = args.envelopes // args.journals
@@ -83,11 +149,19 @@ def main() -> None:
         print(f"prefilled node-a with {args.envelopes:,} envelopes in {took:.1f}s")
 
         a, b = NodeProcess(paths["node-a"]), NodeProcess(paths["node-b"])
+        a.root = b.root = args.tree.resolve()
+        spies: list[subprocess.Popen[bytes]] = []
         try:
             a.start(timeout=120)
             spawned = time.perf_counter()
             b.start()
             healthy = time.perf_counter()
+            cpu_before = {"a": thread_cpu(a.pid), "b": thread_cpu(b.pid)}
+            machine_before = machine_cpu()
+            if args.py_spy:
+                spies = [
+                    spy(node.pid, args.py_spy / f"{n}.txt") for n, node in (("a", a), ("b", b))
+                ]
             with b.client() as client:
                 wait_until(
                     lambda: held(names, client) >= args.envelopes,
@@ -95,7 +169,15 @@ def main() -> None:
                     "node-b holds every envelope",
                 )
             done = time.perf_counter()
+            machine = [x - y for x, y in zip(machine_cpu(), machine_before, strict=True)]
+            cpu = {
+                "a": cpu_delta(cpu_before["a"], thread_cpu(a.pid)),
+                "b": cpu_delta(cpu_before["b"], thread_cpu(b.pid)),
+            }
         finally:
+            for process in spies:  # py-spy writes its file on SIGINT, not on SIGTERM
+                process.send_signal(signal.SIGINT)
+                process.wait(30)
             a.terminate()
             b.terminate()
         raw_after = raw_verify_rate(args.verify_samples)
@@ -115,12 +197,80 @@ def main() -> None:
             "raw_verify_before_after": [round(raw_before), round(raw_after)],
             "load_average_1m": round(os.getloadavg()[0], 2),
         }
+        ours = 0.0
+        for n in ("a", "b"):  # CPU time: what other tenants of the machine do not inflate much
+            if args.py_spy:
+                cpu[n] = named_threads(cpu[n], args.py_spy / f"{n}.txt")
+            total = sum(cpu[n].values())
+            ours += total
+            figures[f"cpu_us_per_envelope_{n}"] = round(total / args.envelopes * 1e6, 1)
+            figures[f"cpu_share_of_wall_{n}"] = round(total / elapsed, 2)
+            figures[f"threads_cpu_s_{n}"] = {
+                k: round(v, 2)
+                for k, v in sorted(cpu[n].items(), key=lambda kv: -kv[1])
+                if v >= 0.01
+            }
+        # envelopes per CPU second of both nodes, next to verifies per CPU second (one thread)
+        raw_cpu = statistics.mean(raw_verify_cpu)
+        figures["raw_verify_per_cpu_s"] = round(raw_cpu)
+        figures["replicated_per_cpu_s"] = round(args.envelopes / ours)
+        figures["cpu_ratio_to_raw_verify"] = round(args.envelopes / ours / raw_cpu, 3)
+        # how busy the machine's CPUs were meanwhile, and how much of that was not these nodes
+        figures["machine_cores_busy"] = round(machine[0] / elapsed, 2)
+        figures["other_tenants_cores_busy"] = round((machine[0] - ours) / elapsed, 2)
+        figures["cores_stolen"] = round(machine[2] / elapsed, 2)
     print(
         f"new node caught up on {args.envelopes:,} envelopes in {elapsed:.2f}s "
         f"({done - spawned:.2f}s from process spawn): {rate:,.0f} envelopes/s, "
         f"{rate / raw:.2f} x raw verify"
     )
     print(json.dumps({"bench": "sync", **figures}))
+
+
+def spy(pid: int, out: Path) -> subprocess.Popen[bytes]:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    exe = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or "py-spy"
+    command = [exe, "record", "--threads", "--idle", "--nonblocking", "-r", "250", "-f", "raw"]
+    return subprocess.Popen(
+        [*command, "-o", str(out), "-p", str(pid)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def against_base(args: argparse.Namespace) -> None:
+    """This bench against this tree's nodes and the base commit's, alternating; medians."""
+    from bench.replay_ab import export
+
+    with tempfile.TemporaryDirectory(prefix="bench-sync-base-") as tmp:
+        base = export(args.base, Path(tmp))
+        child = [
+            "--envelopes", str(args.envelopes), "--journals", str(args.journals),
+            "--batch", str(args.batch), "--verify-samples", str(args.verify_samples),
+        ]  # fmt: skip
+        runs: dict[str, list[dict]] = {"this": [], "base": []}
+        for i in range(args.rounds):
+            for name, tree in (("this", ROOT), ("base", base))[:: 1 if i % 2 else -1]:
+                out = subprocess.run(
+                    [sys.executable, __file__, *child, "--tree", str(tree)],
+                    cwd=ROOT,
+                    check=True,
+                    capture_output=True,
+                    text=True,
+                ).stdout
+                runs[name].append(json.loads(out.strip().splitlines()[-1]))
+                print(f"round {i + 1} {name}: {runs[name][-1]}", flush=True)
+
+    figures: dict[str, object] = {"bench": "sync", "base": args.base, "rounds": args.rounds}
+    for key, value in runs["this"][0].items():
+        if key != "bench" and isinstance(value, int | float):
+            figures[key] = statistics.median(r[key] for r in runs["this"])
+            figures[f"{key}_base"] = statistics.median(r[key] for r in runs["base"])
+    figures["ratio_vs_base"] = round(
+        float(figures["ratio_to_raw_verify"]) / float(figures["ratio_to_raw_verify_base"]), 3
+    )
+    figures["load_average_1m"] = round(os.getloadavg()[0], 2)
+    print(json.dumps(figures))
 
 
 if __name__ == "__main__":

@@ -97,6 +97,8 @@ class SyncSection(_Section, kw_only=True):
 
     batch_size: PositiveInt = 1000
     batch_max_kb: PositiveInt = 512
+    # pushes outstanding per peer, each with its own journals (docs/mesh.md)
+    pushes_in_flight: Annotated[int, msgspec.Meta(ge=1, le=16)] = 2
     backoff_initial_secs: Annotated[float, msgspec.Meta(gt=0)] = 0.5
     backoff_max_secs: Annotated[float, msgspec.Meta(gt=0)] = 30.0
     heartbeat_secs: Annotated[float, msgspec.Meta(gt=0)] = 10.0

@@ -109,12 +109,18 @@ class NodeProcess:
         self.url = f"http://{self.config.node.listen}"
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = config_path.parent / "node.log"
+        self.root = ROOT  # the checkout whose node runs (a bench may run another's)
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None, "the node was not started"
+        return self.proc.pid
 
     def start(self, timeout: float = 30) -> NodeProcess:
         log = open(self.log_path, "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "node", "run", "--config", str(self.config_path), *self.args],
-            cwd=ROOT,
+            cwd=self.root,
             stdout=log,
             stderr=subprocess.STDOUT,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},

@@ -2,8 +2,11 @@
 
 The peer's `heads` are the truth: an empty push (a probe) on every (re)contact and every
 heartbeat learns them, so a restart of either side resumes at the right seq without trusting
-anything persisted. While one batch is in flight the next is read and encoded (optimistically
-assuming the first lands), which keeps both nodes busy. Unreachable peer, refused or
+anything persisted. Up to `pushes_in_flight` pushes are outstanding at once, each holding
+journals no other outstanding push holds: the peer may verify one while it commits another, and
+they may complete in any order, because no journal's envelopes are split between two of them
+(a journal's next batch goes out only once its previous one was answered). The next batch is
+read and encoded optimistically, assuming those outstanding land. Unreachable peer, refused or
 progress-less push: retry with exponential backoff (with jitter), then re-probe.
 """
 
@@ -12,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from collections.abc import Set as AbstractSet
 from typing import NamedTuple
 
 import aiohttp
@@ -106,49 +110,71 @@ class Replicator:
     async def _pump(self) -> None:
         """Push until the peer has everything, wait for new commits, repeat; raise on failure."""
         store = self._ctx.store
-        position = store.last_position
-        batch = await self._prepare(self.acked)
-        while True:
-            if batch is None:
-                self._backoff = self._settings.backoff_initial_secs
-                try:
-                    await asyncio.wait_for(
-                        store.wait_beyond(position), self._settings.heartbeat_secs
-                    )
-                except TimeoutError:
-                    self._learn((await self._post(b"", 0)).heads, probe=True)
+        window = self._settings.pushes_in_flight
+        cursor = dict(self.acked)  # what the peer will hold once every outstanding push lands
+        in_flight: dict[asyncio.Task[PushReply], Batch] = {}
+        try:
+            while True:
                 position = store.last_position
-                batch = await self._prepare(self.acked)
-                continue
-            sending = asyncio.ensure_future(self._post(batch.body, batch.envelope_count))
-            cursor = {**self.acked, **batch.last}
-            next_position = store.last_position
-            try:
-                upcoming = await self._prepare(cursor)
-                reply = await sending
-            finally:
-                sending.cancel()
-            self._learn(reply.heads)
-            if reply.accepted == 0 and reply.rejected:
-                raise PushFailed(
-                    f"all {reply.rejected} envelope(s) rejected, first {reply.first_rejection()}"
-                )
-            self._backoff = self._settings.backoff_initial_secs
-            if reply.rejected == 0 and all(self.acked.get(s) == q for s, q in batch.last.items()):
-                batch, position = upcoming, next_position
-            else:  # the peer holds something else than we assumed: start from its heads
-                position = store.last_position
-                batch = await self._prepare(self.acked)
+                while len(in_flight) < window:
+                    busy = {s for batch in in_flight.values() for s in batch.last}
+                    batch = await self._prepare(cursor, busy, window - len(in_flight))
+                    if batch is None:
+                        break
+                    post = asyncio.create_task(self._post(batch.body, batch.envelope_count))
+                    in_flight[post] = batch
+                    cursor.update(batch.last)
+                if not in_flight:
+                    await self._idle(position)
+                    cursor = dict(self.acked)
+                    continue
+                done, _ = await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
+                for post in done:
+                    self._answered(in_flight.pop(post), post.result(), cursor)
+        finally:  # a failed push ends the others; their outcomes are re-learned by a probe
+            for post in in_flight:
+                if post.done() and not post.cancelled():
+                    post.exception()  # retrieved: it is superseded by the failure being raised
+                post.cancel()
+
+    async def _idle(self, position: int) -> None:
+        """Nothing to push: wait for a commit beyond `position`, probing at each heartbeat."""
+        self._backoff = self._settings.backoff_initial_secs
+        try:
+            await asyncio.wait_for(
+                self._ctx.store.wait_beyond(position), self._settings.heartbeat_secs
+            )
+        except TimeoutError:
+            self._learn((await self._post(b"", 0)).heads, probe=True)
+
+    def _answered(self, batch: Batch, reply: PushReply, cursor: dict[str, int]) -> None:
+        """Take a push's reply; where the peer holds other than assumed, resume from its heads."""
+        self._learn(reply.heads)
+        if reply.accepted == 0 and reply.rejected:
+            raise PushFailed(
+                f"all {reply.rejected} envelope(s) rejected, first {reply.first_rejection()}"
+            )
+        self._backoff = self._settings.backoff_initial_secs
+        if reply.rejected == 0 and all(self.acked.get(s) == q for s, q in batch.last.items()):
+            return
+        for stream in batch.last:  # only this push's journals: the others' pushes are theirs
+            cursor[stream] = self.acked.get(stream, 0)
 
     # ----------------------------------------------------------------- batches
-    async def _prepare(self, after: dict[str, int]) -> Batch | None:
-        """The next batch after `after`, read and encoded off the loop; None when all acked."""
+    async def _prepare(
+        self, after: dict[str, int], busy: AbstractSet[str] = frozenset(), slots: int = 1
+    ) -> Batch | None:
+        """The next batch after `after`, read and encoded off the loop; None when all acked.
+
+        Journals in `busy` (in an outstanding push) are left out; of the rest, a batch takes
+        its share of `slots` free pushes, so the journals spread over the window."""
         journals = self._ctx.projections.get(Journals)
         me = self._ctx.name
         work = [
             (stream, after.get(stream, 0))
             for stream, head in journals.head.items()
             if head > after.get(stream, 0)
+            and stream not in busy
             and not stream.startswith("$")
             and journals.home.get(stream) == me
         ]
@@ -156,6 +182,7 @@ class Replicator:
             return None
         self._turn = (self._turn + 1) % len(work)
         work = work[self._turn :] + work[: self._turn]  # no journal starves the others
+        work = work[: -(-len(work) // max(1, slots))]
         return await asyncio.to_thread(self._read_batch, work)
 
     def _read_batch(self, work: list[tuple[str, int]]) -> Batch:
