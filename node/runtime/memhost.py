@@ -43,11 +43,18 @@ class MemoryHost:
     threads: set[str] = field(default_factory=set)  # threads that called this host
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _ids: Any = field(default_factory=lambda: itertools.count(1))
+    _callers: set[threading.Thread] = field(default_factory=set)  # the threads in `threads`
 
     def record(self, type_: str, **data: Any) -> None:
+        # called several times a tick: the keyword dict is the event (no copy), and a
+        # thread's name is looked up once, not on every call
+        data["ts"] = time.monotonic()
+        thread = threading.current_thread()
         with self._lock:
-            self.events.append((type_, {"ts": time.monotonic(), **data}))
-            self.threads.add(threading.current_thread().name)
+            self.events.append((type_, data))
+            if thread not in self._callers:
+                self._callers.add(thread)
+                self.threads.add(thread.name)
 
     def of_type(self, type_: str) -> list[dict[str, Any]]:
         with self._lock:

@@ -136,6 +136,10 @@ class OutputCapture:
                     self._skipped_bytes += skipped
             if not data and not (flush_partial and f.partial):
                 continue  # the usual tick of a quiet stream: nothing more to do
+            if not f.partial and data.endswith(b"\n"):  # whole lines (a print): no buffer
+                for raw in data[:-1].split(b"\n"):
+                    self._add(stream, raw)
+                continue
             f.partial += data
             while (end := f.partial.find(b"\n")) >= 0:
                 self._add(stream, bytes(f.partial[:end]))
@@ -173,6 +177,8 @@ class OutputCapture:
             return []  # read without the lock: a count the guard just raised waits a run
         lines = list(self._lines)
         self._lines.clear()
+        if not self._dropped_lines and not self._skipped_bytes:
+            return lines
         with self._skipped_lock:
             skipped, self._skipped_bytes = self._skipped_bytes, 0
         if self._dropped_lines or skipped:
