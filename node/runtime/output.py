@@ -34,6 +34,7 @@ _libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_
 _ids = itertools.count(1)
 # read ranges are released once this much has been read since the last release
 _PUNCH_EVERY = 64 << 10
+_FIRST_READ = 4096  # bytes of each file read per run before looking for more
 
 
 class _File:
@@ -63,7 +64,12 @@ class _File:
     def read(self, limit: int) -> tuple[bytes, int]:
         """New bytes (at most `limit`) and how many more were skipped. One system call when
         the agent wrote less than `limit` (every tick reads both files)."""
-        data = os.pread(self.fd, limit, self.offset)
+        # a small read first: a read of `limit` (1 MiB) allocates that much for every call,
+        # memory the allocator hands back and takes again with a page fault (about one every
+        # other tick); a tick's output usually fits, the rest is read only when there is more
+        data = os.pread(self.fd, min(limit, _FIRST_READ), self.offset)
+        if len(data) == _FIRST_READ < limit:
+            data += os.pread(self.fd, limit - _FIRST_READ, self.offset + _FIRST_READ)
         end = self.offset + len(data)
         if len(data) == limit:  # perhaps more: skip it
             end = max(end, os.fstat(self.fd).st_size)
