@@ -14,9 +14,9 @@ import ctypes
 from ctypes import byref, pointer
 from typing import Any
 
+from wasmtime import WasmtimeError
 from wasmtime import _ffi as ffi
 from wasmtime import component as cm
-from wasmtime import WasmtimeError
 from wasmtime.component._enter import maybe_raise_last_exn
 from wasmtime.component._types import ValType, VariantLikeType
 
@@ -53,9 +53,7 @@ class ExportCall:
                 f"wrong number of parameters provided: given {len(params)}, "
                 f"expected {len(self.param_types)}"
             )
-        param_capi = (
-            (ffi.wasmtime_component_val_t * len(params))() if params else self._no_params
-        )
+        param_capi = (ffi.wasmtime_component_val_t * len(params))() if params else self._no_params
         n = 0
         try:
             for ty, val in zip(self.param_types, params, strict=True):
