@@ -63,11 +63,12 @@ class _File:
 
     def read(self, limit: int) -> tuple[bytes, int]:
         """New bytes (at most `limit`) and how many more were skipped. One system call when
-        the agent wrote less than `limit` (every tick reads both files)."""
-        # a small read first: a read of `limit` (1 MiB) allocates that much for every call,
-        # memory the allocator hands back and takes again with a page fault (about one every
-        # other tick); a tick's output usually fits, the rest is read only when there is more
+        the agent wrote less than 4 KiB (every run reads both files)."""
+        # a small read first: a read of `limit` (1 MiB) asks for that much memory on every
+        # call; a run's output usually fits, the rest is read only when the first came back full
         data = os.pread(self.fd, min(limit, _FIRST_READ), self.offset)
+        if not data:
+            return data, 0  # a quiet stream (most runs, and stderr nearly always)
         if len(data) == _FIRST_READ < limit:
             data += os.pread(self.fd, limit - _FIRST_READ, self.offset + _FIRST_READ)
         end = self.offset + len(data)
