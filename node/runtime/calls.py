@@ -14,9 +14,10 @@ import ctypes
 from ctypes import byref, pointer
 from typing import Any
 
+from wasmtime import WasmtimeError
 from wasmtime import _ffi as ffi
 from wasmtime import component as cm
-from wasmtime.component._enter import enter_wasm
+from wasmtime.component._enter import maybe_raise_last_exn
 from wasmtime.component._types import ValType, VariantLikeType
 
 
@@ -41,6 +42,10 @@ class ExportCall:
         self.param_types: list[ValType] = [ty for _name, ty in fty.params]
         self.result_type = _frozen(fty.result)
         self._fty = fty  # owns the types above
+        # built once: a call of an export without parameters (`tick`) allocates only its
+        # result's space (the function's reference and an empty argument array are reused)
+        self._func_ref = byref(func._func)
+        self._no_params = (ffi.wasmtime_component_val_t * 0)()
 
     def __call__(self, store: Any, *params: Any) -> Any:
         if len(params) != len(self.param_types):
@@ -48,26 +53,36 @@ class ExportCall:
                 f"wrong number of parameters provided: given {len(params)}, "
                 f"expected {len(self.param_types)}"
             )
-        param_capi = (ffi.wasmtime_component_val_t * len(params))()
+        param_capi = (ffi.wasmtime_component_val_t * len(params))() if params else self._no_params
         n = 0
         try:
             for ty, val in zip(self.param_types, params, strict=True):
                 ty.convert_to_c(store, val, pointer(param_capi[n]))
                 n += 1
             result_ty = self.result_type
-            result_space = ffi.wasmtime_component_val_t() if result_ty is not None else None
-            result_capi = byref(result_space) if result_space is not None else None
-            func, context = byref(self.func._func), store._context()
-
-            def run() -> ctypes._Pointer[ffi.wasmtime_error_t]:
-                return ffi.wasmtime_component_func_call(
-                    func, context, param_capi, n, result_capi, 1 if result_capi else 0
+            if result_ty is None:
+                _check(
+                    ffi.wasmtime_component_func_call(
+                        self._func_ref, store._context(), param_capi, n, None, 0
+                    )
                 )
-
-            enter_wasm(run)
-            if result_ty is None or result_space is None:
                 return None
+            result_space = ffi.wasmtime_component_val_t()
+            _check(
+                ffi.wasmtime_component_func_call(
+                    self._func_ref, store._context(), param_capi, n, byref(result_space), 1
+                )
+            )
             return result_ty.convert_from_c(result_space)
         finally:
             for i in range(n):
                 ffi.wasmtime_component_val_delete(byref(param_capi[i]))
+
+
+def _check(error: ctypes._Pointer[ffi.wasmtime_error_t]) -> None:
+    """What wasmtime-py's `enter_wasm` does with a call's outcome, without its closure:
+    raise the Python exception a host function raised, else the call's error."""
+    if error:
+        raised = WasmtimeError._from_ptr(error)
+        maybe_raise_last_exn()
+        raise raised

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal, NamedTuple, Protocol
 
 HostErrorKind = Literal["not-permitted", "approval-denied", "approval-timeout", "failed"]
 RunKind = Literal["tick", "task", "tool", "list-tools"]
@@ -103,9 +103,10 @@ class ToolResult:
     text: str
 
 
-@dataclass(frozen=True)
-class Run:
-    """One entry into the agent's wasm: a tick, a task, or an MCP call."""
+class Run(NamedTuple):
+    """One entry into the agent's wasm: a tick, a task, or an MCP call. A NamedTuple, not a
+    frozen dataclass: one is built every tick, and a frozen dataclass's `__init__` costs
+    several times as much."""
 
     agent: str
     run_id: str
@@ -113,8 +114,7 @@ class Run:
     detail: str = ""
 
 
-@dataclass(frozen=True)
-class RunResult:
+class RunResult(NamedTuple):
     duration_ms: int
     fuel_consumed: int
     error: str | None = None

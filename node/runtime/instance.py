@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
 import re
 import weakref
 from typing import Any
 
 import wasmtime
+from wasmtime import _ffi as ffi
 from wasmtime import component as cm
 
 from node.runtime.calls import ExportCall
@@ -72,6 +74,11 @@ class AgentInstance:
         self.store.set_wasi(wasi)
         if spec.memory_limit_mb:
             self.store.set_limits(memory_size=spec.memory_limit_mb << 20)
+        # the store's context and a fuel cell, for the calls every run makes (set and read
+        # fuel, set the deadline) without Store's wrappers; valid until `close`
+        self._context = self.store._context()
+        self._fuel = ctypes.c_uint64()
+        self._fuel_ref = ctypes.byref(self._fuel)
         self._arm()
         try:
             with metering(meter):
@@ -84,7 +91,7 @@ class AgentInstance:
         except wasmtime.WasmtimeError as e:
             self.close()
             raise AgentFaultError(self.classify(e, "load")) from None
-        self.fuel_remaining = self.store.get_fuel()
+        self.fuel_remaining = self._read_fuel()
         if "tick" not in self.funcs:
             self.close()
             raise AgentFaultError(AgentFault("load", "component does not export `tick`"))
@@ -92,9 +99,17 @@ class AgentInstance:
     def _arm(self) -> None:
         """A fresh fuel budget and one wall-clock budget for the run (host calls re-arm the
         deadline from what is left of it, see RunClock)."""
-        self.store.set_fuel(self.budget)
+        error = ffi.wasmtime_context_set_fuel(self._context, self.budget)
+        if error:
+            raise wasmtime.WasmtimeError._from_ptr(error)
         run_clock().start(self.spec.tick_timeout_ms)
-        self.store.set_epoch_deadline(self.deadline_ticks)
+        ffi.wasmtime_context_set_epoch_deadline(self._context, self.deadline_ticks)
+
+    def _read_fuel(self) -> int:
+        error = ffi.wasmtime_context_get_fuel(self._context, self._fuel_ref)
+        if error:
+            raise wasmtime.WasmtimeError._from_ptr(error)
+        return self._fuel.value
 
     def call(self, export: str, *args: Any) -> Any:
         """Call an export with a fresh fuel budget and deadline; faults raise AgentFaultError."""
@@ -109,7 +124,7 @@ class AgentInstance:
         except (TypeError, ValueError) as e:  # the export's type does not match the WIT
             raise AgentFaultError(AgentFault("trap", f"bad `{export}` export: {e}")) from None
         finally:
-            self.fuel_remaining = self.store.get_fuel()
+            self.fuel_remaining = self._read_fuel()
             self.fuel_used = self.budget - self.fuel_remaining
 
     def classify(self, error: wasmtime.WasmtimeError, default: FaultKind) -> AgentFault:

@@ -38,16 +38,33 @@ class MemoryHost:
     granted: set[str] = field(default_factory=set)
     infer_reply: str = "ok"
     state: dict[str, str] = field(default_factory=dict)
-    events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    # the newest `max_events` are kept (`dropped_events` counts the rest): an agent ticking
+    # back to back records about six a tick, and a list growing by those for as long as it
+    # runs cost the tick page faults and collector passes on fresh memory (issue 26)
+    max_events: int = 10_000
+    events: deque[tuple[str, dict[str, Any]]] = field(default_factory=deque)
+    dropped_events: int = 0
     tasks: deque[Task] = field(default_factory=deque)
     threads: set[str] = field(default_factory=set)  # threads that called this host
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _ids: Any = field(default_factory=lambda: itertools.count(1))
+    _callers: set[threading.Thread] = field(default_factory=set)  # the threads in `threads`
+
+    def __post_init__(self) -> None:
+        self.events = deque(self.events, maxlen=self.max_events)
 
     def record(self, type_: str, **data: Any) -> None:
+        # called several times a tick: the keyword dict is the event (no copy), and a
+        # thread's name is looked up once, not on every call
+        data["ts"] = time.monotonic()
+        thread = threading.current_thread()
         with self._lock:
-            self.events.append((type_, {"ts": time.monotonic(), **data}))
-            self.threads.add(threading.current_thread().name)
+            if len(self.events) == self.max_events:
+                self.dropped_events += 1
+            self.events.append((type_, data))
+            if thread not in self._callers:
+                self._callers.add(thread)
+                self.threads.add(thread.name)
 
     def of_type(self, type_: str) -> list[dict[str, Any]]:
         with self._lock:

@@ -34,6 +34,7 @@ _libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_
 _ids = itertools.count(1)
 # read ranges are released once this much has been read since the last release
 _PUNCH_EVERY = 64 << 10
+_FIRST_READ = 4096  # bytes of each file read per run before looking for more
 
 
 class _File:
@@ -62,8 +63,14 @@ class _File:
 
     def read(self, limit: int) -> tuple[bytes, int]:
         """New bytes (at most `limit`) and how many more were skipped. One system call when
-        the agent wrote less than `limit` (every tick reads both files)."""
-        data = os.pread(self.fd, limit, self.offset)
+        the agent wrote less than 4 KiB (every run reads both files)."""
+        # a small read first: a read of `limit` (1 MiB) asks for that much memory on every
+        # call; a run's output usually fits, the rest is read only when the first came back full
+        data = os.pread(self.fd, min(limit, _FIRST_READ), self.offset)
+        if not data:
+            return data, 0  # a quiet stream (most runs, and stderr nearly always)
+        if len(data) == _FIRST_READ < limit:
+            data += os.pread(self.fd, limit - _FIRST_READ, self.offset + _FIRST_READ)
         end = self.offset + len(data)
         if len(data) == limit:  # perhaps more: skip it
             end = max(end, os.fstat(self.fd).st_size)
@@ -136,6 +143,10 @@ class OutputCapture:
                     self._skipped_bytes += skipped
             if not data and not (flush_partial and f.partial):
                 continue  # the usual tick of a quiet stream: nothing more to do
+            if not f.partial and data.endswith(b"\n"):  # whole lines (a print): no buffer
+                for raw in data[:-1].split(b"\n"):
+                    self._add(stream, raw)
+                continue
             f.partial += data
             while (end := f.partial.find(b"\n")) >= 0:
                 self._add(stream, bytes(f.partial[:end]))
@@ -173,6 +184,8 @@ class OutputCapture:
             return []  # read without the lock: a count the guard just raised waits a run
         lines = list(self._lines)
         self._lines.clear()
+        if not self._dropped_lines and not self._skipped_bytes:
+            return lines
         with self._skipped_lock:
             skipped, self._skipped_bytes = self._skipped_bytes, 0
         if self._dropped_lines or skipped:

@@ -122,6 +122,7 @@ class AgentWorker:
         # for an operator's approval (it loaded and works), else why not (load failure, a fault
         # first, stopped first). An upgrade waits on it.
         self.probation: Future[str | None] = Future()
+        self._on_probation = True  # until `probation` is set (read every run: no lock)
         self.handed_over: list[str] = []  # ids of tasks left open for the next instance
         self._thread = threading.Thread(target=self._main, name=f"agent-{spec.name}", daemon=True)
 
@@ -315,11 +316,13 @@ class AgentWorker:
         except AgentFaultError:
             return
         self._failures = 0  # healthy again: the next fault starts the backoff afresh
-        self._end_probation(None)
 
     def _end_probation(self, reason: str | None) -> None:
-        if not self.probation.done():
-            self.probation.set_result(reason)
+        # only the worker thread sets it; the flag spares every run the Future's lock
+        if self._on_probation:
+            self._on_probation = False
+            if not self.probation.done():
+                self.probation.set_result(reason)
 
     def _handed_over(self, task: Task, why: str) -> bool:
         """Whether a task run was cut by a lifecycle's hard stop (its drain timed out): then
@@ -390,7 +393,7 @@ class AgentWorker:
                     self._state = "idle"
             if idle:
                 self.hooks.status_changed("idle")
-            if fault is None:
+            if fault is None and self._on_probation:
                 self._end_probation(None)
             self._emit_output()
             self.hooks.run_finished(
@@ -421,8 +424,11 @@ class AgentWorker:
 
     def _emit_output(self) -> None:
         self.output.collect()
-        for stream, line in self.output.drain():
-            self.hooks.output(stream, line)
+        lines = self.output.drain()
+        if lines:
+            output = self.hooks.output
+            for stream, line in lines:
+                output(stream, line)
 
     def _close_instance(self) -> None:
         if self._instance is not None:
