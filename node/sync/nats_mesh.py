@@ -13,7 +13,6 @@ import random
 import time
 
 import aiohttp
-from nats.aio.client import Client as NATS
 
 from node.context import NodeContext
 from node.sync.acks import AckRecorder
@@ -23,6 +22,7 @@ from node.sync.nats_heads import HeadsBoard
 from node.sync.nats_link import connect, ensure_stream, heads_kv
 from node.sync.nats_metrics import NatsMetrics
 from node.sync.nats_publisher import NatsPublisher
+from node.sync.nats_raw import RawClient
 from node.sync.nats_repair import HttpRepair
 from node.sync.receive import Receiver
 from projections.journals import Journals
@@ -57,7 +57,7 @@ class NatsMesh:
     async def run(self) -> None:
         backoff = 0.2
         while True:
-            nc: NATS | None = None
+            nc: RawClient | None = None
             try:
                 nc = await connect(self._ctx.config.mesh, self._ctx.name, self._reconnected)
                 await self._serve(nc)
@@ -78,15 +78,17 @@ class NatsMesh:
     async def _reconnected(self) -> None:
         if self.publisher is not None:
             self.publisher.reconnected()
+        if self.consumer is not None:
+            self.consumer.reconnected()
 
-    async def _serve(self, nc: NATS) -> None:
+    async def _serve(self, nc: RawClient) -> None:
         js = nc.jetstream(timeout=10)
         mesh = self._ctx.config.mesh
         await ensure_stream(js, mesh)
         kv = await heads_kv(js, mesh)
         self.publisher = NatsPublisher(self._ctx, js, self.metrics)
         self.consumer = NatsConsumer(
-            self._ctx, js, self._receiver, self.repair, self._incidents, self.metrics
+            self._ctx, nc, js, self._receiver, self.repair, self._incidents, self.metrics
         )
         self.heads = HeadsBoard(self._ctx, js, kv, self._acks)
         if not self.connected:
