@@ -103,8 +103,9 @@ class NatsMesh:
 
     async def _repair_check(self) -> None:
         """A journal some peer holds further than this node, while the consumer has nothing
-        left to deliver, twice in a row: the stream does not hold it (retention, a node that
-        joined late, a lost stream); pull it over HTTP."""
+        left to deliver, twice in a row (or at the same head for STUCK_CHECKS checks while
+        less than a batch waits on the stream): the stream does not hold it (retention, a node
+        that joined late, a lost stream); pull it over HTTP."""
         assert self.heads is not None and self.consumer is not None
         behind_before: dict[str, int] = {}
         stuck_for: dict[str, tuple[int, int]] = {}  # journal → (checks at this head, head)
@@ -124,11 +125,14 @@ class NatsMesh:
                     if seq > held.get(journal, 0):
                         behind[journal] = max(behind.get(journal, 0), seq)
             quiet = self.consumer.pending == 0
+            # a backlog on the stream explains a journal that does not move (its envelopes
+            # wait behind others'): repairing it then would fetch them twice
+            backlog = self.consumer.waiting >= self._ctx.config.mesh.fetch_batch
             for journal, want in behind.items():
                 # behind twice in a row with nothing left on the stream, or behind at the same
-                # head for STUCK_CHECKS checks whatever the stream says
+                # head for STUCK_CHECKS checks without a backlog whatever the stream says
                 stuck = stuck_for.get(journal, (0, -1))
-                count = stuck[0] + 1 if stuck[1] == held.get(journal, 0) else 1
+                count = stuck[0] + 1 if stuck[1] == held.get(journal, 0) and not backlog else 0
                 stuck_for[journal] = (count, held.get(journal, 0))
                 if (quiet and journal in behind_before) or count >= STUCK_CHECKS:
                     await self.repair.repair(journal, want, self.heads.reported)
