@@ -113,6 +113,7 @@ def run(
     sync_always: bool = False,
     cpu: bool = False,
     profile: str = "",
+    mesh_options: str = "",
 ) -> dict:
     root = Path(tempfile.mkdtemp(prefix=f"mesh-{transport}-"))
     names = [f"node-{i}" for i in range(nodes)]
@@ -120,7 +121,7 @@ def run(
     extra = TUNING
     if transport == "nats":
         cluster = NatsCluster(root / "nats", cluster_size, sync_always).start()
-        extra += nats_mesh_toml(cluster.urls, replicas=min(3, cluster_size))
+        extra += nats_mesh_toml(cluster.urls, replicas=min(3, cluster_size)) + mesh_options
     paths = write_mesh(root, names, extra=extra)
     journals = {f"agent-{n}": envelopes for n in names[:writers]}
     with ThreadPoolExecutor(4) as pool:
@@ -211,10 +212,20 @@ def main() -> None:
     parser.add_argument(
         "--sync-always", action="store_true", help="JetStream fsyncs every write (sync_interval)"
     )
+    parser.add_argument("--fetch-batch", type=int, help="[mesh] fetch_batch (default 1000)")
+    parser.add_argument("--publish-window", type=int, help="[mesh] publish_window (default 1000)")
     parser.add_argument("--cpu", action="store_true", help="CPU seconds by process and thread")
     parser.add_argument("--profile", default="", help="py-spy the last node into FILE.<transport>")
     args = parser.parse_args()
     writers = args.writers or args.nodes
+    mesh_options = "".join(
+        f"{key} = {value}\n"
+        for key, value in (
+            ("fetch_batch", args.fetch_batch),
+            ("publish_window", args.publish_window),
+        )
+        if value is not None
+    )
     began = time.perf_counter()
     results = {}
     for transport in ("nats", "http"):
@@ -228,6 +239,7 @@ def main() -> None:
                 args.sync_always,
                 args.cpu,
                 args.profile,
+                mesh_options,
             )
             print(transport, results[transport], flush=True)
     nats, http = results.get("nats", {}), results.get("http", {})
@@ -238,6 +250,7 @@ def main() -> None:
         "envelopes_per_node": args.envelopes,
         "nats_servers": args.cluster,
         "nats_sync_always": args.sync_always,
+        **({"nats_mesh_options": mesh_options.strip()} if mesh_options else {}),
         "nats_converge_s": nats.get("converge_s"),
         "http_converge_s": http.get("converge_s"),
         "speedup": round(http["converge_s"] / nats["converge_s"], 2) if nats and http else None,
