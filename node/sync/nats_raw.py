@@ -97,13 +97,19 @@ class ConsumerGone(ConnectionError):
 class RawPull:
     """The messages of one durable pull consumer, a batch at a time, in delivery order."""
 
-    def __init__(self, nc: RawClient, stream: str, consumer: str, batch: int) -> None:
+    def __init__(
+        self,
+        nc: RawClient,
+        stream: str,
+        consumer: str,
+        batch: int,
+        expires: float = REQUEST_EXPIRES_SECS,
+    ) -> None:
         self._nc = nc
         self._next_subject = f"{JS_API}.CONSUMER.MSG.NEXT.{stream}.{consumer}"
         self._batch = batch
-        self._request = json.dumps(
-            {"batch": batch, "expires": int(REQUEST_EXPIRES_SECS * 1e9)}
-        ).encode()
+        self._expires = expires
+        self._request = json.dumps({"batch": batch, "expires": int(expires * 1e9)}).encode()
         self._inbox = ""
         self._sid: int | None = None
         self._buffer: list[Delivered] = []
@@ -127,7 +133,7 @@ class RawPull:
 
     async def top_up(self) -> None:
         """Ask for another batch while less than one is requested or waiting here."""
-        if time.monotonic() - self._heard > REQUEST_EXPIRES_SECS + 2:
+        if time.monotonic() - self._heard > self._expires + 2:
             self._requested = 0  # nothing, not even an expiry, came back: the requests are lost
         if self._requested + len(self._buffer) < self._batch:
             self._requested += self._batch
