@@ -13,6 +13,14 @@ counts each push at both ends) per envelope, all of which come from the origin (
 --writers 1: only the first node writes (one writer to N-1 readers; with --nodes 2 the figure
 to put next to bench/sync.py): envelopes/s = E / converge time is reported per transport.
 
+--cpu: also the CPU seconds spent from each node's health check to convergence (/proc
+counters, bench/proc_cpu.py): by every nats-server, and by the nodes summed by thread (the event
+loop, the journal's writer, the executor that checks signatures), and this script's polling.
+--profile FILE: py-spy records the last node from its health check to convergence (raw
+collapsed stacks of the thread holding the GIL into FILE.<transport>; bench/profile_split.py
+sums them: the split of the Python work, mostly the event loop's; the signature checks run
+without the GIL and show in --cpu only).
+
 Run: .venv/bin/python bench/mesh.py --nodes 10 [--envelopes 2000] [--transport both]
 The last line printed is one JSON object with the figures.
 """
@@ -23,6 +31,8 @@ import argparse
 import json
 import os
 import re
+import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -34,6 +44,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench import proc_cpu  # noqa: E402
 from node.polling import wait_until  # noqa: E402
 from tests.nats_support import NatsCluster, nats_mesh_toml  # noqa: E402
 from tests.support import NodeProcess  # noqa: E402
@@ -42,6 +53,9 @@ from tests.sync_support import SYNC_TUNING, prefill, write_mesh  # noqa: E402
 TUNING = SYNC_TUNING.replace("batch_size = 200", "batch_size = 1000").replace(
     "heartbeat_secs = 0.5", "heartbeat_secs = 2"
 )
+
+
+PY_SPY_OPTIONS = ("--rate", "100", "--format", "raw", "--threads", "--gil", "--nonblocking")
 
 
 def metric(text: str, name: str) -> float:
@@ -61,6 +75,35 @@ def journal_hashes(node: NodeProcess, agent: str) -> list[str]:
                 return out
 
 
+def pid_of(node: NodeProcess) -> int:
+    assert node.proc is not None
+    return node.proc.pid
+
+
+def cpu_spent(
+    procs: dict[str, NodeProcess],
+    at_health: dict[str, dict[int, float]],
+    server_pids: list[int],
+    servers_before: float,
+) -> dict:
+    """CPU seconds from each node's health check to now: the nodes' by thread kind (summed over
+    the nodes), the nats-servers' (from their start: they idle until the nodes come)."""
+    kinds = {"loop": 0.0, "writer": 0.0, "executor": 0.0, "other": 0.0}
+    after = {n: proc_cpu.thread_seconds(pid_of(p)) for n, p in procs.items()}
+    servers = sum(proc_cpu.process_seconds(pid) for pid in server_pids) - servers_before
+    for name, node in procs.items():
+        pid = pid_of(node)
+        spent = proc_cpu.by_kind(pid, at_health[name], after[name], proc_cpu.thread_names(pid))
+        for kind, seconds in spent.items():
+            kinds[kind] += seconds
+    nodes_total = sum(kinds.values())
+    return {
+        "nodes_s": round(nodes_total, 2),
+        **{f"nodes_{kind}_s": round(seconds, 2) for kind, seconds in kinds.items()},
+        "nats_servers_s": round(servers, 2),
+    }
+
+
 def run(
     transport: str,
     nodes: int,
@@ -68,6 +111,9 @@ def run(
     writers: int,
     cluster_size: int,
     sync_always: bool = False,
+    cpu: bool = False,
+    profile: str = "",
+    mesh_options: str = "",
 ) -> dict:
     root = Path(tempfile.mkdtemp(prefix=f"mesh-{transport}-"))
     names = [f"node-{i}" for i in range(nodes)]
@@ -75,16 +121,33 @@ def run(
     extra = TUNING
     if transport == "nats":
         cluster = NatsCluster(root / "nats", cluster_size, sync_always).start()
-        extra += nats_mesh_toml(cluster.urls, replicas=min(3, cluster_size))
+        extra += nats_mesh_toml(cluster.urls, replicas=min(3, cluster_size)) + mesh_options
     paths = write_mesh(root, names, extra=extra)
     journals = {f"agent-{n}": envelopes for n in names[:writers]}
     with ThreadPoolExecutor(4) as pool:
         list(pool.map(lambda n: prefill(paths[n], {f"agent-{n}": envelopes}), names[:writers]))
     procs = {n: NodeProcess(paths[n]) for n in names}
+    at_health: dict[str, dict[int, float]] = {}
+    server_pids = [s.proc.pid for s in cluster.servers if s.proc] if cluster else []
+    servers_before = sum(proc_cpu.process_seconds(pid) for pid in server_pids)
+    recorder: subprocess.Popen[bytes] | None = None
+
+    def start(name: str) -> None:
+        procs[name].start(120)
+        at_health[name] = proc_cpu.thread_seconds(pid_of(procs[name]))
+
     try:
         with ThreadPoolExecutor(nodes) as pool:
-            list(pool.map(lambda n: procs[n].start(120), names))
+            list(pool.map(start, names))
+        if profile:
+            target = ["--pid", str(pid_of(procs[names[-1]])), "--output", f"{profile}.{transport}"]
+            recorder = subprocess.Popen(
+                [str(proc_cpu.PY_SPY), "record", *target, *PY_SPY_OPTIONS],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
         started = time.perf_counter()
+        polling_before = time.process_time()
 
         def holds_all(node: NodeProcess) -> bool:
             with node.client() as client:
@@ -103,11 +166,24 @@ def run(
                 retry_on=(httpx.HTTPError,),
             )
         converge_s = time.perf_counter() - started
+        accounted = {}
+        if cpu:
+            accounted = cpu_spent(procs, at_health, server_pids, servers_before)
+            accounted["polling_s"] = round(time.process_time() - polling_before, 2)
+        if recorder is not None:
+            recorder.send_signal(signal.SIGINT)
+            recorder.wait(60)
         texts = {n: procs[n].client().get("/api/v1/metrics").text for n in names}
         if transport == "nats":
             sends = sum(metric(texts[n], "svc_nats_published_total") for n in names[:writers])
         else:
             sends = sum(metric(t, "svc_sync_envelopes_total") for t in texts.values()) / 2
+        counted = {
+            "redeliveries": "svc_nats_redeliveries_total",
+            "repaired": "svc_nats_repaired_envelopes_total",
+            "sync_envelopes_counted": "svc_sync_envelopes_total",
+        }
+        totals = {k: sum(metric(t, m) for t in texts.values()) for k, m in counted.items()}
         equal = all(
             len({tuple(journal_hashes(procs[n], agent)) for n in names}) == 1 for agent in journals
         )
@@ -116,6 +192,8 @@ def run(
             "origin_sends_per_envelope": round(sends / (writers * envelopes), 2),
             "hashes_equal": equal,
             "envelopes_per_s": round(envelopes * writers / converge_s),
+            **({"cpu": accounted} if cpu else {}),
+            **{k: int(v) for k, v in totals.items()},
         }
     finally:
         for proc in procs.values():
@@ -134,14 +212,34 @@ def main() -> None:
     parser.add_argument(
         "--sync-always", action="store_true", help="JetStream fsyncs every write (sync_interval)"
     )
+    parser.add_argument("--fetch-batch", type=int, help="[mesh] fetch_batch (default 1000)")
+    parser.add_argument("--publish-window", type=int, help="[mesh] publish_window (default 1000)")
+    parser.add_argument("--cpu", action="store_true", help="CPU seconds by process and thread")
+    parser.add_argument("--profile", default="", help="py-spy the last node into FILE.<transport>")
     args = parser.parse_args()
     writers = args.writers or args.nodes
+    mesh_options = "".join(
+        f"{key} = {value}\n"
+        for key, value in (
+            ("fetch_batch", args.fetch_batch),
+            ("publish_window", args.publish_window),
+        )
+        if value is not None
+    )
     began = time.perf_counter()
     results = {}
     for transport in ("nats", "http"):
         if args.transport in (transport, "both"):
             results[transport] = run(
-                transport, args.nodes, args.envelopes, writers, args.cluster, args.sync_always
+                transport,
+                args.nodes,
+                args.envelopes,
+                writers,
+                args.cluster,
+                args.sync_always,
+                args.cpu,
+                args.profile,
+                mesh_options,
             )
             print(transport, results[transport], flush=True)
     nats, http = results.get("nats", {}), results.get("http", {})
@@ -152,6 +250,7 @@ def main() -> None:
         "envelopes_per_node": args.envelopes,
         "nats_servers": args.cluster,
         "nats_sync_always": args.sync_always,
+        **({"nats_mesh_options": mesh_options.strip()} if mesh_options else {}),
         "nats_converge_s": nats.get("converge_s"),
         "http_converge_s": http.get("converge_s"),
         "speedup": round(http["converge_s"] / nats["converge_s"], 2) if nats and http else None,
@@ -160,6 +259,7 @@ def main() -> None:
         "nats_envelopes_per_s": nats.get("envelopes_per_s"),
         "http_envelopes_per_s": http.get("envelopes_per_s"),
         "hashes_equal": all(r["hashes_equal"] for r in results.values()),
+        **{f"{t}_cpu": r["cpu"] for t, r in results.items() if "cpu" in r},
         "load_average": round(os.getloadavg()[0], 1),
         "wall_s": round(time.perf_counter() - began, 1),
     }

@@ -1,29 +1,31 @@
 """The receiving side: one durable pull consumer per node on the mesh's stream.
 
-Fetched envelopes go through the same receive path as an HTTP push (receive.py), a batch at a
-time, and are acknowledged only after it returns, that is after the
-local LMDB commit (one ack per batch: the consumer's ack policy is `all`). A rejected envelope
-is acknowledged too (the rejection is counted, logged and reported as a finding): redelivering
-it would change nothing. A `gap` (the stream no longer holds what comes before) is repaired
-over HTTP at once and the envelope received again; what still cannot be had is left to the
-heads check (nats_mesh.py).
+Messages are pulled lean (nats_raw.py: bytes, subject and ack subject, no nats-py Msg), the next
+batch streaming in while this one is received. Fetched envelopes go through the same receive
+path as an HTTP push (receive.py), a batch at a time, and are acknowledged only after it
+returns, that is after the local LMDB commit (one ack per batch: the consumer's ack policy is
+`all`, so acking the batch's last message acknowledges every message delivered before it). A
+rejected envelope is acknowledged too (the rejection is counted, logged and reported as a
+finding): redelivering it would change nothing. A `gap` (the stream no longer holds what comes
+before) is repaired over HTTP at once and the envelope received again; what still cannot be had
+is left to the heads check (nats_mesh.py).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections import deque
 
 import msgspec
-from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.errors import NotFoundError
 
 from node.context import NodeContext
 from node.sync.incidents import Incidents
 from node.sync.nats_metrics import NatsMetrics
+from node.sync.nats_raw import Delivered, RawClient, RawPull
 from node.sync.nats_repair import HttpRepair
 from node.sync.nats_subjects import all_subjects, durable_name, parse_subject, stream_name
 from node.sync.receive import Receiver, Rejection
@@ -42,12 +44,15 @@ STREAM_PEER = "(nats stream)"
 # after this long; a batch normally takes well under a second
 ACK_WAIT_SECS = 10
 MAX_EMPTY_FETCHES_WHILE_WAITING = 3
+FETCH_WAIT_SECS = 1.0
+MAX_SUBJECTS_REMEMBERED = 10_000
 
 
 class NatsConsumer:
     def __init__(
         self,
         ctx: NodeContext,
+        nc: RawClient,
         js: JetStreamContext,
         receiver: Receiver,
         repair: HttpRepair,
@@ -57,82 +62,119 @@ class NatsConsumer:
         self._incidents = incidents
         self._budget: dict[str, deque[float]] = {}  # publisher → times of its findings
         self._ctx = ctx
+        self._nc = nc
         self._js = js
         self._receiver = receiver
         self._repair = repair
         self._metrics = metrics
         self._mesh = ctx.config.mesh
+        self._stream = stream_name(self._mesh.name)
+        self._durable = durable_name(ctx.name)
         self._peers = {p.name for p in ctx.config.peers}
-        self.subscription: JetStreamContext.PullSubscription | None = None
+        self._publishers: dict[bytes, str | None] = {}  # subject → its publisher (None: us)
+        self.pull: RawPull | None = None
         self.pending = 0  # the consumer's lag at the last look (waiting + unacknowledged)
         self.waiting = 0
         self._stalls = 0
         self.beat = time.monotonic()  # the last fetch started (nats_mesh.py watches it)
 
     async def run(self) -> None:
-        mesh = self._mesh.name
-        self.subscription = await self._js.pull_subscribe(
-            all_subjects(mesh),
-            durable=durable_name(self._ctx.name),
-            stream=stream_name(mesh),
+        await self._ensure_consumer()
+        self.pull = RawPull(self._nc, self._stream, self._durable, self._mesh.fetch_batch)
+        await self.pull.start()
+        try:
+            while True:
+                await self.pull.top_up()
+                messages = await self._fetch(self.pull)
+                await self.pull.top_up()  # the next batch streams in while this one is received
+                if messages:
+                    await self.handle(messages)
+                    await self.pull.ack_through(messages[-1])
+        finally:
+            await self.pull.stop()
+
+    def reconnected(self) -> None:
+        if self.pull is not None:
+            self.pull.forget_requests()
+
+    async def _ensure_consumer(self) -> None:
+        """The node's durable consumer, created when missing; an existing one is left as is."""
+        try:
+            await self._js.consumer_info(self._stream, self._durable)
+            return
+        except NotFoundError:
+            pass
+        await self._js.add_consumer(
+            self._stream,
             config=ConsumerConfig(
+                name=self._durable,
+                durable_name=self._durable,
+                filter_subject=all_subjects(self._mesh.name),
                 ack_policy=AckPolicy.ALL,  # acking a batch's last message acks the batch
                 deliver_policy=DeliverPolicy.ALL,
                 ack_wait=ACK_WAIT_SECS,
                 max_ack_pending=20_000,
             ),
         )
-        # the next batch is fetched while this one is verified and committed
-        fetching = asyncio.ensure_future(self._fetch())
-        try:
-            while True:
-                messages = await fetching
-                fetching = asyncio.ensure_future(self._fetch())
-                if messages:
-                    await self.handle(messages)
-        finally:
-            fetching.cancel()
 
-    async def _fetch(self) -> list[Msg]:
-        assert self.subscription is not None
+    async def _fetch(self, pull: RawPull) -> list[Delivered]:
         self.beat = time.monotonic()
-        try:
-            messages = await self.subscription.fetch(self._mesh.fetch_batch, timeout=1)
-        except TimeoutError:
-            await self.look_at_lag()
-            # after a server of the cluster died, a pull subscription was seen to get nothing
-            # while the consumer had messages waiting: start over with a new one
-            self._stalls = self._stalls + 1 if self.waiting else 0
-            if self._stalls >= MAX_EMPTY_FETCHES_WHILE_WAITING:
-                raise ConnectionError(f"{self.waiting} message(s) wait, fetches get none") from None
-            return []
-        self._stalls = 0
-        return messages
+        messages = await pull.take(FETCH_WAIT_SECS)
+        if messages:
+            self._stalls = 0
+            return messages
+        await self.look_at_lag()
+        if self.waiting:
+            pull.forget_requests()  # ask again: the server may have dropped the requests
+        # after a server of the cluster died, a pull subscription was seen to get nothing
+        # while the consumer had messages waiting: start over with a new one
+        self._stalls = self._stalls + 1 if self.waiting else 0
+        if self._stalls >= MAX_EMPTY_FETCHES_WHILE_WAITING:
+            raise ConnectionError(f"{self.waiting} message(s) wait, fetches get none")
+        return []
 
     async def look_at_lag(self) -> None:
-        if self.subscription is None:
+        if self.pull is None:
             return
-        info = await self.subscription.consumer_info()
+        info = await self._js.consumer_info(self._stream, self._durable)
         self.waiting = int(info.num_pending or 0)
         self.pending = self.waiting + int(info.num_ack_pending or 0)
         self._metrics.consumer_lag.set(self.pending)
 
-    async def handle(self, messages: list[Msg]) -> None:
+    def _publisher(self, subject: bytes) -> str | None:
+        """Who published on `subject` (None: this node), as findings name it; remembered,
+        within a bound, since a batch holds few subjects many times over."""
+        known = self._publishers.get(subject, "")
+        if known != "":
+            return known
+        parsed = parse_subject(self._mesh.name, subject.decode(errors="replace"))
+        publisher: str | None = UNKNOWN_PUBLISHER
+        if parsed and parsed[0] == self._ctx.name:
+            publisher = None
+        elif parsed and parsed[0] in self._peers:
+            publisher = parsed[0]  # only configured names key per-peer state
+        if len(self._publishers) >= MAX_SUBJECTS_REMEMBERED:
+            self._publishers.clear()
+        self._publishers[subject] = publisher
+        return publisher
+
+    async def handle(self, messages: list[Delivered]) -> None:
         """The whole batch in one receive: one LMDB commit, journals verified on parallel
-        lanes (as one HTTP push). Publishers are named for the findings only."""
+        lanes (as one HTTP push). Publishers are named for the findings only. The caller
+        acknowledges the batch once this returns."""
         items: list[msgspec.Raw] = []
         publishers: list[str] = []
+        redelivered = 0
         for message in messages:
-            if message.metadata.num_delivered > 1:
-                self._metrics.redeliveries.inc()
-            parsed = parse_subject(self._mesh.name, message.subject)
-            if parsed and parsed[0] == self._ctx.name:
+            if message.deliveries > 1:
+                redelivered += 1
+            publisher = self._publisher(message.subject)
+            if publisher is None:
                 continue  # our own envelopes: nothing to do
-            # the subject names the publisher; only configured names key per-peer state
-            publishers.append(
-                parsed[0] if parsed and parsed[0] in self._peers else UNKNOWN_PUBLISHER
-            )
+            publishers.append(publisher)
             items.append(msgspec.Raw(message.data))
+        if redelivered:
+            self._metrics.redeliveries.inc(redelivered)
         if items:
             outcome = await self._receiver.receive(STREAM_PEER, items)
             gaps = [r for r in outcome.rejections if r.reason == GAP]
@@ -141,8 +183,6 @@ class NatsConsumer:
             for rejection in outcome.rejections:
                 if rejection.reason not in UNREMARKABLE:
                     await self._report(publishers[rejection.index], rejection)
-        if messages:
-            await messages[-1].ack()
 
     async def _report(self, publisher: str, rejection: Rejection) -> None:
         """A finding per rejected stream message (once per journal, seq and reason), at most

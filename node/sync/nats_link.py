@@ -10,14 +10,13 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import nats
-from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, StorageType, StreamConfig
 from nats.js.errors import NotFoundError
 from nats.js.kv import KeyValue
 
 from node.config import MeshSection
+from node.sync.nats_raw import RawClient
 from node.sync.nats_subjects import all_subjects, heads_bucket, stream_name
 
 log = logging.getLogger("agent-node.sync")
@@ -26,7 +25,7 @@ DUPLICATE_WINDOW_SECS = 120.0
 
 async def connect(
     mesh: MeshSection, node: str, on_reconnect: Callable[[], Awaitable[None]]
-) -> NATS:
+) -> RawClient:
     async def error_cb(exc: Exception) -> None:
         log.warning("nats: %s: %s", type(exc).__name__, exc)
 
@@ -54,7 +53,9 @@ async def connect(
         options["user_credentials"] = mesh.nats_creds_file
     if mesh.nats_nkey_seed_file is not None:
         options["nkeys_seed"] = mesh.nats_nkey_seed_file
-    return await nats.connect(**options)
+    client = RawClient()
+    await client.connect(**options)
+    return client
 
 
 async def ensure_stream(js: JetStreamContext, mesh: MeshSection) -> None:

@@ -13,7 +13,6 @@ import random
 import time
 
 import aiohttp
-from nats.aio.client import Client as NATS
 
 from node.context import NodeContext
 from node.sync.acks import AckRecorder
@@ -23,6 +22,7 @@ from node.sync.nats_heads import HeadsBoard
 from node.sync.nats_link import connect, ensure_stream, heads_kv
 from node.sync.nats_metrics import NatsMetrics
 from node.sync.nats_publisher import NatsPublisher
+from node.sync.nats_raw import RawClient
 from node.sync.nats_repair import HttpRepair
 from node.sync.receive import Receiver
 from projections.journals import Journals
@@ -57,7 +57,7 @@ class NatsMesh:
     async def run(self) -> None:
         backoff = 0.2
         while True:
-            nc: NATS | None = None
+            nc: RawClient | None = None
             try:
                 nc = await connect(self._ctx.config.mesh, self._ctx.name, self._reconnected)
                 await self._serve(nc)
@@ -78,15 +78,17 @@ class NatsMesh:
     async def _reconnected(self) -> None:
         if self.publisher is not None:
             self.publisher.reconnected()
+        if self.consumer is not None:
+            self.consumer.reconnected()
 
-    async def _serve(self, nc: NATS) -> None:
+    async def _serve(self, nc: RawClient) -> None:
         js = nc.jetstream(timeout=10)
         mesh = self._ctx.config.mesh
         await ensure_stream(js, mesh)
         kv = await heads_kv(js, mesh)
-        self.publisher = NatsPublisher(self._ctx, js, self.metrics)
+        self.publisher = NatsPublisher(self._ctx, nc, js, self.metrics)
         self.consumer = NatsConsumer(
-            self._ctx, js, self._receiver, self.repair, self._incidents, self.metrics
+            self._ctx, nc, js, self._receiver, self.repair, self._incidents, self.metrics
         )
         self.heads = HeadsBoard(self._ctx, js, kv, self._acks)
         if not self.connected:
@@ -101,8 +103,9 @@ class NatsMesh:
 
     async def _repair_check(self) -> None:
         """A journal some peer holds further than this node, while the consumer has nothing
-        left to deliver, twice in a row: the stream does not hold it (retention, a node that
-        joined late, a lost stream); pull it over HTTP."""
+        left to deliver, twice in a row (or at the same head for STUCK_CHECKS checks while
+        less than a batch waits on the stream): the stream does not hold it (retention, a node
+        that joined late, a lost stream); pull it over HTTP."""
         assert self.heads is not None and self.consumer is not None
         behind_before: dict[str, int] = {}
         stuck_for: dict[str, tuple[int, int]] = {}  # journal → (checks at this head, head)
@@ -122,11 +125,14 @@ class NatsMesh:
                     if seq > held.get(journal, 0):
                         behind[journal] = max(behind.get(journal, 0), seq)
             quiet = self.consumer.pending == 0
+            # a backlog on the stream explains a journal that does not move (its envelopes
+            # wait behind others'): repairing it then would fetch them twice
+            backlog = self.consumer.waiting >= self._ctx.config.mesh.fetch_batch
             for journal, want in behind.items():
                 # behind twice in a row with nothing left on the stream, or behind at the same
-                # head for STUCK_CHECKS checks whatever the stream says
+                # head for STUCK_CHECKS checks without a backlog whatever the stream says
                 stuck = stuck_for.get(journal, (0, -1))
-                count = stuck[0] + 1 if stuck[1] == held.get(journal, 0) else 1
+                count = stuck[0] + 1 if stuck[1] == held.get(journal, 0) and not backlog else 0
                 stuck_for[journal] = (count, held.get(journal, 0))
                 if (quiet and journal in behind_before) or count >= STUCK_CHECKS:
                     await self.repair.repair(journal, want, self.heads.reported)

@@ -2,10 +2,14 @@
 
 Each message is one envelope in exactly the bytes an HTTP push carries for it (the spec's
 "as pushed" object), with `Nats-Msg-Id` = `<journal>:<seq>` so that a re-publish after a crash
-is dropped by the server (inside its duplicate window). Publishes are asynchronous, up to
-`publish_window` in flight; the cursor (per journal, the last seq whose publish and every
-publish before it JetStream acknowledged) is written atomically to `nats-published.json` in
-the data folder after every window, and publishing resumes from it.
+is dropped by the server (inside its duplicate window). Publishes are asynchronous and
+overlap their acknowledgements: up to `publish_window` are in flight, and more are read and
+sent as acknowledgements come back (not a window at a time). Acknowledgements come to a private
+inbox as raw bytes (nats_raw.py; nats-py's `publish_async` made a future, a Msg and a PubAck
+dataclass per message). The cursor (per journal, the last seq whose publish and every publish
+before it JetStream acknowledged) is written atomically to `nats-published.json` in the data
+folder every half window of acknowledgements and whenever nothing is in flight, and publishing
+resumes from it.
 
 A stream ack is not an fsync (JetStream syncs every 2 min by default), so on start and after
 every reconnect the stream's last message of each own journal is compared with the cursor: a
@@ -20,8 +24,9 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
+from collections import deque
 from pathlib import Path
-from typing import Any
 
 import msgspec
 from nats.js import JetStreamContext
@@ -31,6 +36,7 @@ from eventstore.envelope import Envelope
 from node.context import NodeContext
 from node.files import write_atomically
 from node.sync.nats_metrics import NatsMetrics
+from node.sync.nats_raw import STATUS_PREFIX, RawClient
 from node.sync.nats_subjects import MSG_ID_HEADER, msg_id, seq_of_msg_id, stream_name, subject
 from projections.journals import Journals
 
@@ -60,21 +66,57 @@ class Cursor:
         except (ValueError, TypeError, AttributeError):
             log.warning("nats: %s is unreadable; republishing from the stream's heads", path)
 
+    def encoded(self) -> bytes:
+        return json.dumps(self.acked, sort_keys=True).encode()
+
     def save(self) -> None:
-        write_atomically(self.path, json.dumps(self.acked, sort_keys=True).encode())
+        write_atomically(self.path, self.encoded())
+
+
+class _PubAck(msgspec.Struct):
+    """JetStream's answer to a publish: where it stored it, or why not."""
+
+    stream: str = ""
+    seq: int = 0
+    duplicate: bool = False
+    error: dict[str, object] | None = None
+
+
+_ack_decoder = msgspec.json.Decoder(_PubAck)
+
+
+class _InFlight:
+    """The publishes of one journal not yet acknowledged, in publish order."""
+
+    __slots__ = ("done", "seqs")
+
+    def __init__(self) -> None:
+        self.seqs: deque[int] = deque()
+        self.done: set[int] = set()
 
 
 class NatsPublisher:
-    def __init__(self, ctx: NodeContext, js: JetStreamContext, metrics: NatsMetrics) -> None:
+    def __init__(
+        self, ctx: NodeContext, nc: RawClient, js: JetStreamContext, metrics: NatsMetrics
+    ) -> None:
         self._ctx = ctx
+        self._nc = nc
         self._js = js
         self._metrics = metrics
         self._mesh = ctx.config.mesh
         self._stream = stream_name(self._mesh.name)
         self.cursor = Cursor(ctx.config.data_path / CURSOR_FILE)
-        self._next: dict[str, int] = {}  # journal → last seq to publish after
+        self._next: dict[str, int] = {}  # journal → last seq published (or to publish after)
         self._reconcile = asyncio.Event()
         self._reconcile.set()
+        self._inbox = ""
+        self._tokens: dict[bytes, tuple[str, int]] = {}  # reply token → (journal, seq)
+        self._flight: dict[str, _InFlight] = {}
+        self._in_flight = 0
+        self._acked_unsaved = 0
+        self._failure = ""
+        self._progress = asyncio.Event()
+        self._counter = 0
 
     def reconnected(self) -> None:
         """The connection came back (maybe to a server that lost data): compare again."""
@@ -90,18 +132,108 @@ class NatsPublisher:
         }
 
     async def run(self) -> None:
+        self._inbox = self._nc.new_inbox() + "."
+        sid = await self._nc.raw_subscribe(self._inbox + "*", self._on_ack)
+        try:
+            await self._loop()
+        finally:
+            await self._nc.raw_unsubscribe(sid)
+
+    async def _loop(self) -> None:
         store = self._ctx.store
+        window = self._mesh.publish_window
         while True:
-            if self._reconcile.is_set():
+            self._check()
+            if self._reconcile.is_set() and not self._in_flight:
                 self._reconcile.clear()
                 await self._compare_with_stream()
             position = store.last_position
+            room = window - self._in_flight
             work = {j: h for j, h in self.own_journals().items() if h > self._next.get(j, 0)}
-            if work:
-                await self._publish_window(work)
+            if work and room >= min(window, max(1, window // 4)):
+                await self._publish(await asyncio.to_thread(self._read, work, room))
+                continue
+            if self._in_flight:
+                await self._wait_for_acks()
                 continue
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(store.wait_beyond(position), IDLE_CHECK_SECS)
+
+    async def _publish(self, envelopes: list[Envelope]) -> None:
+        mesh, me = self._mesh.name, self._ctx.name
+        for envelope in envelopes:
+            self._counter += 1
+            token = str(self._counter)
+            self._tokens[token.encode()] = (envelope.stream, envelope.seq)
+            self._flight.setdefault(envelope.stream, _InFlight()).seqs.append(envelope.seq)
+            self._next[envelope.stream] = envelope.seq
+            self._in_flight += 1
+            await self._nc.publish(
+                subject(mesh, me, envelope.stream),
+                encode_envelope(envelope),
+                reply=self._inbox + token,
+                headers={MSG_ID_HEADER: msg_id(envelope.stream, envelope.seq)},
+            )
+        self._metrics.pending_publishes.set(self._in_flight)
+
+    async def _wait_for_acks(self) -> None:
+        """Until some acknowledgement comes (then save the cursor every half window, or when
+        all are in); none for ACK_TIMEOUT_SECS: the connection is not well."""
+        self._progress.clear()
+        started = time.monotonic()
+        try:
+            await asyncio.wait_for(self._progress.wait(), ACK_TIMEOUT_SECS)
+        except TimeoutError:
+            waited = time.monotonic() - started
+            raise ConnectionError(
+                f"{self._in_flight} publish(es) not acknowledged in {waited:.0f} s"
+            ) from None
+        self._check()
+        half = max(1, self._mesh.publish_window // 2)
+        if self._acked_unsaved >= half or (self._acked_unsaved and not self._in_flight):
+            self._acked_unsaved = 0
+            # encoded here: acknowledgements change the cursor while the thread writes
+            await asyncio.to_thread(write_atomically, self.cursor.path, self.cursor.encoded())
+
+    def _check(self) -> None:
+        """A refused publish: what was acknowledged before it is saved, the rest goes again
+        (in order) after the link starts over."""
+        if self._failure:
+            failure, self._failure = self._failure, ""
+            self.cursor.save()
+            raise ConnectionError(failure)
+
+    def _on_ack(self, subject: bytes, reply: bytes, data: bytes, headers: bytes) -> None:
+        where = self._tokens.pop(subject[len(self._inbox) :], None)
+        if where is None:
+            return  # an answer to a publish of an earlier connection
+        journal, seq = where
+        self._in_flight -= 1
+        self._progress.set()
+        if headers.startswith(STATUS_PREFIX):  # 503: no stream took it
+            self._fail(journal, seq, headers.split(b"\r\n", 1)[0].decode(errors="replace"))
+            return
+        try:
+            ack = _ack_decoder.decode(data)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            self._fail(journal, seq, f"unreadable acknowledgement: {exc}")
+            return
+        if ack.error is not None or ack.stream != self._stream:
+            self._fail(journal, seq, f"refused: {ack.error or ack.stream}")
+            return
+        flight = self._flight[journal]
+        flight.done.add(seq)
+        while flight.seqs and flight.seqs[0] in flight.done:
+            done = flight.seqs.popleft()
+            flight.done.discard(done)
+            self.cursor.acked[journal] = done
+            self._acked_unsaved += 1
+            self._metrics.published.inc()
+        self._metrics.pending_publishes.set(self._in_flight)
+
+    def _fail(self, journal: str, seq: int, why: str) -> None:
+        log.warning("nats: publish of %s#%d failed: %s", journal, seq, why)
+        self._failure = self._failure or f"publish of {journal}#{seq} failed: {why}"
 
     async def _compare_with_stream(self) -> None:
         """Resume each own journal at the stream's last message of it (lower than the cursor:
@@ -125,48 +257,9 @@ class NatsPublisher:
                 )
             self._next[journal] = held
 
-    async def _publish_window(self, work: dict[str, int]) -> None:
-        """Up to publish_window envelopes, shared between journals, in flight at once."""
-        share = max(1, self._mesh.publish_window // len(work))
-        batches = await asyncio.to_thread(self._read, work, share)
-        futures: list[tuple[Envelope, asyncio.Future[Any]]] = []
-        for envelope in batches:
-            future = await self._js.publish_async(
-                subject(self._mesh.name, self._ctx.name, envelope.stream),
-                encode_envelope(envelope),
-                headers={MSG_ID_HEADER: msg_id(envelope.stream, envelope.seq)},
-            )
-            futures.append((envelope, future))
-            self._metrics.pending_publishes.set(self._js.publish_async_pending())
-        if futures:
-            await asyncio.wait([f for _, f in futures], timeout=ACK_TIMEOUT_SECS)
-        self._metrics.pending_publishes.set(self._js.publish_async_pending())
-        failed: set[str] = set()
-        acked = 0
-        for envelope, future in futures:
-            if envelope.stream in failed:
-                continue
-            if not future.done():
-                future.cancel()
-                result: object = TimeoutError("no acknowledgement")
-            else:
-                result = future.exception() or future.result()
-            if isinstance(result, BaseException):
-                failed.add(envelope.stream)  # the rest of that journal goes again, in order
-                log.warning(
-                    "nats: publish of %s#%d failed: %s", envelope.stream, envelope.seq, result
-                )
-                continue
-            self.cursor.acked[envelope.stream] = envelope.seq
-            acked += 1
-        for journal in work:
-            self._next[journal] = self.cursor.acked.get(journal, self._next.get(journal, 0))
-        self._metrics.published.inc(acked)
-        await asyncio.to_thread(self.cursor.save)
-        if failed:
-            raise ConnectionError(f"{len(failed)} journal(s) not acknowledged by the stream")
-
-    def _read(self, work: dict[str, int], share: int) -> list[Envelope]:
+    def _read(self, work: dict[str, int], room: int) -> list[Envelope]:
+        """Up to `room` envelopes to publish next, shared between the journals with work."""
+        share = max(1, room // len(work))
         out: list[Envelope] = []
         for journal in work:
             out += self._ctx.store.read_stream(journal, self._next.get(journal, 0), share)
