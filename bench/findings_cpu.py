@@ -8,13 +8,20 @@ hardly drift with the machine's other tenants, so two trees can be compared run 
 split inside a thread, run py-spy on the node under the same load (bench/RESULTS.md, "The write
 path, per request").
 
-Run: .venv/bin/python bench/findings_cpu.py [--tree DIR] [--seconds 8] [--rounds 3]
+The bare aiohttp peer (bench/bare_server.py, perf-guard's) is measured the same way in every
+round, so `cpu_ratio_to_bare` (its CPU per request ÷ the node's) is perf-guard's ratio as the
+node's cost sees it: unlike requests/s, it does not fall when another tenant's disk traffic
+slows the node's fsyncs. `--base COMMIT` adds that commit's tree to every round (alternating
+which runs first), for an A/B.
+
+Run: .venv/bin/python bench/findings_cpu.py [--tree DIR] [--base COMMIT] [--seconds 8] [--rounds 3]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -25,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.common import report, start_process, stop_process  # noqa: E402
 from bench.journal import FINDING  # noqa: E402
+from bench.replay_ab import export  # noqa: E402
 from bench.wrk import SERVER_CPU, pinned, post_rate  # noqa: E402
 from tests.support import ADMIN_TOKEN, free_port, write_config  # noqa: E402
 
@@ -40,14 +48,20 @@ def cpu_by_thread(pid: int) -> dict[int, int]:
     return ticks
 
 
-def one_round(tree: Path, seconds: int) -> dict[str, float]:
+def one_round(tree: Path | None, seconds: int) -> dict[str, float]:
+    """One loaded window of the node of `tree`, or of the bare peer (tree None)."""
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="findings-cpu-") as tmp:
         config = write_config(Path(tmp), port=port)
+        server = (
+            [str(ROOT / "bench" / "bare_server.py"), str(port)]
+            if tree is None
+            else ["-m", "node", "run", "--config", str(config)]
+        )
         proc = start_process(
-            [*pinned(SERVER_CPU), sys.executable, "-m", "node", "run", "--config", str(config)],
+            [*pinned(SERVER_CPU), sys.executable, *server],
             f"http://127.0.0.1:{port}/api/v1/health",
-            cwd=tree,
+            cwd=tree or ROOT,
         )
         try:
             url = f"http://127.0.0.1:{port}/api/v1/findings"
@@ -71,22 +85,45 @@ def one_round(tree: Path, seconds: int) -> dict[str, float]:
     }
 
 
+def medians(rounds: list[dict[str, float]]) -> dict[str, float]:
+    return {k: round(statistics.median(r[k] for r in rounds), 1) for k in rounds[0]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tree", type=Path, default=ROOT)
+    parser.add_argument("--base", help="a commit to measure alongside, from its own worktree")
     parser.add_argument("--seconds", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    rounds = [one_round(args.tree, args.seconds) for _ in range(args.rounds)]
-    for r in rounds:
-        print(", ".join(f"{k} {v:,.1f}" for k, v in r.items()))
-    report(
-        {
-            "bench": "findings_cpu",
-            "tree": str(args.tree),
-            **{k: round(statistics.median(r[k] for r in rounds), 1) for k in rounds[0]},
-        }
-    )
+    tmp = Path(tempfile.mkdtemp(prefix="findings-cpu-trees-"))
+    try:
+        trees: dict[str, Path | None] = {"this": args.tree, "bare": None}
+        if args.base:
+            trees["base"] = export(args.base, tmp)
+        rounds: dict[str, list[dict[str, float]]] = {label: [] for label in trees}
+        for r in range(args.rounds):
+            order = list(trees) if r % 2 == 0 else list(reversed(trees))
+            for label in order:
+                rounds[label].append(one_round(trees[label], args.seconds))
+                figures = ", ".join(f"{k} {v:,.1f}" for k, v in rounds[label][-1].items())
+                print(f"round {r + 1} {label}: {figures}", flush=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    result: dict[str, object] = {"bench": "findings_cpu", "tree": str(args.tree)}
+    bare_us = medians(rounds["bare"])["total_us"]
+    for label in trees:
+        if label == "bare":
+            continue
+        figures = medians(rounds[label])
+        suffix = "" if label == "this" else "_base"
+        result.update({k + suffix: v for k, v in figures.items()})
+        result["cpu_ratio_to_bare" + suffix] = round(bare_us / figures["total_us"], 3)
+    result["bare_total_us"] = bare_us
+    if args.base:
+        result["base"] = args.base
+        result["this_vs_base"] = round(result["total_us_base"] / result["total_us"], 3)  # type: ignore[operator]
+    report(result)
 
 
 if __name__ == "__main__":
