@@ -116,6 +116,10 @@ class Projections:
         if self.disk is not None and self.disk.is_scratch:
             envelopes = list(envelopes)
             self.disk.fold_own(envelopes)
+        self._apply_memory(envelopes)
+
+    def _apply_memory(self, envelopes: Iterable[Envelope]) -> None:
+        """`apply` of the in-memory read models alone."""
         by_type, appliers_of = self._appliers_by_type, self._appliers
         position, last = self.position, None
         try:
@@ -135,11 +139,20 @@ class Projections:
     def rebuild(self, chunks: Iterable[Sequence[Envelope]]) -> None:
         """Bulk fold of chunks in order (start-up, `replay`; `EventStore.iter_chunks`): with
         the cyclic GC paused, since read models only grow here, then frozen so later
-        collections do not rescan them."""
+        collections do not rescan them. A scratch copy's on-disk models fold in write
+        transactions that span many chunks (`DiskModels.bulk`), with the same result as
+        `apply` chunk by chunk."""
         gc.disable()
         try:
-            for chunk in chunks:
-                self.apply(chunk)
+            disk = self.disk
+            if disk is not None and disk.is_scratch:
+                with disk.bulk() as fold_disk:
+                    for chunk in chunks:
+                        fold_disk(chunk)
+                        self._apply_memory(chunk)
+            else:
+                for chunk in chunks:
+                    self._apply_memory(chunk)
         finally:
             gc.enable()
             gc.freeze()

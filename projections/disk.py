@@ -41,6 +41,7 @@ _META = b"rm.meta"
 _POSITION, _FINGERPRINT = b"position", b"fingerprint"
 _MAX_KEY = 511
 _SCRATCH_MAP_SIZE = 1 << 40  # address space only: the file grows with what is written
+_BULK_ENVELOPES = 2048  # a rebuild commits its scratch transaction about this often
 P = TypeVar("P")
 
 
@@ -160,26 +161,19 @@ class DiskModels:
 
     def fold(self, txn: Txn, envelopes: Sequence[Envelope]) -> None:
         self._faults = []
-        done = self.position(txn)
-        # envelopes come in position order (a commit, a replay's chunk): usually all are new
-        if envelopes and envelopes[0].position > done:
-            fresh = envelopes if isinstance(envelopes, list) else list(envelopes)
-        else:
-            fresh = [e for e in envelopes if e.position > done]
+        fresh = _newer(envelopes, self.position(txn))
         if not fresh:
             return
         self._forget_staged()
+        self._fold_isolated(txn, fresh)
+        txn.put(_POSITION, u64(fresh[-1].position), db=self._meta)
+
+    def _fold_isolated(self, txn: Txn, fresh: list[Envelope]) -> None:
+        """Fold in a child transaction; if a model raises, undo it and fold again pair by
+        pair, each in a child transaction of its own, skipping (and noting) what raises."""
         try:
             with self.space_env().begin(write=True, parent=txn) as child:
-                for model in self._batched.values():
-                    model.fold_many(child, fresh)
-                unbatched, by_type = self._unbatched, self._unbatched_by_type
-                for envelope in fresh:
-                    folds = by_type.get(envelope.event.type)
-                    if folds is None:
-                        folds = unbatched(envelope)
-                    for _, fold in folds:
-                        fold(child, envelope)
+                self._fold_all(child, fresh)
         except Exception:  # some model raised: fold again pair by pair, skipping what raises
             self._forget_staged()
             for envelope in fresh:
@@ -189,7 +183,18 @@ class DiskModels:
                             fold(child, envelope)
                     except Exception as exc:
                         self._faults.append((name, envelope, exc))
-        txn.put(_POSITION, u64(fresh[-1].position), db=self._meta)
+
+    def _fold_all(self, txn: Txn, fresh: list[Envelope]) -> None:
+        """Every model over `fresh`, in `txn`, with no isolation: the first raise ends it."""
+        for model in self._batched.values():
+            model.fold_many(txn, fresh)
+        unbatched, by_type = self._unbatched, self._unbatched_by_type
+        for envelope in fresh:
+            folds = by_type.get(envelope.event.type)
+            if folds is None:
+                folds = unbatched(envelope)
+            for _, fold in folds:
+                fold(txn, envelope)
 
     def committed(self) -> None:
         for model in self._staging:
@@ -288,6 +293,18 @@ class DiskModels:
             self.fold(txn, envelopes)
         self.committed()
 
+    @contextmanager
+    def bulk(self) -> Iterator[Callable[[Sequence[Envelope]], None]]:
+        """A rebuild's fold into the scratch environment, chunk after chunk, committed every
+        `_BULK_ENVELOPES` envelopes and at the end (see `_BulkFold`)."""
+        if not self.is_scratch:
+            raise RuntimeError("bulk folds are for a scratch environment only")
+        folder = _BulkFold(self)
+        try:
+            yield folder
+        finally:
+            folder.close()
+
     def close(self) -> None:
         if self._scratch_dir is not None:
             self.space_env().close()
@@ -313,6 +330,62 @@ class DiskModels:
                 folds = tuple((name, _guarded(guard, fold)) for name, fold in folds)
             self._folds_by_type[kind] = folds
         return folds
+
+
+class _BulkFold:
+    """Folds chunks into one write transaction of the scratch environment, committed every
+    `_BULK_ENVELOPES` envelopes and at the end, instead of one write transaction per chunk.
+    Each chunk still folds in a child transaction of its own, as `DiskModels.fold` does, so
+    a model that raises is isolated the same way, with the same result. The scratch
+    environment is a temporary directory, never reused after a crash, so a transaction that
+    spans chunks changes no durability promise."""
+
+    def __init__(self, models: DiskModels) -> None:
+        self._models = models
+        self._env = models.space_env()
+        models._faults = []
+        models._forget_staged()
+        self._txn: Txn | None = self._env.begin(write=True)
+        self._position = models.position(self._txn)
+        self._count = 0  # envelopes folded in the open transaction
+
+    def __call__(self, envelopes: Sequence[Envelope]) -> None:
+        fresh = _newer(envelopes, self._position)
+        if not fresh:
+            return
+        if self._txn is None:
+            self._txn = self._env.begin(write=True)
+        self._models._fold_isolated(self._txn, fresh)
+        self._position = fresh[-1].position
+        self._count += len(fresh)
+        if self._count >= _BULK_ENVELOPES:
+            self._commit()
+
+    def _commit(self) -> None:
+        txn, self._txn = self._txn, None
+        if txn is None:
+            return
+        txn.put(_POSITION, u64(self._position), db=self._models._meta)
+        txn.commit()
+        self._count = 0
+        self._models.committed()
+
+    def close(self) -> None:
+        """Commit what was folded (a chunk source that raised leaves the chunks before it
+        folded, as a fold chunk by chunk would)."""
+        if self._count:
+            self._commit()
+        elif self._txn is not None:
+            self._txn.abort()
+            self._txn = None
+
+
+def _newer(envelopes: Sequence[Envelope], done: int) -> list[Envelope]:
+    """The envelopes after position `done`; they come in position order (a commit, a
+    replay's chunk), so usually all of them are new."""
+    if envelopes and envelopes[0].position > done:
+        return envelopes if isinstance(envelopes, list) else list(envelopes)
+    return [e for e in envelopes if e.position > done]
 
 
 def _guarded(guard: Guard, fold: Fold) -> Fold:
