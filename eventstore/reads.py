@@ -13,7 +13,6 @@ from itertools import islice
 from eventstore.envelope import Envelope, decode_event, decode_events
 from eventstore.growth import MapGate
 from eventstore.layout import (
-    SEQ_AT_END,
     Head,
     JournalDbs,
     StreamNames,
@@ -87,10 +86,12 @@ class JournalReader:
             rows = txn.cursor(db=self._dbs.events).getmulti(keys)
         records = decode_records([raw for _, raw in rows])
         events = decode_events([record[1] for record in records])
-        names, seq_at_end = self._stream_names, SEQ_AT_END.unpack_from
+        names, from_bytes = self._stream_names, int.from_bytes
         return [
-            Envelope(names[key[:-9]], seq_at_end(key, -8)[0], r[1], r[2], r[3], event, r[0])
-            for (key, _), r, event in zip(rows, records, events, strict=True)
+            Envelope(names[key[:-9]], from_bytes(key[-8:]), payload, digest, signature, event, at)
+            for (key, _), (at, payload, digest, signature), event in zip(
+                rows, records, events, strict=True
+            )
         ]
 
     def iter_chunks(self, after_position: int = 0, size: int = 256) -> Iterator[list[Envelope]]:

@@ -65,9 +65,12 @@ def key_of(value: str | bytes, room: int = 0) -> bytes:
 class Space:
     """Where the models live: an LMDB environment and how to read it."""
 
-    def __init__(self, env: lmdb.Environment, read: Read) -> None:
+    def __init__(self, env: lmdb.Environment, read: Read, scratch: bool = False) -> None:
         self.env = env
         self.read = read
+        # a rebuild's copy: no reader asks it for what was just folded, so models keep no
+        # cache of their newest entries here
+        self.scratch = scratch
         self.opened: dict[str, Any] = {}  # "<model>.<db>" → its handle
 
     def db(self, model: str, name: str) -> Any:
@@ -137,8 +140,8 @@ class DiskModels:
         self._scratch_dir: tempfile.TemporaryDirectory[str] | None = None
 
     # ------------------------------------------------------------------ the Indexer protocol
-    def attach(self, env: lmdb.Environment, read: Read) -> None:
-        self.space = Space(env, read)
+    def attach(self, env: lmdb.Environment, read: Read, scratch: bool = False) -> None:
+        self.space = Space(env, read, scratch)
         self._meta = env.open_db(_META)
         for model in self._models.values():
             model.bind(self.space)
@@ -278,7 +281,7 @@ class DiskModels:
             with env.begin(buffers=False) as txn:
                 yield txn
 
-        self.attach(env, read)
+        self.attach(env, read, scratch=True)
         with env.begin(write=True) as txn:
             self.prepare(txn)
         return self

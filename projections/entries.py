@@ -58,7 +58,8 @@ class _SeqLog:
     The seqs of the newest entries are also kept in memory (`_recent`, bounded), so that the
     POST that created an entry learns its seq without a read transaction: each LMDB call on
     the event loop hands the GIL to the journal's writer, and the binary search made about 18.
-    Only what a committed transaction folded gets there (`staged_commit`)."""
+    Only what a committed transaction folded gets there (`staged_commit`); a rebuild's scratch
+    copy keeps none (nothing posts to it)."""
 
     name = ""
     event_type = ""
@@ -68,6 +69,7 @@ class _SeqLog:
         self.space = space
         self._entries = space.db(self.name, "entries")
         self._staged: list[tuple[int, int]] = []
+        self._caches = not space.scratch
         # two generations, each filled in one C call: the newer becomes the older once full
         self._recent: dict[int, int] = {}
         self._older: dict[int, int] = {}
@@ -95,7 +97,8 @@ class _SeqLog:
         first = (from_u64(cursor.key()) if cursor.last() else 0) + 1
         seqs = range(first, first + len(added))
         cursor.putmulti(zip(map(_SEQ_KEY, seqs), self.values(added), strict=True), append=True)
-        self._staged += zip([e.position for e in added], seqs, strict=True)
+        if self._caches:
+            self._staged += zip([e.position for e in added], seqs, strict=True)
         return added
 
     def values(self, envelopes: list[Envelope]) -> list[bytes]:
