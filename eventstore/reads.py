@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from itertools import islice
+from operator import attrgetter
 
 from eventstore.envelope import Envelope, decode_event, decode_events
 from eventstore.growth import MapGate
@@ -23,6 +24,8 @@ from eventstore.layout import (
     position_key,
     stream_prefix,
 )
+
+_position = attrgetter("position")
 
 
 class JournalReader:
@@ -82,17 +85,22 @@ class JournalReader:
                 return []
             keys = list(islice(cursor.iternext(keys=False, values=True), limit))
             # one C call for all the gets, one for all the records, one for all the payloads, one
-            # comprehension for all the rows: a replay is mostly per-row overhead
+            # comprehension for all the rows: a replay is mostly per-row overhead. The gets go
+            # in the events database's own order: each then starts on the leaf page where the
+            # one before it ended, instead of descending the tree again (a fifth of a replay)
+            keys.sort()
             rows = txn.cursor(db=self._dbs.events).getmulti(keys)
         records = decode_records([raw for _, raw in rows])
         events = decode_events([record[1] for record in records])
         names, from_bytes = self._stream_names, int.from_bytes
-        return [
+        envelopes = [
             Envelope(names[key[:-9]], from_bytes(key[-8:]), payload, digest, signature, event, at)
             for (key, _), (at, payload, digest, signature), event in zip(
                 rows, records, events, strict=True
             )
         ]
+        envelopes.sort(key=_position)  # back to the total order (each journal's run is in it)
+        return envelopes
 
     def iter_chunks(self, after_position: int = 0, size: int = 256) -> Iterator[list[Envelope]]:
         """Every envelope after a position, in chunks of `size`: no read transaction lives long,
