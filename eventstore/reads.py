@@ -102,10 +102,12 @@ class JournalReader:
         envelopes.sort(key=_position)  # back to the total order (each journal's run is in it)
         return envelopes
 
-    def iter_chunks(self, after_position: int = 0, size: int = 256) -> Iterator[list[Envelope]]:
+    def iter_chunks(self, after_position: int = 0, size: int = 128) -> Iterator[list[Envelope]]:
         """Every envelope after a position, in chunks of `size`: no read transaction lives long,
         short-lived chunks keep a full replay twice as fast as one big list, and a fold that
-        loops over each chunk saves a generator step per envelope."""
+        loops over each chunk saves a generator step per envelope. 128 rather than 256: on a
+        loaded machine (caches shared) a smaller chunk and its fold stay in cache (replay ÷
+        raw scan 0.50–0.56 → 0.55–0.60, bench/RESULTS.md 2026-11-25); on a quiet one, equal."""
         while True:
             envelopes = self.read_all(after_position, size)
             if envelopes:
