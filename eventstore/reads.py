@@ -107,7 +107,8 @@ class JournalReader:
         short-lived chunks keep a full replay twice as fast as one big list, and a fold that
         loops over each chunk saves a generator step per envelope. 128 rather than 256: on a
         loaded machine (caches shared) a smaller chunk and its fold stay in cache (replay ÷
-        raw scan 0.50–0.56 → 0.55–0.60, bench/RESULTS.md 2026-11-25); on a quiet one, equal."""
+        raw scan 0.56 → 0.60 and 0.50 → 0.55 in two runs, bench/RESULTS.md 2026-11-25); on a
+        quiet one, equal."""
         while True:
             envelopes = self.read_all(after_position, size)
             if envelopes:
