@@ -282,7 +282,7 @@ class EventStore:
         """Envelopes of every journal with position > after_position, in the total order."""
         return self._reader.read_all(after_position, limit)
 
-    def iter_chunks(self, after_position: int = 0, size: int = 256) -> Iterator[list[Envelope]]:
+    def iter_chunks(self, after_position: int = 0, size: int = 128) -> Iterator[list[Envelope]]:
         """Every envelope after a position, in chunks of `size` (each its own read)."""
         return self._reader.iter_chunks(after_position, size)
 

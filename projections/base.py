@@ -19,6 +19,7 @@ from __future__ import annotations
 import gc
 import logging
 from collections.abc import Callable, Container, Iterable, Iterator, Sequence
+from operator import attrgetter
 from typing import Any, Protocol, TypeVar, cast
 
 from eventstore.envelope import Envelope
@@ -41,12 +42,18 @@ def _folds(projection: Projection, event_type: str) -> bool:
 
 
 P = TypeVar("P")
+_event_type = attrgetter("event.type")
 
 
 class Projection(Protocol):
     name: str
     # Optional class attribute `handles`: the event types it folds (absent: every envelope).
     # It lets the registry skip calls that would do nothing, which matters on replay.
+
+    # Optional `apply_many(envelopes)`: the same fold over a batch of new envelopes, in order,
+    # which the registry then prefers (one call per chunk of a replay instead of one per
+    # envelope). Only for a fold that may be repeated: if it raises, the registry folds that
+    # batch again through `apply`, envelope by envelope, reporting what raises.
 
     def apply(self, envelope: Envelope) -> None:
         """Fold one envelope; must be deterministic and must not raise on unknown types."""
@@ -65,6 +72,7 @@ class Projections:
         self._projections: dict[str, Projection] = {}
         self._by_class: dict[type, Projection] = {}
         self._appliers_by_type: dict[str, tuple[Applier, ...]] = {}
+        self._batched: tuple[Projection, ...] = ()  # the ones with `apply_many`
         self.on_fault: FaultHook = _log_fault
         self.position = 0
         self.last_digest = b""  # of the envelope at `position`, to check a checkpoint against
@@ -77,6 +85,7 @@ class Projections:
         self._projections[projection.name] = projection
         self._by_class[type(projection)] = projection
         self._appliers_by_type.clear()
+        self._batched = tuple(p for p in self._projections.values() if hasattr(p, "apply_many"))
 
     def get(self, kind: type[P]) -> P:
         """The registered read model of that class; an unregistered one is a bug of the
@@ -94,9 +103,14 @@ class Projections:
         return iter(self._projections.values())
 
     def _appliers(self, event_type: str) -> tuple[Applier, ...]:
+        """The envelope-by-envelope folds of that type (not those with `apply_many`)."""
         appliers = self._appliers_by_type.get(event_type)
         if appliers is None:
-            appliers = tuple(p.apply for p in self._projections.values() if _folds(p, event_type))
+            appliers = tuple(
+                p.apply
+                for p in self._projections.values()
+                if _folds(p, event_type) and p not in self._batched
+            )
             self._appliers_by_type[event_type] = appliers
         return appliers
 
@@ -116,30 +130,80 @@ class Projections:
         if self.disk is not None and self.disk.is_scratch:
             envelopes = list(envelopes)
             self.disk.fold_own(envelopes)
+        self._apply_memory(envelopes)
+
+    def _apply_memory(self, envelopes: Iterable[Envelope]) -> None:
+        """`apply` of the in-memory read models alone."""
         by_type, appliers_of = self._appliers_by_type, self._appliers
         position, last = self.position, None
+        fresh: list[Envelope] = []
+        keep = fresh.append
         try:
             for envelope in envelopes:
                 if envelope.position <= position:
                     continue
-                for apply in by_type.get(envelope.event.type) or appliers_of(envelope.event.type):
+                appliers = by_type.get(envelope.event.type)
+                if appliers is None:
+                    appliers = appliers_of(envelope.event.type)
+                for apply in appliers:
                     try:
                         apply(envelope)
                     except Exception as exc:  # one read model, one envelope: never the fold
                         self._fault(apply, envelope, exc)
                 position, last = envelope.position, envelope
+                keep(envelope)
         finally:  # the position moves once per call, not once per envelope (a replay's hot loop)
             if last is not None:
                 self.position, self.last_digest = last.position, last.digest
+            if fresh:
+                self._apply_batched(fresh)
+
+    def _apply_chunk(self, chunk: Sequence[Envelope]) -> None:
+        """`_apply_memory` of a chunk of the journal, whose positions grow (`rebuild`): when
+        its first envelope is new, all are, and one C-level pass over its event types finds
+        whether any needs an envelope-by-envelope fold (in a replay, most chunks hold only
+        findings and logs, which only `apply_many` folds here)."""
+        if not chunk or chunk[0].position <= self.position:
+            self._apply_memory(chunk)
+            return
+        by_type = self._appliers_by_type
+        if any(by_type.get(kind, True) for kind in set(map(_event_type, chunk))):
+            self._apply_memory(chunk)
+            return
+        fresh = chunk if isinstance(chunk, list) else list(chunk)
+        self.position, self.last_digest = fresh[-1].position, fresh[-1].digest
+        self._apply_batched(fresh)
+
+    def _apply_batched(self, fresh: list[Envelope]) -> None:
+        for projection in self._batched:
+            try:
+                projection.apply_many(fresh)  # type: ignore[attr-defined]
+            except Exception:  # fold the batch again one by one: only what raises is skipped
+                for envelope in fresh:
+                    if _folds(projection, envelope.event.type):
+                        try:
+                            projection.apply(envelope)
+                        except Exception as exc:
+                            self._fault(projection.apply, envelope, exc)
 
     def rebuild(self, chunks: Iterable[Sequence[Envelope]]) -> None:
-        """Bulk fold of chunks in order (start-up, `replay`; `EventStore.iter_chunks`): with
+        """Bulk fold of chunks in order, each in position order (start-up, `replay`;
+        `EventStore.iter_chunks`): with
         the cyclic GC paused, since read models only grow here, then frozen so later
-        collections do not rescan them."""
+        collections do not rescan them. A scratch copy's on-disk models fold in write
+        transactions that span many chunks (`DiskModels.bulk`), with the same result as
+        `apply` chunk by chunk."""
         gc.disable()
         try:
-            for chunk in chunks:
-                self.apply(chunk)
+            disk = self.disk
+            if disk is not None and disk.is_scratch:
+                with disk.bulk() as fold_disk:
+                    for chunk in chunks:
+                        fold_disk(chunk)
+                        self._apply_chunk(chunk)
+            else:
+                for chunk in chunks:
+                    self._apply_chunk(chunk)
         finally:
             gc.enable()
             gc.freeze()

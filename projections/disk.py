@@ -25,6 +25,7 @@ import shutil
 import tempfile
 from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import lmdb
@@ -41,7 +42,9 @@ _META = b"rm.meta"
 _POSITION, _FINGERPRINT = b"position", b"fingerprint"
 _MAX_KEY = 511
 _SCRATCH_MAP_SIZE = 1 << 40  # address space only: the file grows with what is written
+_BULK_ENVELOPES = 2048  # a rebuild commits its scratch transaction about this often
 P = TypeVar("P")
+_event_type = attrgetter("event.type")
 
 
 def u64(n: int) -> bytes:
@@ -64,9 +67,12 @@ def key_of(value: str | bytes, room: int = 0) -> bytes:
 class Space:
     """Where the models live: an LMDB environment and how to read it."""
 
-    def __init__(self, env: lmdb.Environment, read: Read) -> None:
+    def __init__(self, env: lmdb.Environment, read: Read, scratch: bool = False) -> None:
         self.env = env
         self.read = read
+        # a rebuild's copy: no reader asks it for what was just folded, so models keep no
+        # cache of their newest entries here
+        self.scratch = scratch
         self.opened: dict[str, Any] = {}  # "<model>.<db>" → its handle
 
     def db(self, model: str, name: str) -> Any:
@@ -136,8 +142,8 @@ class DiskModels:
         self._scratch_dir: tempfile.TemporaryDirectory[str] | None = None
 
     # ------------------------------------------------------------------ the Indexer protocol
-    def attach(self, env: lmdb.Environment, read: Read) -> None:
-        self.space = Space(env, read)
+    def attach(self, env: lmdb.Environment, read: Read, scratch: bool = False) -> None:
+        self.space = Space(env, read, scratch)
         self._meta = env.open_db(_META)
         for model in self._models.values():
             model.bind(self.space)
@@ -160,26 +166,19 @@ class DiskModels:
 
     def fold(self, txn: Txn, envelopes: Sequence[Envelope]) -> None:
         self._faults = []
-        done = self.position(txn)
-        # envelopes come in position order (a commit, a replay's chunk): usually all are new
-        if envelopes and envelopes[0].position > done:
-            fresh = envelopes if isinstance(envelopes, list) else list(envelopes)
-        else:
-            fresh = [e for e in envelopes if e.position > done]
+        fresh = _newer(envelopes, self.position(txn))
         if not fresh:
             return
         self._forget_staged()
+        self._fold_isolated(txn, fresh)
+        txn.put(_POSITION, u64(fresh[-1].position), db=self._meta)
+
+    def _fold_isolated(self, txn: Txn, fresh: list[Envelope]) -> None:
+        """Fold in a child transaction; if a model raises, undo it and fold again pair by
+        pair, each in a child transaction of its own, skipping (and noting) what raises."""
         try:
             with self.space_env().begin(write=True, parent=txn) as child:
-                for model in self._batched.values():
-                    model.fold_many(child, fresh)
-                unbatched, by_type = self._unbatched, self._unbatched_by_type
-                for envelope in fresh:
-                    folds = by_type.get(envelope.event.type)
-                    if folds is None:
-                        folds = unbatched(envelope)
-                    for _, fold in folds:
-                        fold(child, envelope)
+                self._fold_all(child, fresh)
         except Exception:  # some model raised: fold again pair by pair, skipping what raises
             self._forget_staged()
             for envelope in fresh:
@@ -189,7 +188,22 @@ class DiskModels:
                             fold(child, envelope)
                     except Exception as exc:
                         self._faults.append((name, envelope, exc))
-        txn.put(_POSITION, u64(fresh[-1].position), db=self._meta)
+
+    def _fold_all(self, txn: Txn, fresh: list[Envelope]) -> None:
+        """Every model over `fresh`, in `txn`, with no isolation: the first raise ends it."""
+        for model in self._batched.values():
+            model.fold_many(txn, fresh)
+        unbatched, by_type = self._unbatched, self._unbatched_by_type
+        # one C-level pass: a batch of types that no model folds one by one (findings, logs:
+        # most of a replay) skips the loop
+        if not any(by_type.get(kind, True) for kind in set(map(_event_type, fresh))):
+            return
+        for envelope in fresh:
+            folds = by_type.get(envelope.event.type)
+            if folds is None:
+                folds = unbatched(envelope)
+            for _, fold in folds:
+                fold(txn, envelope)
 
     def committed(self) -> None:
         for model in self._staging:
@@ -273,7 +287,7 @@ class DiskModels:
             with env.begin(buffers=False) as txn:
                 yield txn
 
-        self.attach(env, read)
+        self.attach(env, read, scratch=True)
         with env.begin(write=True) as txn:
             self.prepare(txn)
         return self
@@ -287,6 +301,18 @@ class DiskModels:
         with self.space_env().begin(write=True) as txn:
             self.fold(txn, envelopes)
         self.committed()
+
+    @contextmanager
+    def bulk(self) -> Iterator[Callable[[Sequence[Envelope]], None]]:
+        """A rebuild's fold into the scratch environment, chunk after chunk, committed every
+        `_BULK_ENVELOPES` envelopes and at the end (see `_BulkFold`)."""
+        if not self.is_scratch:
+            raise RuntimeError("bulk folds are for a scratch environment only")
+        folder = _BulkFold(self)
+        try:
+            yield folder
+        finally:
+            folder.close()
 
     def close(self) -> None:
         if self._scratch_dir is not None:
@@ -313,6 +339,62 @@ class DiskModels:
                 folds = tuple((name, _guarded(guard, fold)) for name, fold in folds)
             self._folds_by_type[kind] = folds
         return folds
+
+
+class _BulkFold:
+    """Folds chunks into one write transaction of the scratch environment, committed every
+    `_BULK_ENVELOPES` envelopes and at the end, instead of one write transaction per chunk.
+    Each chunk still folds in a child transaction of its own, as `DiskModels.fold` does, so
+    a model that raises is isolated the same way, with the same result. The scratch
+    environment is a temporary directory, never reused after a crash, so a transaction that
+    spans chunks changes no durability promise."""
+
+    def __init__(self, models: DiskModels) -> None:
+        self._models = models
+        self._env = models.space_env()
+        models._faults = []
+        models._forget_staged()
+        self._txn: Txn | None = self._env.begin(write=True)
+        self._position = models.position(self._txn)
+        self._count = 0  # envelopes folded in the open transaction
+
+    def __call__(self, envelopes: Sequence[Envelope]) -> None:
+        fresh = _newer(envelopes, self._position)
+        if not fresh:
+            return
+        if self._txn is None:
+            self._txn = self._env.begin(write=True)
+        self._models._fold_isolated(self._txn, fresh)
+        self._position = fresh[-1].position
+        self._count += len(fresh)
+        if self._count >= _BULK_ENVELOPES:
+            self._commit()
+
+    def _commit(self) -> None:
+        txn, self._txn = self._txn, None
+        if txn is None:
+            return
+        txn.put(_POSITION, u64(self._position), db=self._models._meta)
+        txn.commit()
+        self._count = 0
+        self._models.committed()
+
+    def close(self) -> None:
+        """Commit what was folded (a chunk source that raised leaves the chunks before it
+        folded, as a fold chunk by chunk would)."""
+        if self._count:
+            self._commit()
+        elif self._txn is not None:
+            self._txn.abort()
+            self._txn = None
+
+
+def _newer(envelopes: Sequence[Envelope], done: int) -> list[Envelope]:
+    """The envelopes after position `done`; they come in position order (a commit, a
+    replay's chunk), so usually all of them are new."""
+    if envelopes and envelopes[0].position > done:
+        return envelopes if isinstance(envelopes, list) else list(envelopes)
+    return [e for e in envelopes if e.position > done]
 
 
 def _guarded(guard: Guard, fold: Fold) -> Fold:

@@ -9,11 +9,12 @@ journal instead: node/console/endpoints.py.)
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 import msgspec
 
-from eventstore.envelope import Envelope, Event
+from eventstore.envelope import Envelope
 from projections.catalogue import FINDING, LOG
 from projections.disk import Space, Txn, from_u64, key_of, u64
 
@@ -39,6 +40,7 @@ class Finding(msgspec.Struct, frozen=True, gc=False):
 
 
 _encode = msgspec.msgpack.Encoder().encode
+_SEQ_KEY = struct.Struct(">Q").pack  # an entry's key, as `u64` makes it
 # stored: (position, the entry's fields after seq)
 _decode_log = msgspec.msgpack.Decoder(tuple[int, str, str, str, str]).decode
 _decode_finding = msgspec.msgpack.Decoder(tuple[int, str, str, str, str, str, str]).decode
@@ -56,7 +58,8 @@ class _SeqLog:
     The seqs of the newest entries are also kept in memory (`_recent`, bounded), so that the
     POST that created an entry learns its seq without a read transaction: each LMDB call on
     the event loop hands the GIL to the journal's writer, and the binary search made about 18.
-    Only what a committed transaction folded gets there (`staged_commit`)."""
+    Only what a committed transaction folded gets there (`staged_commit`); a rebuild's scratch
+    copy keeps none (nothing posts to it)."""
 
     name = ""
     event_type = ""
@@ -66,6 +69,7 @@ class _SeqLog:
         self.space = space
         self._entries = space.db(self.name, "entries")
         self._staged: list[tuple[int, int]] = []
+        self._caches = not space.scratch
         # two generations, each filled in one C call: the newer becomes the older once full
         self._recent: dict[int, int] = {}
         self._older: dict[int, int] = {}
@@ -85,24 +89,22 @@ class _SeqLog:
     def fold_many(self, txn: Txn, envelopes: list[Envelope]) -> list[Envelope]:
         """A whole batch with one cursor (the journal's writer runs this on every commit, and a
         replay on every chunk: the loop keeps to locals); returns the envelopes it added."""
-        cursor = txn.cursor(self._entries)
-        seq = from_u64(cursor.key()) if cursor.last() else 0
-        kind, row, encode = self.event_type, self.row, _encode
+        kind = self.event_type
         added = [envelope for envelope in envelopes if envelope.event.type == kind]
-        if added:
-            first = seq + 1
-            cursor.putmulti(
-                [
-                    ((first + i).to_bytes(8, "big"), encode((e.position, *row(e.stream, e.event))))
-                    for i, e in enumerate(added)
-                ],
-                append=True,
-            )
-            positions = [e.position for e in added]
-            self._staged += zip(positions, range(first, first + len(added)), strict=True)
+        if not added:
+            return added
+        cursor = txn.cursor(self._entries)
+        first = (from_u64(cursor.key()) if cursor.last() else 0) + 1
+        seqs = range(first, first + len(added))
+        cursor.putmulti(zip(map(_SEQ_KEY, seqs), self.values(added), strict=True), append=True)
+        if self._caches:
+            self._staged += zip([e.position for e in added], seqs, strict=True)
         return added
 
-    def row(self, agent: str, event: Event) -> tuple[str, ...]:
+    def values(self, envelopes: list[Envelope]) -> list[bytes]:
+        """The stored value of each entry: msgpack of (position, the entry's fields after
+        seq). One comprehension per model with the fields inline, since this is most of a
+        replay's fold (bench/RESULTS.md, 2026-11-25)."""
         raise NotImplementedError
 
     def entry(self, seq: int, raw: bytes) -> Any:
@@ -158,9 +160,20 @@ class Logs(_SeqLog):
     event_type = LOG
     handles = frozenset({event_type})
 
-    def row(self, agent: str, event: Event) -> tuple[str, ...]:
-        data = event.data
-        return event.ts, str(data.get("level", "info")), agent, str(data.get("message", ""))
+    def values(self, envelopes: list[Envelope]) -> list[bytes]:
+        encode = _encode
+        return [
+            encode(
+                (
+                    e.position,
+                    (event := e.event).ts,
+                    str((data := event.data).get("level", "info")),
+                    e.stream,
+                    str(data.get("message", "")),
+                )
+            )
+            for e in envelopes
+        ]
 
     def entry(self, seq: int, raw: bytes) -> LogEntry:
         _, ts, level, agent, message = _decode_log(raw)
@@ -183,22 +196,28 @@ class Findings(_SeqLog):
 
     def fold_many(self, txn: Txn, envelopes: list[Envelope]) -> list[Envelope]:
         added = super().fold_many(txn, envelopes)
-        for envelope in added:
+        for envelope in [e for e in added if "incident" in e.event.data]:
             incident = envelope.event.data.get("incident")
             if isinstance(incident, str) and incident.startswith(envelope.stream + "/"):
                 txn.put(key_of(incident), b"", db=self._incidents)
         return added
 
-    def row(self, agent: str, event: Event) -> tuple[str, ...]:
-        data = event.data
-        return (
-            event.ts,
-            agent,
-            str(data.get("severity", "info")),
-            str(data.get("title", "")),
-            str(data.get("detail", "")),
-            str(data.get("posted_by") or ""),
-        )
+    def values(self, envelopes: list[Envelope]) -> list[bytes]:
+        encode = _encode
+        return [
+            encode(
+                (
+                    e.position,
+                    (event := e.event).ts,
+                    e.stream,
+                    str((data := event.data).get("severity", "info")),
+                    str(data.get("title", "")),
+                    str(data.get("detail", "")),
+                    str(data.get("posted_by") or ""),
+                )
+            )
+            for e in envelopes
+        ]
 
     def entry(self, seq: int, raw: bytes) -> Finding:
         _, ts, agent, severity, title, detail, posted_by = _decode_finding(raw)

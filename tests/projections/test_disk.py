@@ -3,7 +3,12 @@ refolded, and a digest per database for `replay` to compare."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
+
+import lmdb
 
 from eventstore.envelope import Envelope
 from projections.disk import DiskModels, Space, Txn, u64
@@ -29,6 +34,27 @@ class Picky:
     def snapshot(self) -> Any:
         with self.space.read() as txn:
             return [int.from_bytes(k, "big") for k, _ in txn.cursor(self._seen)]
+
+
+def attached(models: DiskModels, directory: Path) -> DiskModels:
+    """Attached as the journal attaches its own (not a rebuild's scratch copy)."""
+    env = lmdb.open(str(directory), map_size=1 << 30, max_dbs=64)
+
+    @contextmanager
+    def read() -> Iterator[Txn]:
+        with env.begin(buffers=False) as txn:
+            yield txn
+
+    models.attach(env, read)
+    with env.begin(write=True) as txn:
+        models.prepare(txn)
+    return models
+
+
+def fold_committed(models: DiskModels, envelopes: list[Envelope]) -> None:
+    with models.space_env().begin(write=True) as txn:
+        models.fold(txn, envelopes)
+    models.committed()
 
 
 def journal_of(*messages: str) -> Journal:
@@ -114,11 +140,11 @@ def test_ids_and_incident_keys_longer_than_an_lmdb_key_still_count() -> None:
     assert findings.has_incident(incident) and not findings.has_incident(incident + "y")
 
 
-def test_seq_at_answers_from_committed_folds_only() -> None:
+def test_seq_at_answers_from_committed_folds_only(tmp_path: Path) -> None:
     """The newest seqs are kept in memory for the POST that asks right after its commit; a
     fold whose transaction was undone (the writer retries it) must leave nothing there."""
     logs = Logs()
-    disk = DiskModels([logs]).scratch()
+    disk = attached(DiskModels([logs]), tmp_path / "journal")
     undone = journal_of("x", "y")
     with disk.space_env().begin(write=True) as txn:
         disk.fold(txn, undone.envelopes)
@@ -128,15 +154,25 @@ def test_seq_at_answers_from_committed_folds_only() -> None:
     j = Journal()
     j.add("a", "finding", {"title": "not a log"})  # position 1: no log entry
     j.add("a", "log", {"message": "one"})  # position 2: log seq 1
-    disk.fold_own(j.envelopes)
+    fold_committed(disk, j.envelopes)
     assert logs.seq_at(1) is None
     assert logs.seq_at(2) == 1
     assert logs._recent == {2: 1}  # served without a read; the undone fold left nothing
 
-    later = DiskModels([Logs()]).scratch()  # a fresh process: nothing in memory, read from LMDB
-    later.fold_own(j.envelopes)
+    later = attached(DiskModels([Logs()]), tmp_path / "later")  # a fresh process: read LMDB
+    fold_committed(later, j.envelopes)
     fresh = later.get(Logs)
     assert fresh is not None
     fresh._recent.clear()
     fresh._older.clear()
     assert fresh.seq_at(2) == 1 and fresh.seq_at(1) is None
+    assert fresh._recent == {}
+
+
+def test_a_scratch_copy_keeps_no_cache_of_its_newest_entries() -> None:
+    """Nothing posts to a rebuild's copy: its seqs are read from LMDB, and nothing piles up."""
+    logs = Logs()
+    disk = DiskModels([logs]).scratch()
+    disk.fold_own(journal_of("one", "two").envelopes)
+    assert logs._recent == {} and logs._staged == []
+    assert logs.seq_at(2) == 2 and logs.seq_at(3) is None
