@@ -15,6 +15,7 @@ import asyncio
 import concurrent.futures
 import queue
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -115,7 +116,12 @@ class Writer:
 
     def start(self, share_signing: bool) -> None:
         """`share_signing`: let a helper thread sign half of large batches (only worth it
-        where the process has a core for it)."""
+        where the process has a core for it). Without it (one core), the writer lets the
+        event loop run once before it commits what it took: the loop then queues what its
+        ready connections send, and the commit takes them too. Under wrk's 64 connections a
+        commit then holds 62 appends instead of 41, a third fewer commits that each cost the
+        same fsyncs and page writes (issue 26: about 6 % less CPU per POST
+        /api/v1/findings); an idle loop hands the GIL straight back."""
         self._share_signing = share_signing
         self._thread = threading.Thread(
             target=self._write_loop, name="eventstore-writer", daemon=True
@@ -133,6 +139,7 @@ class Writer:
         while not stopping:
             batch: list[Request] = []
             item = self.queue.get()
+            yielded = False
             while True:
                 if item is _STOP:
                     stopping = True
@@ -143,7 +150,15 @@ class Writer:
                 try:
                     item = self.queue.get_nowait()
                 except queue.Empty:
-                    break
+                    if yielded or stopping or self._share_signing:
+                        break
+                    # one core: let the event loop take what is ready before this commit
+                    yielded = True
+                    time.sleep(0)
+                    try:
+                        item = self.queue.get_nowait()
+                    except queue.Empty:
+                        break
             if batch:
                 self._commit(batch)
 
