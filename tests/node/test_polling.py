@@ -24,6 +24,7 @@ PERIODIC = {
     ("node/sync/nats_heads.py", "watch"),  # the peers' heads from it
     ("node/sync/nats_mesh.py", "run"),  # reconnects with backoff
     ("node/sync/nats_mesh.py", "_repair_check"),  # periodic: a journal the stream lost
+    ("eventstore/writer.py", "_write_loop"),  # sleep(0): one GIL hand-off before a commit
 }
 
 
