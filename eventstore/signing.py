@@ -53,7 +53,7 @@ class PyNaClSharedSigner:
         self._messages.append(message)
 
     def finish(self) -> list[bytes]:
-        messages, self._messages = self._messages, []
+        messages, self._messages, self._capacity = self._messages, [], 0  # closed, as in C
         return self._batch.sign(messages)
 
     def close(self) -> None:
