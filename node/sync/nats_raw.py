@@ -33,6 +33,8 @@ RawSink = Callable[[bytes, bytes, bytes, bytes], None]
 JS_API = "$JS.API"
 STATUS_PREFIX = b"NATS/1.0 "
 PENDING_HEADER = b"Nats-Pending-Messages:"
+# a count the server sends has at most this many digits (int() of over 4,300 raises)
+MAX_COUNT_DIGITS = 18
 # a pull request lives this long; the server answers 408 when it expires unfilled
 REQUEST_EXPIRES_SECS = 5.0
 
@@ -87,7 +89,7 @@ class Delivered:
         the newer 12-token form)."""
         tokens = self.reply.split(b".")
         token = tokens[4] if len(tokens) == 9 else tokens[6] if len(tokens) >= 11 else b"1"
-        return int(token) if token.isdigit() else 1
+        return int(token) if token.isdigit() and len(token) <= MAX_COUNT_DIGITS else 1
 
 
 class ConsumerGone(ConnectionError):
@@ -179,5 +181,5 @@ class RawPull:
             return
         end = headers.find(b"\r\n", at)
         text = headers[at + len(PENDING_HEADER) : end if end >= 0 else None].strip()
-        left = int(text) if text.isdigit() else self._requested
+        left = int(text) if text.isdigit() and len(text) <= MAX_COUNT_DIGITS else self._requested
         self._requested = max(0, self._requested - left)

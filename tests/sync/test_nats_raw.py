@@ -149,3 +149,13 @@ async def test_raw_subscription_leaves_ordinary_ones_alone(server):
         assert ack.seq == 1
     finally:
         await nc.close()
+
+
+def test_a_delivery_count_is_read_from_the_reply_subject_and_bounded():
+    ack = b"$JS.ACK.mesh.reader.%s.7.7.1700000000000000000.0"
+    assert Delivered(b"s", ack % b"3", b"").deliveries == 3
+    newer = b"$JS.ACK.hub.ACCOUNTHASH.mesh.reader.%s.7.7.1700000000000000000.0.token"
+    assert Delivered(b"s", newer % b"2", b"").deliveries == 2
+    # a server could send anything there: no digits, or more digits than int() accepts
+    assert Delivered(b"s", ack % b"x", b"").deliveries == 1
+    assert Delivered(b"s", ack % (b"9" * 5000), b"").deliveries == 1
