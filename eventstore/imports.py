@@ -46,6 +46,7 @@ class ImportStatus(StrEnum):
     DUPLICATE = "duplicate"
     EQUIVOCATION = "equivocation"
     BROKEN_CHAIN = "broken_chain"
+    FOREIGN_WRITER = "foreign_writer"
 
 
 class ImportResult(NamedTuple):
@@ -127,10 +128,14 @@ def stage_imports(
     events_db: lmdb._Database,
     position: int,
     imported: dict[bytes, bytes],
+    writers: dict[str, str],
 ) -> list[Envelope]:
     """Stage what extends its journal by one, from `position` on; append each item's outcome to
     `results`. `imported` holds what earlier requests of the batch staged (not yet in `txn`),
-    so a second copy is a duplicate, not a fork."""
+    so a second copy is a duplicate, not a fork. `writers` holds the origin of each journal's
+    newest envelope staged in this batch: a journal has one writer, whoever signed its seq 1,
+    and this is where that is settled for good (a receiver's screening may run before the
+    journal's first envelopes are committed)."""
     staged: list[Envelope] = []
     overlay: dict[str, Head] = {}
     for foreign, event, digest in verified:
@@ -155,6 +160,12 @@ def stage_imports(
                 ImportResult(ImportStatus.BROKEN_CHAIN, detail="prev does not match head")
             )
             continue
+        if head is not None:
+            writer = writers.get(foreign.stream) or _origin_at(txn, events_db, foreign.stream, head)
+            if event.origin != writer:
+                detail = f"journal is written by {writer!r}, envelope by {event.origin!r}"
+                results.append(ImportResult(ImportStatus.FOREIGN_WRITER, detail=detail))
+                continue
         envelope = Envelope(
             foreign.stream, foreign.seq, foreign.payload, digest, foreign.signature, event, position
         )
@@ -162,8 +173,19 @@ def stage_imports(
         staged.append(envelope)
         imported[event_key(foreign.stream, foreign.seq)] = digest
         overlay[foreign.stream] = Head(foreign.seq, digest)
+        writers[foreign.stream] = event.origin
         results.append(ImportResult(ImportStatus.ACCEPTED, envelope))
     return staged
+
+
+def _origin_at(
+    txn: lmdb.Transaction[bytes], events_db: lmdb._Database, stream: str, head: Head
+) -> str:
+    """Who signed a journal's stored head ("" when it cannot be read: nothing matches it)."""
+    stored = txn.get(event_key(stream, head.seq), db=events_db)
+    if stored is None:
+        return ""
+    return decode_event(decode_record(stored)[1]).origin
 
 
 def merge(

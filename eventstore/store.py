@@ -35,6 +35,7 @@ from eventstore.imports import (
     ImportResult,
     ImportStatus,
     KeyLookup,
+    Verified,
     allowed_cpus,
     merge,
     verify_foreign,
@@ -243,17 +244,25 @@ class EventStore:
     ) -> list[ImportResult]:
         """Verify foreign envelopes and store those that extend their journal by exactly one.
 
-        Hashes and signatures are checked off the loop; seq, head and chain inside the write
-        transaction (imports.py). Results come back in the order of `items`.
+        Hashes and signatures are checked off the loop; seq, head, chain and writer inside the
+        write transaction (imports.py). Results come back in the order of `items`.
         """
         checked = await verify_foreign(items, key_for_origin)
+        return merge(checked, await self.queue_imports(checked))
+
+    def queue_imports(
+        self, checked: Sequence[ImportResult | Verified]
+    ) -> asyncio.Future[list[ImportResult]]:
+        """Queue the `Verified` of `checked` for the writer now, behind every request queued
+        before (so imports queued one after the other commit in that order); the future gets
+        the writer's verdict on each `Verified`, in order (`merge` puts them back in place)."""
+        future: asyncio.Future[list[ImportResult]] = asyncio.get_running_loop().create_future()
         verified = [r for r in checked if not isinstance(r, ImportResult)]
-        stored: list[ImportResult] = []
         if verified:
-            future: asyncio.Future[list[ImportResult]] = asyncio.get_running_loop().create_future()
             self._submit(Request(future, imports=verified))
-            stored = await future
-        return merge(checked, stored)
+        else:
+            future.set_result([])
+        return future
 
     def _submit(self, request: Request) -> None:
         if not self._accepting:

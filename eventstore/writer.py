@@ -194,6 +194,7 @@ class Writer:
 
             plan: list[tuple[Request, list[Envelope]]] = []
             imported: dict[bytes, bytes] = {}  # event key → digest of imports staged in this batch
+            writers: dict[str, str] = {}  # journal → origin of its newest import in this batch
             signer = self._signer
             # each signed message goes to a helper thread (on another core) as soon as it is
             # staged; the messages it has not claimed when staging ends are signed here
@@ -216,6 +217,7 @@ class Writer:
                             dbs.events,
                             position,
                             imported,
+                            writers,
                         )
                     )
                 except Exception as exc:

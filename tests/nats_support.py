@@ -150,3 +150,21 @@ def stream_state(urls: list[str], mesh: str = "default") -> dict:
             await nc.close()
 
     return asyncio.run(read())
+
+
+def consumer_state(urls: list[str], node: str, mesh: str = "default") -> dict:
+    """A node's durable consumer: the subjects it reads and how many messages it was given."""
+    import asyncio
+
+    async def read() -> dict:
+        nc = await nats.connect(urls, connect_timeout=2)
+        try:
+            info = await nc.jetstream().consumer_info(f"MESH_{mesh}", f"node-{node.encode().hex()}")
+            return {
+                "filters": sorted(info.config.filter_subjects or [info.config.filter_subject]),
+                "delivered": info.delivered.consumer_seq if info.delivered else 0,
+            }
+        finally:
+            await nc.close()
+
+    return asyncio.run(read())

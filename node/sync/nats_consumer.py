@@ -2,9 +2,11 @@
 
 Messages are pulled lean (nats_raw.py: bytes, subject and ack subject, no nats-py Msg), the next
 batch streaming in while this one is received. Fetched envelopes go through the same receive
-path as an HTTP push (receive.py), a batch at a time, and are acknowledged only after it
-returns, that is after the local LMDB commit (one ack per batch: the consumer's ack policy is
-`all`, so acking the batch's last message acknowledges every message delivered before it). A
+path as an HTTP push (receive.py), a batch at a time, and are acknowledged only after the
+local LMDB commit (one ack per batch: the consumer's ack policy is `all`, so acking the batch's
+last message acknowledges every message delivered before it). Two batches are in hand at once:
+one is screened and its signatures checked while the one before commits (the writer takes them
+in the order they were staged, and settles who may write a journal in its transaction). A
 rejected envelope is acknowledged too (the rejection is counted, logged and reported as a
 finding): redelivering it would change nothing. A `gap` (the stream no longer holds what comes
 before) is repaired over HTTP at once and the envelope received again; what still cannot be had
@@ -13,9 +15,12 @@ is left to the heads check (nats_mesh.py).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
 from collections import deque
+from typing import NamedTuple
 
 import msgspec
 from nats.js import JetStreamContext
@@ -27,8 +32,14 @@ from node.sync.incidents import Incidents
 from node.sync.nats_metrics import NatsMetrics
 from node.sync.nats_raw import Delivered, RawClient, RawPull
 from node.sync.nats_repair import HttpRepair
-from node.sync.nats_subjects import all_subjects, durable_name, parse_subject, stream_name
-from node.sync.receive import Receiver, Rejection
+from node.sync.nats_subjects import (
+    all_subjects,
+    durable_name,
+    node_subjects,
+    parse_subject,
+    stream_name,
+)
+from node.sync.receive import Receiver, Rejection, Staged
 
 log = logging.getLogger("agent-node.sync")
 GAP = "gap"
@@ -46,6 +57,12 @@ ACK_WAIT_SECS = 10
 MAX_EMPTY_FETCHES_WHILE_WAITING = 3
 FETCH_WAIT_SECS = 1.0
 MAX_SUBJECTS_REMEMBERED = 10_000
+
+
+class _Batch(NamedTuple):
+    items: list[msgspec.Raw]
+    publishers: list[str]  # who published each item
+    staged: Staged | None  # None: nothing in it for this node
 
 
 class NatsConsumer:
@@ -82,26 +99,51 @@ class NatsConsumer:
         await self._ensure_consumer()
         self.pull = RawPull(self._nc, self._stream, self._durable, self._mesh.fetch_batch)
         await self.pull.start()
+        settling: asyncio.Task[None] | None = None  # the batch before: committing, then acked
         try:
             while True:
                 await self.pull.top_up()
                 messages = await self._fetch(self.pull)
                 await self.pull.top_up()  # the next batch streams in while this one is received
-                if messages:
-                    await self.handle(messages)
-                    await self.pull.ack_through(messages[-1])
+                if not messages:
+                    if settling is not None and settling.done():
+                        settling.result()  # its failure ends the loop
+                        settling = None
+                    continue
+                batch = await self._stage(messages)  # verified while the one before commits
+                if settling is not None:
+                    await settling
+                settling = asyncio.create_task(self._settle(messages, batch))
         finally:
+            if settling is not None:
+                settling.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await settling
             await self.pull.stop()
 
     def reconnected(self) -> None:
         if self.pull is not None:
             self.pull.forget_requests()
 
+    def _filters(self) -> list[str]:
+        """The configured peers' subjects: a node's own envelopes are not delivered back to
+        it (that was half of a publishing node's deliveries, and the server's work)."""
+        peers = sorted(node_subjects(self._mesh.name, p) for p in self._peers)
+        return peers or [all_subjects(self._mesh.name)]
+
     async def _ensure_consumer(self) -> None:
-        """The node's durable consumer, created when missing; an existing one is left as is."""
+        """The node's durable consumer, created when missing, its subjects brought up to date
+        when the peers changed (where it stands in the stream is kept); else left as is.
+
+        A peer added later gets no delivery of what it published before the consumer stood
+        past it: the heads check repairs those journals over HTTP (nats_mesh.py)."""
+        filters = self._filters()
         try:
-            await self._js.consumer_info(self._stream, self._durable)
-            return
+            info = await self._js.consumer_info(self._stream, self._durable)
+            held = info.config.filter_subjects or [info.config.filter_subject or ""]
+            if sorted(held) == filters:
+                return
+            log.info("nats: the consumer's subjects follow the peers (%d)", len(self._peers))
         except NotFoundError:
             pass
         await self._js.add_consumer(
@@ -109,7 +151,7 @@ class NatsConsumer:
             config=ConsumerConfig(
                 name=self._durable,
                 durable_name=self._durable,
-                filter_subject=all_subjects(self._mesh.name),
+                filter_subjects=filters,
                 ack_policy=AckPolicy.ALL,  # acking a batch's last message acks the batch
                 deliver_policy=DeliverPolicy.ALL,
                 ack_wait=ACK_WAIT_SECS,
@@ -158,10 +200,9 @@ class NatsConsumer:
         self._publishers[subject] = publisher
         return publisher
 
-    async def handle(self, messages: list[Delivered]) -> None:
-        """The whole batch in one receive: one LMDB commit, journals verified on parallel
-        lanes (as one HTTP push). Publishers are named for the findings only. The caller
-        acknowledges the batch once this returns."""
+    async def _stage(self, messages: list[Delivered]) -> _Batch:
+        """Screen, verify and queue a batch for the writer (Receiver.stage): it commits after
+        the batch staged before it. Publishers are named for the findings only."""
         items: list[msgspec.Raw] = []
         publishers: list[str] = []
         redelivered = 0
@@ -170,19 +211,27 @@ class NatsConsumer:
                 redelivered += 1
             publisher = self._publisher(message.subject)
             if publisher is None:
-                continue  # our own envelopes: nothing to do
+                continue  # our own envelopes (a consumer of before the peer filter)
             publishers.append(publisher)
             items.append(msgspec.Raw(message.data))
         if redelivered:
             self._metrics.redeliveries.inc(redelivered)
-        if items:
-            outcome = await self._receiver.receive(STREAM_PEER, items)
+        staged = await self._receiver.stage(items) if items else None
+        return _Batch(items, publishers, staged)
+
+    async def _settle(self, messages: list[Delivered], batch: _Batch) -> None:
+        """Once the batch is committed: repair its gaps, report its rejections, then
+        acknowledge it (the consumer's ack policy is `all`: one ack for the batch)."""
+        if batch.staged is not None:
+            outcome = await self._receiver.settle(STREAM_PEER, batch.staged)
             gaps = [r for r in outcome.rejections if r.reason == GAP]
             if gaps:
-                await self._fill(gaps, items)
+                await self._fill(gaps, batch.items)
             for rejection in outcome.rejections:
                 if rejection.reason not in UNREMARKABLE:
-                    await self._report(publishers[rejection.index], rejection)
+                    await self._report(batch.publishers[rejection.index], rejection)
+        assert self.pull is not None
+        await self.pull.ack_through(messages[-1])
 
     async def _report(self, publisher: str, rejection: Rejection) -> None:
         """A finding per rejected stream message (once per journal, seq and reason), at most

@@ -8,7 +8,8 @@ sent as acknowledgements come back (not a window at a time). Acknowledgements co
 inbox as raw bytes (nats_raw.py; nats-py's `publish_async` made a future, a Msg and a PubAck
 dataclass per message). The cursor (per journal, the last seq whose publish and every publish
 before it JetStream acknowledged) is written atomically to `nats-published.json` in the data
-folder every half window of acknowledgements and whenever nothing is in flight, and publishing
+folder at most every CURSOR_SAVE_SECS while acknowledgements flow (two fsyncs each, on the
+disk the journal's commits use) and whenever nothing is in flight, and publishing
 resumes from it.
 
 A stream ack is not an fsync (JetStream syncs every 2 min by default), so on start and after
@@ -29,6 +30,7 @@ from collections import deque
 from pathlib import Path
 
 import msgspec
+from nats.errors import MaxPayloadError
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
@@ -36,12 +38,13 @@ from eventstore.envelope import Envelope
 from node.context import NodeContext
 from node.files import write_atomically
 from node.sync.nats_metrics import NatsMetrics
-from node.sync.nats_raw import STATUS_PREFIX, RawClient
+from node.sync.nats_raw import STATUS_PREFIX, RawClient, hpub_frame
 from node.sync.nats_subjects import MSG_ID_HEADER, msg_id, seq_of_msg_id, stream_name, subject
 from projections.journals import Journals
 
 log = logging.getLogger("agent-node.sync")
 CURSOR_FILE = "nats-published.json"
+CURSOR_SAVE_SECS = 1.0
 IDLE_CHECK_SECS = 5.0
 ACK_TIMEOUT_SECS = 10.0
 _encoder = msgspec.json.Encoder()
@@ -114,6 +117,7 @@ class NatsPublisher:
         self._flight: dict[str, _InFlight] = {}
         self._in_flight = 0
         self._acked_unsaved = 0
+        self._saved_at = 0.0
         self._failure = ""
         self._progress = asyncio.Event()
         self._counter = 0
@@ -160,25 +164,33 @@ class NatsPublisher:
                 await asyncio.wait_for(store.wait_beyond(position), IDLE_CHECK_SECS)
 
     async def _publish(self, envelopes: list[Envelope]) -> None:
-        mesh, me = self._mesh.name, self._ctx.name
+        mesh, me, inbox = self._mesh.name, self._ctx.name, self._inbox.encode()
+        frames: list[bytes] = []
+        size = 0
         for envelope in envelopes:
             self._counter += 1
-            token = str(self._counter)
-            self._tokens[token.encode()] = (envelope.stream, envelope.seq)
+            token = b"%d" % self._counter
+            self._tokens[token] = (envelope.stream, envelope.seq)
             self._flight.setdefault(envelope.stream, _InFlight()).seqs.append(envelope.seq)
             self._next[envelope.stream] = envelope.seq
             self._in_flight += 1
-            await self._nc.publish(
-                subject(mesh, me, envelope.stream),
-                encode_envelope(envelope),
-                reply=self._inbox + token,
-                headers={MSG_ID_HEADER: msg_id(envelope.stream, envelope.seq)},
+            payload = encode_envelope(envelope)
+            if len(payload) > self._nc.max_payload:
+                raise MaxPayloadError(f"{envelope.stream}#{envelope.seq}: {len(payload)} bytes")
+            size += len(payload)
+            header = f"{MSG_ID_HEADER}: {msg_id(envelope.stream, envelope.seq)}".encode()
+            frames.append(
+                hpub_frame(
+                    subject(mesh, me, envelope.stream).encode(), inbox + token, header, payload
+                )
             )
+        await self._nc.publish_frames(frames, size)
         self._metrics.pending_publishes.set(self._in_flight)
 
     async def _wait_for_acks(self) -> None:
-        """Until some acknowledgement comes (then save the cursor every half window, or when
-        all are in); none for ACK_TIMEOUT_SECS: the connection is not well."""
+        """Until some acknowledgement comes (then save the cursor, at most every
+        CURSOR_SAVE_SECS, or when all are in); none for ACK_TIMEOUT_SECS: the connection is
+        not well."""
         self._progress.clear()
         started = time.monotonic()
         try:
@@ -189,9 +201,10 @@ class NatsPublisher:
                 f"{self._in_flight} publish(es) not acknowledged in {waited:.0f} s"
             ) from None
         self._check()
-        half = max(1, self._mesh.publish_window // 2)
-        if self._acked_unsaved >= half or (self._acked_unsaved and not self._in_flight):
-            self._acked_unsaved = 0
+        now = time.monotonic()
+        due = now - self._saved_at >= CURSOR_SAVE_SECS
+        if self._acked_unsaved and (due or not self._in_flight):
+            self._acked_unsaved, self._saved_at = 0, now
             # encoded here: acknowledgements change the cursor while the thread writes
             await asyncio.to_thread(write_atomically, self.cursor.path, self.cursor.encoded())
 

@@ -19,11 +19,12 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
 from eventstore.envelope import Event, decode_event, digest_of
+from eventstore.imports import Verified, merge, verify_foreign
 from eventstore.store import ForeignEnvelope, ImportResult, ImportStatus
 from node.context import NodeContext
 from node.sync.acks import AckRecorder
@@ -69,6 +70,16 @@ class PushOutcome:
         }
 
 
+class Staged(NamedTuple):
+    """A batch screened, verified and queued for the writer (`Receiver.stage`)."""
+
+    size: int  # items in the batch
+    outcome: PushOutcome
+    candidates: list[tuple[int, ForeignEnvelope]]
+    checked: list[ImportResult | Verified]
+    stored: asyncio.Future[list[ImportResult]]
+
+
 class Receiver:
     def __init__(
         self, ctx: NodeContext, keys: PeerKeys, incidents: Incidents, acks: AckRecorder
@@ -86,6 +97,34 @@ class Receiver:
         candidates, origins = self._screen(items, outcome)
         await self._keys.ensure(origins)
         results = await self._import([item for _, item in candidates])
+        return await self._conclude(peer_id, len(items), outcome, candidates, results)
+
+    async def stage(self, items: Sequence[msgspec.Raw]) -> Staged:
+        """The first half of `receive`: screening and signatures, then the envelopes queued
+        for the writer. Batches staged one after another commit in that order, so a caller
+        may stage the next batch while the one before commits (the NATS consumer does)."""
+        outcome = PushOutcome()
+        candidates, origins = self._screen(items, outcome)
+        await self._keys.ensure(origins)
+        checked = await verify_foreign([item for _, item in candidates], self._keys.lookup)
+        stored = self._ctx.store.queue_imports(checked)
+        return Staged(len(items), outcome, candidates, checked, stored)
+
+    async def settle(self, peer_id: str, staged: Staged) -> PushOutcome:
+        """The second half of `receive`, once the staged batch is committed."""
+        results = merge(staged.checked, await staged.stored)
+        return await self._conclude(
+            peer_id, staged.size, staged.outcome, staged.candidates, results
+        )
+
+    async def _conclude(
+        self,
+        peer_id: str,
+        count: int,
+        outcome: PushOutcome,
+        candidates: list[tuple[int, ForeignEnvelope]],
+        results: list[ImportResult],
+    ) -> PushOutcome:
         held: dict[str, int] = {}
         for (index, item), result in zip(candidates, results, strict=True):
             if result.status in (ImportStatus.ACCEPTED, ImportStatus.DUPLICATE):
@@ -103,8 +142,8 @@ class Receiver:
             _log_rejections(peer_id, outcome)
             for rejection in outcome.rejections:
                 self._ctx.metrics.sync_rejected.labels(reason=rejection.reason).inc()
-        outcome.heads = self._heads({item.stream for _, item in candidates}, bool(items))
-        self._ctx.metrics.sync_envelopes.inc(len(items))
+        outcome.heads = self._heads({item.stream for _, item in candidates}, bool(count))
+        self._ctx.metrics.sync_envelopes.inc(count)
         if peer_id in self._peers and held:
             self._acks.note(peer_id, held, at_least=True)
         return outcome

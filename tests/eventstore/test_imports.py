@@ -2,12 +2,14 @@
 the writer's transaction; every refusal is typed, results keep the order of the items."""
 
 import pytest
+from nacl.signing import SigningKey
 
-from eventstore.imports import precheck
+from eventstore.imports import merge, precheck, verify_foreign
 from eventstore.store import EventStore, ForeignEnvelope, ImportStatus
 from tests.eventstore.support import KEY, PEER_KEY, foreign
 
 KEYS = {"node-b": PEER_KEY.verify_key}.get
+THIRD_KEY = SigningKey(b"\3" * 32)
 
 
 async def peer_journal(tmp_path, name: str, count: int, **data):
@@ -117,3 +119,45 @@ async def test_an_envelope_signed_by_another_key_of_a_known_origin_is_refused(st
     results = await store.import_envelopes(foreign([e1]), {"node-b": KEY.verify_key}.get)
     assert results[0].status == ImportStatus.BAD_SIGNATURE
     assert store.head("scout") is None
+
+
+async def extended_by_another_node(tmp_path, envelopes):
+    """`envelopes` (node-b's scout 1..n) and a seq n+1 that node-c signs onto them: a valid
+    signature and chain, by a node that is not the journal's writer."""
+    other = EventStore(tmp_path / "node-c", THIRD_KEY, "node-c")
+    other.start()
+    await other.import_envelopes(foreign(envelopes), KEYS)
+    await other.append("scout", "finding", {"i": "not node-b's"})
+    (extra,) = other.read_stream("scout", len(envelopes), 1)
+    await other.close()
+    return extra
+
+
+THREE_KEYS = {"node-b": PEER_KEY.verify_key, "node-c": THIRD_KEY.verify_key}.get
+
+
+async def test_a_journal_is_extended_only_by_the_origin_of_its_head(store, tmp_path):
+    e1, e2 = await peer_journal(tmp_path, "peer", 2)
+    extra = await extended_by_another_node(tmp_path, [e1, e2])
+    # in one request (the head staged just before), then against the stored head
+    results = await store.import_envelopes(foreign([e1, e2, extra]), THREE_KEYS)
+    assert [r.status for r in results[:2]] == [ImportStatus.ACCEPTED] * 2
+    assert results[2].status == ImportStatus.FOREIGN_WRITER
+    assert "'node-b'" in results[2].detail and "'node-c'" in results[2].detail
+    (again,) = await store.import_envelopes(foreign([extra]), THREE_KEYS)
+    assert again.status == ImportStatus.FOREIGN_WRITER
+    assert store.head("scout").seq == 2
+
+
+async def test_the_writer_check_holds_for_imports_queued_before_the_head_is_stored(store, tmp_path):
+    """A receiver screens a batch by the journal's known home; a batch screened while the one
+    holding seq 1 still waits for the writer cannot know it: the writer settles it."""
+    e1, e2 = await peer_journal(tmp_path, "peer", 2)
+    extra = await extended_by_another_node(tmp_path, [e1, e2])
+    first = await verify_foreign(foreign([e1, e2]), THREE_KEYS)
+    second = await verify_foreign(foreign([extra]), THREE_KEYS)
+    queued = [store.queue_imports(first), store.queue_imports(second)]
+    stored = [merge(checked, await f) for checked, f in zip([first, second], queued, strict=True)]
+    assert [r.status for r in stored[0]] == [ImportStatus.ACCEPTED] * 2
+    assert [r.status for r in stored[1]] == [ImportStatus.FOREIGN_WRITER]
+    assert store.head("scout").seq == 2

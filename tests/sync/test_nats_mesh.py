@@ -13,8 +13,14 @@ import nats
 import pytest
 
 from eventstore.keys import load_or_create_key
-from node.sync.nats_subjects import subject, token
-from tests.nats_support import NatsCluster, NatsServer, nats_mesh_toml, stream_state
+from node.sync.nats_subjects import node_subjects, subject, token
+from tests.nats_support import (
+    NatsCluster,
+    NatsServer,
+    consumer_state,
+    nats_mesh_toml,
+    stream_state,
+)
 from tests.support import ADMIN_TOKEN, NodeProcess, auth
 from tests.sync.test_sync_mesh import (
     Mesh,
@@ -77,6 +83,12 @@ def test_three_nodes_converge_over_one_nats_server(nats_mesh, cluster_factory):
     assert_same_everywhere(mesh, expected)
     state = stream_state(cluster.urls)
     assert state["messages"] == sum(expected.values())
+    # each node reads its peers' subjects only: its own envelopes do not come back to it
+    for name in mesh.nodes:
+        consumer = consumer_state(cluster.urls, name)
+        peers = [n for n in mesh.nodes if n != name]
+        assert consumer["filters"] == sorted(node_subjects("default", p) for p in peers)
+        assert consumer["delivered"] == sum(expected[f"agent-{p}"] for p in peers)
     with mesh["node-a"].client() as client:  # the console's mesh view, from the heads bucket
         view = client.get("/api/v1/mesh").json()
     assert {j["agent"] for j in view["journals"] if j["converged"]} >= set(expected)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
 
-from node.sync.nats_raw import Delivered, RawClient, RawPull
+from node.sync.nats_raw import Delivered, RawClient, RawPull, hpub_frame
 from tests.nats_support import NatsServer
 from tests.polling import until
 
@@ -159,3 +160,35 @@ def test_a_delivery_count_is_read_from_the_reply_subject_and_bounded():
     # a server could send anything there: no digits, or more digits than int() accepts
     assert Delivered(b"s", ack % b"x", b"").deliveries == 1
     assert Delivered(b"s", ack % (b"9" * 5000), b"").deliveries == 1
+
+
+async def test_frames_are_published_in_one_write_and_deduplicated_by_message_id(server):
+    nc = await connected(server)
+    try:
+        await nc.jetstream().add_stream(StreamConfig(name=STREAM, subjects=[SUBJECTS]))
+        acks: list[tuple[bytes, bytes]] = []
+        sid = await nc.raw_subscribe("acks.*", lambda s, r, d, h: acks.append((s, d)))
+        bodies = [b"body %d" % n for n in range(6)]
+        frames = [  # the last three repeat the first three's message ids
+            hpub_frame(b"raw.f", b"acks.%d" % n, b"Nats-Msg-Id: m%d" % (n % 3), body)
+            for n, body in enumerate(bodies)
+        ]
+        await nc.publish_frames(frames, sum(map(len, bodies)))
+        await until(lambda: len(acks) == 6, 10, "six acknowledgements", 0.05)
+        replies = {s: json.loads(d) for s, d in acks}
+        assert [replies[b"acks.%d" % n].get("duplicate", False) for n in range(6)] == [
+            False,
+            False,
+            False,
+            True,
+            True,
+            True,
+        ]
+        info = await nc.jetstream().stream_info(STREAM)
+        assert info.state.messages == 3
+        stored = await nc.jetstream().get_msg(STREAM, 2)
+        assert stored.data == b"body 1" and stored.headers == {"Nats-Msg-Id": "m1"}
+        assert nc.stats["out_msgs"] >= 6
+        await nc.raw_unsubscribe(sid)
+    finally:
+        await nc.close()

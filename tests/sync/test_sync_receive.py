@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import base64
 
+import msgspec
 import pytest
 from nacl.signing import SigningKey
 
+from eventstore.envelope import digest_of
 from eventstore.keys import public_key_multibase
 from node.app import build_app
 from node.context import CONTEXT
 from node.keyring import key_resolver
+from node.sync.service import SYNC
 from projections.entries import Findings
 from projections.peers import PeerBook
 from tests.polling import until
@@ -132,6 +135,23 @@ async def test_a_writer_other_than_the_journals_home_is_refused(client):
     intruder = signed_chain(ctx.key, "node-a", "scout", 1, start=2, prev=first.payload_hash)
     _status, body = await push(client, intruder)
     assert reasons(body) == ["foreign_writer"]
+
+
+async def test_a_batch_staged_before_the_journals_first_commit_cannot_extend_it(client):
+    """The NATS consumer stages a batch while the one before commits: screening cannot yet
+    know the home of a journal that batch starts, so the writer's transaction decides."""
+    ctx = client.server.app[CONTEXT]
+    receiver = client.server.app[SYNC].receiver
+    chain = signed_chain(PEER_KEY, "node-b", "scout", 3)
+    last = "sha256:" + digest_of(base64.b64decode(chain[-1]["payload"])).hex()
+    intruder = signed_chain(ctx.key, "node-a", "scout", 1, start=4, prev=last)
+    first = await receiver.stage([msgspec.Raw(msgspec.json.encode(e)) for e in chain])
+    second = await receiver.stage([msgspec.Raw(msgspec.json.encode(e)) for e in intruder])
+    assert second.outcome.rejections == []  # it passed the screening
+    assert (await receiver.settle("node-b", first)).accepted == 3
+    outcome = await receiver.settle("node-b", second)
+    assert [(r.seq, r.reason) for r in outcome.rejections] == [(4, "foreign_writer")]
+    assert ctx.store.head("scout").seq == 3
 
 
 @pytest.mark.parametrize(
