@@ -11,6 +11,7 @@ import httpx
 import msgspec
 import nats
 import pytest
+from nats.js.errors import NotFoundError
 
 from eventstore.keys import load_or_create_key
 from node.sync.nats_subjects import node_subjects, subject, token
@@ -92,6 +93,36 @@ def test_three_nodes_converge_over_one_nats_server(nats_mesh, cluster_factory):
     with mesh["node-a"].client() as client:  # the console's mesh view, from the heads bucket
         view = client.get("/api/v1/mesh").json()
     assert {j["agent"] for j in view["journals"] if j["converged"]} >= set(expected)
+
+
+def test_a_peer_added_to_the_config_is_read_from_the_stream_after_a_restart(
+    nats_mesh, cluster_factory
+):
+    cluster = cluster_factory(1)
+    mesh = nats_mesh(["node-a", "node-b", "node-c"], cluster)
+    seed(mesh, {"alpha": "node-a", "gamma": "node-c"})
+    config = mesh.paths["node-a"]
+    full = config.read_text()
+
+    def filters_of(node: str) -> list[str] | None:
+        try:
+            return consumer_state(cluster.urls, node)["filters"]
+        except NotFoundError:  # the node creates it once connected
+            return None
+
+    config.write_text(full[: full.index('\n[[auth.tokens]]\nname = "node-c"')])  # no node-c
+    mesh["node-a"].start()
+    reads_only_b = [node_subjects("default", "node-b")]
+    wait_until(lambda: filters_of("node-a") == reads_only_b, 30, "a's consumer (b's subjects)")
+    mesh["node-c"].start()
+    post_findings(mesh["node-c"], "gamma", 3)
+    mesh["node-a"].terminate()
+    config.write_text(full)  # node-c joins node-a's peers
+    mesh["node-a"].start()
+    reads_b_and_c = sorted(node_subjects("default", p) for p in ("node-b", "node-c"))
+    wait_until(lambda: filters_of("node-a") == reads_b_and_c, 30, "a's consumer updated")
+    wait_until(lambda: convergence(mesh["node-a"], "gamma")["local_seq"] == 4, 30, "a has gamma")
+    assert journal(mesh["node-a"], "gamma") == journal(mesh["node-c"], "gamma")
 
 
 def start_all(mesh: Mesh, *names: str) -> None:
