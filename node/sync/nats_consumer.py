@@ -211,7 +211,7 @@ class NatsConsumer:
                 redelivered += 1
             publisher = self._publisher(message.subject)
             if publisher is None:
-                continue  # our own envelopes (a consumer of before the peer filter)
+                continue  # our own (a node without peers reads every subject)
             publishers.append(publisher)
             items.append(msgspec.Raw(message.data))
         if redelivered:
