@@ -15,11 +15,12 @@ from eventstore.envelope import Envelope
 from eventstore.store import NewEvent
 from node.context import CONTEXT
 from projections.base import Projections
-from projections.disk import DiskModels, Space, Txn, u64
+from projections.disk import DiskModels
 from projections.entries import Findings, Logs
 from projections.journals import Journals
 from projections.tasks import Tasks
 from tests.projections.envelopes import Journal
+from tests.projections.test_disk import Picky
 
 
 @pytest.fixture
@@ -70,26 +71,6 @@ async def test_a_bulk_rebuild_writes_the_rows_the_journals_writer_wrote(client, 
     with rebuilt_disk.read() as txn:
         assert rebuilt_disk.position(txn) == ctx.store.last_position
     assert len(rebuilt.get(Tasks).list(status="completed")) == 12
-
-
-class Picky:
-    """Counts the logs it folds, and raises on the message "boom" after writing a row."""
-
-    name = "picky"
-    handles = frozenset({"log"})
-
-    def bind(self, space: Space) -> None:
-        self.space = space
-        self._seen = space.db(self.name, "seen")
-
-    def fold(self, txn: Txn, envelope: Envelope) -> None:
-        txn.put(u64(envelope.position), b"half", db=self._seen)  # undone when it raises
-        if envelope.event.data.get("message") == "boom":
-            raise ValueError("boom")
-
-    def snapshot(self) -> Any:
-        with self.space.read() as txn:
-            return [int.from_bytes(k, "big") for k, _ in txn.cursor(self._seen)]
 
 
 def messages(*texts: str) -> list[Envelope]:
