@@ -46,6 +46,7 @@ AGENT_STARTED = "agent.started"
 AGENT_STOPPED = "agent.stopped"
 AGENT_RESTARTED = "agent.restarted"
 AGENT_ERRORED = "agent.errored"
+AGENT_RETIRED = "agent.retired"
 # the lifecycle of the node's agents, in `$node` (projections/deployments.py)
 AGENT_DEPLOYED = "agent.deployed"
 AGENT_UPGRADED = "agent.upgraded"
@@ -166,8 +167,13 @@ class GrantCreated(Payload):
 
 @entry
 class GrantRevoked(Payload):
+    """By an operator (`operator` names the token), or by the node when the agent's deployment
+    stopped asking for the domain (`reason` says which change: an upgrade, a removal)."""
+
     type = GRANT_REVOKED
     domain: Name
+    reason: Text = ""
+    operator: Name | None = None
 
 
 @entry
@@ -185,6 +191,7 @@ class TaskCreated(Payload):
     to: JournalName | None = None
     input: dict[str, Any] = {}
     a2a: dict[str, Any] | None = None  # the A2A context (contextId, the asking message)
+    caller: Name | None = None  # the API token that created it (absent: its agent `from` did)
 
 
 @entry
@@ -294,6 +301,16 @@ class AgentErrored(Payload):
     error: Text = ""
     kind: Name = ""
     retry_in_ms: Count = 0
+
+
+@entry
+class AgentRetired(Payload):
+    """The end of a deployment under this name (removed): its state and grants end here, so a
+    later deployment of the same name starts with nothing; the history before stays for audit."""
+
+    type = AGENT_RETIRED
+    reason: Text = ""
+    operator: Name | None = None
 
 
 # ----------------------------------------------------------------------------- deployments

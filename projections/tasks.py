@@ -75,6 +75,10 @@ class Task(msgspec.Struct, kw_only=True):
     completed_at: str | None = None
     progress: Any = msgspec.UNSET
     error: str | msgspec.UnsetType = msgspec.UNSET
+    # who made it: the API token (absent when an agent of this node did, and `from` is that
+    # agent); `from_asserted` when the token named someone else as `from` (its word only)
+    created_by: str | msgspec.UnsetType = msgspec.UNSET
+    from_asserted: bool | msgspec.UnsetType = msgspec.UNSET
     # what an open task waits for, read when it is served (never stored): "waiting for
     # approval of spend", "queued behind task t-1"
     waiting_for: str | msgspec.UnsetType = msgspec.UNSET
@@ -204,6 +208,10 @@ class Tasks:
             input=raw_input if isinstance(raw_input, dict) else {},
             created_at=envelope.event.ts,
         )
+        if isinstance(caller := data.get("caller"), str):
+            task.created_by = caller
+            if caller != task.from_:
+                task.from_asserted = True
         record = TaskRecord(
             task=task, state=TaskState.PENDING, canceled_by=None, updated_at="", position=position
         )
@@ -470,6 +478,8 @@ def _stored(raw: bytes | memoryview) -> TaskRecord:
         completed_at=fields["completed_at"],
         progress=fields.get("progress", msgspec.UNSET),
         error=fields.get("error", msgspec.UNSET),
+        created_by=fields.get("created_by", msgspec.UNSET),
+        from_asserted=fields.get("from_asserted", msgspec.UNSET),
     )
     return TaskRecord(
         task=task,

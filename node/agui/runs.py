@@ -134,6 +134,7 @@ class AguiRuns:
                 agent,
                 input_from_text(text),
                 a2a={"contextId": run.thread_id, "message": record},
+                caller=operator,
             )
             return TaskWork(created["id"])
         future = asyncio.wrap_future(self.agents.runtime.tick_now(agent, "agui"))

@@ -7,6 +7,7 @@ from typing import Any, Literal
 import msgspec
 from aiohttp import web
 
+from node.auth import IDENTITY
 from node.config import AgentName
 from node.context import CONTEXT
 from node.http import Problem, json_body, json_response
@@ -22,6 +23,8 @@ class TaskCreated(msgspec.Struct):
 
 
 class NewTask(msgspec.Struct, forbid_unknown_fields=True):
+    # the sender as the caller says; a name other than the token's is kept as the caller's
+    # assertion (`from_asserted`), next to the token that made it (`created_by`)
     from_: AgentName = msgspec.field(name="from")
     to: AgentName
     input: dict[str, Any] = {}
@@ -33,7 +36,8 @@ def tasks_of(request: web.Request) -> TaskService:
 
 async def create_task(request: web.Request) -> web.Response:
     body = await json_body(request, NewTask)
-    created = await tasks_of(request).create(body.from_, body.to, body.input)
+    caller = request[IDENTITY].name
+    created = await tasks_of(request).create(body.from_, body.to, body.input, caller=caller)
     return json_response(created, status=201)
 
 

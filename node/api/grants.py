@@ -8,6 +8,7 @@ from typing import Literal
 import msgspec
 from aiohttp import web
 
+from node.auth import IDENTITY
 from node.context import CONTEXT
 from node.http import json_response
 from node.routes import Doc, add_route
@@ -31,7 +32,8 @@ async def list_grants(request: web.Request) -> web.Response:
 
 async def revoke(request: web.Request) -> web.Response:
     agent, domain = request.match_info["agent"], request.match_info["domain"]
-    return json_response(await grants_of(request).revoke(agent, domain))
+    operator = request[IDENTITY].name
+    return json_response(await grants_of(request).revoke(agent, domain, operator))
 
 
 async def restore(request: web.Request) -> web.Response:
@@ -40,8 +42,9 @@ async def restore(request: web.Request) -> web.Response:
 
 
 async def lifecycle(app: web.Application) -> AsyncIterator[None]:
-    """Grant what the config grants before any agent can ask for a secret."""
-    await app[GRANTS].create_configured()
+    """Grant what the config grants (and revoke what it dropped) before any agent can ask for
+    a secret."""
+    await app[GRANTS].follow_configured()
     yield
 
 

@@ -125,7 +125,11 @@ class A2AService:
         cursor = JournalCursor.at_head(self.ctx, agent)
         try:
             created = await self.tasks.create(
-                operator, agent, task_input, a2a={"contextId": context_id, "message": record}
+                operator,
+                agent,
+                task_input,
+                a2a={"contextId": context_id, "message": record},
+                caller=operator,
             )
         except Problem as exc:
             raise _rpc_error(exc) from None

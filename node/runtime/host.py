@@ -259,7 +259,9 @@ class JournalHost:
         return str(value)
 
     def _grant_active(self, domain: str) -> bool:
-        return self.s.grants.is_active(self.name, domain)
+        """The journal's grant and this instance's definition both say yes: a grant that is
+        still active (an operator restored it) never reaches a revision that stopped asking."""
+        return domain in self.agent.grants.domains and self.s.grants.is_active(self.name, domain)
 
     def infer(self, request: str) -> str:
         route, prompt, max_tokens = parse_request(request, self.s.config.inference.default_route)
@@ -311,6 +313,8 @@ class JournalHost:
                     payload = c.payload_of(envelope)
                     if isinstance(payload, c.StateSet):
                         state[payload.key] = payload.value
+                elif envelope.event.type == c.AGENT_RETIRED:  # a removed deployment's ends
+                    state.clear()
             self._state = state
         return self._state
 

@@ -211,12 +211,11 @@ class DeploymentService:
                         definition=definition,
                     )
                 )
-        for deployed in self.projection.list():
-            if deployed.source == "config" and deployed.name not in declared_names:
-                reason = "no longer declared in runtime.toml"
-                events.append(c.AgentRemoved(agent=deployed.name, reason=reason))
         for event in events:
             await self.ctx.store.append(NODE_STREAM, *c.event_of(event))
+        for deployed in self.projection.list():
+            if deployed.source == "config" and deployed.name not in declared_names:
+                await self._remove(deployed.name, "no longer declared in runtime.toml", None)
         return self.hosted()
 
     def hosted(self) -> list[AgentConfig]:
@@ -374,9 +373,7 @@ class DeploymentService:
             )
         )
         self._set_hosted()
-        agent = self.ctx.config.agent(name)
-        assert agent is not None
-        await self.grants.create_for(agent)
+        await self._follow_grants(name, "not asked for by revision 1")
         if self._tasks is not None:
             open_tasks = self.ctx.projections.get(Tasks).open_tasks(name)
             self._tasks.add_agent(name, ((t.id, t.from_, t.input) for t in open_tasks))
@@ -417,9 +414,7 @@ class DeploymentService:
             raise self._failed(name, revision, previous, why)
         await self._append(upgraded)
         self._set_hosted()
-        agent = self.ctx.config.agent(name)
-        assert agent is not None
-        await self.grants.create_for(agent)
+        await self._follow_grants(name, f"not asked for by revision {revision}")
         reason = f"upgraded to revision {revision}"
         worker = await asyncio.to_thread(
             runtime.replace, self._spec(name), reason, self.drain_secs, not deployed.suspended
@@ -431,6 +426,7 @@ class DeploymentService:
             return f"upgraded to revision {revision}"
         await self._append(self._rolled_back(name, revision, previous, why))
         self._set_hosted()
+        await self._follow_grants(name, f"not asked for by revision {previous}")
         await asyncio.to_thread(
             runtime.replace,
             self._spec(name),
@@ -476,6 +472,7 @@ class DeploymentService:
                 )
             )
             self._set_hosted()
+            await self._follow_grants(name, f"not asked for by revision {target.revision}")
             await asyncio.to_thread(
                 self.runtime.replace,
                 self._spec(name),
@@ -509,10 +506,40 @@ class DeploymentService:
         async with self._lock:
             deployed = self._agent(name)
             self._only_api(deployed, "remove")
-            await self._append(c.AgentRemoved(agent=name, operator=operator))
+            await self._remove(name, "", operator)
             await asyncio.to_thread(self.runtime.remove, name, "removed", self.drain_secs)
             self._set_hosted()
-            return "removed; its journal is kept"
+            return (
+                "removed; its journal is kept for audit, and a new deployment of this name "
+                "starts with no state, tasks or grants"
+            )
+
+    async def _remove(self, name: str, reason: str, operator: str | None) -> None:
+        """Journal the removal and, in the same write, the end of everything the agent held:
+        its grants revoked, its open tasks canceled, its state retired (`agent.retired`), so
+        nothing of it reaches a later deployment of the same name (docs/operations.md)."""
+        why = f"agent removed{': ' + reason if reason else ''}"[: c.MAX_TEXT]
+        events = [
+            NewEvent(
+                NODE_STREAM,
+                *c.event_of(c.AgentRemoved(agent=name, reason=reason, operator=operator)),
+            )
+        ]
+        if self.ctx.projections.get(Journals).home_of(name) in (None, self.ctx.name):
+            events += self.grants.revocations_of(name, why)
+            events += [
+                NewEvent(name, *c.event_of(c.TaskCanceled(id=task.id, operator=operator)))
+                for task in self.ctx.projections.get(Tasks).open_tasks(name)
+            ]
+            events.append(
+                NewEvent(name, *c.event_of(c.AgentRetired(reason=why, operator=operator)))
+            )
+        await self.ctx.store.append_many(events)
+
+    async def _follow_grants(self, name: str, why: str) -> None:
+        agent = self.ctx.config.agent(name)
+        assert agent is not None
+        await self.grants.follow([agent], why)
 
 
 def refuse_foreign(ctx: NodeContext, agents: Iterable[AgentConfig]) -> None:

@@ -1,4 +1,5 @@
-"""Secrets-broker grants: created from `[agents.grants]`, revoked and restored by operators.
+"""Secrets-broker grants: they follow each agent's deployment (`[agents.grants]` or the API's
+`grant_domains`), and operators revoke and restore them.
 
 `is_active` reads the projection, which folds an event before its append returns: once a
 revoke has been answered, the very next secret lookup of the agent is refused.
@@ -37,20 +38,16 @@ class GrantService:
         """May `agent` read secrets of `domain` right now? (Any thread.)"""
         return self.projection.is_active(agent, domain)
 
-    async def create_configured(self) -> int:
-        """Journal `grant.created` for each configured (agent, domain) that has no grant yet.
+    async def follow_configured(self) -> int:
+        """Make the grants of runtime.toml's agents what their entries ask for (at every start,
+        so a domain added or dropped while the node was down is granted or revoked then)."""
+        return await self.follow(self.ctx.config.agents, "no longer in its runtime.toml entry")
 
-        Runs at every start, so a domain added to the config later is granted then; a revoked
-        grant stays revoked, and removing a domain from the config revokes nothing.
-        """
-        return await self._create(self.ctx.config.agents)
-
-    async def create_for(self, agent: AgentConfig) -> int:
-        """Grant the domains of an agent deployed (or upgraded) on the running node; like the
-        config's, a revoked grant stays revoked and a dropped domain revokes nothing."""
-        return await self._create([agent])
-
-    async def _create(self, agents: Iterable[AgentConfig]) -> int:
+    async def follow(self, agents: Iterable[AgentConfig], why: str) -> int:
+        """Grants follow the deployment: journal `grant.created` for each domain an agent asks
+        for and never had, restore one the node itself revoked when an earlier deployment
+        dropped it, and revoke (with `why`) each active grant its definition no longer asks
+        for. A grant an operator revoked stays revoked. Returns the number of events."""
         journals = self.ctx.projections.get(Journals)
         events = []
         for agent in agents:
@@ -58,33 +55,51 @@ class GrantService:
             if home not in (None, self.ctx.name):
                 log.warning("%s's journal is hosted on %s; not granting here", agent.name, home)
                 continue
-            for domain in dict.fromkeys(agent.grants.domains):
-                if self.projection.get(agent.name, domain) is None:
-                    events.append(NewEvent(agent.name, *c.event_of(c.GrantCreated(domain=domain))))
+            events += [NewEvent(agent.name, *c.event_of(e)) for e in self._changes(agent, why)]
         if events:
             await self.ctx.store.append_many(events)
         return len(events)
 
-    async def revoke(self, agent: str, domain: str) -> dict[str, str]:
-        return await self._change(agent, domain, "active", c.GrantRevoked, "revoked")
+    def _changes(self, agent: AgentConfig, why: str) -> list[c.Payload]:
+        asked = dict.fromkeys(agent.grants.domains)
+        changes: list[c.Payload] = []
+        for domain in asked:
+            grant = self.projection.get(agent.name, domain)
+            if grant is None:
+                changes.append(c.GrantCreated(domain=domain))
+            elif grant.dropped_by_deployment:
+                changes.append(c.GrantRestored(domain=domain))
+        for grant in self.projection.of_agent(agent.name):
+            if grant.status == "active" and grant.domain not in asked:
+                changes.append(c.GrantRevoked(domain=grant.domain, reason=why[: c.MAX_TEXT]))
+        return changes
+
+    def revocations_of(self, agent: str, why: str) -> list[NewEvent]:
+        """The events that revoke every active grant of `agent` (its removal)."""
+        return [
+            NewEvent(agent, *c.event_of(c.GrantRevoked(domain=g.domain, reason=why)))
+            for g in self.projection.of_agent(agent)
+            if g.status == "active"
+        ]
+
+    async def revoke(self, agent: str, domain: str, operator: str) -> dict[str, str]:
+        revoked = c.GrantRevoked(domain=domain, operator=operator)
+        return await self._change(agent, domain, "active", revoked, "revoked")
 
     async def restore(self, agent: str, domain: str) -> dict[str, str]:
-        return await self._change(agent, domain, "revoked", c.GrantRestored, "active")
+        return await self._change(
+            agent, domain, "revoked", c.GrantRestored(domain=domain), "active"
+        )
 
     async def _change(
-        self,
-        agent: str,
-        domain: str,
-        needed: str,
-        kind: type[c.GrantRevoked | c.GrantRestored],
-        result: str,
+        self, agent: str, domain: str, needed: str, event: c.Payload, result: str
     ) -> dict[str, str]:
         async with self._lock:
             grant = self.projection.get(agent, domain)
             if grant is None or grant.status != needed:
                 raise Problem(404, f"no {needed} grant for agent {agent!r} and domain {domain!r}")
             ensure_local(self.ctx, agent)
-            await self.ctx.store.append(agent, *c.event_of(kind(domain=domain)))
+            await self.ctx.store.append(agent, *c.event_of(event))
         return {"agent": agent, "domain": domain, "status": result}
 
 

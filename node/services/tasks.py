@@ -40,17 +40,21 @@ class TaskService:
         input: dict[str, Any],
         *,
         a2a: dict[str, Any] | None = None,
+        caller: str | None = None,
     ) -> dict[str, Any]:
         """A new pending task for `to`, which must be hosted here (404 unknown, 409 elsewhere).
 
         `a2a` (optional) is what the A2A/AG-UI protocol endpoints keep with the task (its
-        contextId and the message that asked for it); it rides in the same event.
+        contextId and the message that asked for it); it rides in the same event. `caller`
+        is the API token that asked (None: an agent of this node, named by `from_agent`).
         """
         ensure_local(self.ctx, to)
         if self.ctx.config.agent(to) is None:
             raise Problem(404, f"no agent named {to!r} is hosted on this node")
         task_id = str(uuid.uuid4())
-        created = c.TaskCreated(id=task_id, from_=from_agent, to=to, input=input, a2a=a2a)
+        created = c.TaskCreated(
+            id=task_id, from_=from_agent, to=to, input=input, a2a=a2a, caller=caller
+        )
         kind, data = c.event_of(created)
         # A journal event must stay replicable (under the peers' push limit).
         for what, value, limit in (

@@ -145,3 +145,45 @@ async def test_a_grant_of_an_agent_hosted_elsewhere_is_409(client):
     response = await client.post("/api/v1/broker/grants/remote/payments/revoke", headers=auth())
     assert response.status == 409
     assert (await response.json())["home_node"] == "node-b"
+
+
+async def test_a_domain_or_agent_dropped_from_the_config_is_revoked_at_the_next_start(
+    tmp_path, aiohttp_client
+):
+    """Grants follow the deployment (issue 34): what runtime.toml no longer asks for is
+    revoked, journaled with the reason, and an agent left out of it is retired."""
+    tiny_component(tmp_path / "agent.wasm")
+    first = await aiohttp_client(build_app(make_config(tmp_path, AGENTS)))
+    response = await first.post("/api/v1/broker/grants/payer/banking/revoke", headers=auth())
+    assert response.status == 200
+    await first.close()
+    fewer = AGENTS.replace('["payments", "banking"]', '["banking"]').split("[[agents]]")
+    second = await aiohttp_client(build_app(make_config(tmp_path, "[[agents]]".join(fewer[:2]))))
+    listed = {(g["agent"], g["domain"]): g for g in await grants(second)}
+    assert {k: g["status"] for k, g in listed.items()} == {
+        ("payer", "banking"): "revoked",
+        ("payer", "payments"): "revoked",
+    }
+    assert listed["payer", "payments"]["revoked_reason"] == "no longer in its runtime.toml entry"
+    assert listed["payer", "banking"]["revoked_by"] == "admin"  # the operator's, kept
+    assert not grants_of(second).is_active("payer", "payments")
+    reader = [(e.event.type, e.event.data) for e in second.app[CONTEXT].store.iter_stream("reader")]
+    revoked_at = reader.index(
+        (
+            "grant.revoked",
+            {
+                "domain": "news",
+                "reason": "agent removed: no longer declared in runtime.toml",
+            },
+        )
+    )
+    assert reader[revoked_at + 1][0] == "agent.retired"
+    await second.close()
+    # the domain back in the entry: the node's revoke is undone, the operator's stays
+    third = await aiohttp_client(build_app(make_config(tmp_path, AGENTS)))
+    listed = {(g["agent"], g["domain"]): g["status"] for g in await grants(third)}
+    assert listed == {
+        ("payer", "banking"): "revoked",
+        ("payer", "payments"): "active",
+        ("reader", "news"): "active",  # a fresh grant for the new deployment of `reader`
+    }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+import msgspec
 import pytest
 
 from node.app import build_app
@@ -64,6 +65,7 @@ async def test_create_answers_201_pending_and_journals_in_the_assignee(client):
         "from": "planner",
         "to": "worker",
         "input": {"invoice": 7},
+        "caller": "operator",
     }
     assert created["created_at"] == envelope.event.ts
     response = await client.get(f"/api/v1/a2a/tasks/{created['id']}", headers=auth(READ_TOKEN))
@@ -77,7 +79,33 @@ async def test_create_answers_201_pending_and_journals_in_the_assignee(client):
         "output": None,
         "created_at": created["created_at"],
         "completed_at": None,
+        "created_by": "operator",
+        "from_asserted": True,
     }
+
+
+async def test_from_is_the_token_unless_the_caller_asserts_another(client):
+    """Attribution (issue 34): the journal records the calling token; a `from` naming someone
+    else is kept as the caller's assertion, never as a fact."""
+    claimed = await create(client, sender="operator")  # its own name
+    task = await (await client.get(f"/api/v1/a2a/tasks/{claimed['id']}", headers=auth())).json()
+    assert (task["from"], task["created_by"]) == ("operator", "operator")
+    assert "from_asserted" not in task
+    # the JSON-RPC door records the same caller
+    rpc = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "SendMessage",
+        "params": {
+            "message": {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "hi"}]},
+            "configuration": {"returnImmediately": True},
+        },
+    }
+    answer = await client.post("/a2a/worker", json=rpc, headers=auth(OPERATE_TOKEN))
+    assert answer.status == 200, await answer.text()
+    [rpc_task] = [t for t in tasks_of(client).list() if t.input != {}]
+    assert (rpc_task.from_, rpc_task.created_by) == ("operator", "operator")
+    assert rpc_task.from_asserted is msgspec.UNSET
 
 
 async def test_input_defaults_to_an_empty_object(client):

@@ -17,6 +17,7 @@ from node.context import CONTEXT
 from node.runtime.agents import AGENTS
 from node.services.approvals import APPROVALS
 from node.services.deployments import DEPLOYMENTS
+from projections.grants import Grants
 from tests.polling import until
 from tests.runtime.test_runtime_node import agent_toml, journal
 from tests.runtime_support import COMPILED_CACHE
@@ -336,3 +337,95 @@ async def test_stopping_an_agent_abandons_what_it_left_pending(
         f"/api/v1/approvals/{approval_id}", json={"decision": "approve"}, headers=auth()
     )
     assert decided.status == 409 and "abandoned" in (await decided.json())["detail"]
+
+
+def grants_of(app, agent: str) -> dict[str, str]:
+    return {g.domain: g.status for g in app[CONTEXT].projections.get(Grants).of_agent(agent)}
+
+
+async def test_grants_follow_the_deployment_and_a_removed_name_starts_with_nothing(
+    aiohttp_client, tmp_path, built_agents
+):
+    """Issue 34: an upgrade that drops a domain revokes it (journaled, with the reason), a
+    later revision that asks again gets it back; a removal revokes everything, cancels open
+    tasks and retires the state, so a new deployment of the name inherits nothing."""
+    toml = '[secrets.payments]\napi_key = "secret-value-123"\n'
+    app = build_app(make_config(tmp_path, toml))
+    client = await aiohttp_client(app)
+    await publish(client, "reader", "1.0.0", built_agents["secrets_reader"])
+    await publish(client, "tools", "1.0.0", built_agents["mcp_tools"])
+    body = {"component": "registry:reader@1.0.0", "tick_interval_ms": 50}
+    granted = {**body, "grant_domains": ["payments"]}
+
+    def status() -> str:
+        states = journal(app, "reader", "state.set")
+        return states[-1]["value"] if states else ""
+
+    assert (await put(client, "reader", granted)).status == 201
+    await until(lambda: status() == "ok:16")
+    assert grants_of(app, "reader") == {"payments": "active"}
+
+    # an upgrade that drops the domain: revoked by the node, and the new revision is refused
+    response = await put(client, "reader", {**body, "tick_interval_ms": 60})
+    assert response.status == 200, await response.text()
+    assert grants_of(app, "reader") == {"payments": "revoked"}
+    revoked = journal(app, "reader", "grant.revoked")[-1]
+    assert revoked == {
+        "type": "grant.revoked",
+        "domain": "payments",
+        "reason": "not asked for by revision 2",
+    }
+    await until(lambda: status() == "denied")
+    # an operator's restore does not reach a revision that does not ask for the domain
+    restore = await client.post(
+        "/api/v1/broker/grants/reader/payments/restore", headers=auth(OPERATE_TOKEN)
+    )
+    assert restore.status == 200
+    count = len(journal(app, "reader", "state.set"))
+    await until(lambda: len(journal(app, "reader", "state.set")) >= count + 2)
+    assert status() == "denied"
+    # a rollback to revision 1, which asks for it: active again, and read
+    assert (await post(client, "reader", "rollback")).status == 200
+    await until(lambda: status() == "ok:16")
+
+    # an operator's revoke stays through a new revision that asks for the domain
+    assert (
+        await client.post(
+            "/api/v1/broker/grants/reader/payments/revoke", headers=auth(OPERATE_TOKEN)
+        )
+    ).status == 200
+    assert journal(app, "reader", "grant.revoked")[-1]["operator"] == "operator"
+    assert (await put(client, "reader", {**granted, "tick_interval_ms": 70})).status == 200
+    assert grants_of(app, "reader") == {"payments": "revoked"}
+    restore = await client.post(
+        "/api/v1/broker/grants/reader/payments/restore", headers=auth(OPERATE_TOKEN)
+    )
+    assert restore.status == 200
+    await until(lambda: status() == "ok:16")
+
+    # remove: grants revoked, open tasks canceled, state retired, in one journaled write
+    assert (await post(client, "reader", "stop")).status == 200  # its task stays open
+    task = await create_task(client, {"n": 1}, to="reader")
+    removed = await client.delete("/api/v1/agents/reader", headers=auth(ADMIN_TOKEN))
+    assert removed.status == 200, await removed.text()
+    assert "starts with no state" in (await removed.json())["message"]
+    assert grants_of(app, "reader") == {}
+    tail = [e["type"] for e in journal(app, "reader")][-3:]
+    assert tail == ["grant.revoked", "task.canceled", "agent.retired"]
+    assert journal(app, "reader", "task.canceled")[-1] == {
+        "type": "task.canceled",
+        "id": task,
+        "operator": "admin",
+    }
+    canceled = await client.get(f"/api/v1/a2a/tasks/{task}", headers=auth(READ_TOKEN))
+    assert (await canceled.json())["status"] == "failed"  # the spec's word for canceled
+
+    # a new deployment under the removed name (another component, which never sets
+    # `secret_status`): none of the old state, no grant
+    assert (await put(client, "reader", {"component": "registry:tools@1.0.0"})).status == 201
+    assert app[AGENTS].runtime.worker("reader").host.state_get("secret_status") is None
+    assert grants_of(app, "reader") == {}
+    # a later revision that asks for the domain gets a fresh grant, not the old deployment's
+    assert (await put(client, "reader", {**granted, "tick_interval_ms": 80})).status == 200
+    assert grants_of(app, "reader") == {"payments": "active"}
+    await until(lambda: status() == "ok:16")
