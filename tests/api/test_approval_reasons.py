@@ -88,6 +88,11 @@ BAD_REASONS = [
     ({"decision": "deny", "reason": "two\nlines"}, "reason"),
     ({"decision": "deny", "reason": "a trailing newline\n"}, "reason"),
     ({"decision": "deny", "reason": "a tab\there"}, "reason"),
+    # what would show as something else: "\u202eevorppa" reads "approve"; a C1 CSI; invisible
+    ({"decision": "deny", "reason": "\u202eevorppa"}, "it holds \\u202e"),
+    ({"decision": "deny", "reason": "ok \x9b2J"}, "it holds \\x9b"),
+    ({"decision": "deny", "reason": "zero\u200bwidth"}, "it holds \\u200b"),
+    ({"decision": "deny", "reason": "\u2066isolate\u2069"}, "no control, bidi"),
     ({"decision": "deny", "reason": "x" * 501}, "reason"),
     ({"decision": "deny", "reason": 5}, "reason"),
 ]
