@@ -54,6 +54,12 @@ class NodeMetrics:
             ["listener"],
             registry=r,
         )
+        self.malformed_requests = Counter(
+            "svc_http_malformed_requests",
+            "Requests the HTTP parser refused (400), by aiohttp's name for what was wrong",
+            ["kind"],
+            registry=r,
+        )
         self.build_info.labels(version=__version__, commit=build_commit()).set(1)
         for route in ("local", "cloud"):
             self.inference_requests.labels(route=route)
@@ -64,6 +70,9 @@ class NodeMetrics:
         """Per-agent families show a 0 sample for every configured agent from the start."""
         self.agent_restarts.labels(agent=agent)
         self.fuel_consumed.labels(agent=agent)
+
+    def count_malformed(self, kind: str) -> None:
+        self.malformed_requests.labels(kind=kind).inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
