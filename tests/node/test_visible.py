@@ -100,3 +100,33 @@ def test_a_request_that_is_not_an_object_is_its_text(request_text, detail):
         assert shown == detail
     else:
         assert shown.startswith("email: [[[") and "…" in shown
+
+
+def test_agent_test_report_shows_an_agents_output_as_written():
+    """`agent test` runs a component someone else may have written: its log lines, findings
+    and stdout cannot print a fake "ok" line or clear the screen."""
+    from node.authoring.cli import human_report
+    from projections import catalogue as c
+
+    forged = "done\nok\x1b[2J\u202e"
+    report = {
+        "agent": "echo",
+        "component": "echo.wasm",
+        "events": [
+            {"type": c.Log.type, "level": "info", "message": forged},
+            {"type": c.Finding.type, "severity": "high", "title": forged, "detail": "\r"},
+            {"type": "output", "stream": "stdout", "line": forged},
+        ],
+        "state": {"k\n": forged},
+        "fault": None,
+        "ok": False,
+    }
+    lines = human_report(report).split("\n")
+    assert lines == [
+        "agent echo: echo.wasm",
+        "   log info: done\\nok\\x1b[2J\\u202e",
+        "   finding high: done\\nok\\x1b[2J\\u202e: \\r",
+        "   stdout: done\\nok\\x1b[2J\\u202e",
+        "state: k\\n=done\\nok\\x1b[2J\\u202e",
+        "FAILED",
+    ]
