@@ -15,6 +15,9 @@ from prometheus_client import (
 
 from node.version import __version__, build_commit
 
+# what aiohttp's parser raises for the requests it refuses most (node/logsetup.py ProtocolLogger)
+MALFORMED_KINDS = ("BadHttpMessage", "BadHttpMethod", "LineTooLong", "InvalidHeader")
+
 disable_created_metrics()  # type: ignore[no-untyped-call]  # prometheus-client has no hint
 
 
@@ -63,6 +66,8 @@ class NodeMetrics:
         self.build_info.labels(version=__version__, commit=build_commit()).set(1)
         for route in ("local", "cloud"):
             self.inference_requests.labels(route=route)
+        for kind in MALFORMED_KINDS:  # a 0 sample from the start, so that alerts see the first
+            self.malformed_requests.labels(kind=kind)
         for agent in agents:
             self.add_agent(agent)
 
