@@ -426,7 +426,8 @@ def add_client_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
         )
         if decision == "deny":
             p.add_argument(
-                "--reason", help="why (one line, up to 500 characters): the agent is told"
+                "--reason",
+                help="why (one line of visible text, up to 500 characters): the agent is told",
             )
     past = command(
         actions, "history", cmd_approvals_history, "decided and timed-out requests, newest first"
