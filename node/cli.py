@@ -22,7 +22,7 @@ from node import cli_config, keyrotate, logsetup, progress
 from node.authoring import cli as authoring
 from node.cli_client import add_client_commands
 from node.config import SCOPES, Config, ConfigError, load_config
-from node.humanize import duration
+from node.humanize import duration, visible
 from node.keyring import key_resolver
 from node.version import __version__
 
@@ -36,7 +36,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except (ConfigError, KeyFileError) as exc:
-        print(f"agent-node: {exc}", file=sys.stderr)
+        print(f"agent-node: {visible(str(exc))}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `agent-node journal export | head`: the reader left; end quietly
         devnull = os.open(os.devnull, os.O_WRONLY)
@@ -197,7 +197,7 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
     finally:
         store.close_sync()
     if report.failure:
-        print(f"audit FAILED at {report.failure}", file=sys.stderr)
+        print(f"audit FAILED at {visible(str(report.failure))}", file=sys.stderr)
         return 1
     print(f"audit ok: {report.streams} journal(s), {report.envelopes} envelope(s) verified")
     return 0
@@ -289,7 +289,7 @@ def cmd_journal_compact(args: argparse.Namespace) -> int:
     try:
         done = compact(config.data_path / JOURNAL_DIR)
     except (StoreAlreadyOpenError, OSError, lmdb.Error) as exc:  # OSError: a full disk, say
-        print(f"agent-node: journal not compacted: {exc}", file=sys.stderr)
+        print(f"agent-node: journal not compacted: {visible(str(exc))}", file=sys.stderr)
         return 1
     mib = 1 << 20
     print(

@@ -12,6 +12,7 @@ import argparse
 from typing import Any
 
 from node.cli_client import ClientError, Node, _segment, emit, table
+from node.humanize import visible  # what agents and clients wrote, on one line, shown as it is
 
 # an upgrade drains the old instance (up to 30 s) and waits for the new one's first tick
 LIFECYCLE_TIMEOUT_SECS = 180.0
@@ -61,7 +62,7 @@ def _agent_text(agent: dict[str, Any]) -> str:
         f"capabilities: {', '.join(k for k, v in definition['capabilities'].items() if v) or '-'}",
     ]
     if agent.get("last_error"):
-        lines.append(f"last error: {agent['last_error']}")
+        lines.append(f"last error: {visible(agent['last_error'])}")
     if agent["previous"]:
         back = agent["previous"][-1]
         lines.append(f"rollback goes to: revision {back['revision']} ({back['component']})")
@@ -72,8 +73,8 @@ def _agent_text(agent: dict[str, Any]) -> str:
 def _change_text(change: dict[str, Any]) -> str:
     agent = change.get("agent")
     if agent is None:
-        return str(change["message"])
-    return f"{agent['name']}: {change['message']}"
+        return visible(str(change["message"]))
+    return visible(f"{agent['name']}: {change['message']}")
 
 
 def cmd_list(node: Node, args: argparse.Namespace) -> int:

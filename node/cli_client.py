@@ -3,11 +3,14 @@
 Every command is an ordinary API call with the operator's token, so what it does is journaled
 exactly as any other client's call. Human tables by default, `--json` for scripts; a failed
 call prints the problem's `detail` and exits 1 (2 for a usage error such as a missing token).
+What agents, peers and other clients wrote reaches the terminal through `visible`: a control,
+bidi or other invisible character shows as its escape (`\\x1b`, `\\u202e`), never acts.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import sys
@@ -17,7 +20,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from node.humanize import duration, size
+from node.humanize import duration, size, visible, visible_lines
+from node.request_summary import summary
 
 if TYPE_CHECKING:
     import httpx
@@ -92,15 +96,18 @@ def table(rows: Iterable[dict[str, Any]], columns: Sequence[tuple[str, str]]) ->
 
 
 def _cell(value: Any) -> str:
+    """One line showing what is there (invisible characters escaped)."""
     if value is None:
         return ""
     if isinstance(value, dict | list):
-        return json.dumps(value, separators=(",", ":"))
-    return str(value).replace("\n", " ")
+        return visible(json.dumps(value, separators=(",", ":"), ensure_ascii=False))
+    return visible(str(value))
 
 
 def emit(args: argparse.Namespace, data: Any, human: Callable[[Any], str]) -> None:
-    print(json.dumps(data, indent=2) if args.json else human(data), flush=True)
+    """`--json` exact (JSON escapes what is not ASCII); the human text with nothing invisible
+    left but its own line breaks (each value in it went through `visible` or `_cell`)."""
+    print(json.dumps(data, indent=2) if args.json else visible_lines(human(data)), flush=True)
 
 
 # ---------------------------------------------------------------------------- commands
@@ -148,15 +155,42 @@ def cmd_approvals_list(node: Node, args: argparse.Namespace) -> int:
         ("capability", "capability"),
         ("expires in", "expires_in"),
         ("state", "state"),
+        ("size", "size"),
+        ("hash", "hash"),
         ("detail", "detail"),
     ]
     now = time.time()
     rows = [
-        {**p, "state": _pending_state(p), "expires_in": _until(p.get("expires_at"), now)}
+        {
+            **p,
+            "state": _pending_state(p),
+            "expires_in": _until(p.get("expires_at"), now),
+            **_what_is_asked(p),
+        }
         for p in pending
     ]
     emit(args, pending, lambda _: table(rows, columns))
     return 0
+
+
+DETAIL_WIDTH = 160  # the list's summary of a request; `--json` has the whole request
+HASH_SHOWN = 12  # hex digits of the request's sha256: enough to tell two requests apart
+
+
+def _what_is_asked(request: dict[str, Any]) -> dict[str, str]:
+    """Size, sha256 prefix and summary of the exact request a decision binds to (the hash is
+    the start of its `request_hash`, computed here from the text shown). The summary is
+    made here from the request (short fields such as an amount first, long values elided), not
+    taken from the journaled `detail`, which a peer's journal could word differently."""
+    text = request.get("request")
+    if not isinstance(text, str) or not text:  # journaled without its text: only the detail
+        return {"size": "", "hash": "", "detail": str(request.get("detail") or "")[:DETAIL_WIDTH]}
+    data = text.encode("utf-8", "surrogatepass")  # as projections.approvals.hash_request
+    return {
+        "size": size(len(data)),
+        "hash": hashlib.sha256(data).hexdigest()[:HASH_SHOWN],
+        "detail": summary(str(request.get("capability")), text, DETAIL_WIDTH),
+    }
 
 
 def _pending_state(request: dict[str, Any]) -> str:
@@ -229,7 +263,7 @@ def _decide(decision: str) -> Callable[[Node, argparse.Namespace], int]:
 def _decision_text(result: dict[str, Any]) -> str:
     text = f"{result['decision']} {result['id']} at {result['decided_at']}"
     text = f"{text}: {result['reason']}" if result.get("reason") else text
-    return f"{text} ({result['effect']})" if result.get("effect") else text
+    return visible(f"{text} ({result['effect']})" if result.get("effect") else text)
 
 
 def _group_ids(node: Node, group: str) -> list[str]:
@@ -250,7 +284,7 @@ def _batch_summary(decision: str, result: dict[str, Any]) -> str:
         f"  skipped {i} (unknown, already resolved or hosted elsewhere)"
         for i in result.get("skipped", [])
     ]
-    return "\n".join(lines)
+    return "\n".join(map(visible, lines))
 
 
 TASK_COLUMNS = [
@@ -291,7 +325,7 @@ def cmd_tasks_create(node: Node, args: argparse.Namespace) -> int:
         raise ClientError(f"--input is not JSON: {exc}", exit_code=2) from None
     body = {"from": args.from_, "to": args.to, "input": task_input}
     created = node.call("POST", "/api/v1/a2a/tasks", json=body)
-    emit(args, created, lambda c: f"created {c['id']} ({c['status']})")
+    emit(args, created, lambda c: visible(f"created {c['id']} ({c['status']})"))
     return 0
 
 
@@ -302,7 +336,7 @@ def cmd_tasks_cancel(node: Node, args: argparse.Namespace) -> int:
     reply = node.call("POST", f"/a2a/{_segment(task['to'])}", json=rpc)
     if reply.get("error"):
         raise ClientError(f"cannot cancel {task['id']}: {reply['error'].get('message')}")
-    emit(args, reply["result"], lambda _: f"canceled {task['id']}")
+    emit(args, reply["result"], lambda _: visible(f"canceled {task['id']}"))
     return 0
 
 
@@ -336,7 +370,8 @@ def _entries(
                     print(json.dumps(entry), flush=True)
             elif entries:
                 text = table(entries, columns)
-                print(text if not printed_header else text.split("\n", 1)[1], flush=True)
+                text = visible_lines(text if not printed_header else text.split("\n", 1)[1])
+                print(text, flush=True)
                 printed_header = True
             since = page["next_seq"]
             if remaining is not None:
@@ -391,7 +426,8 @@ def add_client_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
         )
         if decision == "deny":
             p.add_argument(
-                "--reason", help="why (one line, up to 500 characters): the agent is told"
+                "--reason",
+                help="why (one line of visible text, up to 500 characters): the agent is told",
             )
     past = command(
         actions, "history", cmd_approvals_history, "decided and timed-out requests, newest first"
@@ -446,7 +482,7 @@ def _run(
         try:
             return func(node, args)
         except ClientError as exc:
-            print(f"agent-node: {exc.detail}", file=sys.stderr)
+            print(f"agent-node: {visible(exc.detail)}", file=sys.stderr)
             return exc.exit_code
         except KeyboardInterrupt:
             return 130

@@ -20,6 +20,7 @@ from typing import Any
 import msgspec
 
 from node.config import Config, config_problems
+from node.humanize import visible
 
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 _INTERNAL_FIELDS = ("base_dir",)  # set by the loader, never written in a file
@@ -41,7 +42,7 @@ def cmd_config_check(args: argparse.Namespace) -> int:
     problems = check_file(path)
     if problems:
         for problem in problems:
-            print(problem, file=sys.stderr)
+            print(visible(problem), file=sys.stderr)  # a key or value may hold anything
         print(f"{len(problems)} problem(s) in {path}", file=sys.stderr)
         return 1
     print(f"config ok: {path}")

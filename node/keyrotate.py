@@ -25,6 +25,7 @@ from eventstore.keys import KEY_FILE, KeyFileError, load_key, public_key_multiba
 from eventstore.store import EventStore, StoreAlreadyOpenError
 from node.config import Config, load_config
 from node.files import fsync_dir, move_durably
+from node.humanize import visible, visible_lines
 from projections.catalogue import KeyRotated, event_of
 from projections.keys import KeyHistory, key_journal
 
@@ -89,10 +90,10 @@ def cmd_key_rotate(args: argparse.Namespace) -> int:
     try:
         message = asyncio.run(rotate(config, store, old_key))
     except StoreAlreadyOpenError as exc:
-        print(f"agent-node: stop the node first: {exc}", file=sys.stderr)
+        print(f"agent-node: stop the node first: {visible(str(exc))}", file=sys.stderr)
         store.close_sync()
         return 1
-    print(message)
+    print(visible_lines(message))
     return 0
 
 

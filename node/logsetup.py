@@ -17,14 +17,17 @@ import os
 import re
 import sys
 import threading
-from collections.abc import Iterable, Mapping
-from typing import Literal
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Literal
+from urllib.parse import unquote_plus
 
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
+from aiohttp.http_exceptions import HttpProcessingError
 
 from node.auth import identity_of
 from node.config import Config
+from node.humanize import visible
 from node.ids import new_id
 
 LogFormat = Literal["text", "json"]
@@ -53,6 +56,7 @@ class Redactor:
         values = {s for s in secrets if len(s) >= _MIN_SECRET}
         # a value as it appears in JSON text too (quotes and backslashes escaped)
         values |= {s.replace("\\", "\\\\").replace('"', '\\"') for s in values}
+        values |= {visible(s) for s in values}  # as a text log line shows it (escaped)
         longest_first = sorted(values, key=len, reverse=True)
         pattern = re.compile("|".join(map(re.escape, longest_first))) if values else None
         with self._lock:
@@ -109,6 +113,12 @@ class _TextFormatter(logging.Formatter):
     def __init__(self, redact: Redactor) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
         self._redact = redact
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        """One line whatever the message holds: a line break or an escape sequence in text a
+        client, agent or peer chose shows as its escape instead of forging a line (tracebacks,
+        added after this, keep their lines)."""
+        return visible(super().formatMessage(record))
 
     def format(self, record: logging.LogRecord) -> str:
         line = super().format(record)
@@ -173,15 +183,18 @@ def stream_headers(request: web.Request, headers: Mapping[str, str]) -> dict[str
 
 
 def safe_target(request: web.Request) -> str:
-    """Path and query, with the values of token-, key- or secret-like parameters redacted."""
-    url = request.rel_url
-    if not url.query:
-        return url.path
-    parts = [
-        f"{name}={REDACTED if _SENSITIVE_QUERY.search(name) else value}"
-        for name, value in url.query.items()
-    ]
-    return f"{url.path}?{'&'.join(parts)}"
+    """The request target as the client sent it (percent-encoded: a `%0d%0a` stays those six
+    characters, never a line break that starts a forged log line), with the values of token-,
+    key- or secret-like parameters redacted and any invisible character escaped."""
+    path, has_query, query = request.raw_path.partition("?")
+    if not has_query:
+        return visible(path)
+    parts = []
+    for part in query.split("&"):
+        name, has_value, _value = part.partition("=")
+        sensitive = has_value and _SENSITIVE_QUERY.search(unquote_plus(name))
+        parts.append(f"{name}={REDACTED}" if sensitive else part)
+    return visible(f"{path}?{'&'.join(parts)}")
 
 
 class AccessLogger(AbstractAccessLogger):
@@ -214,6 +227,44 @@ class AccessLogger(AbstractAccessLogger):
     @property
     def enabled(self) -> bool:
         return self.logger.isEnabledFor(logging.INFO)
+
+
+MALFORMED_DETAIL = 200  # characters of the parser's complaint a warning repeats
+
+
+class ProtocolLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """aiohttp's connection logger (`aiohttp.server`), with malformed requests told apart.
+
+    aiohttp logs a request its parser refuses (a request line over 8 KiB, a bad header, a
+    stray byte) at ERROR with a traceback: anyone able to connect could fill the log with
+    them. Here each is one WARNING line naming the client and what was wrong, without a
+    traceback, and is counted (`count(kind)`, the `svc_http_malformed_requests` metric).
+    Non-HTTP bytes on the first request (TLS to the plain port, a scanner) stay at DEBUG as
+    aiohttp has them, counted too. Anything else passes through as aiohttp logs it.
+    """
+
+    def __init__(self, count: Callable[[str], None]) -> None:
+        super().__init__(logging.getLogger("aiohttp.server"), {})
+        self._count = count
+
+    def log(self, level: int, msg: object, *args: object, **kwargs: Any) -> None:
+        refused = kwargs.get("exc_info")
+        if not isinstance(refused, HttpProcessingError):
+            super().log(level, msg, *args, **kwargs)
+            return
+        kind = type(refused).__name__
+        self._count(kind)
+        client = args[0] if args else "?"
+        said = visible(str(refused.message))
+        said = said if len(said) <= MALFORMED_DETAIL else said[:MALFORMED_DETAIL] + "…"
+        self.logger.log(
+            logging.DEBUG if level < logging.WARNING else logging.WARNING,
+            "malformed request from %s refused with %d: %s: %s",
+            client,
+            refused.code,
+            kind,
+            said,
+        )
 
 
 def access_logger(enabled: bool) -> logging.Logger | None:

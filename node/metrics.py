@@ -15,6 +15,9 @@ from prometheus_client import (
 
 from node.version import __version__, build_commit
 
+# what aiohttp's parser raises for the requests it refuses most (node/logsetup.py ProtocolLogger)
+MALFORMED_KINDS = ("BadHttpMessage", "BadHttpMethod", "LineTooLong", "InvalidHeader")
+
 disable_created_metrics()  # type: ignore[no-untyped-call]  # prometheus-client has no hint
 
 
@@ -54,9 +57,17 @@ class NodeMetrics:
             ["listener"],
             registry=r,
         )
+        self.malformed_requests = Counter(
+            "svc_http_malformed_requests",
+            "Requests the HTTP parser refused (400), by aiohttp's name for what was wrong",
+            ["kind"],
+            registry=r,
+        )
         self.build_info.labels(version=__version__, commit=build_commit()).set(1)
         for route in ("local", "cloud"):
             self.inference_requests.labels(route=route)
+        for kind in MALFORMED_KINDS:  # a 0 sample from the start, so that alerts see the first
+            self.malformed_requests.labels(kind=kind)
         for agent in agents:
             self.add_agent(agent)
 
@@ -64,6 +75,9 @@ class NodeMetrics:
         """Per-agent families show a 0 sample for every configured agent from the start."""
         self.agent_restarts.labels(agent=agent)
         self.fuel_consumed.labels(agent=agent)
+
+    def count_malformed(self, kind: str) -> None:
+        self.malformed_requests.labels(kind=kind).inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -16,7 +16,7 @@ from node.config import Config, listen_address
 from node.context import CONTEXT
 from node.eventloop import loop_name
 from node.heap import settle_after_start
-from node.logsetup import AccessLogger, Redactor, access_logger
+from node.logsetup import AccessLogger, ProtocolLogger, Redactor, access_logger
 from node.reload import Reloader
 
 log = logging.getLogger("agent-node")
@@ -35,6 +35,7 @@ async def serve(
         handle_signals=False,
         access_log=access_logger(access_log),
         access_log_class=AccessLogger,
+        logger=ProtocolLogger(app[CONTEXT].metrics.count_malformed),  # one WARNING, no traceback
         shutdown_timeout=30,
     )
     await runner.setup()

@@ -94,3 +94,22 @@ def seed_pending(
         await store.close()
 
     asyncio.run(write())
+
+
+def seed_denied(
+    config_path: Path, journal: str, capability: str, approval_id: str, reason: str
+) -> None:
+    """Journal a request and its denial with `reason` while no node runs: a reason the API
+    would refuse, as a peer's journal or one written before the check can hold."""
+    config = load_config(config_path)
+    store = open_store(config, load_or_create_key(config.data_path))
+    asked = {"id": approval_id, "capability": capability, "detail": f"{capability} request"}
+    denied = {"id": approval_id, "decision": "deny", "operator": "peer-op", "reason": reason}
+
+    async def write() -> None:
+        store.start()
+        await store.append(journal, "approval.requested", asked)
+        await store.append(journal, "approval.decided", denied)
+        await store.close()
+
+    asyncio.run(write())

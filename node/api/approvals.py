@@ -11,6 +11,7 @@ from aiohttp import web
 from node.auth import IDENTITY
 from node.context import CONTEXT
 from node.http import json_body, json_response
+from node.humanize import first_invisible, visible
 from node.routes import Doc, add_route
 from node.services.approvals import APPROVALS, ApprovalGate, Decision
 from projections.approvals import ApprovalRequest, Approvals, Group
@@ -54,14 +55,16 @@ class BatchResult(msgspec.Struct):
 
 RequestHash = Annotated[str, msgspec.Meta(pattern=r"^sha256:[0-9a-f]{64}$(?!\n)")]
 MAX_REASON = 500
-# one line of text with something in it: shown in tables and in the agent's error
+# one line of visible text with something in it: shown in tables and in the agent's error
 Reason = Annotated[
     str,
     msgspec.Meta(
         min_length=1,
         max_length=MAX_REASON,
-        pattern=r"^[^\x00-\x1f\x7f]*[^\x00-\x20\x7f][^\x00-\x1f\x7f]*$(?!\n)",
-        description="why the request is denied (deny only): one line, up to 500 characters",
+        description=(
+            "why the request is denied (deny only): one line, up to 500 characters, with no "
+            "control, bidi or other invisible character"
+        ),
     ),
 ]
 
@@ -69,6 +72,21 @@ Reason = Annotated[
 def _reason_is_for_deny(decision: Decision, reason: str | None) -> None:
     if reason is not None and decision != "deny":
         raise ValueError("`reason` is given only with decision deny")
+    if reason is not None:
+        _reason_is_readable(reason)
+
+
+def _reason_is_readable(reason: str) -> None:
+    """Refuse what would show as something else: a reason of "\u202eevorppa" reads "approve"
+    wherever bidi text is laid out, and an ESC or CR rewrites an operator's terminal."""
+    invisible = first_invisible(reason)
+    if invisible is not None:
+        raise ValueError(
+            f"`reason` must be one line of visible text: it holds {visible(invisible)} "
+            "(no control, bidi or other invisible character)"
+        )
+    if not reason.strip(" "):
+        raise ValueError("`reason` must say something: it is only spaces")
 
 
 class DecisionBody(msgspec.Struct, forbid_unknown_fields=True):

@@ -18,6 +18,7 @@ from node.authoring import build as builder
 from node.authoring import project
 from node.authoring.project import ProjectError
 from node.cli_client import TOKEN_ENV, URL_ENV, ClientError, Node
+from node.humanize import visible, visible_lines
 from projections import catalogue as c
 
 if TYPE_CHECKING:
@@ -102,8 +103,11 @@ def _reporting(func: Any) -> Any:
     def run(args: argparse.Namespace) -> int:
         try:
             return int(func(args))
-        except (ProjectError, builder.BuildError, ClientError, TimeoutError) as exc:
-            print(f"agent-node: {exc}", file=sys.stderr)
+        except ClientError as exc:  # the node's words: one line
+            print(f"agent-node: {visible(exc.detail)}", file=sys.stderr)
+            return 1
+        except (ProjectError, builder.BuildError, TimeoutError) as exc:  # a compiler's lines
+            print(f"agent-node: {visible_lines(str(exc))}", file=sys.stderr)
             return 1
         except UsageError as exc:
             print(f"agent-node: {exc}", file=sys.stderr)
@@ -252,7 +256,9 @@ def human_report(report: dict[str, Any]) -> str:
     if report["fault"]:
         lines.append(f"FAULT ({report['fault']['kind']}): {report['fault']['error']}")
     lines.append("ok" if report["ok"] else "FAILED")
-    return "\n".join(lines)
+    # each line is what the agent wrote, on one line: its own line breaks and escape
+    # sequences are shown, never acted on (it could print a fake "ok" or clear the screen)
+    return "\n".join(map(visible, lines))
 
 
 def _event_line(event: dict[str, Any]) -> str:
@@ -304,7 +310,11 @@ def cmd_publish(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({**result, "reference": ref}, indent=2))
         return 0
+    ref = visible(ref)
     print(ref)
-    print(f"published {result['id']} {result['version']} ({result['checksum']})", file=sys.stderr)
+    print(
+        visible(f"published {result['id']} {result['version']} ({result['checksum']})"),
+        file=sys.stderr,
+    )
     print(f'run it: component = "{ref}" in an [[agents]] entry of runtime.toml', file=sys.stderr)
     return 0

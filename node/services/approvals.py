@@ -35,7 +35,7 @@ from eventstore.envelope import Envelope
 from eventstore.store import NewEvent
 from node.context import NodeContext
 from node.http import Problem
-from node.limits import MAX_DETAIL
+from node.request_summary import summary  # the one-line `detail`, from the request's shape
 from node.services.journal import ensure_local
 from projections import catalogue as c
 from projections.approvals import (
@@ -494,12 +494,6 @@ class ApprovalGate:
             await self.deny_for_task(agent, task_id, operator or "node", reason)
         except Exception:
             log.exception("could not deny the approvals of canceled task %s", task_id)
-
-
-def summary(capability: str, request: str) -> str:
-    """The one-line `detail` of the spec's list; the full request is in `request`."""
-    detail = f"{capability}: {request}"
-    return detail if len(detail) <= MAX_DETAIL else detail[: MAX_DETAIL - 1] + "…"
 
 
 def _decided(

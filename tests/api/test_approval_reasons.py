@@ -88,6 +88,11 @@ BAD_REASONS = [
     ({"decision": "deny", "reason": "two\nlines"}, "reason"),
     ({"decision": "deny", "reason": "a trailing newline\n"}, "reason"),
     ({"decision": "deny", "reason": "a tab\there"}, "reason"),
+    # what would show as something else: "\u202eevorppa" reads "approve"; a C1 CSI; invisible
+    ({"decision": "deny", "reason": "\u202eevorppa"}, "it holds \\u202e"),
+    ({"decision": "deny", "reason": "ok \x9b2J"}, "it holds \\x9b"),
+    ({"decision": "deny", "reason": "zero\u200bwidth"}, "it holds \\u200b"),
+    ({"decision": "deny", "reason": "\u2066isolate\u2069"}, "no control, bidi"),
     ({"decision": "deny", "reason": "x" * 501}, "reason"),
     ({"decision": "deny", "reason": 5}, "reason"),
 ]
@@ -113,3 +118,18 @@ async def _one_pending(client) -> str:
         return await (await client.get("/api/v1/approvals", headers=auth(READ_TOKEN))).json()
 
     return (await until(listed, what="the request is pending"))[0]["id"]
+
+
+async def test_a_padded_request_is_summarised_amount_first(client):
+    """An agent cannot pad the amount out of the one-line `detail` operators read."""
+    import json
+
+    request = json.dumps({"memo": "pad " * 2000, "amount": 90000, "to": "DE89"})
+    waiting = asyncio.ensure_future(gate_of(client).ask("payer", "spend", request, 60))
+    pending = await _one_pending(client)
+    listed = await client.get("/api/v1/approvals", headers=auth(READ_TOKEN))
+    [entry] = [p for p in await listed.json() if p["id"] == pending]
+    assert entry["detail"].startswith('spend: amount=90000, to="DE89", memo="pad pad')
+    assert entry["detail"].endswith('pad "') and "…" in entry["detail"]
+    assert len(entry["detail"]) < 200 and entry["request"] == request  # the whole is there
+    waiting.cancel()

@@ -7,6 +7,7 @@ A failing test saves a screenshot of every open page in test-artifacts/console/.
 from __future__ import annotations
 
 import functools
+import json
 import os
 import re
 import shutil
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
-from tests.console_support import ONCALL_TOKEN, console_config, seed_pending
+from tests.console_support import ONCALL_TOKEN, console_config, seed_denied, seed_pending
 from tests.support import ADMIN_TOKEN, READ_TOKEN, ROOT, NodeProcess, logs_on_failure
 
 CHROMIUM = os.environ.get("CHROMIUM", shutil.which("chromium") or "/usr/bin/chromium")
@@ -25,6 +26,10 @@ TIMEOUT_MS = 15_000
 PAGES: list[Page] = []
 EXPORT_REQUEST = "export every ledger of 2026 to s3://reports/ledgers"
 PHONE = (390, 844)
+# clears the screen, returns to the row's start, a C1 CSI, reversed text, a zero-width space
+HOSTILE = "\x1b[2J\rAPPROVED \x9b2J \u202eevorppa\u200b!"
+HOSTILE_SHOWN = "\\x1b[2J\\rAPPROVED \\x9b2J \\u202eevorppa\\u200b!"
+INVISIBLE = ("\x1b", "\r", "\x9b", "\u202e", "\u200b")
 
 
 @pytest.fixture(scope="module")
@@ -38,6 +43,10 @@ def node(tmp_path_factory, built_agents) -> Iterator[NodeProcess]:
     seed_pending(config, "ledger", "refund", ["refund-1", "refund-2", "refund-3"])
     # a request that is not JSON: the console shows it as the text it is
     seed_pending(config, "ledger", "export", ["export-1"], request=EXPORT_REQUEST)
+    # what a hostile peer's journal can hold: a request and a reason written to deceive
+    hostile_request = json.dumps({"amount": 90000, "memo": HOSTILE})
+    seed_pending(config, "ledger", "spend", ["hostile-1"], detail=HOSTILE, request=hostile_request)
+    seed_denied(config, "ledger", "refund", "reversed-1", "\u202eevorppa")
     node = NodeProcess(config)
     with logs_on_failure(node.log_path), node:
         yield node
@@ -202,6 +211,48 @@ def test_the_full_request_and_a_denial_reason_at_phone_width(node, open_page):
         history = {r["id"]: r for r in http.get("/api/v1/approvals/history").json()}
     assert history["export-1"]["reason"] == "exports need the CFO's sign-off"
     assert history["export-1"]["capability"] == "export"
+
+
+def shown_text(page: Page, selector: str) -> str:
+    """The text the page holds for the first match (what is laid out, not a reading of it)."""
+    return page.locator(selector).first.evaluate("el => el.textContent")
+
+
+@screenshot_on_failure
+def test_bidi_and_control_characters_show_as_escapes(node, open_page):
+    with node.client() as http:
+        http.post(
+            "/api/v1/findings",
+            json={"agent": "worker", "severity": "high", "title": HOSTILE, "detail": HOSTILE},
+        ).raise_for_status()
+    page = open_page()
+    sign_in(page, node, ONCALL_TOKEN)
+    # a deny reason of "\u202eevorppa" would lay out as "approve": it shows what it is
+    reason = page.locator('tr[data-id="reversed-1"] td.reason')
+    expect(reason).to_have_text("\\u202eevorppa")
+    assert shown_text(page, 'tr[data-id="reversed-1"] td.reason') == "\\u202eevorppa"
+    # a request's summary, its fields and its label for screen readers
+    request = page.locator('li.request[data-id="hostile-1"]')
+    expect(request).to_contain_text(HOSTILE_SHOWN)
+    request.get_by_text("Full request").click()
+    expect(request.locator("dl.request-fields dd", has_text="APPROVED")).to_have_text(HOSTILE_SHOWN)
+    whole = request.evaluate(
+        "el => el.textContent + [...el.querySelectorAll('[aria-label],[title]')]"
+        ".map(e => (e.getAttribute('aria-label') || '') + (e.getAttribute('title') || ''))"
+        ".join('')"
+    )
+    assert "\\u202eevorppa" in whole and not any(char in whole for char in INVISIBLE)
+    # a finding's title and detail, in the live tail and on its agent's page
+    page.goto(f"{node.url}/console/#/logs")
+    finding = page.locator("#finding-lines li", has_text="APPROVED").first
+    expect(finding).to_contain_text(f"{HOSTILE_SHOWN} — {HOSTILE_SHOWN}")
+    assert not any(char in finding.evaluate("el => el.textContent") for char in INVISIBLE)
+    page.goto(f"{node.url}/console/#/agents")
+    page.locator('tr[data-agent="worker"]').get_by_role("button", name="worker").click()
+    title = page.locator("#agent-detail tr", has_text="APPROVED").first.locator("td").nth(2)
+    expect(title).to_have_text(HOSTILE_SHOWN)
+    with node.client() as http:  # out of the inbox: the keyboard test starts at the top
+        http.post("/api/v1/approvals/hostile-1", json={"decision": "deny"}).raise_for_status()
 
 
 @screenshot_on_failure

@@ -2,7 +2,7 @@
 
 import { api, token, ApiError } from "./api.js";
 import { LiveStream } from "./sse.js";
-import { session, showError, clearError } from "./ui.js";
+import { session, showError, clearError, visible } from "./ui.js";
 import inbox from "./views/inbox.js";
 import agents from "./views/agents.js";
 import tasks from "./views/tasks.js";
@@ -30,8 +30,8 @@ async function signIn(value) {
   session.name = me.name;
   session.scopes = me.scopes;
   const health = await api("/.well-known/agent-card.json").catch(() => null);
-  $("node-name").textContent = health?.name ? `· ${health.name}` : "";
-  $("whoami").textContent = `${me.name} (${me.scopes.join(", ")})`;
+  $("node-name").textContent = health?.name ? visible(`· ${health.name}`) : "";
+  $("whoami").textContent = visible(`${me.name} (${me.scopes.join(", ")})`);
   $("signin").hidden = true;
   $("app").hidden = false;
   startStream();
@@ -50,7 +50,7 @@ function signOut(message = "") {
   session.scopes = [];
   $("app").hidden = true;
   $("signin").hidden = false;
-  $("signin-error").textContent = message;
+  $("signin-error").textContent = visible(message);
   $("token").value = "";
   $("token").focus();
 }
@@ -125,7 +125,7 @@ function init() {
       await signIn(value);
     } catch (err) {
       const detail = err instanceof ApiError ? err.message : String(err);
-      $("signin-error").textContent = `Sign-in failed: ${detail}`;
+      $("signin-error").textContent = visible(`Sign-in failed: ${detail}`);
     }
   });
   $("signout").addEventListener("click", () => signOut());

@@ -1,5 +1,6 @@
 // Small DOM helpers shared by the views: element building (text only, never HTML strings, so
-// nothing an agent writes can become markup), formatting, errors and scope checks.
+// nothing an agent writes can become markup; invisible characters shown as escapes, so nothing
+// an agent writes can pass for something else), formatting, errors and scope checks.
 
 export const session = { name: "", scopes: [] };
 
@@ -7,6 +8,32 @@ export const session = { name: "", scopes: [] };
 export function can(scope) {
   return session.scopes.includes("admin") || session.scopes.includes(scope);
 }
+
+// Characters a browser does not show as themselves: controls (C0, DEL, C1), format characters
+// (bidi overrides and isolates such as U+202E, which make "\u202eevorppa" read "approve"; zero-
+// width spaces and joiners; tag characters), lone surrogates, line and paragraph separators.
+// The same set node/humanize.py escapes for the CLI.
+const INVISIBLE = /[\p{Cc}\p{Cf}\p{Cs}\p{Zl}\p{Zp}]/gu;
+const INVISIBLE_BUT_LINES = /(?![\n\t])[\p{Cc}\p{Cf}\p{Cs}\p{Zl}\p{Zp}]/gu;
+const SHORT_ESCAPES = { "\n": "\\n", "\r": "\\r", "\t": "\\t" };
+
+function escapeChar(char) {
+  if (SHORT_ESCAPES[char]) return SHORT_ESCAPES[char];
+  const code = char.codePointAt(0);
+  const hex = code.toString(16);
+  if (code < 0x100) return `\\x${hex.padStart(2, "0")}`;
+  return code < 0x10000 ? `\\u${hex.padStart(4, "0")}` : `\\U${hex.padStart(8, "0")}`;
+}
+
+/** `text` with every invisible character written as its escape (`\x1b`, `\u202e`, `\n`);
+ * with `lines`, line feeds and tabs stay (a <pre> lays them out). Every text the console shows
+ * goes through this: h() and fill() do it for their text children and labels. */
+export function visible(text, { lines = false } = {}) {
+  return String(text).replace(lines ? INVISIBLE_BUT_LINES : INVISIBLE, escapeChar);
+}
+
+// attributes a person reads (a tooltip, what a screen reader says); others are data
+const READ_ATTRIBUTES = new Set(["title", "aria-label", "placeholder", "alt"]);
 
 /** h("button", {class: "x", onclick: f}, "text", child) → an element. */
 export function h(tag, attrs = {}, ...children) {
@@ -16,11 +43,12 @@ export function h(tag, attrs = {}, ...children) {
     if (key.startsWith("on")) el.addEventListener(key.slice(2), value);
     else if (key === "dataset") Object.assign(el.dataset, value);
     else if (value === true) el.setAttribute(key, "");
-    else el.setAttribute(key, String(value));
+    else el.setAttribute(key, READ_ATTRIBUTES.has(key) ? visible(value) : String(value));
   }
+  const lines = tag === "pre";
   for (const child of children.flat()) {
     if (child === undefined || child === null || child === false) continue;
-    el.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    el.append(child instanceof Node ? child : document.createTextNode(visible(child, { lines })));
   }
   return el;
 }
@@ -50,7 +78,7 @@ let errorTimer = null;
 export function showError(err, context = "") {
   const banner = document.getElementById("error");
   const message = err instanceof Error ? err.message : String(err);
-  banner.textContent = context ? `${context}: ${message}` : message;
+  banner.textContent = visible(context ? `${context}: ${message}` : message);
   banner.hidden = false;
   clearTimeout(errorTimer);
   errorTimer = setTimeout(() => {
@@ -125,7 +153,9 @@ export function select(id, label, options, onchange, value = "") {
   return h("span", { class: "field" }, h("label", { for: id }, label), el);
 }
 
-/** Replace `el`'s children; nested arrays are flattened and null/false parts left out. */
+/** Replace `el`'s children; nested arrays are flattened, null/false parts left out, text shown
+ * with its invisible characters escaped. */
 export function fill(el, ...children) {
-  el?.replaceChildren(...children.flat(Infinity).filter((c) => c !== null && c !== undefined && c !== false));
+  const shown = children.flat(Infinity).filter((c) => c !== null && c !== undefined && c !== false);
+  el?.replaceChildren(...shown.map((c) => (c instanceof Node ? c : visible(c))));
 }

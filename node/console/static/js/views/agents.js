@@ -3,7 +3,7 @@
 // admin token) and its recent logs, findings, tasks and grants.
 
 import { api, tail } from "../api.js";
-import { h, attempt, action, can, duration, bytes, table, when, fill } from "../ui.js";
+import { h, attempt, action, can, duration, bytes, table, when, fill, visible } from "../ui.js";
 
 const POLL_MS = 2000;
 const RECENT = 20;
@@ -75,7 +75,7 @@ async function choose(name) {
  * problem's detail: a rolled-back upgrade says why) goes to the status line. */
 async function lifecycle(name, label, path, init) {
   const note = root?.querySelector("#deploy-note");
-  if (note) note.textContent = `${label}…`;
+  if (note) note.textContent = visible(`${label}…`);
   let message = null;
   await attempt(`${label} ${name}`, async () => {
     message = (await api(path, init)).message;
@@ -85,7 +85,7 @@ async function lifecycle(name, label, path, init) {
   if (!root) return;
   await choose(name);
   const fresh = root?.querySelector("#deploy-note");
-  if (fresh && message) fresh.textContent = message;
+  if (fresh && message) fresh.textContent = visible(message);
 }
 
 function deploymentPanel(d) {

@@ -1,7 +1,7 @@
 // Registry: packages and their versions; publish a component (publish scope).
 
 import { api } from "../api.js";
-import { h, can, attempt, table, when, bytes, fill } from "../ui.js";
+import { h, can, attempt, table, when, bytes, fill, visible } from "../ui.js";
 
 let root = null;
 
@@ -54,7 +54,7 @@ function publishForm() {
           try {
             const result = await api("/api/v1/registry/packages", { method: "POST", form: new FormData(form) });
             form.reset();
-            status.textContent = `Published ${result.id} ${result.version} (${result.checksum})`;
+            status.textContent = visible(`Published ${result.id} ${result.version} (${result.checksum})`);
             await load();
           } catch (err) {
             status.textContent = "";
