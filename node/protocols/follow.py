@@ -19,7 +19,7 @@ from projections.journals import Journals
 READ_CHUNK = 1000
 # envelopes' stored bytes per `read`, at most (it stops once it reaches this): a cursor that
 # fell behind a busy journal catches up a bounded piece at a time, each written before the next
-READ_BYTES = 1 << 20
+READ_BYTES = 256 * 1024
 
 
 class JournalCursor:

@@ -19,7 +19,7 @@ from node.streams.mapping import TaskChanges, a2a_item, unified_item
 from node.streams.sse import Item
 
 CHUNK = 1000  # envelopes per read, at most
-CHUNK_BYTES = 1 << 20  # stored bytes per read: stops once it reaches this (one big event passes)
+CHUNK_BYTES = 256 * 1024  # stored bytes per read: it stops once past this (a big event: alone)
 
 
 async def backlog(
