@@ -11,6 +11,8 @@ import pytest
 from eventstore.store import NewEvent
 from node.context import CONTEXT
 from node.http import PROBLEM_TYPE
+from node.reload import Reloader
+from node.streams.bus import BUS
 from node.streams.slots import RETRY_AFTER_SECS, STREAM_SLOTS
 from tests.polling import until
 from tests.support import ADMIN_TOKEN, READ_TOKEN, SseStream, auth, make_config
@@ -124,3 +126,24 @@ async def test_replays_are_capped_per_token_and_in_all_and_end_their_hold(client
     async with SseStream(url(client), "/api/v1/events", READ_TOKEN, **resume) as replay:
         ids = [int((await replay.next(10)).id) for _ in range(400)]
     assert ids == list(range(1, 401))
+
+
+async def test_a_revoked_tokens_replay_stuck_on_a_full_socket_ends_at_the_reload(client, tmp_path):
+    ctx, slots = client.app[CONTEXT], client.app[STREAM_SLOTS]
+    pad = "v" * 32_000
+    await ctx.store.append_many(
+        [NewEvent("payer", "log", {"level": "info", "message": f"{i}{pad}"}) for i in range(400)]
+    )
+    stalled = await StalledReplay(client.server.port, WATCH_TOKEN).open()
+    await until(lambda: slots.replay_count == 1, 5, "the replay under way")
+    await until(lambda: slots.open_count == 1, 5, "its stream slot")
+    path = tmp_path / "runtime.toml"
+    path.write_text(
+        path.read_text().replace(f'token = "{WATCH_TOKEN}"', 'token = "another-token-0000000001"')
+    )
+    assert await Reloader(client.app, path, None).reload()  # the token changed: revoked
+    assert slots.open_count == slots.replay_count == 0 and slots.revoked == 1
+    # the handler, stuck writing to a client that does not read, was cut and has ended
+    bus = client.app[BUS]
+    await until(lambda: bus.count() == 0, 5, "the revoked stream's handler ended")
+    stalled.close()
