@@ -130,5 +130,6 @@ def test_ten_replays_of_big_events_keep_memory_bounded_and_health_fast(tmp_path)
         # before the byte-bounded replay, each of the ten held the whole 30 MB journal several
         # times over (envelopes, decoded data, frames, one joined write): +1.3 GB, /health 3.4 s
         assert peak - baseline < 100, (baseline, peak)
+        assert after - baseline < 100, (baseline, after)  # and it is not held after (was 1.4 GB)
         assert max(latencies) < 1.0, sorted(latencies)[-5:]
         assert node.terminate() == 0
