@@ -72,6 +72,8 @@ async def revoke_while_streaming(node: NodeProcess, path) -> None:
             # and the revoked token is refused from now on
             refused = await http.get("/api/v1/events", headers=auth(GONE_TOKEN))
             assert refused.status_code == 401
+            narrowed = await http.get("/api/v1/a2a/events", headers=auth(NARROW_TOKEN))
+            assert narrowed.status_code == 403
 
 
 def test_sighup_ends_the_streams_of_removed_and_narrowed_tokens(tmp_path):
