@@ -59,6 +59,7 @@ async def revoke_while_streaming(node: NodeProcess, path) -> None:
         waits = await asyncio.gather(
             ended_within(gone, 5), ended_within(narrow, 5), ended_within(gone_agui, 5)
         )
+        print(f"streams ended {', '.join(f'{w:.2f}' for w in waits)} s after SIGHUP was sent")
         assert max(waits) < 5
         # the reader's stream goes on: it gets the next event
         async with httpx.AsyncClient(base_url=base, headers=auth(OPERATE_TOKEN)) as http:
