@@ -290,7 +290,11 @@ def main() -> None:
     figures: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
-        figures |= run_with_node(base / "fanout", fanout, args.subscribers, args.events, args.rate)
+        # every subscriber shows the one admin token: the per-token cap must let them all in
+        caps = f"sse_streams_per_token = {args.subscribers}\nsse_streams_max = {args.subscribers}"
+        figures |= run_with_node(
+            base / "fanout", fanout, args.subscribers, args.events, args.rate, node_extra=caps
+        )
         print("fan-out:", json.dumps(figures), flush=True)
         # the findings read model grows with every event whatever SSE does: a run without
         # stalled clients is the baseline, the difference is what the stalled clients cost

@@ -77,6 +77,27 @@ class JournalReader:
                 out.append(_load(stream, int.from_bytes(key[-8:], "big"), raw))
         return out
 
+    def read_stream_bounded(
+        self, stream: str, after_seq: int, limit: int, max_bytes: int
+    ) -> list[Envelope]:
+        """`read_stream` that also stops once the records read reach `max_bytes` (at least one
+        is returned when any is there), for readers that hold what they read."""
+        out: list[Envelope] = []
+        prefix = stream_prefix(stream)
+        size = 0
+        with self._gate.read() as txn:
+            cursor = txn.cursor(db=self._dbs.events)
+            if not cursor.set_range(event_key(stream, after_seq + 1)):
+                return out
+            for key, raw in cursor:
+                if not key.startswith(prefix) or len(key) != len(prefix) + 8:
+                    break
+                out.append(_load(stream, int.from_bytes(key[-8:], "big"), raw))
+                size += len(raw)
+                if len(out) >= limit or size >= max_bytes:
+                    break
+        return out
+
     def read_all(self, after_position: int = 0, limit: int = 1000) -> list[Envelope]:
         """Envelopes of every journal with position > after_position, in the total order."""
         with self._gate.read() as txn:
@@ -90,17 +111,43 @@ class JournalReader:
             # one before it ended, instead of descending the tree again (a fifth of a replay)
             keys.sort()
             rows = txn.cursor(db=self._dbs.events).getmulti(keys)
+        envelopes = self._envelopes(rows)
+        envelopes.sort(key=_position)  # back to the total order (each journal's run is in it)
+        return envelopes
+
+    def read_all_bounded(self, after_position: int, limit: int, max_bytes: int) -> list[Envelope]:
+        """`read_all` that also stops once the records read reach `max_bytes` (at least one is
+        returned when any is there): a reader that holds what it read, such as a stream
+        replaying to a client, then holds a bounded amount whatever the journal's events weigh.
+        Records are fetched one by one in position order, so the bound is exact."""
+        rows: list[tuple[bytes, bytes]] = []
+        size = 0
+        with self._gate.read() as txn:
+            cursor = txn.cursor(db=self._dbs.all)
+            if not cursor.set_range(position_key(after_position + 1)):
+                return []
+            events = self._dbs.events
+            for key in cursor.iternext(keys=False, values=True):
+                raw = txn.get(key, db=events)
+                if raw is None:  # the index names a record that is not there: not ours to fix
+                    continue
+                rows.append((key, raw))
+                size += len(raw)
+                if len(rows) >= limit or size >= max_bytes:
+                    break
+        return self._envelopes(rows)
+
+    def _envelopes(self, rows: list[tuple[bytes, bytes]]) -> list[Envelope]:
+        """(events key, stored record) rows decoded in batches."""
         records = decode_records([raw for _, raw in rows])
         events = decode_events([record[1] for record in records])
         names, from_bytes = self._stream_names, int.from_bytes
-        envelopes = [
+        return [
             Envelope(names[key[:-9]], from_bytes(key[-8:]), payload, digest, signature, event, at)
             for (key, _), (at, payload, digest, signature), event in zip(
                 rows, records, events, strict=True
             )
         ]
-        envelopes.sort(key=_position)  # back to the total order (each journal's run is in it)
-        return envelopes
 
     def iter_chunks(self, after_position: int = 0, size: int = 128) -> Iterator[list[Envelope]]:
         """Every envelope after a position, in chunks of `size`: no read transaction lives long,

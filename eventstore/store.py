@@ -291,6 +291,16 @@ class EventStore:
         """Envelopes of every journal with position > after_position, in the total order."""
         return self._reader.read_all(after_position, limit)
 
+    def read_all_bounded(self, after_position: int, limit: int, max_bytes: int) -> list[Envelope]:
+        """`read_all` stopping at `max_bytes` of records too (at least one when any is there)."""
+        return self._reader.read_all_bounded(after_position, limit, max_bytes)
+
+    def read_stream_bounded(
+        self, stream: str, after_seq: int, limit: int, max_bytes: int
+    ) -> list[Envelope]:
+        """`read_stream` stopping at `max_bytes` of records too (at least one when any is)."""
+        return self._reader.read_stream_bounded(stream, after_seq, limit, max_bytes)
+
     def iter_chunks(self, after_position: int = 0, size: int = 128) -> Iterator[list[Envelope]]:
         """Every envelope after a position, in chunks of `size` (each its own read)."""
         return self._reader.iter_chunks(after_position, size)

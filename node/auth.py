@@ -26,6 +26,9 @@ class Identity:
 
 
 IDENTITY: web.RequestKey[Identity] = web.RequestKey("identity", Identity)
+# the sha256 of the token the request showed: what open streams are held under, so a reload
+# that drops or changes the token ends them (node/streams/slots.py)
+TOKEN_DIGEST: web.RequestKey[bytes] = web.RequestKey("token_digest", bytes)
 
 
 def identity_of(request: web.Request) -> Identity | None:
@@ -47,8 +50,10 @@ class TokenTable:
         ]
 
     def identify(self, token: str) -> Identity | None:
+        return self.identify_digest(token_digest(token))
+
+    def identify_digest(self, digest: bytes) -> Identity | None:
         """Compare against every entry so timing tells nothing about which one matched."""
-        digest = token_digest(token)
         found = None
         for stored, identity in self._entries:
             if hmac.compare_digest(stored, digest):
@@ -87,7 +92,8 @@ def refusal(request: web.Request) -> web.Response | None:
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         return _unauthorized("send Authorization: Bearer <token>")
-    identity = request.app[TOKENS].identify(token.strip())
+    digest = token_digest(token.strip())
+    identity = request.app[TOKENS].identify_digest(digest)
     if identity is None:
         return _unauthorized("the bearer token is not valid")
     if not identity.allows(needed):
@@ -96,4 +102,5 @@ def refusal(request: web.Request) -> web.Response | None:
             f"token {identity.name!r} lacks the scope for this call (one of: {', '.join(needed)})",
         )
     request[IDENTITY] = identity
+    request[TOKEN_DIGEST] = digest
     return None

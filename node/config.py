@@ -57,6 +57,12 @@ class NodeSection(_Section, kw_only=True):
     # Operations knobs (docs/configuration.md); the defaults are what the spec fixes.
     sse_keepalive_secs: Annotated[float, msgspec.Meta(gt=0)] = 15.0
     sse_queue_max: PositiveInt = 10_000
+    # open streams (SSE, A2A, AG-UI) and journal replays at once, in all and per token: past
+    # them a new one is a 429 (node/streams/slots.py)
+    sse_streams_max: PositiveInt = 2000
+    sse_streams_per_token: PositiveInt = 100
+    sse_replays_max: PositiveInt = 16
+    sse_replays_per_token: PositiveInt = 4
     shutdown_drain_secs: NonNegative = 1.0
     max_upload_mb: PositiveInt = 64
     # one component compile (in a child process): wall-clock limit and address-space limit

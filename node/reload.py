@@ -2,9 +2,11 @@
 
 What changes at once: API tokens (`[[auth.tokens]]`, including peers' incoming sync tokens), the
 tokens presented to peers (`[[peers]] token`), and `[secrets.*]` values (an agent's next
-`get-secret` sees the new value), plus the log redactor's list. Everything else needs a
-restart; a reload that finds other changes says which sections in the log and in the event. A
-config that does not load is refused as a whole and the running one stays.
+`get-secret` sees the new value), plus the log redactor's list; the open streams (SSE, A2A,
+AG-UI) of a token no longer configured, or that lost the scope its route needs, end at once.
+Everything else needs a restart; a reload that finds other changes says which sections in the
+log and in the event. A config that does not load is refused as a whole and the running one
+stays.
 
 Each applied reload is journaled as `node.reloaded` in the node-level `$node` journal (never
 replicated) with names only: which tokens, peer tokens and secret keys are now configured,
@@ -26,6 +28,7 @@ from node.config import AgentConfig, Config, ConfigError, load_config
 from node.context import CONTEXT
 from node.logsetup import Redactor, secrets_of
 from node.services.deployments import DEPLOYMENTS
+from node.streams.slots import STREAM_SLOTS
 from node.sync.service import SYNC
 from projections import catalogue as c
 
@@ -64,6 +67,9 @@ class Reloader:
         declared = deployments.declared if deployments is not None else old.agents
         restart_needed = _sections_needing_restart(old, new, declared)
         self._app[TOKENS].reload(new.auth)
+        slots = self._app.get(STREAM_SLOTS)
+        if slots is not None:  # the streams of tokens now gone (or narrowed) end
+            slots.revoke_invalid(self._app[TOKENS])
         old.auth = new.auth
         old.secrets = new.secrets  # the runtime reads secrets through this config object
         peer_tokens = self._apply_peer_tokens(old, new)

@@ -17,7 +17,8 @@ from node.auth import identity_of
 from node.context import context_of
 from node.http import json_body
 from node.protocols.a2a_jsonrpc import hosted_agent
-from node.protocols.lifecycle import StopSignal
+from node.protocols.lifecycle import StopSignal, revoked
+from node.streams.slots import STREAM_SLOTS
 from node.streams.sse import ClientGone, SseOut
 
 log = logging.getLogger(__name__)
@@ -30,8 +31,11 @@ async def agui_run(request: web.Request) -> web.StreamResponse:
     runs = request.app[AGUI_RUNS]
     identity = identity_of(request)
     operator = identity.name if identity else "anonymous"
+    slots = request.app[STREAM_SLOTS]
+    slot = slots.open(request)
     out = SseOut(request)
     stop = StopSignal(request.app)
+    slot.on_revoke = lambda: revoked(stop, out)
     events = runs.run(agent, run, operator, stop, ctx.config.node.sse_keepalive_secs)
     try:
         await out.open()
@@ -51,4 +55,5 @@ async def agui_run(request: web.Request) -> web.StreamResponse:
     finally:
         await events.aclose()
         stop.close()
+        slots.close(slot)
     return out.response

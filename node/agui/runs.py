@@ -240,7 +240,7 @@ class AguiRuns:
                         yield event
                     return
             if stop.is_set:
-                yield events.error("the node is shutting down", "SHUTDOWN")
+                yield events.error(stop.reason, stop.code)
                 return
             now = loop.time()
             if now - quiet_since >= keepalive:

@@ -53,7 +53,7 @@ def setup(app: web.Application) -> None:
                 "application/json": rpc.RESPONSE_SCHEMA,
                 **sse_content("JSON-RPC responses (SendStreamingMessage, SubscribeToTask)"),
             },
-            errors=(404,),
+            errors=(404, 429),
             body_content={"application/json": rpc.REQUEST_SCHEMA},
             description="Methods SendMessage, SendStreamingMessage, GetTask, ListTasks, "
             "CancelTask, SubscribeToTask. Sends and cancels need the operate scope. "
@@ -86,7 +86,7 @@ def setup(app: web.Application) -> None:
             content=sse_content(
                 "RUN_STARTED ... RUN_FINISHED (success, interrupt, cancelled) or RUN_ERROR"
             ),
-            errors=(400, 404),
+            errors=(400, 404, 429),
             body_content={
                 "application/json": {"type": "object", "required": ["threadId", "runId"]}
             },

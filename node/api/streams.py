@@ -17,6 +17,7 @@ from node.runtime.agents import AGENTS
 from node.streams.bus import BUS, Channel, ChannelAdapter, EventBus, Subscription
 from node.streams.mapping import A2AChannel, UnifiedChannel
 from node.streams.replay import backlog
+from node.streams.slots import STREAM_SLOTS, StreamSlot, StreamSlots
 from node.streams.sse import ClientGone, SseWriter, open_stream, sse_content
 from projections.journals import Journals
 from projections.tasks import Tasks
@@ -56,6 +57,7 @@ async def agui_events(request: web.Request) -> web.StreamResponse:
         _ensure_known(ctx, agent)
     view = AguiView()
     translator = request.app[AGUI]
+    slot = request.app[STREAM_SLOTS].open(request)
     # snapshot and subscription in one synchronous step: every later change arrives as a delta;
     # statuses changed unseen reach the clients already connected as deltas first
     bus.offer("agui", translator.sync(current_statuses(request.app)))
@@ -65,7 +67,7 @@ async def agui_events(request: web.Request) -> web.StreamResponse:
     async def first(writer: SseWriter) -> None:
         await writer.write_items([snapshot])
 
-    return await _serve(request, bus, sub, first)
+    return await _serve(request, bus, sub, slot, first)
 
 
 def resume_from(request: web.Request) -> int | None:
@@ -104,32 +106,51 @@ async def _journal_stream(
         raise Problem(
             400, f"last event id {after} is beyond this node's journal (newest is {head})"
         )
+    slots = request.app[STREAM_SLOTS]
+    slot = slots.open(request)
+    if after is not None and after < head:
+        try:
+            slots.begin_replay(slot)
+        except web.HTTPException:
+            slots.close(slot)
+            raise
     # subscribe at `head` with no await in between: live items are all past it
     sub = bus.subscribe(channel, agent=agent)
 
     async def first(writer: SseWriter) -> None:
         if after is not None:
             writer.last_position = after
-            async with contextlib.aclosing(
-                backlog(
-                    ctx.store, channel, agent, after, head, ctx.projections.get(Tasks).task_changes
-                )
-            ) as chunks:
-                async for chunk in chunks:
-                    await writer.write_items(chunk)
+            try:
+                async with contextlib.aclosing(
+                    backlog(
+                        ctx.store,
+                        channel,
+                        agent,
+                        after,
+                        head,
+                        ctx.projections.get(Tasks).task_changes,
+                    )
+                ) as chunks:
+                    async for chunk in chunks:  # the next is read once this one is written
+                        await writer.write_items(chunk)
+            finally:
+                slots.end_replay(slot)
         writer.last_position = max(writer.last_position, head)
 
-    return await _serve(request, bus, sub, first)
+    return await _serve(request, bus, sub, slot, first)
 
 
 async def _serve(
     request: web.Request,
     bus: EventBus,
     sub: Subscription,
+    slot: StreamSlot,
     first: Callable[[SseWriter], Awaitable[None]],
 ) -> web.StreamResponse:
-    """Open the stream, write what comes `first`, then live items until the client goes."""
+    """Open the stream, write what comes `first`, then live items until the client goes (or
+    its token is revoked: the stream then ends)."""
     writer: SseWriter | None = None
+    slot.on_revoke = lambda: sub.finish("revoked")
     try:
         response = await open_stream(request)
         sub.on_cut = _aborter(request)
@@ -140,6 +161,7 @@ async def _serve(
         pass
     finally:
         bus.unsubscribe(sub)
+        request.app[STREAM_SLOTS].close(slot)
     return writer.response if writer else web.Response(status=204)
 
 
@@ -188,6 +210,7 @@ def setup(app: web.Application) -> None:
         "agui": translator,
     }
     app[BUS] = EventBus(adapters, node.sse_queue_max, node.sse_keepalive_secs)
+    app[STREAM_SLOTS] = StreamSlots(node)
     streams = (
         ("/api/v1/events", unified_events, "All journaled and runtime events", ()),
         ("/api/v1/agents/stream", agent_events, "One agent's events", (AGENT,)),
@@ -199,7 +222,7 @@ def setup(app: web.Application) -> None:
             summary,
             "streams",
             content=sse_content(summary),
-            errors=(400, 404, 503),
+            errors=(400, 404, 429, 503),
             query=(*query, LAST_EVENT_ID),
             description="docs/streams.md has the events and their data.",
         )

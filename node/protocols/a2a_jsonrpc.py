@@ -24,7 +24,8 @@ from node.protocols import a2a_model as m
 from node.protocols.a2a_params import GetTaskParams, ListTasksParams, SendParams, TaskIdParams
 from node.protocols.a2a_params import decode as decode_params
 from node.protocols.a2a_service import A2A, A2AService, Update
-from node.protocols.lifecycle import StopSignal
+from node.protocols.lifecycle import StopSignal, revoked
+from node.streams.slots import STREAM_SLOTS
 from node.streams.sse import ClientGone, SseOut
 from node.version import __version__
 
@@ -65,6 +66,7 @@ class CallContext:
         self.call = call
         identity = identity_of(request)
         self.operator = identity.name if identity else "anonymous"
+        self.stop: StopSignal | None = None  # a streaming call's, set before it is called
 
     @property
     def service(self) -> A2AService:
@@ -139,7 +141,7 @@ async def send_streaming(c: CallContext) -> tuple[Update, Updates]:
         if not params.message.task_id
         else {"task": c.service.task_json(c.agent, task.id)}
     )
-    stop = StopSignal(c.request.app)
+    stop = _stream_stop(c)
     return first, _closing(
         stop,
         c.service.updates(
@@ -151,7 +153,7 @@ async def send_streaming(c: CallContext) -> tuple[Update, Updates]:
 async def subscribe(c: CallContext) -> tuple[Update, Updates]:
     params = decode_params(c.call.params, TaskIdParams)
     first, cursor = c.service.snapshot(c.agent, params.id)
-    stop = StopSignal(c.request.app)
+    stop = _stream_stop(c)
     return first, _closing(
         stop,
         c.service.updates(
@@ -193,10 +195,9 @@ async def a2a_endpoint(request: web.Request) -> web.StreamResponse:
             403, f"token {identity.name!r} may read tasks but {call.method} needs the operate scope"
         )
     context = CallContext(request, agent, call)
+    if call.method in STREAMING:
+        return await _streaming(request, context)
     try:
-        if call.method in STREAMING:
-            first, updates = await STREAMING[call.method](context)
-            return await _stream(request, call.id, first, updates)
         result = await METHODS[call.method](context)
     except rpc.RpcError as error:
         return json_response(rpc.error_response(call.id, error))
@@ -207,10 +208,38 @@ async def a2a_endpoint(request: web.Request) -> web.StreamResponse:
     return json_response(rpc.result_response(call.id, result))
 
 
-async def _stream(
-    request: web.Request, id_: rpc.RequestId, first: Update, updates: Updates
-) -> web.StreamResponse:
+async def _streaming(request: web.Request, context: CallContext) -> web.StreamResponse:
+    """A streaming call, holding a stream slot (a 429 past the caps, before anything is done)
+    that a revocation of the caller's token ends."""
+    call = context.call
+    slots = request.app[STREAM_SLOTS]
+    slot = slots.open(request)
     out = SseOut(request)
+    stop = context.stop = StopSignal(request.app)
+    slot.on_revoke = lambda: revoked(stop, out)
+    try:
+        first, updates = await STREAMING[call.method](context)
+        return await _stream(out, call.id, first, updates)
+    except rpc.RpcError as error:
+        return json_response(rpc.error_response(call.id, error))
+    except Exception:
+        log.exception("A2A %s on %s failed", call.method, context.agent)
+        internal = rpc.RpcError(rpc.INTERNAL_ERROR, "the node failed to handle this call")
+        return json_response(rpc.error_response(call.id, internal))
+    finally:
+        stop.close()
+        slots.close(slot)
+
+
+def _stream_stop(c: CallContext) -> StopSignal:
+    assert c.stop is not None, "a streaming call is made through _streaming"
+    return c.stop
+
+
+async def _stream(
+    out: SseOut, id_: rpc.RequestId, first: Update, updates: Updates
+) -> web.StreamResponse:
+    request = out.request
     try:
         await out.open()
         await out.send(rpc.result_response(id_, first))

@@ -2,6 +2,11 @@
 
 The read stops at the position that was current when the client subscribed: everything after
 it reaches the client's queue live, so the seam has neither gap nor duplicate.
+
+A chunk is bounded by bytes as well as by count (an event may weigh 256 KiB), its frames are
+encoded in the worker thread, and the next chunk is read only once the caller has written
+this one (an async generator runs on demand): a replay holds about one chunk whatever the
+journal holds, and ten replays of a journal of big events hold about ten chunks.
 """
 
 from __future__ import annotations
@@ -13,7 +18,8 @@ from eventstore.store import EventStore
 from node.streams.mapping import TaskChanges, a2a_item, unified_item
 from node.streams.sse import Item
 
-CHUNK = 1000
+CHUNK = 1000  # envelopes per read, at most
+CHUNK_BYTES = 256 * 1024  # stored bytes per read: it stops once past this (a big event: alone)
 
 
 async def backlog(
@@ -52,17 +58,17 @@ def _all_chunk(
     upto: int,
     changes: TaskChanges,
 ) -> tuple[list[Item], int, bool]:
-    envelopes = store.read_all(after, CHUNK)
+    envelopes = store.read_all_bounded(after, CHUNK, CHUNK_BYTES)
     items: list[Item] = []
     last = after
     for envelope in envelopes:
         if envelope.position > upto:
-            return items, last, True
+            return _encoded(items), last, True
         last = envelope.position
         item = unified_item(envelope) if channel == "events" else a2a_item(envelope, changes)
         if item is not None:
             items.append(item)
-    return items, last, len(envelopes) < CHUNK
+    return _encoded(items), last, not envelopes
 
 
 def first_seq_after(store: EventStore, stream: str, position: int) -> int | None:
@@ -84,14 +90,21 @@ def first_seq_after(store: EventStore, stream: str, position: int) -> int | None
 def _agent_chunk(
     store: EventStore, stream: str, seq: int, upto: int
 ) -> tuple[list[Item], int | None]:
-    envelopes = store.read_stream(stream, seq - 1, CHUNK)
+    envelopes = store.read_stream_bounded(stream, seq - 1, CHUNK, CHUNK_BYTES)
     items: list[Item] = []
     for envelope in envelopes:
         if envelope.position > upto:
-            return items, None
+            return _encoded(items), None
         item = unified_item(envelope)
         if item is not None:
             items.append(item)
-    if len(envelopes) < CHUNK:
+    if not envelopes:
         return items, None
-    return items, envelopes[-1].seq + 1
+    return _encoded(items), envelopes[-1].seq + 1
+
+
+def _encoded(items: list[Item]) -> list[Item]:
+    """Encode the frames here, in the worker thread, rather than on the event loop."""
+    for item in items:
+        _ = item.frame
+    return items

@@ -30,7 +30,8 @@ HEADERS = {
     "Cache-Control": "no-cache",
     "X-Accel-Buffering": "no",  # a reverse proxy must not buffer the stream
 }
-_BATCH = 512  # frames joined into one write when a client is behind
+_BATCH = 512  # items taken from a client's queue at once when it is behind
+WRITE_BYTES = 64 * 1024  # frames joined into one socket write, at most (a bigger frame: alone)
 _encoder = msgspec.json.Encoder(enc_hook=str)  # a stray non-JSON value degrades, never raises
 _data_encoder = msgspec.json.Encoder()
 
@@ -96,16 +97,24 @@ class SseWriter:
             self.subscription.writing = False
 
     async def write_items(self, items: Iterable[Item]) -> None:
-        """Send items in order, skipping journaled ones already sent (the resumption seam)."""
+        """Send items in order, skipping journaled ones already sent (the resumption seam).
+
+        Small frames are joined into writes of up to `WRITE_BYTES`, a big frame goes alone:
+        each write waits for the socket to drain below aiohttp's mark, so what is buffered for
+        a client stays near one write, never a whole batch joined into one bytes object."""
         frames: list[bytes] = []
-        last = self.last_position
+        size = 0
         for item in items:
             if item.position is not None:
-                if item.position <= last:
+                if item.position <= self.last_position:
                     continue
-                last = item.position
-            frames.append(item.frame)
-        self.last_position = last
+                self.last_position = item.position
+            frame = item.frame
+            if frames and size + len(frame) > WRITE_BYTES:
+                await self.write(b"".join(frames))
+                frames, size = [], 0
+            frames.append(frame)
+            size += len(frame)
         if frames:
             await self.write(b"".join(frames))
 
@@ -137,6 +146,14 @@ class SseOut:
     def __init__(self, request: web.Request) -> None:
         self.request = request
         self.response = web.StreamResponse(headers=stream_headers(request, HEADERS))
+        self.writing = False  # inside a socket write (a client that does not read: maybe long)
+
+    def stop_writing(self) -> None:
+        """Abort the connection if a write is under way (a stream ended from outside must not
+        wait on a client that does not read); the handler's loop ends the rest."""
+        transport = self.request.transport
+        if self.writing and transport is not None:
+            transport.abort()
 
     async def open(self) -> None:
         await self.response.prepare(self.request)
@@ -157,7 +174,10 @@ class SseOut:
             await self.response.write_eof()
 
     async def _write(self, frame: bytes) -> None:
+        self.writing = True
         try:
             await self.response.write(frame)
         except (ConnectionError, RuntimeError) as exc:  # RuntimeError: transport closed
             raise ClientGone(str(exc) or type(exc).__name__) from None
+        finally:
+            self.writing = False

@@ -77,3 +77,30 @@ async def test_readers_on_other_threads_see_whole_commits_while_the_writer_write
     assert seen
     for seqs in seen:  # never a gap, never half a request
         assert seqs == list(range(1, len(seqs) + 1)) and len(seqs) % 5 == 0
+
+
+async def test_bounded_reads_stop_at_the_byte_budget_and_always_make_progress(store):
+    appended = [
+        await store.append(f"s{i % 2}", "log", {"i": i, "pad": "x" * (1000 if i % 5 else 20_000)})
+        for i in range(30)
+    ]
+    record = {e.position: len(e.payload) for e in appended}
+    # the union of bounded reads is the plain read, in order; each read is within its budget
+    # plus one record (it stops once it reaches it), and a record larger than the budget still
+    # comes, alone
+    for budget in (1, 5_000, 30_000):
+        got, after = [], 0
+        while chunk := store.read_all_bounded(after, 1000, budget):
+            assert len(chunk) == 1 or sum(record[e.position] for e in chunk[:-1]) < budget
+            got += chunk
+            after = chunk[-1].position
+        assert got == appended
+        seqs, after_seq = [], 0
+        while chunk := store.read_stream_bounded("s1", after_seq, 1000, budget):
+            assert len(chunk) == 1 or sum(record[e.position] for e in chunk[:-1]) < budget
+            seqs += chunk
+            after_seq = chunk[-1].seq
+        assert seqs == store.read_stream("s1", 0, 1000)
+    assert len(store.read_all_bounded(0, 4, 10**9)) == 4  # the count limit still holds
+    assert store.read_all_bounded(30, 10, 10) == []
+    assert store.read_stream_bounded("nobody", 0, 10, 10) == []
