@@ -19,6 +19,8 @@ import os
 import stat
 from pathlib import Path
 
+from eventstore.keys import KEY_FILE
+
 log = logging.getLogger(__name__)
 
 PRIVATE_UMASK = 0o077
@@ -28,10 +30,13 @@ _REFUSED = 0o007 | 0o020  # any access by other users; writes by the group
 
 def make_private(data_dir: Path) -> list[Path]:
     """Set the process umask to 077, create `data_dir` (0700) if absent and take group and
-    other permissions off everything under it. Returns the paths it had to change."""
+    other permissions off everything under it but the node key. Returns the paths changed."""
     os.umask(PRIVATE_UMASK)
     data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    changed = [path for path in _tree(data_dir) if _restrict(path)]
+    # a node key others could read may be known to them: its loader refuses it (chmod 600
+    # is the operator's call, after thinking about a rotation), so it is not fixed here
+    paths = [p for p in _tree(data_dir) if not p.name.startswith(KEY_FILE)]
+    changed = [path for path in paths if _restrict(path)]
     if changed:
         log.warning(
             "took group/other permissions off %d path(s) under %s (e.g. %s): they were "
