@@ -18,7 +18,7 @@ from eventstore.audit import verify_journals
 from eventstore.envelope import Envelope
 from eventstore.keys import KEY_FILE, KeyFileError, load_or_create_key, public_key_multibase
 from eventstore.store import EventStore
-from node import cli_config, keyrotate, logsetup, progress
+from node import cli_config, exposure, keyrotate, logsetup, progress
 from node.authoring import cli as authoring
 from node.cli_client import add_client_commands
 from node.config import SCOPES, Config, ConfigError, load_config
@@ -128,6 +128,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         args.log_level, args.log_format, logsetup.Redactor(logsetup.secrets_of(config))
     )
     make_private(config.data_path)  # before anything is written (node/filemodes.py)
+    exposure.warn_at_start(config, Path(args.config))
     keyrotate.check_no_pending_rotation(config)
     keyrotate.check_key_matches_journal(config)
     with asyncio.Runner(loop_factory=factory) as runner:

@@ -19,7 +19,8 @@ from typing import Any
 
 import msgspec
 
-from node.config import Config, config_problems
+from node.config import Config, ConfigError, config_problems, load_config
+from node.exposure import config_file_problem, public_warnings
 
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 _INTERNAL_FIELDS = ("base_dir",)  # set by the loader, never written in a file
@@ -39,13 +40,24 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def cmd_config_check(args: argparse.Namespace) -> int:
     path = Path(args.config)
     problems = check_file(path)
+    warnings = exposure_warnings(path)
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     if problems:
         for problem in problems:
             print(problem, file=sys.stderr)
         print(f"{len(problems)} problem(s) in {path}", file=sys.stderr)
         return 1
-    print(f"config ok: {path}")
+    print(f"config ok: {path}" + (f" ({len(warnings)} warning(s))" if warnings else ""))
     return 0
+
+
+def exposure_warnings(path: Path) -> list[str]:
+    """What the node would warn about at start (node/exposure.py); none for a broken config."""
+    try:
+        return list(public_warnings(load_config(path), str(path)))
+    except ConfigError:
+        return []
 
 
 def cmd_config_schema(args: argparse.Namespace) -> int:
@@ -73,7 +85,8 @@ def check_file(path: Path) -> list[str]:
         return [*problems, f"{source}: (the remaining checks run once these are fixed)"]
     problems += config_problems(config, source)
     problems += _missing_components(config, source)
-    return problems
+    exposed = config_file_problem(path)  # refused here, only warned about by the node
+    return [*problems, exposed] if exposed else problems
 
 
 Path_ = tuple[str | int, ...]

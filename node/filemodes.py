@@ -70,7 +70,7 @@ def _restrict(path: Path) -> bool:
 
 
 def exposure(path: Path) -> str | None:
-    """Why the mode of a credential file lets others at it, or None when it does not."""
+    """Why the mode of a credential file lets others at it (`is ...`), or None."""
     try:
         mode = stat.S_IMODE(path.stat().st_mode)
     except OSError:
@@ -78,4 +78,4 @@ def exposure(path: Path) -> str | None:
     if not mode & _REFUSED:
         return None
     who = "readable or writable by every local user" if mode & 0o007 else "group-writable"
-    return f"{path} is {who} (mode {mode:04o}); chmod 600 it (or 640 for a service group)"
+    return f"is {who} (mode {mode:04o}); chmod 600 it (or 640 for a service group)"

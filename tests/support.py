@@ -100,6 +100,7 @@ scopes = ["publish"]
 {extra}
 """
     )
+    path.chmod(0o600)  # it holds plaintext tokens: `config check` refuses it readable by others
     return path
 
 
