@@ -19,7 +19,7 @@ from typing import Any
 
 import msgspec
 
-from node.config import Config, ConfigError, config_problems, load_config
+from node.config import Config, config_problems
 from node.exposure import config_file_problem, public_warnings
 
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
@@ -53,11 +53,14 @@ def cmd_config_check(args: argparse.Namespace) -> int:
 
 
 def exposure_warnings(path: Path) -> list[str]:
-    """What the node would warn about at start (node/exposure.py); none for a broken config."""
+    """What the node would warn about at start (node/exposure.py), also beside problems;
+    none when the config does not even convert."""
     try:
-        return list(public_warnings(load_config(path), str(path)))
-    except ConfigError:
+        raw = tomllib.loads(path.read_text())
+        config = msgspec.convert({**raw, "base_dir": str(path.resolve().parent)}, Config)
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, msgspec.ValidationError):
         return []
+    return list(public_warnings(config, str(path)))
 
 
 def cmd_config_schema(args: argparse.Namespace) -> int:
