@@ -17,6 +17,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from node.cli_config import check_file
 from tests.polling import wait_until
 from tests.support import ADMIN_TOKEN, ROOT, NodeProcess, free_port, run_cli, write_config
 from tests.sync_support import SYNC_TUNING, peer_token, peer_toml
@@ -180,3 +181,24 @@ def test_a_peer_syncs_to_another_over_https(tmp_path):
     finally:
         a.kill()
         b.kill()
+
+
+def test_tls_settings_are_checked_with_their_keys(tmp_path):
+    ca = make_ca(tmp_path)
+    cert, key = make_server_cert(tmp_path / "tls", ca)
+    path = write_config(tmp_path / "node")
+    good = with_tls(path, cert, key).read_text()
+    assert check_file(path) == []
+    path.write_text(good.replace(f'tls_key_file = "{key}"\n', ""))
+    assert any("tls_cert_file and tls_key_file go together" in p for p in check_file(path))
+    key.chmod(0o644)
+    path.write_text(good)
+    assert any(f"node.tls_key_file: {key} is readable" in p for p in check_file(path))
+    key.chmod(0o600)
+    path.write_text(good.replace(str(cert), str(ca[0])))  # a certificate of another key
+    (problem,) = check_file(path)
+    assert "node.tls_cert_file/tls_key_file: cannot load" in problem
+    key_text = key.read_text()
+    assert key_text.splitlines()[1] not in problem  # never the key itself
+    path.write_text(good + f'\n[mesh]\nca_file = "{key}"\n')  # not a certificate
+    assert any("mesh.ca_file: cannot load" in p for p in check_file(path))
