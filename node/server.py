@@ -18,7 +18,7 @@ from node.eventloop import loop_name
 from node.heap import settle_after_start
 from node.logsetup import AccessLogger, Redactor, access_logger
 from node.reload import Reloader
-from node.tls import server_context
+from node.tls import SERVER_CONTEXT, server_context
 
 log = logging.getLogger("agent-node")
 
@@ -41,6 +41,8 @@ async def serve(
     await runner.setup()
     host, port = listen_address(config)
     tls = server_context(config)  # None: plain HTTP (node/tls.py)
+    if tls is not None:
+        app[SERVER_CONTEXT] = tls  # SIGHUP loads a renewed certificate into it
     site = web.TCPSite(runner, host, port, ssl_context=tls)
     await site.start()
     stop = asyncio.Event()

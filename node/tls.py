@@ -1,7 +1,8 @@
 """TLS: the node's own listener (`[node] tls_cert_file`, `tls_key_file`) and the trust used
 for HTTPS to peers (`[mesh] ca_file`) and by the CLI (`--ca-file`, AGENT_NODE_CA_FILE).
 
-Without a certificate the node serves plain HTTP: fine on 127.0.0.1 or behind a TLS proxy
+SIGHUP reads the certificate and key again (a renewal; node/reload.py). Without a certificate
+the node serves plain HTTP: fine on 127.0.0.1 or behind a TLS proxy
 (docs/deploy.md), a warning anywhere else (node/exposure.py).
 """
 
@@ -12,10 +13,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from aiohttp import web
+
 from node.filemodes import exposure
 
 if TYPE_CHECKING:
     from node.config import Config
+
+
+# the listener's context, kept so that SIGHUP can load a renewed certificate into it
+SERVER_CONTEXT = web.AppKey("tls_server_context", ssl.SSLContext)
 
 
 def server_context(config: Config) -> ssl.SSLContext | None:
@@ -28,6 +35,16 @@ def server_context(config: Config) -> ssl.SSLContext | None:
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.load_cert_chain(config.path(node.tls_cert_file), config.path(node.tls_key_file))
     return context
+
+
+def reload_certificate(context: ssl.SSLContext, config: Config) -> None:
+    """Load the certificate and key files again (a renewal) into the running listener's
+    context: new connections get them, open ones keep theirs. The files are checked in a
+    context of their own first, so a bad pair leaves the running one untouched (raises)."""
+    server_context(config)  # raises OSError / ssl.SSLError, naming nothing secret
+    node = config.node
+    assert node.tls_cert_file is not None and node.tls_key_file is not None
+    context.load_cert_chain(config.path(node.tls_cert_file), config.path(node.tls_key_file))
 
 
 def client_context(ca_file: str | Path | None) -> ssl.SSLContext:

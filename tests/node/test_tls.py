@@ -6,6 +6,8 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import os
+import signal
+import ssl
 import subprocess
 import sys
 from pathlib import Path
@@ -132,6 +134,22 @@ def test_the_cli_talks_to_a_tls_node_with_a_ca_file(tmp_path):
         )
         assert with_env.returncode == 0, with_env.stderr
         assert "listening on https://127.0.0.1:" in node.log_path.read_text()
+
+        # a renewal: new files in place, SIGHUP, and new connections get the new certificate
+        before = served_certificate(node)
+        assert before == cert.read_text()
+        make_server_cert(tmp_path / "tls", ca)
+        assert cert.read_text() != before
+        node.proc.send_signal(signal.SIGHUP)
+        wait_until(lambda: served_certificate(node) == cert.read_text(), timeout=30)
+        assert "SIGHUP: TLS certificate reloaded" in node.log_path.read_text()
+        ok = run_cli("status", "--url", node.url, "--token", ADMIN_TOKEN, "--ca-file", str(ca[0]))
+        assert ok.returncode == 0, ok.stderr
+
+
+def served_certificate(node: NodeProcess) -> str:
+    host, _, port = node.config.node.listen.rpartition(":")
+    return ssl.get_server_certificate((host, int(port)))
 
 
 def run_cli_env(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
