@@ -17,6 +17,7 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -63,6 +64,7 @@ def compact(path: Path) -> Compacted:
             unused = _unused_pages(env)
             env.copy(str(work), compact=True)
             copied = work / DATA_FILE
+            os.chmod(copied, stat.S_IMODE(data_file.stat().st_mode))  # who may read it stays
             _fsync(copied)
         except BaseException:  # a full disk, say: the journal is untouched, drop the part copy
             shutil.rmtree(work, ignore_errors=True)

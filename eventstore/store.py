@@ -94,12 +94,16 @@ class EventStore:
         max_batch: int = 1000,
         signer: Callable[[SigningKey], SharedSigner] = SharedSigner,
         indexer: Indexer | None = None,
+        mode: int = 0o600,
     ) -> None:
         self.path = Path(path)
         self.origin = origin
         self._claim = claim_path(self.path)
-        self.path.mkdir(parents=True, exist_ok=True)
-        self._env = lmdb.open(str(self.path), map_size=map_size, max_dbs=_MAX_DBS, sync=True)
+        # `mode`: of LMDB's files; the folder gets the same plus search (x) for each reader
+        self.path.mkdir(parents=True, exist_ok=True, mode=mode | (mode & 0o444) >> 2)
+        self._env = lmdb.open(
+            str(self.path), map_size=map_size, max_dbs=_MAX_DBS, sync=True, mode=mode
+        )
         dbs = open_dbs(self._env)
         self._gate = MapGate(self._env)
         self.indexer = indexer

@@ -18,10 +18,11 @@ from eventstore.audit import verify_journals
 from eventstore.envelope import Envelope
 from eventstore.keys import KEY_FILE, KeyFileError, load_or_create_key, public_key_multibase
 from eventstore.store import EventStore
-from node import cli_config, keyrotate, logsetup, progress
+from node import cli_config, exposure, keyrotate, logsetup, progress
 from node.authoring import cli as authoring
 from node.cli_client import add_client_commands
 from node.config import SCOPES, Config, ConfigError, load_config
+from node.filemodes import make_private
 from node.humanize import duration, visible
 from node.keyring import key_resolver
 from node.version import __version__
@@ -123,11 +124,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     config = load_config(args.config)
     factory = loop_factory(config.node.event_loop)
-    keyrotate.check_no_pending_rotation(config)
-    keyrotate.check_key_matches_journal(config)
     redactor = logsetup.configure_logging(
         args.log_level, args.log_format, logsetup.Redactor(logsetup.secrets_of(config))
     )
+    make_private(config.data_path)  # before anything is written (node/filemodes.py)
+    exposure.warn_at_start(config, Path(args.config))
+    keyrotate.check_no_pending_rotation(config)
+    keyrotate.check_key_matches_journal(config)
     with asyncio.Runner(loop_factory=factory) as runner:
         runner.run(
             serve(
@@ -142,6 +145,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_keygen(args: argparse.Namespace) -> int:
     config = load_config(args.config)
+    make_private(config.data_path)
     existed = (config.data_path / KEY_FILE).exists()
     key = load_or_create_key(config.data_path)
     print(f"{'existing' if existed else 'new'} key: {config.data_path / KEY_FILE}")
@@ -173,6 +177,7 @@ def cmd_token_new(args: argparse.Namespace) -> int:
 def _open_offline(config: Config) -> tuple[SigningKey, EventStore]:
     from node.app import open_store
 
+    make_private(config.data_path)
     key = load_or_create_key(config.data_path)
     return key, open_store(config, key)
 
@@ -211,6 +216,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from node.context import CONTEXT
 
     config = load_config(args.config)
+    make_private(config.data_path)
     ctx = build_app(config)[CONTEXT]
     rebuilt = ctx.projections.fresh()
     started = time.monotonic()
@@ -285,6 +291,7 @@ def cmd_journal_compact(args: argparse.Namespace) -> int:
     from node.app import JOURNAL_DIR
 
     config = load_config(args.config)
+    make_private(config.data_path)
     started = time.perf_counter()
     try:
         done = compact(config.data_path / JOURNAL_DIR)

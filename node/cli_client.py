@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 URL_ENV = "AGENT_NODE_URL"
 TOKEN_ENV = "AGENT_NODE_TOKEN"
+CA_FILE_ENV = "AGENT_NODE_CA_FILE"  # PEM CA(s) to verify an https node with
 DEFAULT_URL = "http://127.0.0.1:8080"
 FOLLOW_INTERVAL_SECS = 1.0
 PAGE = 1000  # the API's largest `limit`
@@ -45,12 +46,24 @@ class ClientError(Exception):
 class Node:
     """The API of one node with one token."""
 
-    def __init__(self, url: str, token: str, timeout: float = 30) -> None:
+    def __init__(
+        self, url: str, token: str, timeout: float = 30, ca_file: str | None = None
+    ) -> None:
         import httpx  # here, not at the top: `agent-node run` should not pay for importing it
 
+        from node.tls import client_context
+
         self.url = url.rstrip("/")
+        ca_file = ca_file or os.environ.get(CA_FILE_ENV) or None  # else the system's trust
+        try:
+            verify = client_context(ca_file)
+        except OSError as exc:  # ssl.SSLError too: not PEM
+            raise ClientError(f"cannot load the CA file {ca_file}: {exc}", 2) from None
         self._http = httpx.Client(
-            base_url=self.url, headers={"Authorization": f"Bearer {token}"}, timeout=timeout
+            base_url=self.url,
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=timeout,
+            verify=verify,
         )
 
     def call(self, method: str, path: str, **kwargs: Any) -> Any:
@@ -398,6 +411,9 @@ def add_client_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     common.add_argument(
         "--token", default=os.environ.get(TOKEN_ENV), help=f"bearer token (${TOKEN_ENV})"
     )
+    common.add_argument(
+        "--ca-file", help=f"PEM CA certificate(s) an https node's must chain to (${CA_FILE_ENV})"
+    )
     common.add_argument("--json", action="store_true", help="JSON output for scripts")
 
     def command(
@@ -478,7 +494,11 @@ def _run(
         if not args.token:
             print(f"agent-node: give --token or set {TOKEN_ENV}", file=sys.stderr)
             return 2
-        node = Node(args.url, args.token, timeout)
+        try:
+            node = Node(args.url, args.token, timeout, args.ca_file)
+        except ClientError as exc:
+            print(f"agent-node: {exc.detail}", file=sys.stderr)
+            return exc.exit_code
         try:
             return func(node, args)
         except ClientError as exc:

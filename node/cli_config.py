@@ -20,6 +20,7 @@ from typing import Any
 import msgspec
 
 from node.config import Config, config_problems
+from node.exposure import config_file_problem, public_warnings
 from node.humanize import visible
 
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
@@ -40,13 +41,27 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def cmd_config_check(args: argparse.Namespace) -> int:
     path = Path(args.config)
     problems = check_file(path)
+    warnings = exposure_warnings(path)
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     if problems:
         for problem in problems:
             print(visible(problem), file=sys.stderr)  # a key or value may hold anything
         print(f"{len(problems)} problem(s) in {path}", file=sys.stderr)
         return 1
-    print(f"config ok: {path}")
+    print(f"config ok: {path}" + (f" ({len(warnings)} warning(s))" if warnings else ""))
     return 0
+
+
+def exposure_warnings(path: Path) -> list[str]:
+    """What the node would warn about at start (node/exposure.py), also beside problems;
+    none when the config does not even convert."""
+    try:
+        raw = tomllib.loads(path.read_text())
+        config = msgspec.convert({**raw, "base_dir": str(path.resolve().parent)}, Config)
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, msgspec.ValidationError):
+        return []
+    return list(public_warnings(config, str(path)))
 
 
 def cmd_config_schema(args: argparse.Namespace) -> int:
@@ -74,7 +89,8 @@ def check_file(path: Path) -> list[str]:
         return [*problems, f"{source}: (the remaining checks run once these are fixed)"]
     problems += config_problems(config, source)
     problems += _missing_components(config, source)
-    return problems
+    exposed = config_file_problem(path)  # refused here, only warned about by the node
+    return [*problems, exposed] if exposed else problems
 
 
 Path_ = tuple[str | int, ...]

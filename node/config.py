@@ -10,8 +10,11 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from node.exposure import public_problems
+from node.filemodes import exposure
 from node.limits import DEFAULT_FUEL_PER_TICK
 from node.secretfiles import read_secret_files
+from node.tls import tls_problems
 from projections.catalogue import MAX_APPROVAL_TIMEOUT_SECS
 from projections.packages import is_semver
 
@@ -76,6 +79,9 @@ class NodeSection(_Section, kw_only=True):
     checkpoint_secs: Annotated[float, msgspec.Meta(gt=0)] = 60.0
     # the asyncio event loop that serves (node/eventloop.py): uvloop where installed
     event_loop: Literal["auto", "uvloop", "asyncio"] = "auto"
+    # HTTPS on `listen` (node/tls.py): a PEM certificate (chain) and its unencrypted key
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
 
 
 class TokenEntry(_Section, kw_only=True):
@@ -134,6 +140,9 @@ class MeshSection(_Section, kw_only=True):
     publish_window: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 1000
     fetch_batch: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 1000
     heads_interval_secs: Annotated[float, msgspec.Meta(gt=0)] = 0.5
+    # PEM CA certificate(s) that HTTPS peers' certificates must chain to (node/tls.py);
+    # without it, the system's trust store
+    ca_file: str | None = None
 
 
 class InferenceSection(_Section, kw_only=True):
@@ -208,7 +217,8 @@ class Config(_Section, kw_only=True):
 
     @property
     def public_url(self) -> str:
-        return (self.node.public_url or f"http://{self.node.listen}").rstrip("/")
+        scheme = "https" if self.node.tls_cert_file else "http"
+        return (self.node.public_url or f"{scheme}://{self.node.listen}").rstrip("/")
 
 
 def load_config(path: str | Path) -> Config:
@@ -288,6 +298,8 @@ def _check(config: Config, source: str) -> Iterator[str]:
             f"{source}: node.public_url: must start with http:// or https:// and a host, "
             f"got {public_url!r}"
         )
+    yield from tls_problems(config, source)
+    yield from public_problems(config, source)
 
 
 def _check_mesh(config: Config, where: str) -> Iterator[str]:
@@ -316,6 +328,8 @@ def _check_mesh(config: Config, where: str) -> Iterator[str]:
         path_text = getattr(mesh, key)
         if path_text is not None and not config.path(path_text).is_file():
             yield f"{where}.{key}: {path_text} is not a readable file"
+        elif path_text is not None and (why := exposure(config.path(path_text))):
+            yield f"{where}.{key}: {config.path(path_text)} {why}"
     try:
         import nats  # noqa: F401
     except ImportError:

@@ -24,6 +24,7 @@ from nacl.signing import SigningKey
 from eventstore.keys import KEY_FILE, KeyFileError, load_key, public_key_multibase, write_key
 from eventstore.store import EventStore, StoreAlreadyOpenError
 from node.config import Config, load_config
+from node.filemodes import make_private
 from node.files import fsync_dir, move_durably
 from node.humanize import visible, visible_lines
 from projections.catalogue import KeyRotated, event_of
@@ -81,6 +82,7 @@ def cmd_key_rotate(args: argparse.Namespace) -> int:
     from node.app import open_store
 
     config = load_config(args.config)
+    make_private(config.data_path)
     key_path = config.data_path / KEY_FILE
     if not key_path.exists():
         print(f"agent-node: no node key at {key_path}: nothing to rotate", file=sys.stderr)

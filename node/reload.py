@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from node.logsetup import Redactor, secrets_of
 from node.services.deployments import DEPLOYMENTS
 from node.streams.slots import STREAM_SLOTS
 from node.sync.service import SYNC
+from node.tls import SERVER_CONTEXT, reload_certificate
 from projections import catalogue as c
 
 log = logging.getLogger("agent-node")
@@ -75,6 +77,7 @@ class Reloader:
         peer_tokens = self._apply_peer_tokens(old, new)
         if self._redactor is not None:
             self._redactor.update(secrets_of(old))
+        await self._reload_certificate(old)
         reloaded = c.NodeReloaded(
             tokens=sorted(t.name for t in new.auth.tokens),
             peer_tokens=peer_tokens,
@@ -91,6 +94,18 @@ class Reloader:
         if restart_needed:
             log.warning("SIGHUP: changes to %s need a restart to apply", ", ".join(restart_needed))
         return True
+
+    async def _reload_certificate(self, running: Config) -> None:
+        """The running listener's certificate and key, read again (node/tls.py)."""
+        context = self._app.get(SERVER_CONTEXT)
+        if context is None:
+            return
+        try:
+            await asyncio.to_thread(reload_certificate, context, running)
+        except (OSError, ssl.SSLError) as exc:
+            log.error("SIGHUP: TLS certificate not reloaded, the running one stays: %s", exc)
+            return
+        log.info("SIGHUP: TLS certificate reloaded")
 
     def _apply_peer_tokens(self, old: Config, new: Config) -> list[str]:
         """New tokens for the peers the node already replicates to (new peers need a restart)."""

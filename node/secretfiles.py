@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from node.filemodes import exposure
+
 if TYPE_CHECKING:
     from node.config import Config
 
@@ -71,6 +73,9 @@ def read_secret_files(config: Config, source: str) -> Iterator[str]:
 def _read(config: Config, path_text: str, where: str) -> tuple[str | None, str]:
     """(value, "") or (None, a problem naming the key and the file, never the content)."""
     path = Path(config.path(path_text))
+    why = exposure(path)
+    if why:  # others may have read it already: refused, not used (docs/security.md)
+        return None, f"{where}: {path} {why}"
     try:
         with path.open("rb") as f:
             raw = f.read(MAX_SECRET_FILE_BYTES + 1)

@@ -18,6 +18,7 @@ from node.eventloop import loop_name
 from node.heap import settle_after_start
 from node.logsetup import AccessLogger, ProtocolLogger, Redactor, access_logger
 from node.reload import Reloader
+from node.tls import SERVER_CONTEXT, server_context
 
 log = logging.getLogger("agent-node")
 
@@ -40,7 +41,10 @@ async def serve(
     )
     await runner.setup()
     host, port = listen_address(config)
-    site = web.TCPSite(runner, host, port)
+    tls = server_context(config)  # None: plain HTTP (node/tls.py)
+    if tls is not None:
+        app[SERVER_CONTEXT] = tls  # SIGHUP loads a renewed certificate into it
+    site = web.TCPSite(runner, host, port, ssl_context=tls)
     await site.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -48,7 +52,8 @@ async def serve(
         loop.add_signal_handler(sig, stop.set)
     if config_path is not None:  # tokens and secrets again, without a restart (node/reload.py)
         loop.add_signal_handler(signal.SIGHUP, Reloader(app, config_path, redactor).trigger)
-    log.info("node %s listening on http://%s:%d", config.node.name, host, port)
+    scheme = "https" if tls else "http"
+    log.info("node %s listening on %s://%s:%d", config.node.name, scheme, host, port)
     log.info("journal signer: %s; event loop: %s", SIGNER, loop_name(loop))
     settle_after_start()
     log.info("ready: the operator console is at %s%s", config.public_url, CONSOLE_PATH)

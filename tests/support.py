@@ -7,6 +7,7 @@ import os
 import random
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -100,6 +101,7 @@ scopes = ["publish"]
 {extra}
 """
     )
+    path.chmod(0o600)  # it holds plaintext tokens: `config check` refuses it readable by others
     return path
 
 
@@ -132,11 +134,18 @@ def logs_on_failure(*paths: Path):
 class NodeProcess:
     """`python -m node run` in a subprocess: the real thing, killable with SIGKILL."""
 
-    def __init__(self, config_path: Path, args: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, config_path: Path, args: tuple[str, ...] = (), ca_file: Path | None = None
+    ) -> None:
         self.config_path = config_path
         self.args = args  # more `agent-node run` flags (logging)
         self.config = load_config(config_path)
-        self.url = f"http://{self.config.node.listen}"
+        scheme = "https" if self.config.node.tls_cert_file else "http"
+        self.url = f"{scheme}://{self.config.node.listen}"
+        # an https node's certificate is checked against `ca_file` (tests make their own CA)
+        self.verify: ssl.SSLContext | bool = (
+            ssl.create_default_context(cafile=str(ca_file)) if ca_file else True
+        )
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = config_path.parent / "node.log"
         self.root = ROOT  # the checkout whose node runs (a bench may run another's)
@@ -160,7 +169,8 @@ class NodeProcess:
         def healthy() -> bool:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"node exited early:\n{self.log_path.read_text()}")
-            return httpx.get(self.url + "/api/v1/health", timeout=1).status_code == 200
+            health = httpx.get(self.url + "/api/v1/health", timeout=1, verify=self.verify)
+            return health.status_code == 200
 
         try:
             wait_until(healthy, timeout, "the node is healthy", retry_on=(httpx.HTTPError,))
@@ -183,7 +193,7 @@ class NodeProcess:
         return self.proc.wait(timeout)
 
     def client(self, token: str = ADMIN_TOKEN) -> httpx.Client:
-        return httpx.Client(base_url=self.url, headers=auth(token), timeout=30)
+        return httpx.Client(base_url=self.url, headers=auth(token), timeout=30, verify=self.verify)
 
     def __enter__(self) -> NodeProcess:
         return self.start()

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from node.authoring import build as builder
 from node.authoring import project
 from node.authoring.project import ProjectError
-from node.cli_client import TOKEN_ENV, URL_ENV, ClientError, Node
+from node.cli_client import CA_FILE_ENV, TOKEN_ENV, URL_ENV, ClientError, Node
 from node.humanize import visible, visible_lines
 from projections import catalogue as c
 
@@ -89,6 +89,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     pub.add_argument("--url", default=os.environ.get(URL_ENV), help=f"node URL (${URL_ENV})")
     pub.add_argument(
         "--token", default=os.environ.get(TOKEN_ENV), help=f"token, scope publish (${TOKEN_ENV})"
+    )
+    pub.add_argument(
+        "--ca-file", help=f"PEM CA certificate(s) an https node's must chain to (${CA_FILE_ENV})"
     )
     pub.add_argument("--version", help="the version to publish (default: agent.toml's)")
     pub.add_argument("--wasm", help="publish this component instead of the project's build")
@@ -301,7 +304,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
     if not component.is_file():
         raise ProjectError(f"{component} does not exist: run `agent-node agent build` first")
     version = args.version or target.version
-    node = Node(args.url, args.token, timeout=300)
+    node = Node(args.url, args.token, timeout=300, ca_file=args.ca_file)
     try:
         result = publish(node, target.name, version, target.description, component)
     finally:

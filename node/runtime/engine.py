@@ -161,7 +161,7 @@ class AgentEngine:
             try:
                 final.parent.mkdir(parents=True, exist_ok=True)
                 partial = final.parent / name
-                partial.touch(mode=0o644, exist_ok=False)
+                partial.touch(mode=0o600, exist_ok=False)  # native code: the node's only
                 return partial, final
             except OSError as e:
                 log.warning("cannot write compiled component cache in %s: %s", final.parent, e)

@@ -11,6 +11,10 @@ too, not only after it: `trim`, called every few milliseconds by the runtime's O
 thread, drops (punches out) the unread part of a file once it passes `max_bytes`, so an
 agent printing in a loop for its whole run
 holds at most about `max_bytes` plus one guard interval's writes on disk.
+
+On Linux the two "files" are memfds (anonymous, in memory, reached by wasmtime through
+/proc/self/fd): what an agent prints, a secret it read included, never reaches the disk or
+another user unredacted; the bounds above then bound memory instead of disk.
 """
 
 from __future__ import annotations
@@ -35,13 +39,32 @@ _ids = itertools.count(1)
 # read ranges are released once this much has been read since the last release
 _PUNCH_EVERY = 64 << 10
 _FIRST_READ = 4096  # bytes of each file read per run before looking for more
+_PROC_FDS = "/proc/self/fd"
+
+
+def _in_memory(name: str) -> tuple[Path, int] | None:
+    """An anonymous in-memory file (memfd) and a path that opens it, or None where there is
+    none (not Linux, no /proc). What an agent prints may hold a secret it read: in memory it
+    reaches no disk and no other user, and only its redacted lines are kept (docs/security.md).
+    """
+    if not hasattr(os, "memfd_create") or not os.path.isdir(_PROC_FDS):
+        return None
+    try:
+        fd = os.memfd_create(f"agent-output-{name}")  # close-on-exec: no compile child has it
+    except OSError:
+        return None
+    return Path(_PROC_FDS, str(fd)), fd
 
 
 class _File:
     def __init__(self, path: Path) -> None:
-        self.path = path
-        path.touch(mode=0o600)
-        self.fd = os.open(path, os.O_RDWR)  # punching holes needs write access
+        memory = _in_memory(path.name)
+        if memory is not None:
+            self.path, self.fd, self.in_memory = *memory, True
+        else:  # a file in the runtime's private output folder, deleted with the instance
+            self.path, self.in_memory = path, False
+            path.touch(mode=0o600)
+            self.fd = os.open(path, os.O_RDWR)  # punching holes needs write access
         self.offset = 0
         self.punched = 0  # [0, punched) holds no disk blocks
         self.partial = bytearray()
@@ -85,7 +108,8 @@ class _File:
         with self.lock:
             os.close(self.fd)
             self.fd = -1
-        self.path.unlink(missing_ok=True)
+        if not self.in_memory:
+            self.path.unlink(missing_ok=True)
 
 
 def _punch(fd: int, end: int) -> None:
@@ -125,6 +149,10 @@ class OutputCapture:
             f = _File(self.directory / f"{self.name}.{n}.{stream}")
             self._files[stream] = f
             setattr(wasi, f"{stream}_file", str(f.path))
+
+    def path(self, stream: Stream) -> Path:
+        """Where the current instance's `stream` goes (a /proc/self/fd path for a memfd)."""
+        return self._files[stream].path
 
     def detach(self) -> None:
         """Collect what is left, close and delete the files."""

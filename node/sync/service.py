@@ -16,6 +16,7 @@ from node.sync.incidents import Incidents
 from node.sync.keys import PeerKeys
 from node.sync.receive import Receiver
 from node.sync.replicator import Replicator
+from node.tls import peer_context
 from projections.peers import PeerBook
 
 if TYPE_CHECKING:
@@ -39,7 +40,8 @@ class SyncService:
     async def start(self) -> None:
         """Pin configured keys, then start the ack recorder and a replicator per peer."""
         self._http = aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(total=self.ctx.config.sync.request_timeout_secs)
+            timeout=aiohttp.ClientTimeout(total=self.ctx.config.sync.request_timeout_secs),
+            connector=aiohttp.TCPConnector(ssl=peer_context(self.ctx.config) or True),
         )
         self.keys.http = self._http
         await self.keys.pin_configured()

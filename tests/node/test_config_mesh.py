@@ -48,6 +48,7 @@ def test_bad_nats_settings_are_named(tmp_path, extra, mentions):
 
 def test_password_file_is_read_relative_to_the_config(tmp_path):
     (tmp_path / "nats-pw").write_text("s3cret-password\n")
+    (tmp_path / "nats-pw").chmod(0o600)
     config = load_config(
         write_config(
             tmp_path,

@@ -57,6 +57,7 @@ api_key_file = "missing-secret"
 def test_config_check_reports_every_problem_with_its_key(tmp_path):
     path = tmp_path / "runtime.toml"
     path.write_text(BROKEN)
+    path.chmod(0o600)
     done = run_cli("config", "check", "--config", str(path))
     assert done.returncode == 1
     lines = done.stderr.splitlines()
@@ -110,6 +111,8 @@ def test_token_peer_token_and_secret_files_are_read_relative_to_the_config(tmp_p
     (tmp_path / "creds" / "ops").write_text("ops-token-from-a-file-0001\n")
     (tmp_path / "creds" / "peer").write_text("peer-token-from-a-file-01")
     (tmp_path / "creds" / "api").write_text("secret-from-a-file\n")
+    for credential in (tmp_path / "creds").iterdir():
+        credential.chmod(0o600)
     path = write_config(
         tmp_path,
         """
@@ -161,6 +164,8 @@ def test_sighup_reloads_token_and_secret_files_and_journals_no_secret(tmp_path, 
     token_file, secret_file = tmp_path / "ops.token", tmp_path / "api.key"
     token_file.write_text(old_token + "\n")
     secret_file.write_text(old_secret)
+    token_file.chmod(0o600)
+    secret_file.chmod(0o600)
     path = write_config(
         tmp_path,
         f"""

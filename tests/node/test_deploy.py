@@ -59,6 +59,7 @@ def test_the_documented_config_passes_config_check(tmp_path):
     credentials.mkdir()
     for name in re.findall(re.escape(CREDENTIALS) + r'([\w-]+)"', config):
         (credentials / name).write_text(f"value-of-{name}-0123456789\n")
+        (credentials / name).chmod(0o600)
     local = config.replace(CREDENTIALS, f"{credentials}/").replace(
         "/var/lib/agent-node", str(tmp_path / "data")
     )

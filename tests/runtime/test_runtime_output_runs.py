@@ -80,7 +80,7 @@ def capture(tmp_path: Path) -> tuple[OutputCapture, int]:
     the agent's would."""
     output = OutputCapture(tmp_path, "agent", max_line=64, max_lines=100, max_bytes=1 << 20)
     output.attach(wasmtime.WasiConfig())
-    fd = os.open(tmp_path / next(p.name for p in tmp_path.iterdir() if "stdout" in p.name), 1)
+    fd = os.open(output.path("stdout"), os.O_WRONLY)
     return output, fd
 
 

@@ -352,6 +352,7 @@ def test_the_shipped_permissions_let_a_node_publish_only_its_own_envelopes(nats_
         for name, path in mesh.paths.items():
             secret = passwords[f"NODE_{name[-1].upper()}_PASSWORD"]
             (path.parent / "nats-password").write_text(secret + "\n")
+            (path.parent / "nats-password").chmod(0o600)
             credentials = f'nats_user = "{name}"\nnats_password_file = "nats-password"\n'
             path.write_text(
                 path.read_text().replace(

@@ -1,0 +1,94 @@
+"""TLS: the node's own listener (`[node] tls_cert_file`, `tls_key_file`) and the trust used
+for HTTPS to peers (`[mesh] ca_file`) and by the CLI (`--ca-file`, AGENT_NODE_CA_FILE).
+
+SIGHUP reads the certificate and key again (a renewal; node/reload.py). Without a certificate
+the node serves plain HTTP: fine on 127.0.0.1 or behind a TLS proxy
+(docs/deploy.md), a warning anywhere else (node/exposure.py).
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from node.filemodes import exposure
+
+if TYPE_CHECKING:
+    from node.config import Config
+
+
+# the listener's context, kept so that SIGHUP can load a renewed certificate into it
+SERVER_CONTEXT = web.AppKey("tls_server_context", ssl.SSLContext)
+
+
+def server_context(config: Config) -> ssl.SSLContext | None:
+    """The listener's context (TLS 1.2 or later), or None for plain HTTP. Raises OSError or
+    ssl.SSLError when the files do not load: `tls_problems` says which, with its key."""
+    node = config.node
+    if node.tls_cert_file is None or node.tls_key_file is None:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(config.path(node.tls_cert_file), config.path(node.tls_key_file))
+    return context
+
+
+def reload_certificate(context: ssl.SSLContext, config: Config) -> None:
+    """Load the certificate and key files again (a renewal) into the running listener's
+    context: new connections get them, open ones keep theirs. The files are checked in a
+    context of their own first, so a bad pair leaves the running one untouched (raises)."""
+    server_context(config)  # raises OSError / ssl.SSLError, naming nothing secret
+    node = config.node
+    assert node.tls_cert_file is not None and node.tls_key_file is not None
+    context.load_cert_chain(config.path(node.tls_cert_file), config.path(node.tls_key_file))
+
+
+def client_context(ca_file: str | Path | None) -> ssl.SSLContext:
+    """Verifies servers against `ca_file` only (a private CA, a self-signed certificate), or
+    the system's trust store without one. Host names are always checked."""
+    context = ssl.create_default_context(cafile=str(ca_file) if ca_file else None)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    return context
+
+
+def peer_context(config: Config) -> ssl.SSLContext | None:
+    """For HTTPS to peers: with `[mesh] ca_file`, that CA; else None (aiohttp's default,
+    the system's trust store)."""
+    ca_file = config.mesh.ca_file
+    return client_context(config.path(ca_file)) if ca_file else None
+
+
+def tls_problems(config: Config, source: str) -> Iterator[str]:
+    """Both or neither of the certificate and key; a key others may read; files that do not
+    load. Never echoes a file's content."""
+    node = config.node
+    where = f"{source}: node"
+    if (node.tls_cert_file is None) != (node.tls_key_file is None):
+        yield f"{where}: tls_cert_file and tls_key_file go together"
+        return
+    if node.tls_key_file is not None:
+        key = config.path(node.tls_key_file)
+        why = exposure(key)
+        if why:
+            yield f"{where}.tls_key_file: {key} {why}"
+        try:
+            server_context(config)
+        except (OSError, ssl.SSLError) as exc:
+            yield (
+                f"{where}.tls_cert_file/tls_key_file: cannot load "
+                f"{config.path(node.tls_cert_file or '')} with {key}: {_reason(exc)}"
+            )
+    if config.mesh.ca_file is not None:
+        try:
+            peer_context(config)
+        except (OSError, ssl.SSLError) as exc:
+            ca_file = config.path(config.mesh.ca_file)
+            yield f"{source}: mesh.ca_file: cannot load {ca_file}: {_reason(exc)}"
+
+
+def _reason(exc: OSError | ssl.SSLError) -> str:
+    return str(exc.strerror or exc) if isinstance(exc, OSError) else str(exc)
