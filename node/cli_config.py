@@ -43,7 +43,7 @@ def cmd_config_check(args: argparse.Namespace) -> int:
     problems = check_file(path)
     warnings = exposure_warnings(path)
     for warning in warnings:
-        print(f"warning: {warning}", file=sys.stderr)
+        print(f"warning: {visible(warning)}", file=sys.stderr)
     if problems:
         for problem in problems:
             print(visible(problem), file=sys.stderr)  # a key or value may hold anything
