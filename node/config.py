@@ -128,6 +128,8 @@ class MeshSection(_Section, kw_only=True):
     publish_window: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 1000
     fetch_batch: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 1000
     heads_interval_secs: Annotated[float, msgspec.Meta(gt=0)] = 0.5
+    # each HTTP request of a gap repair (docs/mesh.md): a peer that never answers costs this
+    repair_timeout_secs: Annotated[float, msgspec.Meta(gt=0, le=300)] = 5.0
 
 
 class InferenceSection(_Section, kw_only=True):

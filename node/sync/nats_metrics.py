@@ -27,3 +27,8 @@ class NatsMetrics:
             "Envelopes fetched over HTTP to fill a gap the stream could not",
             registry=r,
         )
+        self.repair_jobs = Gauge(
+            "svc_nats_repair_jobs",
+            "Journals waiting for a repair (over HTTP or the stream)",
+            registry=r,
+        )

@@ -126,6 +126,13 @@ class Delivered:
         token = tokens[4] if len(tokens) == 9 else tokens[6] if len(tokens) >= 11 else b"1"
         return int(token) if token.isdigit() and len(token) <= MAX_COUNT_DIGITS else 1
 
+    @property
+    def stream_seq(self) -> int:
+        """Its sequence in the stream (the token after the delivery count), 0 if unreadable."""
+        tokens = self.reply.split(b".")
+        token = tokens[5] if len(tokens) == 9 else tokens[7] if len(tokens) >= 11 else b""
+        return int(token) if token.isdigit() and len(token) <= MAX_COUNT_DIGITS else 0
+
 
 class ConsumerGone(ConnectionError):
     """The server says the consumer was deleted: it must be created again."""
