@@ -81,31 +81,32 @@ class _Job:
         self.publisher = publisher  # whose stream message showed the gap (bounds its jobs)
         self.hold: Hold | None = None
         self.tried: set[str] = set()  # peers asked since the job (re)started
-        self.queued: str | None = None  # the peer whose queue holds it; None: waiting
+        self.queued: str | None = None  # the peer that holds it (queued or asking); None: waiting
         self.retry_at = 0.0
         self.backoff = 0.0
         self.reread_at = -1  # the journal's head at the last re-read of the stream
 
 
 class _PeerQueue:
-    """One peer's jobs: evidence first, claims after; one worker takes them in turn."""
+    """One peer's jobs: those of journals it is the home of or claims first, those it is
+    only asked for as a fallback after; one worker takes them in turn."""
 
     def __init__(self) -> None:
-        self.urgent: deque[_Job] = deque()
-        self.claims: deque[_Job] = deque()
+        self.first: deque[_Job] = deque()
+        self.fallback: deque[_Job] = deque()
         self.ready = asyncio.Event()
         self.rest_until = 0.0
         self.backoff = 0.0
 
-    def put(self, job: _Job) -> None:
-        (self.urgent if job.evidence else self.claims).append(job)
+    def put(self, job: _Job, first_choice: bool) -> None:
+        (self.first if first_choice else self.fallback).append(job)
         self.ready.set()
 
     async def get(self) -> _Job:
-        while not self.urgent and not self.claims:
+        while not self.first and not self.fallback:
             self.ready.clear()
             await self.ready.wait()
-        return self.urgent.popleft() if self.urgent else self.claims.popleft()
+        return self.first.popleft() if self.first else self.fallback.popleft()
 
 
 class RepairQueue:
@@ -198,6 +199,13 @@ class RepairQueue:
 
         return sorted(names, key=rank)
 
+    def _first_choice(self, name: str, job: _Job) -> bool:
+        """Whether `name` is asked for the job as its home or for its claim (not a fallback)."""
+        journals = self._ctx.projections.get(Journals)
+        if journals.home_of(job.journal) == name:
+            return True
+        return self._claims.claim(name, job.journal) > self.head(job.journal)
+
     def _assign(self, job: _Job) -> None:
         """Queue the job at its best candidate that is not resting; or let it wait."""
         now = time.monotonic()
@@ -206,8 +214,11 @@ class RepairQueue:
         for name in candidates:
             if self._queues[name].rest_until <= now:
                 job.queued = name
-                self._queues[name].put(job)
+                self._queues[name].put(job, self._first_choice(name, job))
                 return
+        if not candidates and not job.tried and not job.evidence:
+            self._finish(job)  # only claims asked for it, and none stands any more
+            return
         if candidates:  # every one rests: try again when the first is back
             job.retry_at = min(self._queues[n].rest_until for n in candidates)
         else:  # every candidate was asked: start over after a while
@@ -263,15 +274,15 @@ class RepairQueue:
     async def _turn(self, name: str, queue: _PeerQueue, job: _Job) -> None:
         """Ask peer `name` for `job`'s journal once; then finish, requeue or pass it on."""
         peer, sync = self._peers[name], self._ctx.config.sync
-        job.queued = None
+        # (job.queued stays `name` while it is asked: the retry loop leaves it alone)
         if self._jobs.get(job.journal) is not job:
             return
         before = self.head(job.journal)
         if before >= job.want:
             self._finish(job)
             return
-        if queue.rest_until > time.monotonic():
-            self._assign(job)  # on to the next candidate while this peer rests
+        if queue.rest_until > time.monotonic() or name not in self._candidates(job):
+            self._assign(job)  # on to the next candidate while this peer rests (or demoted)
             return
         claimed = self._claims.claim(name, job.journal)
         why = ""
@@ -299,8 +310,8 @@ class RepairQueue:
                 )
         if after >= job.want:
             self._finish(job)
-        elif got and not why:
-            queue.put(job)  # more to come from it, after its other journals' turn
+        elif got and not why:  # more to come from it, after its other journals' turn
+            queue.put(job, self._first_choice(name, job))
             job.queued = name
         else:
             job.tried.add(name)

@@ -1,0 +1,280 @@
+"""A hostile member of a NATS mesh: three honest node processes and node-x, a configured peer
+(its key pinned everywhere, its own NATS user) that is a raw nats-py client publishing validly
+signed envelopes, plus a TCP port that accepts and never answers as its HTTP address."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import threading
+import time
+from pathlib import Path
+
+import msgspec
+import nats
+import pytest
+
+from eventstore.keys import load_or_create_key
+from node.sync.nats_subjects import subject, token
+from tests.nats_support import NatsServer, nats_mesh_toml
+from tests.support import NodeProcess
+from tests.sync.test_nats_mesh import start_all
+from tests.sync.test_sync_mesh import Mesh, convergence, journal, post_findings, wait_until
+from tests.sync_support import SYNC_TUNING, prefill, signed_chain
+
+pytestmark = pytest.mark.timeout(300)
+HONEST = ["node-a", "node-b", "node-c"]
+HOSTILE = "node-x"
+PASSWORDS = {name: f"pw-{name}-0123456789" for name in [*HONEST, HOSTILE]}
+
+
+class Tarpit:
+    """A TCP server that accepts every connection, reads whatever comes, and never answers."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.accepted = 0
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Tarpit:
+        self._thread.start()
+        assert self._ready.wait(10)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        async def hold(reader: asyncio.StreamReader, _writer: asyncio.StreamWriter) -> None:
+            self.accepted += 1
+            while await reader.read(65536):
+                pass  # never a byte back; the connection stays open until the peer gives up
+
+        async def serve() -> None:
+            await asyncio.start_server(hold, "127.0.0.1", self.port)
+            self._ready.set()
+
+        self._loop.run_until_complete(serve())
+        self._loop.run_forever()
+
+
+def users_conf(path: Path) -> Path:
+    """One NATS user per member, the hostile one included (what each may publish on is the
+    permissions file's business; here every user may use the whole account)."""
+    users = ", ".join(f'{{user: "{n}", password: "{p}"}}' for n, p in PASSWORDS.items())
+    path.write_text(f"authorization {{ users: [{users}] }}\n")
+    return path
+
+
+class Hostile:
+    """node-x's side of the mesh: its own NATS user, its own (pinned) key."""
+
+    def __init__(self, url: str, key_dir: Path) -> None:
+        self.url = url
+        self.key = load_or_create_key(key_dir)
+
+    async def _connect(self) -> nats.NATS:
+        return await nats.connect(self.url, user=HOSTILE, password=PASSWORDS[HOSTILE])
+
+    def publish(self, envelopes: list[dict], junk: int = 0) -> None:
+        """Core publishes on node-x's subjects (the stream takes them all), then `junk`
+        messages that are no envelope at all."""
+
+        async def run() -> None:
+            nc = await self._connect()
+            try:
+                for envelope in envelopes:
+                    target = subject("default", HOSTILE, envelope["agent"])
+                    await nc.publish(target, msgspec.json.encode(envelope))
+                for i in range(junk):
+                    await nc.publish(subject("default", HOSTILE, "junk"), b"\xff{not json %d" % i)
+                await nc.flush(10)
+            finally:
+                await nc.close()
+
+        asyncio.run(run())
+
+    def claim_heads(self, heads: dict[str, int]) -> None:
+        """A heads record naming whatever it likes."""
+
+        async def run() -> None:
+            nc = await self._connect()
+            try:
+                record = msgspec.json.encode({"node": HOSTILE, "heads": heads})
+                assert len(record) < 1 << 20
+                await nc.jetstream().publish(f"$KV.MESH_default_HEADS.{token(HOSTILE)}", record)
+            finally:
+                await nc.close()
+
+        asyncio.run(run())
+
+
+def consumer_lag(url: str, node: str) -> tuple[int, int]:
+    """(messages not yet delivered, delivered and not acknowledged) of a node's consumer."""
+
+    async def read() -> tuple[int, int]:
+        nc = await nats.connect(url, user=node, password=PASSWORDS[node])
+        try:
+            info = await nc.jetstream().consumer_info("MESH_default", f"node-{token(node)}")
+            return int(info.num_pending or 0), int(info.num_ack_pending or 0)
+        finally:
+            await nc.close()
+
+    return asyncio.run(read())
+
+
+def head_of(node: NodeProcess, agent: str) -> int:
+    return int(convergence(node, agent)["local_seq"])
+
+
+def metric(node: NodeProcess, name: str) -> float:
+    with node.client() as client:
+        text = client.get("/api/v1/metrics").text
+    found = re.search(rf"^{name} (\S+)$", text, re.M)
+    return float(found.group(1)) if found else 0.0
+
+
+@pytest.fixture
+def hostile_mesh(tmp_path):
+    users = users_conf(tmp_path / "users.conf")
+    server = NatsServer(tmp_path / "nats", "n0", include=users).start()
+    mesh = Mesh(
+        tmp_path / "mesh",
+        [*HONEST, HOSTILE],
+        extra=SYNC_TUNING + nats_mesh_toml([server.url]),
+    )
+    for name in HONEST:
+        path = mesh.paths[name]
+        (path.parent / "nats-password").write_text(PASSWORDS[name] + "\n")
+        credentials = f'nats_user = "{name}"\nnats_password_file = "nats-password"\n'
+        path.write_text(
+            path.read_text().replace('transport = "nats"\n', 'transport = "nats"\n' + credentials)
+        )
+        mesh.nodes[name] = NodeProcess(path)
+    try:
+        yield server, mesh
+    finally:
+        mesh.kill_all()
+        server.kill()
+
+
+def x_port(mesh: Mesh) -> int:
+    """The port the honest nodes know as node-x's HTTP address."""
+    text = mesh.paths[HOSTILE].read_text()
+    return int(re.search(r'listen = "127\.0\.0\.1:(\d+)"', text).group(1))
+
+
+def test_a_hostile_member_cannot_stall_or_starve_the_honest_nodes(hostile_mesh, tmp_path):
+    server, mesh = hostile_mesh
+    honest = {name: mesh[name] for name in HONEST}
+    homes = {"alpha": "node-a", "beta": "node-b", "gamma": "node-c"}
+    for agent, home in homes.items():
+        prefill(mesh.paths[home], {agent: 1})
+    hostile = Hostile(server.url, tmp_path / "mesh" / HOSTILE / "data")
+    evil = signed_chain(hostile.key, HOSTILE, "evil", 12)
+
+    with Tarpit(x_port(mesh)) as tarpit:
+        start_all(mesh, *HONEST)
+        hostile.publish(evil[:3])  # node-x is a member in good standing: evil#1..3 are taken
+        for name, node in honest.items():
+            wait_until(lambda n=node: head_of(n, "evil") == 3, 30, f"{name} has evil#3")
+
+        # a signed gap (evil#10..12; 4..9 nowhere) while node-x's HTTP is a tarpit, false
+        # heads (its own journal far ahead, another node's journal, a thousand and more
+        # journals that do not exist), and a flood: a valid chain, gaps in hundreds of new
+        # journals, messages that are no envelope
+        hostile.publish(evil[9:])
+        fake = {f"fake-{i}": 1_000_000 for i in range(5000)}
+        hostile.claim_heads({"evil": 10**9, "alpha": 10**9, **fake})
+        spam = signed_chain(hostile.key, HOSTILE, "spam", 3000)
+        gapped = [
+            signed_chain(hostile.key, HOSTILE, f"hole-{i}", 1, start=5)[0] for i in range(300)
+        ]
+        hostile.publish(spam + gapped, junk=200)
+
+        # the honest nodes go on delivering each other's envelopes within seconds, past the
+        # 20 s stall watchdog and the 30 s of the old inline repair, for 45 s
+        latencies: list[float] = []
+        counts = {agent: 1 for agent in homes}
+        deadline = time.monotonic() + 45
+        turn = 0
+        while time.monotonic() < deadline:
+            agent = list(homes)[turn % 3]
+            turn += 1
+            post_findings(mesh[homes[agent]], agent, 1)
+            counts[agent] += 1
+            posted = time.monotonic()
+            for name, node in honest.items():
+                wait_until(
+                    lambda n=node, a=agent, c=counts[agent]: head_of(n, a) == c,
+                    30,
+                    f"{name} gets {agent}#{counts[agent]}",
+                )
+            latencies.append(time.monotonic() - posted)
+            time.sleep(0.5)
+        print("delivery latencies (s):", [round(x, 2) for x in latencies])
+        assert max(latencies) < 10, latencies
+        assert tarpit.accepted > 0  # the repair did ask node-x, and was not held by it
+
+        # the flood's valid part is delivered; the gap is not filled by anyone
+        for name, node in honest.items():
+            wait_until(lambda n=node: head_of(n, "spam") == 3000, 60, f"{name} has spam")
+            assert head_of(node, "evil") == 3
+            assert head_of(node, "fake-1") == 0
+
+        # node-x's claims did not pan out: demoted, reported once by every honest node
+        def reported(node: NodeProcess) -> bool:
+            title = f"peer {HOSTILE} reports heads it does not serve"
+            return title in {f["title"] for f in all_findings(node)}
+
+        for name, node in honest.items():
+            wait_until(lambda n=node: reported(n), 90, f"{name} reports node-x's heads")
+
+        # the missing envelopes appear on the stream after the gapped ones: evil#4..9 are
+        # taken from the consumer, evil#10..12 (acknowledged, unapplied) are read again from
+        # the stream, since no peer serves them over HTTP
+        hostile.publish(evil[3:9])
+        for name, node in honest.items():
+            wait_until(lambda n=node: head_of(n, "evil") == 12, 60, f"{name} re-reads evil")
+
+    # nothing acknowledged is lost: the consumers acknowledged everything, every honest node
+    # holds every honest envelope, and so does the stream
+    for name, node in honest.items():
+        wait_until(lambda n=name: consumer_lag(server.url, n) == (0, 0), 30, f"{name} acks")
+        assert "stalled" not in node.log_path.read_text()
+        jobs = metric(node, "svc_nats_repair_jobs")
+        assert jobs <= 1000 + 300 + 10, jobs  # the claims and the gaps are bounded
+    subjects = stream_subjects(server.url)
+    for agent, home in homes.items():
+        copies = [journal(node, agent) for node in honest.values()]
+        assert [seq for seq, _, _ in copies[0]] == list(range(1, counts[agent] + 1))
+        assert copies[1] == copies[0] and copies[2] == copies[0], agent
+        # the prefilled seq 1 was published too
+        assert subjects[subject("default", home, agent)] == counts[agent]
+
+
+def stream_subjects(url: str) -> dict[str, int]:
+    async def read() -> dict[str, int]:
+        nc = await nats.connect(url, user="node-a", password=PASSWORDS["node-a"])
+        try:
+            info = await nc.jetstream().stream_info("MESH_default", subjects_filter=">")
+            return dict(info.state.subjects or {})
+        finally:
+            await nc.close()
+
+    return asyncio.run(read())
+
+
+def all_findings(node: NodeProcess) -> list[dict]:
+    out: list[dict] = []
+    since = 0
+    with node.client() as client:
+        while True:
+            page = client.get("/api/v1/findings", params={"since": since, "limit": 1000}).json()
+            out += page["findings"]
+            if not page["findings"]:
+                return out
+            since = page["next_seq"]
