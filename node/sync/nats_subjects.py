@@ -70,3 +70,9 @@ def msg_id(journal: str, seq: int) -> str:
 def seq_of_msg_id(text: str) -> int | None:
     _, _, seq = text.rpartition(":")
     return int(seq) if seq.isdigit() else None
+
+
+def inbox_prefix(node: str) -> str:
+    """The node's reply subjects (nats-py's `inbox_prefix`): its NATS user may subscribe to
+    `<prefix>.>` only, so no member reads another's JetStream replies."""
+    return f"_INBOX_{token(node)}"
