@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -149,6 +150,36 @@ def stream_state(urls: list[str], mesh: str = "default", user: str | None = None
         try:
             info = await nc.jetstream().stream_info(f"MESH_{mesh}", subjects_filter=">")
             return {"messages": info.state.messages, "subjects": dict(info.state.subjects or {})}
+        finally:
+            await nc.close()
+
+    return asyncio.run(read())
+
+
+def stream_envelopes(
+    urls: list[str], mesh: str = "default", user: str | None = None
+) -> list[tuple[str, str, int]]:
+    """(subject, journal, seq) of every envelope the stream holds, message by message (a
+    message holds a run of one journal's envelopes)."""
+    import asyncio
+
+    from node.sync.nats_consumer import envelopes_of
+
+    async def read() -> list[tuple[str, str, int]]:
+        nc = await nats.connect(urls, connect_timeout=2, **as_member(user))
+        try:
+            js = nc.jetstream()
+            state = (await js.stream_info(f"MESH_{mesh}")).state
+            out = []
+            for seq in range(state.first_seq, state.last_seq + 1):
+                try:
+                    message = await js.get_msg(f"MESH_{mesh}", seq=seq)
+                except nats.js.errors.NotFoundError:
+                    continue
+                for raw in envelopes_of(message.data or b""):
+                    envelope = json.loads(bytes(raw))
+                    out.append((message.subject, envelope["agent"], envelope["seq"]))
+            return out
         finally:
             await nc.close()
 
