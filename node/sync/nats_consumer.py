@@ -23,7 +23,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import msgspec
 from nats.js import JetStreamContext
@@ -32,9 +32,9 @@ from nats.js.errors import NotFoundError
 
 from node.context import NodeContext
 from node.sync.incidents import Incidents
+from node.sync.nats_gaps import GAP, STREAM_PEER, Hold
 from node.sync.nats_metrics import NatsMetrics
 from node.sync.nats_raw import Delivered, RawClient, RawPull
-from node.sync.nats_repair_queue import STREAM_PEER, Hold, RepairQueue
 from node.sync.nats_subjects import (
     all_subjects,
     durable_name,
@@ -44,8 +44,10 @@ from node.sync.nats_subjects import (
 )
 from node.sync.receive import Receiver, Rejection, Staged
 
+if TYPE_CHECKING:
+    from node.sync.nats_repair_queue import RepairQueue
+
 log = logging.getLogger("agent-node.sync")
-GAP = "gap"
 # rejections that are part of normal operation (redeliveries, repaired gaps), or reported
 # already (equivocation: receive.py journals a critical finding)
 UNREMARKABLE = frozenset({GAP, "duplicate", "equivocation"})
@@ -57,12 +59,31 @@ ACK_WAIT_SECS = 10
 MAX_EMPTY_FETCHES_WHILE_WAITING = 3
 FETCH_WAIT_SECS = 1.0
 MAX_SUBJECTS_REMEMBERED = 10_000
+# bytes a pull request may deliver (two are in hand at most): about 1,700 envelopes
+FETCH_MAX_BYTES = 1 << 20
+# what the server counts of a message beyond its payload (subject, reply, headers), at most
+MESSAGE_OVERHEAD_BYTES = 4096
+
+
+_run_decoder = msgspec.json.Decoder(list[msgspec.Raw])
+
+
+def envelopes_of(data: bytes) -> list[msgspec.Raw]:
+    """A message's envelopes: a JSON array of them (nats_publisher.py), or one envelope (the
+    single-envelope messages of earlier versions). Bytes that are neither go to the receive
+    path as one item, which rejects them as malformed (and reports who published them)."""
+    if data[:1] == b"[":
+        try:
+            return _run_decoder.decode(data)
+        except (msgspec.DecodeError, RecursionError):
+            pass
+    return [msgspec.Raw(data)]
 
 
 class _Batch(NamedTuple):
     items: list[msgspec.Raw]
     publishers: list[str]  # who published each item
-    messages: list[Delivered]  # the message of each item (its subject and stream seq)
+    messages: list[Delivered]  # the message holding each item (its subject and stream seq)
     staged: Staged | None  # None: nothing in it for this node
 
 
@@ -98,7 +119,13 @@ class NatsConsumer:
 
     async def run(self) -> None:
         await self._ensure_consumer()
-        self.pull = RawPull(self._nc, self._stream, self._durable, self._mesh.fetch_batch)
+        self.pull = RawPull(
+            self._nc,
+            self._stream,
+            self._durable,
+            self._mesh.fetch_batch,
+            max_bytes=self._max_bytes(),
+        )
         await self.pull.start()
         settling: asyncio.Task[None] | None = None  # the batch before: committing, then acked
         try:
@@ -121,6 +148,12 @@ class NatsConsumer:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await settling
             await self.pull.stop()
+
+    def _max_bytes(self) -> int:
+        """A pull request's bytes at most: FETCH_MAX_BYTES, and never less than the largest
+        message the server takes (a message larger than a request's bytes is never delivered:
+        a member publishing one would stop this consumer)."""
+        return max(FETCH_MAX_BYTES, self._nc.max_payload + MESSAGE_OVERHEAD_BYTES)
 
     def reconnected(self) -> None:
         if self.pull is not None:
@@ -214,9 +247,10 @@ class NatsConsumer:
             publisher = self._publisher(message.subject)
             if publisher is None:
                 continue  # our own (a node without peers reads every subject)
-            publishers.append(publisher)
-            origins.append(message)
-            items.append(msgspec.Raw(message.data))
+            envelopes = envelopes_of(message.data)
+            publishers += [publisher] * len(envelopes)
+            origins += [message] * len(envelopes)
+            items += envelopes
         if redelivered:
             self._metrics.redeliveries.inc(redelivered)
         staged = await self._receiver.stage(items) if items else None

@@ -97,7 +97,7 @@ class NatsMesh:
         mesh = self._ctx.config.mesh
         await ensure_stream(js, mesh)
         kv = await heads_kv(js, mesh)
-        self.publisher = NatsPublisher(self._ctx, nc, js, self.metrics)
+        self.publisher = NatsPublisher(self._ctx, nc, js, self.metrics, self._incidents)
         self.consumer = NatsConsumer(
             self._ctx, nc, js, self._receiver, self.repair, self._incidents, self.metrics
         )

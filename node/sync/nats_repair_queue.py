@@ -24,7 +24,6 @@ import logging
 import random
 import time
 from collections import deque
-from typing import NamedTuple
 
 import aiohttp
 import msgspec
@@ -34,6 +33,8 @@ from nats.js.errors import NotFoundError
 
 from node.context import NodeContext
 from node.sync.nats_claims import ClaimBook
+from node.sync.nats_consumer import envelopes_of
+from node.sync.nats_gaps import GAP, STREAM_PEER, Hold
 from node.sync.nats_metrics import NatsMetrics
 from node.sync.nats_repair import HttpRepair
 from node.sync.nats_subjects import stream_name
@@ -41,23 +42,11 @@ from node.sync.receive import Receiver
 from projections.journals import Journals
 
 log = logging.getLogger("agent-node.sync")
-# the receive path's "peer" for stream messages: not a configured peer, so no acks are inferred
-# from it (heads come from the bucket) and equivocation findings share one hourly budget
-STREAM_PEER = "(nats stream)"
 MAX_JOBS = 10_000
 MAX_GAP_JOBS_PER_PUBLISHER = 1000
 REREAD_MAX_MESSAGES = 1000
 REREAD_CHUNK = 100
-GAP = "gap"
 PULL_ERRORS = (aiohttp.ClientError, TimeoutError, OSError, ValueError)
-
-
-class Hold(NamedTuple):
-    """The first message of a journal the consumer acknowledged without applying it."""
-
-    subject: str
-    stream_seq: int
-    seq: int  # its envelope's seq
 
 
 class _Job:
@@ -326,7 +315,7 @@ class RepairQueue:
             return
         job.reread_at = head
         position = _Position(hold.stream_seq)
-        chunk: list[tuple[int, msgspec.Raw]] = []
+        chunk: list[tuple[int, list[msgspec.Raw]]] = []  # (stream seq, its envelopes)
         seq, read = max(1, hold.stream_seq), 0
         try:
             while read < REREAD_MAX_MESSAGES:
@@ -337,7 +326,7 @@ class RepairQueue:
                 read += 1
                 at = msg.seq if msg.seq is not None else seq
                 seq = at + 1
-                chunk.append((at, msgspec.Raw(msg.data or b"")))
+                chunk.append((at, envelopes_of(msg.data or b"")))
                 if len(chunk) >= REREAD_CHUNK:
                     await self._receive_again(chunk, position)
                     chunk = []
@@ -350,17 +339,22 @@ class RepairQueue:
         if position.stream_seq > hold.stream_seq:  # what was applied need not be read again
             job.hold = Hold(hold.subject, position.stream_seq, self.head(job.journal) + 1)
 
-    async def _receive_again(self, chunk: list[tuple[int, msgspec.Raw]], at: _Position) -> None:
-        """Receive re-read messages; `at` moves past those applied (or held already) up to
-        the first one that still does not apply."""
-        outcome = await self._receiver.receive(STREAM_PEER, [raw for _, raw in chunk])
+    async def _receive_again(
+        self, chunk: list[tuple[int, list[msgspec.Raw]]], at: _Position
+    ) -> None:
+        """Receive re-read messages; `at` moves past those applied whole (or held already)
+        up to the first one that still does not apply."""
+        items = [envelope for _, envelopes in chunk for envelope in envelopes]
+        outcome = await self._receiver.receive(STREAM_PEER, items)
         if at.blocked:
             return
         gapped = {r.index for r in outcome.rejections if r.reason == GAP}
-        for index, (stream_seq, _) in enumerate(chunk):
-            if index in gapped:
+        index = 0
+        for stream_seq, envelopes in chunk:
+            if any(i in gapped for i in range(index, index + len(envelopes))):
                 at.blocked = True
                 return
+            index += len(envelopes)
             at.stream_seq = stream_seq + 1
 
 
