@@ -177,8 +177,11 @@ def stream_envelopes(
                 except nats.js.errors.NotFoundError:
                     continue
                 for raw in envelopes_of(message.data or b""):
-                    envelope = json.loads(bytes(raw))
-                    out.append((message.subject, envelope["agent"], envelope["seq"]))
+                    try:  # (a hostile member's junk is in the stream too: skipped)
+                        envelope = json.loads(bytes(raw))
+                        out.append((message.subject, envelope["agent"], envelope["seq"]))
+                    except (ValueError, KeyError, TypeError):
+                        continue
             return out
         finally:
             await nc.close()

@@ -49,7 +49,14 @@ class Tarpit:
         return self
 
     def __exit__(self, *_: object) -> None:
-        self._loop.call_soon_threadsafe(self._loop.stop)
+        async def close() -> None:
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            self._loop.stop()
+
+        self._loop.call_soon_threadsafe(lambda: self._loop.create_task(close()))
         self._thread.join(10)
 
     def _run(self) -> None:
