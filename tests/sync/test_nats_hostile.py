@@ -18,6 +18,7 @@ from eventstore.keys import load_or_create_key
 from node.sync.nats_subjects import subject, token
 from tests.nats_support import (
     MeshUsers,
+    NatsServer,
     as_member,
     nats_mesh_toml,
     stream_envelopes,
@@ -149,20 +150,24 @@ def metric(node: NodeProcess, name: str) -> float:
 @pytest.fixture
 def hostile_mesh(tmp_path):
     """Four members with their own NATS users and generated permissions; node-x never runs
-    as a node (the test plays it)."""
-    users = MeshUsers(tmp_path / "users", [*HONEST, HOSTILE]).start()
-    server = users.server
-    mesh = Mesh(
-        tmp_path / "mesh",
-        [*HONEST, HOSTILE],
-        extra=SYNC_TUNING + nats_mesh_toml([server.url]),
-    )
-    for name in HONEST:
-        use_nats_user(mesh.paths[name], name)
-        mesh.nodes[name] = NodeProcess(mesh.paths[name])
-    try:
-        yield server, mesh
-    finally:
+    as a node (the test plays it). Made with the mesh's `[mesh]` extras (retention)."""
+    made: list[tuple[MeshUsers, Mesh]] = []
+
+    def make(**mesh_options) -> tuple[NatsServer, Mesh]:
+        users = MeshUsers(tmp_path / "users", [*HONEST, HOSTILE]).start()
+        mesh = Mesh(
+            tmp_path / "mesh",
+            [*HONEST, HOSTILE],
+            extra=SYNC_TUNING + nats_mesh_toml([users.server.url], **mesh_options),
+        )
+        made.append((users, mesh))
+        for name in HONEST:
+            use_nats_user(mesh.paths[name], name)
+            mesh.nodes[name] = NodeProcess(mesh.paths[name])
+        return users.server, mesh
+
+    yield make
+    for users, mesh in made:
         mesh.kill_all()
         users.kill()
 
@@ -174,7 +179,7 @@ def x_port(mesh: Mesh) -> int:
 
 
 def test_a_hostile_member_cannot_stall_or_starve_the_honest_nodes(hostile_mesh, tmp_path):
-    server, mesh = hostile_mesh
+    server, mesh = hostile_mesh()
     honest = {name: mesh[name] for name in HONEST}
     homes = {"alpha": "node-a", "beta": "node-b", "gamma": "node-c"}
     for agent, home in homes.items():
@@ -275,3 +280,42 @@ def all_findings(node: NodeProcess) -> list[dict]:
             if not page["findings"]:
                 return out
             since = page["next_seq"]
+
+
+def test_a_repair_past_retention_does_not_wait_for_a_liar(hostile_mesh, tmp_path):
+    """node-c comes back after the stream aged out alpha's envelopes, alpha's home is down,
+    and node-x (HTTP: a tarpit) claims alpha far ahead and thousands of journals: node-c
+    pulls alpha from node-b within seconds, and never asks node-x for a journal it only
+    claims."""
+    server, mesh = hostile_mesh(max_age=2)
+    prefill(mesh.paths["node-a"], {"alpha": 1})
+    hostile = Hostile(server.url, tmp_path / "mesh" / HOSTILE / "data")
+    with Tarpit(x_port(mesh)) as tarpit:
+        start_all(mesh, *HONEST)
+        post_findings(mesh["node-a"], "alpha", 4)
+        for name in HONEST:
+            wait_until(lambda n=name: head_of(mesh[n], "alpha") == 5, 30, f"{name}: alpha")
+        mesh["node-c"].kill()
+        post_findings(mesh["node-a"], "alpha", 20)
+        wait_until(lambda: head_of(mesh["node-b"], "alpha") == 25, 30, "b has alpha#25")
+        wait_until(
+            lambda: not [a for _, a, _ in stream_envelopes([server.url], user="node-a")],
+            30,
+            "the stream to age out",
+        )
+        mesh["node-a"].kill()  # the home is down: node-b relays
+        fake = {f"fake-{i}": 1_000_000 for i in range(3000)}
+        hostile.claim_heads({"alpha": 10**9, **fake})
+        mesh["node-c"].start()
+        started = time.monotonic()
+        wait_until(lambda: head_of(mesh["node-c"], "alpha") == 25, 30, "c repairs alpha")
+        took = time.monotonic() - started
+        print(f"alpha repaired on node-c {took:.1f} s after its start")
+        assert journal(mesh["node-c"], "alpha") == journal(mesh["node-b"], "alpha")
+        assert metric(mesh["node-c"], "svc_nats_repaired_envelopes_total") == 20
+        assert took < 15
+        assert "stalled" not in mesh["node-c"].log_path.read_text()
+        # node-x's claim of alpha is capped at what alpha's home reported (25, as node-b's):
+        # uncapped (10^9) it would have been asked first, and held node-c 5 s
+        assert "repair of alpha from node-x" not in mesh["node-c"].log_path.read_text()
+        print(f"node-x's tarpit took {tarpit.accepted} connection(s)")
