@@ -153,12 +153,12 @@ def hostile_mesh(tmp_path):
     as a node (the test plays it). Made with the mesh's `[mesh]` extras (retention)."""
     made: list[tuple[MeshUsers, Mesh]] = []
 
-    def make(**mesh_options) -> tuple[NatsServer, Mesh]:
+    def make(mesh_lines: str = "", **mesh_options) -> tuple[NatsServer, Mesh]:
         users = MeshUsers(tmp_path / "users", [*HONEST, HOSTILE]).start()
         mesh = Mesh(
             tmp_path / "mesh",
             [*HONEST, HOSTILE],
-            extra=SYNC_TUNING + nats_mesh_toml([users.server.url], **mesh_options),
+            extra=SYNC_TUNING + nats_mesh_toml([users.server.url], **mesh_options) + mesh_lines,
         )
         made.append((users, mesh))
         for name in HONEST:
@@ -287,7 +287,8 @@ def test_a_repair_past_retention_does_not_wait_for_a_liar(hostile_mesh, tmp_path
     and node-x (HTTP: a tarpit) claims alpha far ahead and thousands of journals: node-c
     pulls alpha from node-b within seconds, and never asks node-x for a journal it only
     claims."""
-    server, mesh = hostile_mesh(max_age=2)
+    # a request that never answers costs 20 s here: one in the path would show
+    server, mesh = hostile_mesh("repair_timeout_secs = 20\n", max_age=2)
     prefill(mesh.paths["node-a"], {"alpha": 1})
     hostile = Hostile(server.url, tmp_path / "mesh" / HOSTILE / "data")
     with Tarpit(x_port(mesh)) as tarpit:
@@ -313,9 +314,9 @@ def test_a_repair_past_retention_does_not_wait_for_a_liar(hostile_mesh, tmp_path
         print(f"alpha repaired on node-c {took:.1f} s after its start")
         assert journal(mesh["node-c"], "alpha") == journal(mesh["node-b"], "alpha")
         assert metric(mesh["node-c"], "svc_nats_repaired_envelopes_total") == 20
-        assert took < 15
+        assert took < 15, took
         assert "stalled" not in mesh["node-c"].log_path.read_text()
         # node-x's claim of alpha is capped at what alpha's home reported (25, as node-b's):
-        # uncapped (10^9) it would have been asked first, and held node-c 5 s
+        # uncapped (10^9) it would have been asked first, behind its own fake journals
         assert "repair of alpha from node-x" not in mesh["node-c"].log_path.read_text()
         print(f"node-x's tarpit took {tarpit.accepted} connection(s)")
