@@ -25,6 +25,8 @@ log = logging.getLogger("agent-node.sync")
 PULL_PATH = "/api/v1/sync/envelopes/pushed"
 PAGE = 1000
 PAGES_PER_TURN = 10  # then the peer's other journals get their turn
+CONNECT_SECS = 2.0  # a connection not made by then: the peer is unreachable (down, black-holed)
+UNREACHABLE = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
 
 
 class _Page(msgspec.Struct):
@@ -39,7 +41,10 @@ class HttpRepair:
         self._ctx = ctx
         self._receiver = receiver
         self._http = http
-        self._timeout = aiohttp.ClientTimeout(total=ctx.config.mesh.repair_timeout_secs)
+        deadline = ctx.config.mesh.repair_timeout_secs
+        self._timeout = aiohttp.ClientTimeout(
+            total=deadline, sock_connect=min(deadline, CONNECT_SECS)
+        )
 
     def head(self, journal: str) -> int:
         return self._ctx.projections.get(Journals).head.get(journal, 0)

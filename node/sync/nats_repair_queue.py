@@ -36,7 +36,7 @@ from node.sync.nats_claims import ClaimBook
 from node.sync.nats_consumer import envelopes_of
 from node.sync.nats_gaps import GAP, STREAM_PEER, Hold
 from node.sync.nats_metrics import NatsMetrics
-from node.sync.nats_repair import HttpRepair
+from node.sync.nats_repair import UNREACHABLE, HttpRepair
 from node.sync.nats_subjects import stream_name
 from node.sync.receive import Receiver
 from projections.journals import Journals
@@ -274,11 +274,13 @@ class RepairQueue:
             self._assign(job)  # on to the next candidate while this peer rests (or demoted)
             return
         claimed = self._claims.claim(name, job.journal)
-        why = ""
+        why, unreachable = "", False
         try:
             got = await self._puller.pull(peer, job.journal, job.want)
         except PULL_ERRORS as exc:
             got, why = 0, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            # a node that is down has a stale heads record, not a lying one: it only rests
+            unreachable = isinstance(exc, UNREACHABLE)
             log.info("repair of %s from %s: %s", job.journal, name, why)
             queue.backoff = min(
                 sync.backoff_max_secs, queue.backoff * 2 or sync.backoff_initial_secs
@@ -290,7 +292,11 @@ class RepairQueue:
             self._metrics.repairs.inc(got)
             log.info("repaired %s: %d envelope(s) from %s over HTTP", job.journal, got, name)
         after = self.head(job.journal)
-        if claimed > before and (why or not got or after >= min(claimed, job.want)):
+        if (
+            claimed > before
+            and not unreachable
+            and (why or not got or after >= min(claimed, job.want))
+        ):
             if after >= min(claimed, job.want):
                 await self._claims.panned_out(name)
             else:
