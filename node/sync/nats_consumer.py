@@ -265,6 +265,7 @@ class NatsConsumer:
             gaps = [r for r in outcome.rejections if r.reason == GAP]
             if gaps:
                 self._hand_over(gaps, batch)
+                await self._repair.save_holds()  # on disk before the acknowledgement
             for rejection in outcome.rejections:
                 if rejection.reason not in UNREMARKABLE:
                     await self._report(batch.publishers[rejection.index], rejection)

@@ -34,7 +34,7 @@ from nats.js.errors import NotFoundError
 from node.context import NodeContext
 from node.sync.nats_claims import ClaimBook
 from node.sync.nats_consumer import envelopes_of
-from node.sync.nats_gaps import GAP, STREAM_PEER, Hold
+from node.sync.nats_gaps import GAP, HOLDS_FILE, STREAM_PEER, Hold, HoldFile, SavedHold
 from node.sync.nats_metrics import NatsMetrics
 from node.sync.nats_repair import UNREACHABLE, HttpRepair
 from node.sync.nats_subjects import stream_name
@@ -118,6 +118,11 @@ class RepairQueue:
         self._gap_jobs: dict[str, int] = {}  # publisher → its gap jobs
         self._waiting_changed = asyncio.Event()
         self._stream = stream_name(ctx.config.mesh.name)
+        self._holds = HoldFile(ctx.config.data_path / HOLDS_FILE)
+        self._holds_changed = False
+        for saved in self._holds.load():  # what was acknowledged unapplied before a restart
+            hold = Hold(saved.subject, saved.stream_seq, saved.seq)
+            self.request(saved.journal, saved.want, hold=hold, publisher=saved.publisher)
         self.js: JetStreamContext | None = None  # while connected: for re-reading the stream
 
     def head(self, journal: str) -> int:
@@ -150,15 +155,33 @@ class RepairQueue:
             job = self._jobs[journal] = _Job(journal, want, evidence, publisher)
             self._metrics.repair_jobs.set(len(self._jobs))
             job.hold = hold
+            self._holds_changed |= hold is not None
             self._assign(job)
             return
         job.want = max(job.want, want)
         if hold is not None and (job.hold is None or hold.stream_seq < job.hold.stream_seq):
             job.hold = hold
+            self._holds_changed = True
         if evidence and not job.evidence:
             job.evidence = True
         if job.queued is None and not job.tried:
             self._waiting_changed.set()
+
+    async def save_holds(self) -> None:
+        """Write the holds when they changed: the consumer calls this before acknowledging a
+        batch it handed gaps over from, so a restart still knows of them."""
+        if not self._holds_changed:
+            return
+        self._holds_changed = False
+        await self._holds.save(
+            [
+                SavedHold(
+                    j.journal, j.want, j.hold.subject, j.hold.stream_seq, j.hold.seq, j.publisher
+                )
+                for j in self._jobs.values()
+                if j.hold is not None
+            ]
+        )
 
     async def run(self) -> None:
         async with asyncio.TaskGroup() as group:
@@ -220,6 +243,7 @@ class RepairQueue:
     def _finish(self, job: _Job) -> None:
         if self._jobs.get(job.journal) is job:
             del self._jobs[job.journal]
+            self._holds_changed |= job.hold is not None
             self._metrics.repair_jobs.set(len(self._jobs))
             if job.publisher is not None:
                 left = self._gap_jobs.get(job.publisher, 1) - 1
@@ -244,6 +268,11 @@ class RepairQueue:
                             continue
                     self._assign(job)
             self._waiting_changed.clear()
+            try:  # what finished (lazily: after a restart such a job finishes at once)
+                await self.save_holds()
+            except OSError as exc:
+                self._holds_changed = True
+                log.warning("saving the repair holds: %s", exc)
             due = [j.retry_at for j in self._jobs.values() if j.queued is None]
             delay = max(0.05, min(due) - time.monotonic()) if due else 60.0
             with contextlib.suppress(TimeoutError):
@@ -344,6 +373,7 @@ class RepairQueue:
             log.info("re-read %s from the stream: %d message(s)", job.journal, read)
         if position.stream_seq > hold.stream_seq:  # what was applied need not be read again
             job.hold = Hold(hold.subject, position.stream_seq, self.head(job.journal) + 1)
+            self._holds_changed = True
 
     async def _receive_again(
         self, chunk: list[tuple[int, list[msgspec.Raw]]], at: _Position

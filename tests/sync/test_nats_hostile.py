@@ -245,6 +245,11 @@ def test_a_hostile_member_cannot_stall_or_starve_the_honest_nodes(hostile_mesh, 
         for name, node in honest.items():
             wait_until(lambda n=node: reported(n), 90, f"{name} reports node-x's heads")
 
+        # every honest node is killed and restarted: what their consumers acknowledged
+        # unapplied (evil#10..12) is remembered on disk, and nobody else holds it
+        for node in honest.values():
+            node.kill()
+        start_all(mesh, *HONEST)
         # the missing envelopes appear on the stream after the gapped ones: evil#4..9 are
         # taken from the consumer, evil#10..12 (acknowledged, unapplied) are read again from
         # the stream, since no peer serves them over HTTP
