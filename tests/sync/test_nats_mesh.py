@@ -21,6 +21,7 @@ from node.sync.nats_subjects import inbox_prefix, node_subjects, subject, token
 from tests.nats_support import (
     MeshUsers,
     NatsCluster,
+    as_member,
     consumer_state,
     member_password,
     nats_mesh_toml,
@@ -458,3 +459,60 @@ async def _try_subscribe(url: str, user: str, password: str, victim: str) -> boo
         await nc.close()
     refused = [e for e in errors if "permissions violation for subscription" in str(e).lower()]
     return len(refused) == 2
+
+
+def test_a_member_that_takes_a_nodes_next_message_ids_first_is_named_and_changes_nothing(
+    nats_mesh, tmp_path
+):
+    """node-x, a member with its own NATS user, publishes node-a's next message ids first (on
+    its own subject: the server de-duplicates ids per stream). node-a's envelopes still reach
+    the stream, on its own subject, and every node; node-a names node-x in a finding."""
+    names = ["node-a", "node-b", "node-c", "node-x"]
+    users = MeshUsers(tmp_path / "nats", names).start()
+    try:
+        mesh = nats_mesh(names, users.cluster)
+        for name, path in mesh.paths.items():
+            use_nats_user(path, name)
+            mesh.nodes[name] = NodeProcess(path)
+        seed(mesh, {"alpha": "node-a"})
+        start_all(mesh, "node-a", "node-b", "node-c")  # node-x is never started: the test is it
+        wait_until(lambda: convergence(mesh["node-b"], "alpha")["local_seq"] == 1, 30, "b: alpha")
+        taken = [f"node-a:alpha:{a}-{b}" for a in range(2, 12) for b in range(a, a + 4)]
+        asyncio.run(_publish_ids(users.cluster.urls, "node-x", "alpha", taken))
+        for _ in range(10):
+            post_findings(mesh["node-a"], "alpha", 1)  # one commit, one message each
+        for name in ("node-a", "node-b", "node-c"):
+            wait_until(
+                lambda n=name: convergence(mesh[n], "alpha")["local_seq"] == 11, 60, f"{name}"
+            )
+        assert journal(mesh["node-b"], "alpha") == journal(mesh["node-a"], "alpha")
+        assert journal(mesh["node-c"], "alpha") == journal(mesh["node-a"], "alpha")
+        own = subject("default", "node-a", "alpha")
+        held = {
+            seq for s, _, seq in stream_envelopes(users.cluster.urls, user="node-b") if s == own
+        }
+        assert held == set(range(1, 12))  # all of node-a's envelopes, on its own subject
+        with mesh["node-a"].client() as client:
+            findings = client.get("/api/v1/findings", params={"limit": 1000}).json()["findings"]
+        titles = [f["title"] for f in findings if f["agent"] == "node-a"]
+        assert any(
+            t.startswith("message id of alpha#")
+            and t.endswith("taken on the mesh stream by node-x")
+            for t in titles
+        ), titles
+    finally:
+        users.kill()
+
+
+async def _publish_ids(urls: list[str], member: str, journal_name: str, ids: list[str]) -> None:
+    """Publish an empty run under each of `ids`, as `member`, on its own subject."""
+    nc = await nats.connect(urls, **as_member(member))
+    try:
+        js = nc.jetstream()
+        for identity in ids:
+            ack = await js.publish(
+                subject("default", member, journal_name), b"[]", headers={"Nats-Msg-Id": identity}
+            )
+            assert not ack.duplicate
+    finally:
+        await nc.close()
