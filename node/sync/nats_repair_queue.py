@@ -128,9 +128,6 @@ class RepairQueue:
     def head(self, journal: str) -> int:
         return self._ctx.projections.get(Journals).head.get(journal, 0)
 
-    def pending(self) -> int:
-        return len(self._jobs)
-
     def request(
         self,
         journal: str,
