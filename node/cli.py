@@ -18,7 +18,7 @@ from eventstore.audit import verify_journals
 from eventstore.envelope import Envelope
 from eventstore.keys import KEY_FILE, KeyFileError, load_or_create_key, public_key_multibase
 from eventstore.store import EventStore
-from node import cli_config, exposure, keyrotate, logsetup, progress
+from node import cli_config, cli_mesh, exposure, keyrotate, logsetup, progress
 from node.authoring import cli as authoring
 from node.cli_client import add_client_commands
 from node.config import SCOPES, Config, ConfigError, load_config
@@ -78,6 +78,7 @@ def _parser() -> argparse.ArgumentParser:
 
     cli_config.register(sub)  # config check, config schema (node/cli_config.py)
     keyrotate.register(sub)  # key rotate (node/keyrotate.py)
+    cli_mesh.register(sub)  # mesh nats-permissions (node/cli_mesh.py)
     command("replay", cmd_replay, "rebuild every projection from the journal and report counts")
 
     journal = sub.add_parser("journal", help="read journals").add_subparsers(metavar="ACTION")

@@ -143,6 +143,8 @@ class MeshSection(_Section, kw_only=True):
     # PEM CA certificate(s) that HTTPS peers' certificates must chain to (node/tls.py);
     # without it, the system's trust store
     ca_file: str | None = None
+    # each HTTP request of a gap repair (docs/mesh.md): a peer that never answers costs this
+    repair_timeout_secs: Annotated[float, msgspec.Meta(gt=0, le=300)] = 5.0
 
 
 class InferenceSection(_Section, kw_only=True):

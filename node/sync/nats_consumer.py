@@ -9,8 +9,11 @@ one is screened and its signatures checked while the one before commits (the wri
 in the order they were staged, and settles who may write a journal in its transaction). A
 rejected envelope is acknowledged too (the rejection is counted, logged and reported as a
 finding): redelivering it would change nothing. A `gap` (the stream no longer holds what comes
-before) is repaired over HTTP at once and the envelope received again; what still cannot be had
-is left to the heads check (nats_mesh.py).
+before) is handed to the repair queue (nats_repair_queue.py) and acknowledged like the rest: the
+consumer never waits on HTTP, and a gap in one journal holds back no other journal. The gapped
+journal's later envelopes are refused as `gap` too (its order is kept) until the repair fills
+the hole; the queue remembers the first message acknowledged unapplied and reads it again from
+the stream if the peers could not serve that far.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import msgspec
 from nats.js import JetStreamContext
@@ -29,9 +32,9 @@ from nats.js.errors import NotFoundError
 
 from node.context import NodeContext
 from node.sync.incidents import Incidents
+from node.sync.nats_gaps import GAP, STREAM_PEER, Hold
 from node.sync.nats_metrics import NatsMetrics
 from node.sync.nats_raw import Delivered, RawClient, RawPull
-from node.sync.nats_repair import HttpRepair
 from node.sync.nats_subjects import (
     all_subjects,
     durable_name,
@@ -41,27 +44,46 @@ from node.sync.nats_subjects import (
 )
 from node.sync.receive import Receiver, Rejection, Staged
 
+if TYPE_CHECKING:
+    from node.sync.nats_repair_queue import RepairQueue
+
 log = logging.getLogger("agent-node.sync")
-GAP = "gap"
 # rejections that are part of normal operation (redeliveries, repaired gaps), or reported
 # already (equivocation: receive.py journals a critical finding)
 UNREMARKABLE = frozenset({GAP, "duplicate", "equivocation"})
 MAX_REJECTION_FINDINGS_PER_HOUR = 10
 UNKNOWN_PUBLISHER = "(nats)"
-# the receive path's "peer" for stream batches: not a configured peer, so no acks are inferred
-# from it (heads come from the bucket) and equivocation findings share one hourly budget
-STREAM_PEER = "(nats stream)"
 # unacknowledged messages (this node crashed or lost its connection mid-batch) come again
 # after this long; a batch normally takes well under a second
 ACK_WAIT_SECS = 10
 MAX_EMPTY_FETCHES_WHILE_WAITING = 3
 FETCH_WAIT_SECS = 1.0
 MAX_SUBJECTS_REMEMBERED = 10_000
+# bytes a pull request may deliver (two are in hand at most): about 1,700 envelopes
+FETCH_MAX_BYTES = 1 << 20
+# what the server counts of a message beyond its payload (subject, reply, headers), at most
+MESSAGE_OVERHEAD_BYTES = 4096
+
+
+_run_decoder = msgspec.json.Decoder(list[msgspec.Raw])
+
+
+def envelopes_of(data: bytes) -> list[msgspec.Raw]:
+    """A message's envelopes: a JSON array of them (nats_publisher.py), or one envelope (the
+    single-envelope messages of earlier versions). Bytes that are neither go to the receive
+    path as one item, which rejects them as malformed (and reports who published them)."""
+    if data[:1] == b"[":
+        try:
+            return _run_decoder.decode(data)
+        except (msgspec.DecodeError, RecursionError):
+            pass
+    return [msgspec.Raw(data)]
 
 
 class _Batch(NamedTuple):
     items: list[msgspec.Raw]
     publishers: list[str]  # who published each item
+    messages: list[Delivered]  # the message holding each item (its subject and stream seq)
     staged: Staged | None  # None: nothing in it for this node
 
 
@@ -72,7 +94,7 @@ class NatsConsumer:
         nc: RawClient,
         js: JetStreamContext,
         receiver: Receiver,
-        repair: HttpRepair,
+        repair: RepairQueue,
         incidents: Incidents,
         metrics: NatsMetrics,
     ) -> None:
@@ -97,7 +119,13 @@ class NatsConsumer:
 
     async def run(self) -> None:
         await self._ensure_consumer()
-        self.pull = RawPull(self._nc, self._stream, self._durable, self._mesh.fetch_batch)
+        self.pull = RawPull(
+            self._nc,
+            self._stream,
+            self._durable,
+            self._mesh.fetch_batch,
+            max_bytes=self._max_bytes(),
+        )
         await self.pull.start()
         settling: asyncio.Task[None] | None = None  # the batch before: committing, then acked
         try:
@@ -120,6 +148,12 @@ class NatsConsumer:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await settling
             await self.pull.stop()
+
+    def _max_bytes(self) -> int:
+        """A pull request's bytes at most: FETCH_MAX_BYTES, and never less than the largest
+        message the server takes (a message larger than a request's bytes is never delivered:
+        a member publishing one would stop this consumer)."""
+        return max(FETCH_MAX_BYTES, self._nc.max_payload + MESSAGE_OVERHEAD_BYTES)
 
     def reconnected(self) -> None:
         if self.pull is not None:
@@ -205,6 +239,7 @@ class NatsConsumer:
         the batch staged before it. Publishers are named for the findings only."""
         items: list[msgspec.Raw] = []
         publishers: list[str] = []
+        origins: list[Delivered] = []
         redelivered = 0
         for message in messages:
             if message.deliveries > 1:
@@ -212,21 +247,25 @@ class NatsConsumer:
             publisher = self._publisher(message.subject)
             if publisher is None:
                 continue  # our own (a node without peers reads every subject)
-            publishers.append(publisher)
-            items.append(msgspec.Raw(message.data))
+            envelopes = envelopes_of(message.data)
+            publishers += [publisher] * len(envelopes)
+            origins += [message] * len(envelopes)
+            items += envelopes
         if redelivered:
             self._metrics.redeliveries.inc(redelivered)
         staged = await self._receiver.stage(items) if items else None
-        return _Batch(items, publishers, staged)
+        return _Batch(items, publishers, origins, staged)
 
     async def _settle(self, messages: list[Delivered], batch: _Batch) -> None:
-        """Once the batch is committed: repair its gaps, report its rejections, then
-        acknowledge it (the consumer's ack policy is `all`: one ack for the batch)."""
+        """Once the batch is committed: hand its gaps to the repair queue, report its
+        rejections, then acknowledge it (the consumer's ack policy is `all`: one ack for the
+        batch)."""
         if batch.staged is not None:
             outcome = await self._receiver.settle(STREAM_PEER, batch.staged)
             gaps = [r for r in outcome.rejections if r.reason == GAP]
             if gaps:
-                await self._fill(gaps, batch.items)
+                self._hand_over(gaps, batch)
+                await self._repair.save_holds()  # on disk before the acknowledgement
             for rejection in outcome.rejections:
                 if rejection.reason not in UNREMARKABLE:
                     await self._report(batch.publishers[rejection.index], rejection)
@@ -254,14 +293,19 @@ class NatsConsumer:
             f"published by {publisher}: {rejection.reason}: {rejection.detail}"[:1000],
         )
 
-    async def _fill(self, gaps: list[Rejection], items: list[msgspec.Raw]) -> None:
-        """Repair each gapped journal up to just before its first gapped envelope, then take
-        the gapped envelopes again."""
-        first: dict[str, int] = {}
-        for r in gaps:
-            if r.agent is not None and r.seq is not None:
-                first[r.agent] = min(first.get(r.agent, r.seq), r.seq)
-        for journal, seq in first.items():
-            await self._repair.repair(journal, seq - 1)
-        again = [items[r.index] for r in gaps]
-        await self._receiver.receive(STREAM_PEER, again)
+    def _hand_over(self, gaps: list[Rejection], batch: _Batch) -> None:
+        """Ask the repair queue for each gapped journal up to its last gapped envelope,
+        remembering the first one (acknowledged unapplied with the batch)."""
+        want: dict[str, int] = {}
+        first: dict[str, Rejection] = {}
+        for r in gaps:  # in the batch's order
+            if r.agent is None or r.seq is None:
+                continue
+            want[r.agent] = max(want.get(r.agent, 0), r.seq)
+            first.setdefault(r.agent, r)
+        for journal, r in first.items():
+            message = batch.messages[r.index]
+            hold = Hold(message.subject.decode(errors="replace"), message.stream_seq, r.seq or 0)
+            self._repair.request(
+                journal, want[journal], hold=hold, publisher=batch.publishers[r.index]
+            )

@@ -5,8 +5,9 @@ Each node puts its heads of every replicated journal (key: hex of its name, valu
 configured peers' records as often. A configured peer's heads become its acknowledgements
 (acks.py: the convergence report, `agent-node status` and the console's peers view read them as
 with HTTP), recorded like the HTTP replicator's: only journals this node holds, never beyond
-its own head. All reported heads are kept for the repair check (a journal someone holds
-further than this node).
+its own head. What a record may trigger a repair for is decided by the claim book
+(nats_claims.py): a record is a peer's claim, checked and bounded, not a fact. A record over
+MAX_HEADS_BYTES or naming more than MAX_HEADS_JOURNALS journals is ignored whole.
 """
 
 from __future__ import annotations
@@ -22,11 +23,13 @@ from nats.js.kv import KeyValue
 
 from node.context import NodeContext
 from node.sync.acks import AckRecorder
+from node.sync.nats_claims import ClaimBook
 from node.sync.nats_subjects import heads_bucket, name_of, token
 from projections.journals import Journals
 
 log = logging.getLogger("agent-node.sync")
 MAX_HEADS_BYTES = 1 << 20
+MAX_HEADS_JOURNALS = 100_000
 REPUT_SECS = 10.0
 
 
@@ -40,7 +43,12 @@ _decoder = msgspec.json.Decoder(HeadsRecord)
 
 class HeadsBoard:
     def __init__(
-        self, ctx: NodeContext, js: JetStreamContext, kv: KeyValue, acks: AckRecorder
+        self,
+        ctx: NodeContext,
+        js: JetStreamContext,
+        kv: KeyValue,
+        acks: AckRecorder,
+        claims: ClaimBook,
     ) -> None:
         self._ctx = ctx
         self._js = js
@@ -48,7 +56,9 @@ class HeadsBoard:
         self._bucket = heads_bucket(ctx.config.mesh.name)
         self._acks = acks
         self._peers = {p.name for p in ctx.config.peers}
-        self.reported: dict[str, dict[str, int]] = {}  # configured peer → its heads
+        self._claims = claims
+        # configured peer's key → (its record's revision, the record; None: ignored)
+        self._decoded: dict[str, tuple[int, HeadsRecord | None]] = {}
         # the last turn of each loop (nats_mesh.py restarts the link when one stops turning)
         self.put_beat = self.read_beat = time.monotonic()
 
@@ -95,19 +105,34 @@ class HeadsBoard:
                 # taken again even when unchanged: acks are capped at this node's own heads,
                 # which may have grown since (acks.py records only what changed)
                 if value and len(value) <= MAX_HEADS_BYTES:
-                    self.take(key, value)
+                    self.take(key, value, msg.seq or 0)
             self.read_beat = time.monotonic()
             await asyncio.sleep(interval)
 
-    def take(self, key: str, value: bytes) -> None:
-        try:
-            record = _decoder.decode(value)
-            named = name_of(key)
-        except (msgspec.DecodeError, msgspec.ValidationError, ValueError, RecursionError):
-            return
-        if record.node != named or named not in self._peers:
-            return
-        self.reported[named] = record.heads
+    def take(self, key: str, value: bytes, revision: int = 0) -> None:
+        cached = self._decoded.get(key)
+        record: HeadsRecord | None
+        if cached is not None and revision and cached[0] == revision:
+            record = cached[1]  # the same record: not decoded again (it may be 1 MiB)
+            if record is None:
+                return
+        else:
+            try:
+                record = _decoder.decode(value)
+                named = name_of(key)
+            except (msgspec.DecodeError, msgspec.ValidationError, ValueError, RecursionError):
+                return
+            if record.node != named or named not in self._peers:
+                return
+            if len(record.heads) > MAX_HEADS_JOURNALS:
+                log.warning(
+                    "nats: %s's heads record names %d journals; ignored", named, len(record.heads)
+                )
+                self._decoded[key] = (revision, None)
+                return
+            self._decoded[key] = (revision, record)
+        named = record.node
+        self._claims.take(named, record.heads)
         held = self._ctx.projections.get(Journals).head
         self._acks.note(
             named, {s: min(q, held[s]) for s, q in record.heads.items() if s in held and q >= 0}

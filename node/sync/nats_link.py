@@ -17,7 +17,7 @@ from nats.js.kv import KeyValue
 
 from node.config import MeshSection
 from node.sync.nats_raw import RawClient
-from node.sync.nats_subjects import all_subjects, heads_bucket, stream_name
+from node.sync.nats_subjects import all_subjects, heads_bucket, inbox_prefix, stream_name
 
 log = logging.getLogger("agent-node.sync")
 DUPLICATE_WINDOW_SECS = 120.0
@@ -39,6 +39,8 @@ async def connect(
     options: dict[str, Any] = {
         "servers": mesh.nats_servers,
         "name": f"agent-node {node}",
+        # replies come to this node's own prefix: its NATS user may read nothing else
+        "inbox_prefix": inbox_prefix(node),
         "connect_timeout": 2,
         "reconnect_time_wait": 0.5,
         "max_reconnect_attempts": -1,

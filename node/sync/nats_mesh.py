@@ -17,6 +17,7 @@ import aiohttp
 from node.context import NodeContext
 from node.sync.acks import AckRecorder
 from node.sync.incidents import Incidents
+from node.sync.nats_claims import ClaimBook
 from node.sync.nats_consumer import NatsConsumer
 from node.sync.nats_heads import HeadsBoard
 from node.sync.nats_link import connect, ensure_stream, heads_kv
@@ -24,6 +25,7 @@ from node.sync.nats_metrics import NatsMetrics
 from node.sync.nats_publisher import NatsPublisher
 from node.sync.nats_raw import RawClient
 from node.sync.nats_repair import HttpRepair
+from node.sync.nats_repair_queue import RepairQueue
 from node.sync.receive import Receiver
 from projections.journals import Journals
 
@@ -47,7 +49,10 @@ class NatsMesh:
         self._receiver = receiver
         self._acks = acks
         self.metrics = NatsMetrics(ctx.metrics.registry)
-        self.repair = HttpRepair(ctx, receiver, http, self.metrics)
+        self.claims = ClaimBook(ctx, incidents)
+        puller = HttpRepair(ctx, receiver, http)
+        # lives across reconnects: repairs go on (over HTTP) while NATS is away
+        self.repair = RepairQueue(ctx, receiver, puller, self.claims, self.metrics)
         self.publisher: NatsPublisher | None = None
         self.consumer: NatsConsumer | None = None
         self.heads: HeadsBoard | None = None
@@ -55,6 +60,11 @@ class NatsMesh:
         self.last_error = ""
 
     async def run(self) -> None:
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self.repair.run(), name="nats-repair-queue")
+            group.create_task(self._connected(), name="nats-link")
+
+    async def _connected(self) -> None:
         backoff = 0.2
         while True:
             nc: RawClient | None = None
@@ -69,6 +79,7 @@ class NatsMesh:
                     log.warning("nats mesh: %s; retrying", text)
                 self.connected, self.last_error = False, text
             finally:
+                self.repair.js = None
                 if nc is not None:
                     with contextlib.suppress(Exception):
                         await nc.close()
@@ -86,11 +97,12 @@ class NatsMesh:
         mesh = self._ctx.config.mesh
         await ensure_stream(js, mesh)
         kv = await heads_kv(js, mesh)
-        self.publisher = NatsPublisher(self._ctx, nc, js, self.metrics)
+        self.publisher = NatsPublisher(self._ctx, nc, js, self.metrics, self._incidents)
         self.consumer = NatsConsumer(
             self._ctx, nc, js, self._receiver, self.repair, self._incidents, self.metrics
         )
-        self.heads = HeadsBoard(self._ctx, js, kv, self._acks)
+        self.heads = HeadsBoard(self._ctx, js, kv, self._acks, self.claims)
+        self.repair.js = js
         if not self.connected:
             log.info("nats mesh %s: connected", mesh.name)
         self.connected, self.last_error = True, ""
@@ -99,10 +111,11 @@ class NatsMesh:
             group.create_task(self.consumer.run(), name="nats-consume")
             group.create_task(self.heads.publish(), name="nats-heads-put")
             group.create_task(self.heads.watch(), name="nats-heads-watch")
-            group.create_task(self._repair_check(), name="nats-repair")
+            group.create_task(self._repair_check(), name="nats-repair-check")
 
     async def _repair_check(self) -> None:
-        """A journal some peer holds further than this node, while the consumer has nothing
+        """A journal some peer (by its checked claims, nats_claims.py) holds further than this
+        node, while the consumer has nothing
         left to deliver, twice in a row (or at the same head for STUCK_CHECKS checks while
         less than a batch waits on the stream): the stream does not hold it (retention, a node
         that joined late, a lost stream); pull it over HTTP."""
@@ -118,7 +131,7 @@ class NatsMesh:
             held = self._ctx.projections.get(Journals).head
             home = self._ctx.projections.get(Journals).home
             behind: dict[str, int] = {}
-            for heads in self.heads.reported.values():
+            for heads in self.claims.admitted().values():
                 for journal, seq in heads.items():
                     if journal.startswith("$") or home.get(journal) == self._ctx.name:
                         continue
@@ -135,7 +148,7 @@ class NatsMesh:
                 count = stuck[0] + 1 if stuck[1] == held.get(journal, 0) and not backlog else 0
                 stuck_for[journal] = (count, held.get(journal, 0))
                 if (quiet and journal in behind_before) or count >= STUCK_CHECKS:
-                    await self.repair.repair(journal, want, self.heads.reported)
+                    self.repair.request(journal, want)  # in the background: never waits
             stuck_for = {j: v for j, v in stuck_for.items() if j in behind}
             behind_before = behind
 

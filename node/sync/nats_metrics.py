@@ -9,7 +9,9 @@ class NatsMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         r = registry
         self.consumer_lag = Gauge(
-            "svc_nats_consumer_lag", "Envelopes on the mesh stream not yet fetched", registry=r
+            "svc_nats_consumer_lag",
+            "Messages on the mesh stream not yet fetched or acknowledged",
+            registry=r,
         )
         self.pending_publishes = Gauge(
             "svc_nats_pending_publishes",
@@ -19,11 +21,22 @@ class NatsMetrics:
         self.published = Counter(
             "svc_nats_published", "Own envelopes acknowledged by JetStream", registry=r
         )
+        self.published_messages = Counter(
+            "svc_nats_published_messages",
+            "Stream messages of own envelopes acknowledged by JetStream (a run of one journal's"
+            " envelopes each)",
+            registry=r,
+        )
         self.redeliveries = Counter(
             "svc_nats_redeliveries", "Stream messages delivered more than once", registry=r
         )
         self.repairs = Counter(
             "svc_nats_repaired_envelopes",
             "Envelopes fetched over HTTP to fill a gap the stream could not",
+            registry=r,
+        )
+        self.repair_jobs = Gauge(
+            "svc_nats_repair_jobs",
+            "Journals waiting for a repair (over HTTP or the stream)",
             registry=r,
         )

@@ -1,10 +1,17 @@
 """The home node's side: publish each own envelope once, in order, to the mesh's stream.
 
-Each message is one envelope in exactly the bytes an HTTP push carries for it (the spec's
-"as pushed" object), with `Nats-Msg-Id` = `<journal>:<seq>` so that a re-publish after a crash
-is dropped by the server (inside its duplicate window). Publishes are asynchronous and
-overlap their acknowledgements: up to `publish_window` are in flight, and more are read and
-sent as acknowledgements come back (not a window at a time). Acknowledgements come to a private
+A message holds a run of consecutive envelopes of one journal (what one read of the journal
+gives: a commit's batch when writes are live, up to MESSAGE_MAX_BYTES of a backlog), as a JSON
+array of the objects an HTTP push carries (the spec's "as pushed"), with `Nats-Msg-Id` =
+`<origin>:<journal>:<first>-<last>` so that a re-publish after a crash is dropped by the server
+(inside its duplicate window). The server de-duplicates per stream, not per subject, so a
+member could publish this node's next id first (on its own subject) and have the real message
+dropped: every `duplicate` answer is checked against the message the stream holds under that
+sequence, and one that is not this node's (another subject, other bytes) is reported as a
+finding naming its publisher, and the journal is published again from there under fresh ids
+(a random suffix), in order. Publishes are asynchronous and overlap their acknowledgements:
+up to `publish_window` envelopes are in flight, and more are read and sent as
+acknowledgements come back (not a window at a time). Acknowledgements come to a private
 inbox as raw bytes (nats_raw.py; nats-py's `publish_async` made a future, a Msg and a PubAck
 dataclass per message). The cursor (per journal, the last seq whose publish and every publish
 before it JetStream acknowledged) is written atomically to `nats-published.json` in the data
@@ -23,10 +30,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 import json
 import logging
+import secrets
 import time
-from collections import deque
 from pathlib import Path
 
 import msgspec
@@ -37,9 +45,17 @@ from nats.js.errors import NotFoundError
 from eventstore.envelope import Envelope
 from node.context import NodeContext
 from node.files import write_atomically
+from node.sync.incidents import Incidents
 from node.sync.nats_metrics import NatsMetrics
 from node.sync.nats_raw import STATUS_PREFIX, RawClient, hpub_frame
-from node.sync.nats_subjects import MSG_ID_HEADER, msg_id, seq_of_msg_id, stream_name, subject
+from node.sync.nats_subjects import (
+    MSG_ID_HEADER,
+    msg_id,
+    parse_subject,
+    seq_of_msg_id,
+    stream_name,
+    subject,
+)
 from projections.journals import Journals
 
 log = logging.getLogger("agent-node.sync")
@@ -47,6 +63,11 @@ CURSOR_FILE = "nats-published.json"
 CURSOR_SAVE_SECS = 1.0
 IDLE_CHECK_SECS = 5.0
 ACK_TIMEOUT_SECS = 10.0
+# a message's bytes at most (and at most the server's max_payload and the stream's
+# max_msg_size, less HEADER_ROOM): large enough that a backlog goes in a few hundred envelopes
+# a message, small enough that a receiver's batch holds several publishers' messages
+MESSAGE_MAX_BYTES = 256 * 1024
+HEADER_ROOM = 512
 _encoder = msgspec.json.Encoder()
 
 
@@ -88,24 +109,37 @@ class _PubAck(msgspec.Struct):
 _ack_decoder = msgspec.json.Decoder(_PubAck)
 
 
-class _InFlight:
-    """The publishes of one journal not yet acknowledged, in publish order."""
+class _Message:
+    """One published message: a run of one journal's envelopes, kept until acknowledged (a
+    `duplicate` answer is compared with what the stream holds)."""
 
-    __slots__ = ("done", "seqs")
+    __slots__ = ("first", "journal", "last", "payload")
 
-    def __init__(self) -> None:
-        self.seqs: deque[int] = deque()
-        self.done: set[int] = set()
+    def __init__(self, journal: str, first: int, last: int, payload: bytes) -> None:
+        self.journal = journal
+        self.first = first
+        self.last = last
+        self.payload = payload
+
+    @property
+    def count(self) -> int:
+        return self.last - self.first + 1
 
 
 class NatsPublisher:
     def __init__(
-        self, ctx: NodeContext, nc: RawClient, js: JetStreamContext, metrics: NatsMetrics
+        self,
+        ctx: NodeContext,
+        nc: RawClient,
+        js: JetStreamContext,
+        metrics: NatsMetrics,
+        incidents: Incidents,
     ) -> None:
         self._ctx = ctx
         self._nc = nc
         self._js = js
         self._metrics = metrics
+        self._incidents = incidents
         self._mesh = ctx.config.mesh
         self._stream = stream_name(self._mesh.name)
         self.cursor = Cursor(ctx.config.data_path / CURSOR_FILE)
@@ -113,9 +147,14 @@ class NatsPublisher:
         self._reconcile = asyncio.Event()
         self._reconcile.set()
         self._inbox = ""
-        self._tokens: dict[bytes, tuple[str, int]] = {}  # reply token → (journal, seq)
-        self._flight: dict[str, _InFlight] = {}
-        self._in_flight = 0
+        self._tokens: dict[bytes, _Message] = {}  # reply token → the message it answers
+        # journal → ranges (first, last) acknowledged beyond the cursor, smallest first: the
+        # cursor moves over them once every seq before them is acknowledged
+        self._ahead: dict[str, list[tuple[int, int]]] = {}
+        self._suspects: list[tuple[_Message, int]] = []  # answered `duplicate`: to check
+        self._salt: dict[str, str] = {}  # journal → suffix of its ids after a collision
+        self._in_flight = 0  # envelopes
+        self._message_limit = MESSAGE_MAX_BYTES
         self._acked_unsaved = 0
         self._saved_at = 0.0
         self._failure = ""
@@ -137,17 +176,29 @@ class NatsPublisher:
 
     async def run(self) -> None:
         self._inbox = self._nc.new_inbox() + "."
+        self._message_limit = await self._limit()
         sid = await self._nc.raw_subscribe(self._inbox + "*", self._on_ack)
         try:
             await self._loop()
         finally:
             await self._nc.raw_unsubscribe(sid)
 
+    async def _limit(self) -> int:
+        """A message's bytes at most: the server's and the stream's limits bound it too."""
+        limit = min(MESSAGE_MAX_BYTES, self._nc.max_payload - HEADER_ROOM)
+        info = await self._js.stream_info(self._stream)
+        stream_max = info.config.max_msg_size or -1
+        if stream_max > 0:
+            limit = min(limit, stream_max - HEADER_ROOM)
+        return max(1, limit)
+
     async def _loop(self) -> None:
         store = self._ctx.store
         window = self._mesh.publish_window
         while True:
             self._check()
+            if self._suspects:
+                await self._check_duplicates()
             if self._reconcile.is_set() and not self._in_flight:
                 self._reconcile.clear()
                 await self._compare_with_stream()
@@ -164,33 +215,70 @@ class NatsPublisher:
                 await asyncio.wait_for(store.wait_beyond(position), IDLE_CHECK_SECS)
 
     async def _publish(self, envelopes: list[Envelope]) -> None:
-        mesh, me, inbox = self._mesh.name, self._ctx.name, self._inbox.encode()
+        """Runs of consecutive envelopes of one journal, each run cut into messages of at most
+        the message limit, sent as HPUB frames in one write."""
         frames: list[bytes] = []
         size = 0
+        parts: list[bytes] = []
+        run_bytes = 1  # the array's bytes so far: `[`, each part and a `,` or `]` after it
+        first: Envelope | None = None
+        previous: Envelope | None = None
         for envelope in envelopes:
-            self._counter += 1
-            token = b"%d" % self._counter
-            self._tokens[token] = (envelope.stream, envelope.seq)
-            self._flight.setdefault(envelope.stream, _InFlight()).seqs.append(envelope.seq)
-            self._next[envelope.stream] = envelope.seq
-            self._in_flight += 1
-            payload = encode_envelope(envelope)
-            if len(payload) > self._nc.max_payload:
-                raise MaxPayloadError(f"{envelope.stream}#{envelope.seq}: {len(payload)} bytes")
-            size += len(payload)
-            header = f"{MSG_ID_HEADER}: {msg_id(envelope.stream, envelope.seq)}".encode()
-            frames.append(
-                hpub_frame(
-                    subject(mesh, me, envelope.stream).encode(), inbox + token, header, payload
+            encoded = encode_envelope(envelope)
+            if (
+                previous is not None
+                and first is not None
+                and (
+                    envelope.stream != previous.stream
+                    or envelope.seq != previous.seq + 1
+                    or run_bytes + len(encoded) + 1 > self._message_limit
                 )
-            )
+            ):
+                size += self._frame(frames, first, previous, parts)
+                parts, run_bytes = [], 1
+            if not parts:
+                first = envelope
+            parts.append(encoded)
+            run_bytes += len(encoded) + 1
+            previous = envelope
+        if previous is not None and first is not None:
+            size += self._frame(frames, first, previous, parts)
         await self._nc.publish_frames(frames, size)
         self._metrics.pending_publishes.set(self._in_flight)
+
+    def _frame(
+        self, frames: list[bytes], first: Envelope, last: Envelope, parts: list[bytes]
+    ) -> int:
+        """Queue one message of first..last (encoded `parts`); its payload's size."""
+        journal = first.stream
+        payload = b"[" + b",".join(parts) + b"]"
+        if len(payload) > self._nc.max_payload - HEADER_ROOM:  # one envelope alone
+            raise MaxPayloadError(f"{journal}#{first.seq}: {len(payload)} bytes")
+        self._counter += 1
+        token = b"%d" % self._counter
+        message = _Message(journal, first.seq, last.seq, payload)
+        self._tokens[token] = message
+        self._next[journal] = last.seq
+        self._in_flight += message.count
+        identity = msg_id(self._ctx.name, journal, first.seq, last.seq) + self._salt.get(
+            journal, ""
+        )
+        frames.append(
+            hpub_frame(
+                subject(self._mesh.name, self._ctx.name, journal).encode(),
+                self._inbox.encode() + token,
+                f"{MSG_ID_HEADER}: {identity}".encode(),
+                payload,
+            )
+        )
+        return len(payload)
 
     async def _wait_for_acks(self) -> None:
         """Until some acknowledgement comes (then save the cursor, at most every
         CURSOR_SAVE_SECS, or when all are in); none for ACK_TIMEOUT_SECS: the connection is
         not well."""
+        if self._suspects:
+            return  # answered, to be checked first
         self._progress.clear()
         started = time.monotonic()
         try:
@@ -217,36 +305,103 @@ class NatsPublisher:
             raise ConnectionError(failure)
 
     def _on_ack(self, subject: bytes, reply: bytes, data: bytes, headers: bytes) -> None:
-        where = self._tokens.pop(subject[len(self._inbox) :], None)
-        if where is None:
+        message = self._tokens.pop(subject[len(self._inbox) :], None)
+        if message is None:
             return  # an answer to a publish of an earlier connection
-        journal, seq = where
-        self._in_flight -= 1
         self._progress.set()
         if headers.startswith(STATUS_PREFIX):  # 503: no stream took it
-            self._fail(journal, seq, headers.split(b"\r\n", 1)[0].decode(errors="replace"))
+            self._in_flight -= message.count
+            self._fail(message, headers.split(b"\r\n", 1)[0].decode(errors="replace"))
             return
         try:
             ack = _ack_decoder.decode(data)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            self._fail(journal, seq, f"unreadable acknowledgement: {exc}")
+            self._in_flight -= message.count
+            self._fail(message, f"unreadable acknowledgement: {exc}")
             return
         if ack.error is not None or ack.stream != self._stream:
-            self._fail(journal, seq, f"refused: {ack.error or ack.stream}")
+            self._in_flight -= message.count
+            self._fail(message, f"refused: {ack.error or ack.stream}")
             return
-        flight = self._flight[journal]
-        flight.done.add(seq)
-        while flight.seqs and flight.seqs[0] in flight.done:
-            done = flight.seqs.popleft()
-            flight.done.discard(done)
-            self.cursor.acked[journal] = done
+        if ack.duplicate:
+            self._suspects.append((message, ack.seq))  # ours, or an id someone took first?
+            return
+        self._done(message)
+
+    def _done(self, message: _Message) -> None:
+        """The stream holds `message`: the cursor moves over every seq acknowledged in order."""
+        self._in_flight -= message.count
+        self._metrics.published.inc(message.count)
+        self._metrics.published_messages.inc()
+        journal = message.journal
+        ahead = self._ahead.setdefault(journal, [])
+        heapq.heappush(ahead, (message.first, message.last))
+        acked = before = self.cursor.acked.get(journal, 0)
+        while ahead and ahead[0][0] <= acked + 1:
+            acked = max(acked, heapq.heappop(ahead)[1])
+        if acked != before:
+            self.cursor.acked[journal] = acked
             self._acked_unsaved += 1
-            self._metrics.published.inc()
         self._metrics.pending_publishes.set(self._in_flight)
 
-    def _fail(self, journal: str, seq: int, why: str) -> None:
-        log.warning("nats: publish of %s#%d failed: %s", journal, seq, why)
-        self._failure = self._failure or f"publish of {journal}#{seq} failed: {why}"
+    def _fail(self, message: _Message, why: str) -> None:
+        what = f"{message.journal}#{message.first}-{message.last}"
+        log.warning("nats: publish of %s failed: %s", what, why)
+        self._failure = self._failure or f"publish of {what} failed: {why}"
+
+    async def _check_duplicates(self) -> None:
+        """A `duplicate` answer names the stream message holding the id: this node's own
+        earlier publish (the same subject and bytes: a re-publish after a crash) is
+        acknowledged; anything else took the id first. Then the journal goes again from the
+        taken message under fresh ids, and a finding names whoever published it."""
+        suspects, self._suspects = self._suspects, []
+        own: dict[str, str] = {}
+        for message, stream_seq in suspects:
+            mine = own.setdefault(
+                message.journal, subject(self._mesh.name, self._ctx.name, message.journal)
+            )
+            try:
+                held = await self._js.get_msg(self._stream, seq=stream_seq)
+                held_subject, held_data = held.subject or "", held.data or b""
+            except NotFoundError:  # gone since (retention): nothing to compare; publish again
+                held_subject, held_data = "", b""
+            if held_subject == mine and held_data == message.payload:
+                self._done(message)
+                continue
+            self._in_flight -= message.count
+            self._salt[message.journal] = "~" + secrets.token_hex(8)
+            self._next[message.journal] = min(self._next.get(message.journal, 0), message.first - 1)
+            if held_subject:
+                await self._report_collision(
+                    message, stream_seq, held_subject, held_subject == mine
+                )
+        self._metrics.pending_publishes.set(self._in_flight)
+
+    async def _report_collision(
+        self, message: _Message, stream_seq: int, held_subject: str, on_own_subject: bool
+    ) -> None:
+        parsed = parse_subject(self._mesh.name, held_subject)
+        member = parsed[0][:100] if parsed else "(not a mesh subject)"
+        peers = {p.name for p in self._ctx.config.peers}
+        keyed = member if member in peers else "(nats)"  # only configured names key incidents
+        what = f"{message.journal}#{message.first}-{message.last}"
+        detail = (
+            f"JetStream answered the publish of {what} as a duplicate of stream message "
+            f"{stream_seq}, published by {member} on {held_subject[:300]}"
+            + (
+                " (this node's own subject with other bytes: check the NATS permissions)"
+                if on_own_subject
+                else ""
+            )
+            + f"; {message.journal} is published again from seq {message.first} under fresh ids"
+        )
+        log.warning("nats: message id of %s taken by %s; publishing it again", what, member)
+        await self._incidents.report(
+            f"nats-msg-id-taken/{keyed}/{message.journal}",
+            "high",
+            f"message id of {what} taken on the mesh stream by {member}",
+            detail[:1000],
+        )
 
     async def _compare_with_stream(self) -> None:
         """Resume each own journal at the stream's last message of it (lower than the cursor:

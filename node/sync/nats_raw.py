@@ -11,6 +11,9 @@ and `RawPull` asks for them with JetStream's own pull requests
 keeping about two batches requested or waiting, so that the server sends the next batch while
 this one is verified and committed.
 
+A request also bounds the bytes it delivers (`max_bytes`): a message carries a run of envelopes
+(nats_publisher.py), so a count alone would not bound what is in hand.
+
 Credit: each request asks for `batch` messages; each message delivered takes one, and a request
 that ends early (it expired: status 408, or the server gave up on it: 409) returns what it did
 not deliver (its `Nats-Pending-Messages` header). A request lost with its server (a reconnect)
@@ -126,6 +129,13 @@ class Delivered:
         token = tokens[4] if len(tokens) == 9 else tokens[6] if len(tokens) >= 11 else b"1"
         return int(token) if token.isdigit() and len(token) <= MAX_COUNT_DIGITS else 1
 
+    @property
+    def stream_seq(self) -> int:
+        """Its sequence in the stream (the token after the delivery count), 0 if unreadable."""
+        tokens = self.reply.split(b".")
+        token = tokens[5] if len(tokens) == 9 else tokens[7] if len(tokens) >= 11 else b""
+        return int(token) if token.isdigit() and len(token) <= MAX_COUNT_DIGITS else 0
+
 
 class ConsumerGone(ConnectionError):
     """The server says the consumer was deleted: it must be created again."""
@@ -141,12 +151,16 @@ class RawPull:
         consumer: str,
         batch: int,
         expires: float = REQUEST_EXPIRES_SECS,
+        max_bytes: int = 0,
     ) -> None:
         self._nc = nc
         self._next_subject = f"{JS_API}.CONSUMER.MSG.NEXT.{stream}.{consumer}"
         self._batch = batch
         self._expires = expires
-        self._request = json.dumps({"batch": batch, "expires": int(expires * 1e9)}).encode()
+        request: dict[str, int] = {"batch": batch, "expires": int(expires * 1e9)}
+        if max_bytes > 0:  # a request ends early once this many bytes are delivered (409)
+            request["max_bytes"] = max_bytes
+        self._request = json.dumps(request).encode()
         self._inbox = ""
         self._sid: int | None = None
         self._buffer: list[Delivered] = []

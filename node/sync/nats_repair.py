@@ -1,23 +1,22 @@
-"""Fill a gap the stream cannot (its messages aged out, or were lost) over HTTP, from any peer.
+"""Pull one journal from one peer over HTTP, to fill a gap the stream cannot (aged out, lost).
 
-Envelopes are verified by their origin's pinned key, so who delivers them does not matter:
-the journal's home, or any other node holding it (relay). Each configured peer is asked in
-turn, those whose reported heads (the heads bucket) show they hold the journal first, via
-`GET /api/v1/sync/envelopes/pushed` (envelopes with their payload), and what it sends goes
-through the same receive path as a push.
+Envelopes are verified by their origin's pinned key, so who delivers them does not matter: the
+journal's home or any other node holding it (relay). `GET /api/v1/sync/envelopes/pushed`
+(envelopes with their payload) a page at a time, each request under its own short deadline
+(`[mesh] repair_timeout_secs`): a peer that accepts and never answers costs that long, never
+more. What it sends goes through the same receive path as a push. Which peer is asked for which
+journal, and when, is the repair queue's business (nats_repair_queue.py).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 
 import aiohttp
 import msgspec
 
 from node.config import Peer
 from node.context import NodeContext
-from node.sync.nats_metrics import NatsMetrics
 from node.sync.receive import Receiver
 from node.sync.wire import MAX_REPLY_BYTES, read_capped
 from projections.journals import Journals
@@ -25,6 +24,9 @@ from projections.journals import Journals
 log = logging.getLogger("agent-node.sync")
 PULL_PATH = "/api/v1/sync/envelopes/pushed"
 PAGE = 1000
+PAGES_PER_TURN = 10  # then the peer's other journals get their turn
+CONNECT_SECS = 2.0  # a connection not made by then: the peer is unreachable (down, black-holed)
+UNREACHABLE = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
 
 
 class _Page(msgspec.Struct):
@@ -35,48 +37,33 @@ _page_decoder = msgspec.json.Decoder(_Page)
 
 
 class HttpRepair:
-    def __init__(
-        self,
-        ctx: NodeContext,
-        receiver: Receiver,
-        http: aiohttp.ClientSession,
-        metrics: NatsMetrics,
-    ) -> None:
+    def __init__(self, ctx: NodeContext, receiver: Receiver, http: aiohttp.ClientSession) -> None:
         self._ctx = ctx
         self._receiver = receiver
         self._http = http
-        self._metrics = metrics
+        deadline = ctx.config.mesh.repair_timeout_secs
+        self._timeout = aiohttp.ClientTimeout(
+            total=deadline, sock_connect=min(deadline, CONNECT_SECS)
+        )
 
     def head(self, journal: str) -> int:
         return self._ctx.projections.get(Journals).head.get(journal, 0)
 
-    async def repair(
-        self, journal: str, want: int, reported: Mapping[str, Mapping[str, int]] = {}
-    ) -> int:
-        """Pull `journal` up to `want` from the peers; how many envelopes were accepted."""
-        peers = sorted(
-            self._ctx.config.peers, key=lambda p: -reported.get(p.name, {}).get(journal, 0)
-        )
-        got = 0
-        for peer in peers:
-            if self.head(journal) >= want:
-                break
-            try:
-                got += await self._pull(peer, journal, want)
-            except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
-                log.info("repair of %s from %s: %s", journal, peer.name, exc)
-        if got:
-            self._metrics.repairs.inc(got)
-            log.info("repaired %s: %d envelope(s) over HTTP", journal, got)
-        return got
-
-    async def _pull(self, peer: Peer, journal: str, want: int) -> int:
+    async def pull(self, peer: Peer, journal: str, want: int) -> int:
+        """Pull `journal` from `peer` towards `want`, at most PAGES_PER_TURN pages; how many
+        envelopes were accepted. Raises (aiohttp.ClientError, TimeoutError, OSError,
+        ValueError) when the peer fails, or does not answer within the deadline."""
         got = 0
         headers = {"Authorization": f"Bearer {peer.token}"}
         url = peer.url.rstrip("/") + PULL_PATH
-        while (since := self.head(journal)) < want:
+        for _ in range(PAGES_PER_TURN):
+            since = self.head(journal)
+            if since >= want:
+                break
             params = {"agent": journal, "since": str(since), "limit": str(PAGE)}
-            async with self._http.get(url, params=params, headers=headers) as response:
+            async with self._http.get(
+                url, params=params, headers=headers, timeout=self._timeout
+            ) as response:
                 body = await read_capped(response, MAX_REPLY_BYTES)
                 if response.status != 200:
                     raise ValueError(f"HTTP {response.status}")
@@ -85,9 +72,9 @@ class HttpRepair:
             except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
                 raise ValueError(f"unexpected page: {exc}") from None
             if not page.envelopes:
-                return got
+                break
             outcome = await self._receiver.receive(peer.name, page.envelopes)
             got += outcome.accepted
             if outcome.accepted == 0:
-                return got
+                break
         return got

@@ -62,11 +62,24 @@ def durable_name(node: str) -> str:
     return f"node-{token(node)}"
 
 
-def msg_id(journal: str, seq: int) -> str:
-    """The server drops a second message with the same id inside its duplicate window."""
-    return f"{journal}:{seq}"
+def msg_id(origin: str, journal: str, first: int, last: int) -> str:
+    """The id of a message holding `journal`'s envelopes first..last published by `origin`:
+    the server drops a second message with the same id inside its duplicate window. It names
+    the origin, though the server de-duplicates per stream, not per subject: a member can still
+    publish an id first (nats_publisher.py checks every `duplicate` answer)."""
+    return f"{origin}:{journal}:{first}-{last}"
 
 
 def seq_of_msg_id(text: str) -> int | None:
-    _, _, seq = text.rpartition(":")
-    return int(seq) if seq.isdigit() else None
+    """The last seq a message id covers: `origin:journal:first-last` (and a `~...` suffix on a
+    republish under a fresh id), or the single-envelope `journal:seq` of earlier versions."""
+    text = text.partition("~")[0]
+    _, _, covered = text.rpartition(":")
+    _, _, seq = covered.rpartition("-")
+    return int(seq) if seq.isdigit() and len(seq) <= 19 else None
+
+
+def inbox_prefix(node: str) -> str:
+    """The node's reply subjects (nats-py's `inbox_prefix`): its NATS user may subscribe to
+    `<prefix>.>` only, so no member reads another's JetStream replies."""
+    return f"_INBOX_{token(node)}"

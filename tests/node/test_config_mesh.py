@@ -37,6 +37,8 @@ def test_http_is_the_default_and_ignores_nats_keys(tmp_path):
             "mesh.nats_password_file: cannot read",
         ),
         ('name = "a.b"\n', "mesh.name"),
+        ('nats_servers = ["nats://x:4222"]\nrepair_timeout_secs = 0\n', "repair_timeout_secs"),
+        ('nats_servers = ["nats://x:4222"]\nrepair_timeout_secs = 301\n', "repair_timeout_secs"),
     ],
 )
 def test_bad_nats_settings_are_named(tmp_path, extra, mentions):

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -14,13 +17,17 @@ import pytest
 from nats.js.errors import NotFoundError
 
 from eventstore.keys import load_or_create_key
-from node.sync.nats_subjects import node_subjects, subject, token
+from node.sync.nats_subjects import inbox_prefix, node_subjects, subject, token
 from tests.nats_support import (
+    MeshUsers,
     NatsCluster,
-    NatsServer,
+    as_member,
     consumer_state,
+    member_password,
     nats_mesh_toml,
+    stream_envelopes,
     stream_state,
+    use_nats_user,
 )
 from tests.support import ADMIN_TOKEN, NodeProcess, auth
 from tests.sync.test_sync_mesh import (
@@ -32,7 +39,7 @@ from tests.sync.test_sync_mesh import (
     wait_converged,
     wait_until,
 )
-from tests.sync_support import SYNC_TUNING, prefill, signed_chain
+from tests.sync_support import SYNC_TUNING, prefill, signed_chain, write_mesh
 
 pytestmark = pytest.mark.timeout(240)
 ROOT = Path(__file__).resolve().parents[2]
@@ -82,14 +89,21 @@ def test_three_nodes_converge_over_one_nats_server(nats_mesh, cluster_factory):
     expected = {f"agent-{name}": 10 + i for i, name in enumerate(mesh.nodes)}
     wait_converged(mesh, expected, timeout=30)
     assert_same_everywhere(mesh, expected)
+    held = stream_envelopes(cluster.urls)  # each envelope once, on its origin's subject
+    assert sorted(held) == sorted(
+        (subject("default", name, f"agent-{name}"), f"agent-{name}", seq)
+        for name in mesh.nodes
+        for seq in range(1, expected[f"agent-{name}"] + 1)
+    )
     state = stream_state(cluster.urls)
-    assert state["messages"] == sum(expected.values())
-    # each node reads its peers' subjects only: its own envelopes do not come back to it
+    assert state["messages"] <= len(held)  # a message holds a run of envelopes
+    # each node reads its peers' subjects only: its own messages do not come back to it
     for name in mesh.nodes:
         consumer = consumer_state(cluster.urls, name)
         peers = [n for n in mesh.nodes if n != name]
         assert consumer["filters"] == sorted(node_subjects("default", p) for p in peers)
-        assert consumer["delivered"] == sum(expected[f"agent-{p}"] for p in peers)
+        messages = sum(state["subjects"][subject("default", p, f"agent-{p}")] for p in peers)
+        assert consumer["delivered"] == messages
     with mesh["node-a"].client() as client:  # the console's mesh view, from the heads bucket
         view = client.get("/api/v1/mesh").json()
     assert {j["agent"] for j in view["journals"] if j["converged"]} >= set(expected)
@@ -144,9 +158,8 @@ def test_ten_nodes_on_a_three_server_cluster_converge_and_survive_a_server_kill(
     expected = {f"agent-{n}": 8 for n in names}
     diag_converged(mesh, expected)
     assert_same_everywhere(mesh, expected)
-    state = stream_state(cluster.urls)
-    assert state["messages"] == 80  # each envelope once, however many nodes read it
-    assert all(count == 8 for count in state["subjects"].values()), state
+    held = stream_envelopes(cluster.urls)  # each envelope once, however many nodes read it
+    assert len(held) == 80 and len(set(held)) == 80, held
 
     cluster.servers[0].kill()  # one of three: JetStream R3 keeps its quorum
     with ThreadPoolExecutor(10) as pool:
@@ -155,7 +168,8 @@ def test_ten_nodes_on_a_three_server_cluster_converge_and_survive_a_server_kill(
     # the nodes that were on the killed server reconnect to another one first (with backoff)
     diag_converged(mesh, expected, timeout=120)
     assert_same_everywhere(mesh, expected)
-    assert stream_state(cluster.urls[1:])["messages"] == 120
+    held = stream_envelopes(cluster.urls[1:])
+    assert len(held) == len(set(held)) == 120, held
 
 
 def diag_converged(mesh: Mesh, expected: dict[str, int], timeout: float = 60) -> None:
@@ -332,58 +346,71 @@ def publish(urls: list[str], node: str, envelopes: list[dict]) -> None:
     asyncio.run(run())
 
 
-def test_the_shipped_permissions_let_a_node_publish_only_its_own_envelopes(nats_mesh, tmp_path):
-    """deploy/nats/mesh-permissions.conf as shipped: node-a and node-b converge with their own
-    users, and node-a's user cannot publish on node-b's subjects nor write its heads record."""
-    include = ROOT / "deploy" / "nats" / "mesh-permissions.conf"
-    passwords = {"NODE_A_PASSWORD": "pw-a-0123456789", "NODE_B_PASSWORD": "pw-b-0123456789"}
-    passwords["NODE_C_PASSWORD"] = "pw-c-0123456789"
-    server = NatsServer(tmp_path / "nats", "n0", include=include, env=passwords).start()
-    cluster = NatsCluster(tmp_path / "unused", 0)
-    cluster.servers, cluster.urls = [server], [server.url]
+SHIPPED_PERMISSIONS = ROOT / "deploy" / "nats" / "mesh-permissions.conf"
+
+
+def test_the_shipped_permissions_are_what_the_generator_prints_for_three_nodes(tmp_path):
+    """deploy/nats/mesh-permissions.conf is generated, from configs or names alike."""
+    names = ["node-a", "node-b", "node-c"]
+    configs = write_mesh(tmp_path, names, extra=nats_mesh_toml(["nats://127.0.0.1:4222"]))
+    for name, path in configs.items():
+        use_nats_user(path, name)
+    from_configs = agent_node("mesh", "nats-permissions", *map(str, configs.values()))
+    from_names = agent_node("mesh", "nats-permissions", *(f"--node={n}" for n in names))
+    assert from_configs == from_names == SHIPPED_PERMISSIONS.read_text()
+    # two nodes that would share a user (or its password variable) are refused
+    clash = subprocess.run(
+        [sys.executable, "-m", "node", "mesh", "nats-permissions", "--node=a.b", "--node=a-b"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert clash.returncode == 2 and "password variable A_B_PASSWORD" in clash.stderr
+
+
+def agent_node(*args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "node", *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    return done.stdout
+
+
+def test_the_shipped_permissions_let_three_nodes_converge_and_each_only_its_own(
+    nats_mesh, tmp_path
+):
+    """deploy/nats/mesh-permissions.conf as shipped: node-a, node-b and node-c (each with two
+    peers: a consumer of two filter subjects) converge with their own users; node-a's user
+    cannot publish on node-b's subjects nor write its heads record, nor read its replies."""
+    users = MeshUsers(tmp_path / "nats", ["node-a", "node-b", "node-c"], SHIPPED_PERMISSIONS)
+    users.start()
     try:
-        wait_until(
-            lambda: _can_connect(server.url, "node-a", passwords["NODE_A_PASSWORD"]),
-            20,
-            "the server answers",
-            retry_on=(Exception,),
-        )
-        mesh = nats_mesh(["node-a", "node-b"], cluster)
+        mesh = nats_mesh(["node-a", "node-b", "node-c"], users.cluster)
         for name, path in mesh.paths.items():
-            secret = passwords[f"NODE_{name[-1].upper()}_PASSWORD"]
-            (path.parent / "nats-password").write_text(secret + "\n")
-            (path.parent / "nats-password").chmod(0o600)
-            credentials = f'nats_user = "{name}"\nnats_password_file = "nats-password"\n'
-            path.write_text(
-                path.read_text().replace(
-                    'transport = "nats"\n', 'transport = "nats"\n' + credentials
-                )
-            )
+            use_nats_user(path, name)
             mesh.nodes[name] = NodeProcess(path)
-        seed(mesh, {"alpha": "node-a", "beta": "node-b"})
+        seed(mesh, {"alpha": "node-a", "beta": "node-b", "gamma": "node-c"})
         start_all(mesh)
         post_findings(mesh["node-a"], "alpha", 4)
         post_findings(mesh["node-b"], "beta", 4)
-        wait_converged(mesh, {"alpha": 5, "beta": 5}, timeout=30)
+        post_findings(mesh["node-c"], "gamma", 4)
+        expected = {"alpha": 5, "beta": 5, "gamma": 5}
+        wait_converged(mesh, expected, timeout=30)
+        assert_same_everywhere(mesh, expected)
+        assert len(stream_envelopes(users.cluster.urls, user="node-a")) == 15
         for log_path in (p.parent / "node.log" for p in mesh.paths.values()):
-            assert passwords["NODE_A_PASSWORD"] not in log_path.read_text()
-        denied = asyncio.run(
-            _try_publish(server.url, "node-a", passwords["NODE_A_PASSWORD"], "node-b")
-        )
+            text = log_path.read_text()
+            assert member_password("node-a") not in text
+            assert "permissions violation" not in text.lower(), log_path
+        password = member_password("node-a")
+        denied = asyncio.run(_try_publish(users.server.url, "node-a", password, "node-b"))
         assert denied == ["denied", "denied"], denied
+        assert asyncio.run(_try_subscribe(users.server.url, "node-a", password, "node-b"))
     finally:
-        server.kill()
-
-
-def _can_connect(url: str, user: str, password: str) -> bool:
-    async def run() -> bool:
-        nc = await nats.connect(
-            url, user=user, password=password, allow_reconnect=False, connect_timeout=1
-        )
-        await nc.close()
-        return True
-
-    return asyncio.run(run())
+        users.kill()
 
 
 async def _try_publish(url: str, user: str, password: str, victim: str) -> list[str]:
@@ -393,7 +420,9 @@ async def _try_publish(url: str, user: str, password: str, victim: str) -> list[
     async def on_error(exc: Exception) -> None:
         errors.append(exc)
 
-    nc = await nats.connect(url, user=user, password=password, error_cb=on_error)
+    nc = await nats.connect(
+        url, user=user, password=password, error_cb=on_error, inbox_prefix=inbox_prefix(user)
+    )
     out = []
     try:
         js = nc.jetstream(timeout=2)
@@ -410,3 +439,80 @@ async def _try_publish(url: str, user: str, password: str, victim: str) -> list[
         await nc.close()
     assert sum("permissions violation" in str(e).lower() for e in errors) == 2, errors
     return out
+
+
+async def _try_subscribe(url: str, user: str, password: str, victim: str) -> bool:
+    """Subscribe as `user` to `victim`'s inbox prefix (and to every inbox): True when the
+    server refused both."""
+    errors: list[Exception] = []
+
+    async def on_error(exc: Exception) -> None:
+        errors.append(exc)
+
+    nc = await nats.connect(url, user=user, password=password, error_cb=on_error)
+    try:
+        await nc.subscribe(f"{inbox_prefix(victim)}.>")
+        await nc.subscribe("_INBOX.>")
+        await nc.flush(2)
+        await asyncio.sleep(0.2)
+    finally:
+        await nc.close()
+    refused = [e for e in errors if "permissions violation for subscription" in str(e).lower()]
+    return len(refused) == 2
+
+
+def test_a_member_that_takes_a_nodes_next_message_ids_first_is_named_and_changes_nothing(
+    nats_mesh, tmp_path
+):
+    """node-x, a member with its own NATS user, publishes node-a's next message ids first (on
+    its own subject: the server de-duplicates ids per stream). node-a's envelopes still reach
+    the stream, on its own subject, and every node; node-a names node-x in a finding."""
+    names = ["node-a", "node-b", "node-c", "node-x"]
+    users = MeshUsers(tmp_path / "nats", names).start()
+    try:
+        mesh = nats_mesh(names, users.cluster)
+        for name, path in mesh.paths.items():
+            use_nats_user(path, name)
+            mesh.nodes[name] = NodeProcess(path)
+        seed(mesh, {"alpha": "node-a"})
+        start_all(mesh, "node-a", "node-b", "node-c")  # node-x is never started: the test is it
+        wait_until(lambda: convergence(mesh["node-b"], "alpha")["local_seq"] == 1, 30, "b: alpha")
+        taken = [f"node-a:alpha:{a}-{b}" for a in range(2, 12) for b in range(a, a + 4)]
+        asyncio.run(_publish_ids(users.cluster.urls, "node-x", "alpha", taken))
+        for _ in range(10):
+            post_findings(mesh["node-a"], "alpha", 1)  # one commit, one message each
+        for name in ("node-a", "node-b", "node-c"):
+            wait_until(
+                lambda n=name: convergence(mesh[n], "alpha")["local_seq"] == 11, 60, f"{name}"
+            )
+        assert journal(mesh["node-b"], "alpha") == journal(mesh["node-a"], "alpha")
+        assert journal(mesh["node-c"], "alpha") == journal(mesh["node-a"], "alpha")
+        own = subject("default", "node-a", "alpha")
+        held = {
+            seq for s, _, seq in stream_envelopes(users.cluster.urls, user="node-b") if s == own
+        }
+        assert held == set(range(1, 12))  # all of node-a's envelopes, on its own subject
+        with mesh["node-a"].client() as client:
+            findings = client.get("/api/v1/findings", params={"limit": 1000}).json()["findings"]
+        titles = [f["title"] for f in findings if f["agent"] == "node-a"]
+        assert any(
+            t.startswith("message id of alpha#")
+            and t.endswith("taken on the mesh stream by node-x")
+            for t in titles
+        ), titles
+    finally:
+        users.kill()
+
+
+async def _publish_ids(urls: list[str], member: str, journal_name: str, ids: list[str]) -> None:
+    """Publish an empty run under each of `ids`, as `member`, on its own subject."""
+    nc = await nats.connect(urls, **as_member(member))
+    try:
+        js = nc.jetstream()
+        for identity in ids:
+            ack = await js.publish(
+                subject("default", member, journal_name), b"[]", headers={"Nats-Msg-Id": identity}
+            )
+            assert not ack.duplicate
+    finally:
+        await nc.close()
