@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -140,6 +141,7 @@ class NodeProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = config_path.parent / "node.log"
         self.root = ROOT  # the checkout whose node runs (a bench may run another's)
+        self.preexec_fn: Callable[[], None] | None = None  # run in the child (setrlimit)
 
     @property
     def pid(self) -> int:
@@ -154,6 +156,7 @@ class NodeProcess:
             stdout=log,
             stderr=subprocess.STDOUT,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            preexec_fn=self.preexec_fn,
         )
         log.close()
 
