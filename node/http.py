@@ -10,6 +10,7 @@ import msgspec
 from aiohttp import web
 
 from node.boundedjson import JsonBoundsError, loads_as
+from node.context import NodeContext
 from node.routes import Query
 
 T = TypeVar("T")
@@ -25,6 +26,7 @@ _TITLES = {
     413: "Payload Too Large",
     415: "Unsupported Media Type",
     422: "Unprocessable Content",
+    429: "Too Many Requests",
     500: "Internal Server Error",
     503: "Service Unavailable",
 }
@@ -112,6 +114,12 @@ def limit_param(default: int) -> Query:
 
 def limit_query(request: web.Request, default: int) -> int:
     return int_query(request, "limit", default, clamp=MAX_LIMIT)
+
+
+def page_bytes(ctx: NodeContext) -> int:
+    """About how many bytes a page of a list may weigh (`node.page_max_kb`): a page stops there,
+    and its cursor lets the client go on."""
+    return ctx.config.node.page_max_kb * 1024
 
 
 def required_query(request: web.Request, name: str) -> str:

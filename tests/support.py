@@ -65,9 +65,15 @@ def free_port() -> int:
 
 
 def write_config(
-    directory: Path, extra: str = "", *, name: str = "node-a", port: int | None = None
+    directory: Path,
+    extra: str = "",
+    *,
+    name: str = "node-a",
+    port: int | None = None,
+    node: str = "",
 ) -> Path:
-    """A runtime.toml with one token per scope; `extra` is appended TOML."""
+    """A runtime.toml with one token per scope; `extra` is appended TOML, `node` more keys of
+    its [node] table."""
     directory.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
     path = directory / "runtime.toml"
@@ -78,6 +84,7 @@ name = "{name}"
 listen = "127.0.0.1:{port}"
 data_dir = "data"
 shutdown_drain_secs = 0.3
+{node}
 
 [[auth.tokens]]
 name = "admin"

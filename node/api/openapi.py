@@ -48,6 +48,7 @@ _ERRORS = {
         "Understood but not carried out: a component past its compile limits, an upgrade "
         "rolled back (`detail` says why)"
     ),
+    429: "A limit of this node is reached (`detail` names it); retry later",
     500: "The node failed to handle the request (its log says why; the body reveals nothing)",
     503: "Not available now (shutting down, or the runtime is not running)",
 }

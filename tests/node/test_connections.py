@@ -31,10 +31,8 @@ FLOOD = "127.0.0.2"  # the attacker's address; the operator's is 127.0.0.1
 
 
 def limited_node(tmp_path: Path, extra: str = "") -> NodeProcess:
-    config = f"header_timeout_secs = {HEADER_TIMEOUT}\nkeepalive_timeout_secs = 2.0\n" + extra
-    path = write_config(tmp_path, "")
-    text = path.read_text().replace("[node]\n", "[node]\n" + config, 1)
-    path.write_text(text)
+    keys = f"header_timeout_secs = {HEADER_TIMEOUT}\nkeepalive_timeout_secs = 2.0\n" + extra
+    path = write_config(tmp_path, node=keys)
     node = NodeProcess(path)
     node.preexec_fn = lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (FD_LIMIT, FD_LIMIT))
     return node
