@@ -91,7 +91,9 @@ class ConnectionTable:
         self.limits = limits
         self.total = 0
         self.per_client: dict[str, int] = {}
-        self.fresh: dict[GuardedHandler, str] = {}  # insertion order: oldest first
+        # insertion order: oldest first; in all, and per address
+        self.fresh: dict[GuardedHandler, str] = {}
+        self.fresh_of: dict[str, dict[GuardedHandler, None]] = {}
         self.refused = 0
         self.evicted = 0
         self.timed_out = 0
@@ -109,10 +111,20 @@ class ConnectionTable:
         self.total += 1
         self.per_client[client] = self.per_client.get(client, 0) + 1
         self.fresh[handler] = client
+        self.fresh_of.setdefault(client, {})[handler] = None
         return True
 
+    def has_request(self, handler: GuardedHandler) -> None:
+        """The connection sent a whole request: no longer one to let go first."""
+        client = self.fresh.pop(handler, None)
+        if client is not None:
+            of_client = self.fresh_of[client]
+            del of_client[handler]
+            if not of_client:
+                del self.fresh_of[client]
+
     def release(self, handler: GuardedHandler, client: str) -> None:
-        self.fresh.pop(handler, None)
+        self.has_request(handler)
         self.total -= 1
         left = self.per_client[client] - 1
         if left:
@@ -122,14 +134,15 @@ class ConnectionTable:
 
     def _evict(self, client: str | None) -> bool:
         """Close the oldest connection (of `client`, or of anyone) without a request yet."""
-        for handler, of in self.fresh.items():
-            if client is None or of == client:
-                self.evicted += 1
-                self._warn(f"evicting a connection from {of} that sent no request yet")
-                handler.drop()  # its connection_lost releases it
-                self.fresh.pop(handler, None)
-                return True
-        return False
+        candidates = self.fresh if client is None else self.fresh_of.get(client, {})
+        handler = next(iter(candidates), None)
+        if handler is None:
+            return False
+        self.evicted += 1
+        self._warn(f"evicting a connection from {handler.client} that sent no request yet")
+        self.has_request(handler)  # not evicted twice; its connection_lost releases it
+        handler.drop()
+        return True
 
     def _refuse(self, client: str, where: str) -> bool:
         self.refused += 1
@@ -193,7 +206,7 @@ class GuardedHandler(RequestHandler):
 
     def _headers_in(self) -> None:
         self._waiting = False
-        self._table.fresh.pop(self, None)
+        self._table.has_request(self)
         if self._header_timer is not None:
             self._header_timer.cancel()
             self._header_timer = None
@@ -203,6 +216,10 @@ class GuardedHandler(RequestHandler):
         if self._waiting and not self._messages:
             self._table.timed_out += 1
             self.drop()
+
+    @property
+    def client(self) -> str:
+        return self._client
 
     def drop(self) -> None:
         """Close at once, whatever is buffered."""

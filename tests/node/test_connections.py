@@ -26,7 +26,7 @@ from tests.support import (
 
 FD_LIMIT = 256
 HEADER_TIMEOUT = 1.0
-ROUNDS = 4
+ROUNDS = 3
 FLOOD = "127.0.0.2"  # the attacker's address; the operator's is 127.0.0.1
 
 
@@ -40,6 +40,16 @@ def limited_node(tmp_path: Path, extra: str = "") -> NodeProcess:
 
 def open_fds(pid: int) -> int:
     return len(list(Path(f"/proc/{pid}/fd").iterdir()))
+
+
+def settled_fds(pid: int) -> int:
+    """The node's fd count once a connection a client just closed is gone: the least of five
+    samples 0.1 s apart."""
+    samples = []
+    for _ in range(5):
+        samples.append(open_fds(pid))
+        time.sleep(0.1)
+    return min(samples)
 
 
 def rss_anon_kb(pid: int) -> int:
@@ -131,6 +141,28 @@ async def test_a_client_over_its_address_cap_gets_503_and_others_are_served(tmp_
             w.close()
 
 
+async def test_a_full_address_lets_its_oldest_silent_connection_go_not_anothers(tmp_path):
+    node = limited_node(tmp_path, "max_connections_per_client = 3\n")
+    with logs_on_failure(node.log_path), node:
+        host, port = node.config.node.listen.split(":")
+
+        writers = []  # kept: a writer collected closes its connection
+
+        async def silent(address: str) -> asyncio.StreamReader:
+            reader, writer = await asyncio.open_connection(host, int(port), local_addr=(address, 0))
+            writers.append(writer)
+            await asyncio.sleep(0.05)  # accepted in this order
+            return reader
+
+        other = await silent("127.0.0.3")
+        oldest, *rest = [await silent(FLOOD) for _ in range(3)]
+        newest = await silent(FLOOD)
+        assert await asyncio.wait_for(oldest.read(), HEADER_TIMEOUT / 2) == b""  # let go at once
+        for reader in (other, *rest, newest):
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(reader.read(), 0.1)  # still open
+
+
 def never_reader(host: str, port: int, path: str) -> socket.socket:
     """A client that asks for a large response and never reads it."""
     sock = socket.socket()
@@ -139,6 +171,20 @@ def never_reader(host: str, port: int, path: str) -> socket.socket:
     request = f"GET {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {READ_TOKEN}\r\n\r\n"
     sock.sendall(request.encode())
     return sock
+
+
+def read_to_end(sock: socket.socket) -> int:
+    """The bytes a client gets once it reads at last, until the end or a reset."""
+    sock.settimeout(5)
+    total = 0
+    try:
+        while chunk := sock.recv(1 << 20):
+            total += len(chunk)
+    except ConnectionResetError:
+        pass
+    finally:
+        sock.close()
+    return total
 
 
 @pytest.mark.timeout(60)
@@ -156,18 +202,17 @@ def test_clients_that_never_read_are_dropped_and_their_buffers_freed(tmp_path):
                 assert client.post("/api/v1/findings", json=body).status_code == 201
         host, port = node.config.node.listen.split(":")
         path = "/api/v1/findings?limit=1000"
-        time.sleep(0.3)  # the posting client's connection is closed
-        fds_before, rss_before = open_fds(node.pid), rss_anon_kb(node.pid)
+        fds_before = settled_fds(node.pid)
+        rss_before = rss_anon_kb(node.pid)
         rounds = []
         for _ in range(ROUNDS):
-            socks = [never_reader(host, int(port), path) for _ in range(8)]
-            time.sleep(0.5)
-            assert open_fds(node.pid) >= fds_before + 8  # held while unread
             started = time.monotonic()
+            socks = [never_reader(host, int(port), path) for _ in range(8)]
+            wait_until(lambda: open_fds(node.pid) >= fds_before + 8, timeout=5, interval=0.01)
             wait_until(lambda: open_fds(node.pid) <= fds_before, timeout=10)
             rounds.append((time.monotonic() - started, rss_anon_kb(node.pid)))
-            for sock in socks:
-                sock.close()
+            # each response was cut short: the node dropped the connection, it did not finish
+            assert all(read_to_end(sock) < 6_000_000 for sock in socks)
         # dropped within the write deadline; had the node kept the unread responses, it would
         # hold ROUNDS x 8 x 6 MB; what it holds after the last round is under two rounds' worth
         assert all(seconds < 1 + 3 for seconds, _ in rounds), rounds
