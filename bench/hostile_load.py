@@ -3,11 +3,12 @@ memory (RssAnon, /proc/PID/status) and to /api/v1/health's latency, next to the 
 unloaded, in the same run (node/connections.py, issue 34).
 
 Attacks, one after the other, each for `--secs` while health is probed (a new connection per
-probe, from 127.0.0.1, about 50 a second) and RssAnon sampled every 0.2 s:
+probe, from 127.0.0.1, about 50 a second), RssAnon sampled every 0.2 s and the node's CPU
+share taken:
 
-1. slow_flood: up to near the node's fd limit (`--fds`, set in the node with setrlimit) of slow
-   connections from many loopback addresses (127.0.1.x, 200 each): half send nothing, half a
-   header line every 2 s; each reconnects when the node closes it.
+1. slow_flood: up to near the node's fd limit (`--fds`, set in the node with setrlimit), or
+   `--flood N`, of slow connections from many loopback addresses (127.0.1.x, 200 each): half
+   send nothing, half a header line every 2 s; each reconnects when the node closes it.
 2. never_read: `--never-readers` clients that ask for a large response (a page of 60 KB
    findings, the task list of 800 tasks of 60 KB) and never read it.
 3. sse_replay: ten concurrent GET /api/v1/events with Last-Event-ID: 0 by a read token, over a
@@ -17,8 +18,11 @@ Bounded: every phase lasts `--secs`, every connection count is fixed. The node r
 defaults but for `write_timeout_secs` (`--write-timeout`, so that drops land within a phase).
 The last line printed is one JSON object.
 
-Usage: .venv/bin/python bench/hostile_load.py [--fds 2048] [--secs 8] [--never-readers 64]
-    [--journal 100000] [--write-timeout 3]
+`--base COMMIT` runs every phase again against that commit's node (its defaults; exported with
+git archive), after this tree's, under "base".
+
+Usage: .venv/bin/python bench/hostile_load.py [--fds 2048] [--flood N] [--secs 8]
+    [--never-readers 64] [--journal 100000] [--write-timeout 3] [--base COMMIT]
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import resource
 import socket
 import sys
@@ -38,7 +43,8 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import percentile, report
+from bench.common import ROOT, percentile, report
+from bench.replay_ab import export
 from bench.streams import prefill
 from tests.support import (
     OPERATE_TOKEN,
@@ -57,6 +63,11 @@ def rss_anon_mb(pid: int) -> float:
         if line.startswith("RssAnon:"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def cpu_secs(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def open_fds(pid: int) -> int:
@@ -107,11 +118,14 @@ async def phase(node: NodeProcess, secs: float, attack, stats: dict) -> dict:
     """Run the attack, probe health for `secs` under it (after a second's ramp), stop it."""
     stop = asyncio.Event()
     before = rss_anon_mb(node.pid)
+    cpu_before = cpu_secs(node.pid)
     sampler = asyncio.create_task(sample_rss(node.pid, stop))
     attacker = asyncio.create_task(attack(stop, stats)) if attack else None
-    await asyncio.sleep(1.0 if attack else 0)
+    ramp = 1.0 if attack else 0.0
+    await asyncio.sleep(ramp)
     figures = await probe_health(node.url, secs)
     figures["node_fds_under_load"] = open_fds(node.pid)
+    figures["node_cpu_share"] = round((cpu_secs(node.pid) - cpu_before) / (secs + ramp), 2)
     stop.set()
     peak = await sampler
     if attacker is not None:
@@ -251,7 +265,7 @@ def populate(node: NodeProcess, findings: int, tasks: int) -> None:
 
 async def run(node: NodeProcess, args: argparse.Namespace) -> dict:
     port = int(node.config.node.listen.rsplit(":", 1)[1])
-    flood = args.fds - 64  # near the fd limit
+    flood = args.flood or args.fds - 64  # near the fd limit
     big = ["/api/v1/findings?limit=1000", "/api/v1/a2a/tasks", "/api/v1/logs?limit=1000"]
     phases = {
         "unloaded": None,
@@ -271,40 +285,54 @@ async def run(node: NodeProcess, args: argparse.Namespace) -> dict:
     return figures
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--fds", type=int, default=2048, help="the node's RLIMIT_NOFILE")
-    parser.add_argument("--secs", type=float, default=8.0, help="health probing per phase")
-    parser.add_argument("--never-readers", type=int, default=64)
-    parser.add_argument("--journal", type=int, default=100_000, help="events before start")
-    parser.add_argument("--findings", type=int, default=200, help="60 KB findings")
-    parser.add_argument("--tasks", type=int, default=800, help="60 KB tasks")
-    parser.add_argument("--write-timeout", type=float, default=3.0)
-    args = parser.parse_args()
-    needed = args.fds + 512
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft < needed:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (min(needed, hard), hard))
+def measure(tree: Path, args: argparse.Namespace, node_keys: str) -> dict:
+    """Every phase against a fresh node of `tree`, populated alike."""
     with tempfile.TemporaryDirectory(prefix="hostile-load-") as tmp:
         directory = Path(tmp)
         tiny_component(directory / "agent.wasm")
         agents = '\n[[agents]]\nname = "worker"\ncomponent = "agent.wasm"\n'
-        path = write_config(directory, agents, node=f"write_timeout_secs = {args.write_timeout}\n")
+        path = write_config(directory, agents, node=node_keys)
         prefill(directory, args.journal)
         node = NodeProcess(path)
+        node.root = tree
         fds = args.fds
         node.preexec_fn = lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (fds, fds))
         with node:
             started = time.monotonic()
             populate(node, args.findings, args.tasks)
-            print(f"populated in {time.monotonic() - started:.1f}s", flush=True)
-            figures = asyncio.run(run(node, args))
+            print(f"{tree}: populated in {time.monotonic() - started:.1f}s", flush=True)
+            return asyncio.run(run(node, args))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--fds", type=int, default=2048, help="the node's RLIMIT_NOFILE")
+    parser.add_argument("--secs", type=float, default=8.0, help="health probing per phase")
+    parser.add_argument("--flood", type=int, default=0, help="slow clients (0: fds - 64)")
+    parser.add_argument("--never-readers", type=int, default=64)
+    parser.add_argument("--journal", type=int, default=100_000, help="events before start")
+    parser.add_argument("--findings", type=int, default=200, help="60 KB findings")
+    parser.add_argument("--tasks", type=int, default=800, help="60 KB tasks")
+    parser.add_argument("--write-timeout", type=float, default=3.0)
+    parser.add_argument("--base", help="a commit to measure after this tree, with its defaults")
+    args = parser.parse_args()
+    needed = args.fds + 512
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < needed:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(needed, hard), hard))
+    figures = measure(ROOT, args, f"write_timeout_secs = {args.write_timeout}\n")
+    if args.base:
+        with tempfile.TemporaryDirectory(prefix="hostile-load-base-") as tmp:
+            figures["base"] = measure(export(args.base, Path(tmp)), args, "")
+            figures["base"]["commit"] = args.base
     figures["setup"] = {
         "fds": args.fds,
+        "flood": args.flood or args.fds - 64,
         "secs": args.secs,
         "journal_events": args.journal,
         "findings_60kb": args.findings,
         "tasks_60kb": args.tasks,
+        "never_readers": args.never_readers,
         "write_timeout_secs": args.write_timeout,
     }
     report(figures)

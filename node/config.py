@@ -72,10 +72,12 @@ class NodeSection(_Section, kw_only=True):
     event_loop: Literal["auto", "uvloop", "asyncio"] = "auto"
     # hostile clients (node/connections.py): a request's headers within so long of the accept,
     # an idle keep-alive connection closed after so long, a client that stops reading a
-    # response dropped after so long, and connection caps (0: from the fd limit)
+    # response dropped after so long, a JSON body within so long (node/http.py), and
+    # connection caps (0: from the fd limit)
     header_timeout_secs: Annotated[float, msgspec.Meta(gt=0)] = 10.0
     keepalive_timeout_secs: Annotated[float, msgspec.Meta(gt=0)] = 20.0
     write_timeout_secs: Annotated[float, msgspec.Meta(gt=0)] = 30.0
+    body_timeout_secs: Annotated[float, msgspec.Meta(gt=0)] = 30.0
     max_connections: Annotated[int, msgspec.Meta(ge=0)] = 0
     max_connections_per_client: PositiveInt = 256
     # a page of logs, findings, envelopes or tasks stops at about this many bytes

@@ -163,6 +163,23 @@ async def test_a_full_address_lets_its_oldest_silent_connection_go_not_anothers(
                 await asyncio.wait_for(reader.read(), 0.1)  # still open
 
 
+async def test_a_body_slower_than_its_deadline_gets_408(tmp_path):
+    node = limited_node(tmp_path, "body_timeout_secs = 1.0\n")
+    with logs_on_failure(node.log_path), node:
+        host, port = node.config.node.listen.split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(
+            b"POST /api/v1/findings HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Authorization: Bearer {OPERATE_TOKEN}\r\nContent-Length: 100\r\n\r\n".encode()
+            + b'{"agent": '
+        )
+        started = time.monotonic()
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+        assert head.startswith(b"HTTP/1.1 408") and b"application/problem+json" in head
+        assert 0.9 < time.monotonic() - started < 3
+        writer.close()
+
+
 def never_reader(host: str, port: int, path: str) -> socket.socket:
     """A client that asks for a large response and never reads it."""
     sock = socket.socket()
