@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import multiprocessing
 import os
 import resource
 import socket
@@ -114,22 +115,45 @@ async def sample_rss(pid: int, stop: asyncio.Event) -> float:
     return peak
 
 
-async def phase(node: NodeProcess, secs: float, attack, stats: dict) -> dict:
+def attacker_process(attack, seconds: float, out: multiprocessing.SimpleQueue) -> None:
+    """The attack in a process of its own (forked: `attack` is a closure), so that its event
+    loop does not delay the health probes; it stops after `seconds` and hands back its stats."""
+
+    async def main() -> dict:
+        stop, stats = asyncio.Event(), {}
+        task = asyncio.create_task(attack(stop, stats))
+        await asyncio.sleep(seconds)
+        stop.set()
+        await task
+        return stats
+
+    out.put(asyncio.run(main()))
+
+
+async def phase(node: NodeProcess, secs: float, attack) -> dict:
     """Run the attack, probe health for `secs` under it (after a second's ramp), stop it."""
     stop = asyncio.Event()
     before = rss_anon_mb(node.pid)
     cpu_before = cpu_secs(node.pid)
     sampler = asyncio.create_task(sample_rss(node.pid, stop))
-    attacker = asyncio.create_task(attack(stop, stats)) if attack else None
     ramp = 1.0 if attack else 0.0
+    out: multiprocessing.SimpleQueue = multiprocessing.get_context("fork").SimpleQueue()
+    child = None
+    if attack is not None:
+        child = multiprocessing.get_context("fork").Process(
+            target=attacker_process, args=(attack, ramp + secs, out)
+        )
+        child.start()
     await asyncio.sleep(ramp)
     figures = await probe_health(node.url, secs)
     figures["node_fds_under_load"] = open_fds(node.pid)
     figures["node_cpu_share"] = round((cpu_secs(node.pid) - cpu_before) / (secs + ramp), 2)
+    stats = {}
+    if child is not None:
+        stats = await asyncio.to_thread(out.get)
+        child.join()
     stop.set()
     peak = await sampler
-    if attacker is not None:
-        await attacker
     await asyncio.sleep(1.0)
     figures.update(
         rss_anon_before_mb=round(before, 1),
@@ -275,7 +299,7 @@ async def run(node: NodeProcess, args: argparse.Namespace) -> dict:
     }
     figures = {}
     for name, attack in phases.items():
-        figures[name] = await phase(node, args.secs, attack, {})
+        figures[name] = await phase(node, args.secs, attack)
         print(name, figures[name], flush=True)
     unloaded = figures["unloaded"]["health_p99_ms"]
     for name in list(phases)[1:]:
