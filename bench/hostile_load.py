@@ -97,10 +97,14 @@ async def probe_health(url: str, secs: float) -> dict[str, float]:
             else:
                 failures += 1
             await asyncio.sleep(max(0.0, 0.02 - elapsed))
+
+    def ms(seconds: float) -> float | None:  # None (JSON null): no probe was answered
+        return round(seconds * 1000, 2) if latencies else None
+
     return {
-        "health_p50_ms": round(percentile(latencies, 0.5) * 1000, 2),
-        "health_p99_ms": round(percentile(latencies, 0.99) * 1000, 2),
-        "health_max_ms": round(max(latencies, default=float("nan")) * 1000, 2),
+        "health_p50_ms": ms(percentile(latencies, 0.5)),
+        "health_p99_ms": ms(percentile(latencies, 0.99)),
+        "health_max_ms": ms(max(latencies, default=0.0)),
         "health_ok": len(latencies),
         "health_failed": failures,
     }
@@ -303,9 +307,9 @@ async def run(node: NodeProcess, args: argparse.Namespace) -> dict:
         print(name, figures[name], flush=True)
     unloaded = figures["unloaded"]["health_p99_ms"]
     for name in list(phases)[1:]:
-        figures[name]["health_p99_vs_unloaded"] = round(
-            figures[name]["health_p99_ms"] / unloaded, 2
-        )
+        loaded = figures[name]["health_p99_ms"]
+        ratio = round(loaded / unloaded, 2) if loaded is not None and unloaded else None
+        figures[name]["health_p99_vs_unloaded"] = ratio
     return figures
 
 

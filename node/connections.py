@@ -139,17 +139,18 @@ class ConnectionTable:
         if handler is None:
             return False
         self.evicted += 1
-        self._warn(f"evicting a connection from {handler.client} that sent no request yet")
+        self.warn(f"evicting a connection from {handler.client} that sent no request yet")
         self.has_request(handler)  # not evicted twice; its connection_lost releases it
         handler.drop()
         return True
 
     def _refuse(self, client: str, where: str) -> bool:
         self.refused += 1
-        self._warn(f"refusing a connection from {client}: too many connections {where}")
+        self.warn(f"refusing a connection from {client}: too many connections {where}")
         return False
 
-    def _warn(self, message: str) -> None:
+    def warn(self, message: str) -> None:
+        """Log the limit a client hit (at most every 10 s), with the counts so far."""
         now = time.monotonic()
         if now - self._warned_at >= _WARN_EVERY_SECS:
             self._warned_at = now
@@ -215,6 +216,7 @@ class GuardedHandler(RequestHandler):
         self._header_timer = None
         if self._waiting and not self._messages:
             self._table.timed_out += 1
+            self._table.warn(f"closing a connection from {self._client}: no request in time")
             self.drop()
 
     @property
@@ -245,7 +247,7 @@ class GuardedHandler(RequestHandler):
         self._write_timer = None
         if self.writing_paused:
             self._table.write_aborted += 1
-            self._table._warn(f"dropping a connection from {self._client}: it stopped reading")
+            self._table.warn(f"dropping a connection from {self._client}: it stopped reading")
             self.drop()
 
     def connection_lost(self, exc: BaseException | None) -> None:
@@ -264,6 +266,9 @@ class GuardedServer(web.Server):
     """aiohttp's Server, making GuardedHandlers."""
 
     def __init__(self, server: web.Server, table: ConnectionTable) -> None:
+        # the app's own Server as AppRunner made it (aiohttp 3.10-3.14 keep its loop and the
+        # handlers' arguments in these two attributes; a test through a node process fails
+        # at once if that changes)
         super().__init__(
             server.request_handler,
             request_factory=server.request_factory,
