@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from node.connections import connection_cap
 from tests.polling import wait_until
 from tests.support import (
     OPERATE_TOKEN,
@@ -28,6 +29,14 @@ FD_LIMIT = 256
 HEADER_TIMEOUT = 1.0
 ROUNDS = 3
 FLOOD = "127.0.0.2"  # the attacker's address; the operator's is 127.0.0.1
+
+
+def test_the_connection_cap_leaves_room_below_the_fd_limit():
+    assert connection_cap(0, 256) == 192  # a quarter kept, at least 64
+    assert connection_cap(0, 200) == 136
+    assert connection_cap(0, 20_000) == 15_000
+    assert connection_cap(100, 256) == 100
+    assert connection_cap(5000, 256) == 192  # never past the fd limit's room
 
 
 def limited_node(tmp_path: Path, extra: str = "") -> NodeProcess:
