@@ -30,7 +30,7 @@ An id that cannot be an LMDB key (empty, or over 400 bytes) is no task: its even
 from __future__ import annotations
 
 import builtins
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from typing import Any, Literal
 
 import msgspec
@@ -347,7 +347,7 @@ class Tasks:
 
     def page(
         self, status: str | None = None, agent: str | None = None, after: int = 0
-    ) -> Iterator[tuple[Task, int, int]]:
+    ) -> Generator[tuple[Task, int, int], None, None]:
         """Like `list`, lazily, from the task created after position `after` on: each task as
         served, the bytes of its stored record (what a page of them weighs, about) and its
         creation position (the cursor of the next page). The read transaction lasts as long

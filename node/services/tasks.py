@@ -8,6 +8,7 @@ is a 409.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -121,15 +122,20 @@ class TaskService:
         `elided`), for the single-task read to serve."""
         tasks: list[Task] = []
         size, cursor = 0, query.after
-        found = self.projection.page(query.status, query.agent, query.after)
-        for task, stored, position in found:
-            if len(tasks) >= query.limit or (tasks and size >= query.max_bytes):
-                return TaskPage(tasks, cursor)
-            if stored > ELIDE_BYTES:
-                stored -= _elide(task)
-            tasks.append(task)
-            size += stored
-            cursor = position
+        if query.limit == 0:
+            return TaskPage(tasks, None)
+        # closed on return: the projection's read transaction ends with it
+        with contextlib.closing(
+            self.projection.page(query.status, query.agent, query.after)
+        ) as found:
+            for task, stored, position in found:
+                if len(tasks) >= query.limit or (tasks and size >= query.max_bytes):
+                    return TaskPage(tasks, cursor)  # one more follows
+                if stored > ELIDE_BYTES:
+                    stored -= _elide(task)
+                tasks.append(task)
+                size += stored
+                cursor = position
         return TaskPage(tasks, None)
 
     def _check(self, task_id: str, allowed: tuple[str, ...], verb: str) -> Task:

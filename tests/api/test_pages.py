@@ -63,6 +63,8 @@ async def test_the_task_list_pages_with_a_cursor_and_without_one_lists_all(clien
     assert sizes == [2, 1] and [t["id"] for t in tasks] == ids[0::2]
     sizes, tasks = await every_page(client, status="pending", limit="1")
     assert sizes == [1] * 5 and [t["id"] for t in tasks] == ids
+    none = await client.get("/api/v1/a2a/tasks?limit=0", headers=auth(READ_TOKEN))
+    assert await none.json() == [] and NEXT_CURSOR not in none.headers
     bad = await client.get("/api/v1/a2a/tasks?cursor=-1", headers=auth(READ_TOKEN))
     assert bad.status == 400 and "cursor" in (await bad.json())["detail"]
 
