@@ -82,6 +82,20 @@ class NodeSection(_Section, kw_only=True):
     # HTTPS on `listen` (node/tls.py): a PEM certificate (chain) and its unencrypted key
     tls_cert_file: str | None = None
     tls_key_file: str | None = None
+    # hostile clients (node/connections.py): a request's headers within so long of the accept,
+    # an idle keep-alive connection closed after so long, a client that stops reading a
+    # response dropped after so long, a JSON body within so long (node/http.py), and
+    # connection caps (0: from the fd limit)
+    header_timeout_secs: Annotated[float, msgspec.Meta(gt=0)] = 10.0
+    keepalive_timeout_secs: Annotated[float, msgspec.Meta(gt=0)] = 20.0
+    write_timeout_secs: Annotated[float, msgspec.Meta(gt=0)] = 30.0
+    body_timeout_secs: Annotated[float, msgspec.Meta(gt=0)] = 30.0
+    max_connections: Annotated[int, msgspec.Meta(ge=0)] = 0
+    max_connections_per_client: PositiveInt = 256
+    # a page of logs, findings, envelopes or tasks stops at about this many bytes
+    page_max_kb: PositiveInt = 1024
+    # pending and running tasks one agent may have; a create past it is a 429
+    max_open_tasks_per_agent: PositiveInt = 1000
 
 
 class TokenEntry(_Section, kw_only=True):

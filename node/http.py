@@ -3,6 +3,7 @@ strings and JSON bodies into typed values, or a 400 that says why."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Annotated, Any, TypeVar
 
@@ -10,6 +11,7 @@ import msgspec
 from aiohttp import web
 
 from node.boundedjson import JsonBoundsError, loads_as
+from node.context import CONTEXT, NodeContext
 from node.routes import Query
 
 T = TypeVar("T")
@@ -21,10 +23,12 @@ _TITLES = {
     403: "Forbidden",
     404: "Not Found",
     405: "Method Not Allowed",
+    408: "Request Timeout",
     409: "Conflict",
     413: "Payload Too Large",
     415: "Unsupported Media Type",
     422: "Unprocessable Content",
+    429: "Too Many Requests",
     500: "Internal Server Error",
     503: "Service Unavailable",
 }
@@ -114,6 +118,12 @@ def limit_query(request: web.Request, default: int) -> int:
     return int_query(request, "limit", default, clamp=MAX_LIMIT)
 
 
+def page_bytes(ctx: NodeContext) -> int:
+    """About how many bytes a page of a list may weigh (`node.page_max_kb`): a page stops there,
+    and its cursor lets the client go on."""
+    return ctx.config.node.page_max_kb * 1024
+
+
 def required_query(request: web.Request, name: str) -> str:
     value = request.query.get(name, "")
     if not value:
@@ -123,7 +133,7 @@ def required_query(request: web.Request, name: str) -> str:
 
 async def json_body(request: web.Request, kind: type[T]) -> T:
     """Decode (bounded: node.boundedjson) and validate; msgspec's message names the bad field."""
-    body = await request.read()
+    body = await read_body(request)
     if not body:
         raise Problem(400, "the request needs a JSON body")
     try:
@@ -134,6 +144,19 @@ async def json_body(request: web.Request, kind: type[T]) -> T:
         raise Problem(400, f"JSON body refused: {exc}") from None
     except ValueError as exc:
         raise Problem(400, str(exc)) from None
+
+
+async def read_body(request: web.Request) -> bytes:
+    """The whole body, within `node.body_timeout_secs` of the handler's start when it had not
+    all arrived with the headers (the usual case has no timer: no cost on the write path)."""
+    if request.content.is_eof():
+        return await request.read()
+    seconds = request.app[CONTEXT].config.node.body_timeout_secs
+    try:
+        async with asyncio.timeout(seconds):
+            return await request.read()
+    except TimeoutError:
+        raise Problem(408, f"the request body did not arrive within {seconds:g} s") from None
 
 
 def json_response(data: object, status: int = 200) -> web.Response:

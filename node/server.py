@@ -13,6 +13,7 @@ from eventstore.signing import SIGNER
 from node.api.console import CONSOLE_PATH
 from node.app import build_app
 from node.config import Config, listen_address
+from node.connections import ConnectionLimits, GuardedRunner
 from node.context import CONTEXT
 from node.eventloop import loop_name
 from node.heap import settle_after_start
@@ -31,8 +32,10 @@ async def serve(
     config_path: Path | None = None,
 ) -> None:
     app = build_app(config)
-    runner = web.AppRunner(
+    runner = GuardedRunner(
         app,
+        ConnectionLimits.of(config),
+        keepalive_timeout=config.node.keepalive_timeout_secs,
         handle_signals=False,
         access_log=access_logger(access_log),
         access_log_class=AccessLogger,

@@ -110,16 +110,19 @@ class _SeqLog:
     def entry(self, seq: int, raw: bytes) -> Any:
         raise NotImplementedError
 
-    def page(self, since: int, limit: int) -> tuple[int, list[Any]]:
-        """Entries with seq > since (at most `limit`) and the `next_seq` to poll with."""
+    def page(self, since: int, limit: int, max_bytes: int = 1 << 62) -> tuple[int, list[Any]]:
+        """Entries with seq > since (at most `limit`, and no more once their stored bytes
+        reach `max_bytes`) and the `next_seq` to poll with."""
         items: list[Any] = []
+        size = 0
         if since >= 0 and limit > 0:
             with self.space.read() as txn:
                 cursor = txn.cursor(self._entries)
                 if cursor.set_range(u64(since + 1)):
                     for key, raw in cursor:
                         items.append(self.entry(from_u64(key), raw))
-                        if len(items) >= limit:
+                        size += len(raw)
+                        if len(items) >= limit or size >= max_bytes:
                             break
         return (items[-1].seq if items else max(since, 0)), items
 

@@ -30,7 +30,7 @@ An id that cannot be an LMDB key (empty, or over 400 bytes) is no task: its even
 from __future__ import annotations
 
 import builtins
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from typing import Any, Literal
 
 import msgspec
@@ -82,6 +82,9 @@ class Task(msgspec.Struct, kw_only=True):
     # what an open task waits for, read when it is served (never stored): "waiting for
     # approval of spend", "queued behind task t-1"
     waiting_for: str | msgspec.UnsetType = msgspec.UNSET
+    # in a list: the fields left out for their size (read the task alone for them); never
+    # stored
+    elided: builtins.list[str] | msgspec.UnsetType = msgspec.UNSET
 
 
 class TaskRecord(msgspec.Struct, kw_only=True):
@@ -348,18 +351,42 @@ class Tasks:
     def list(self, status: str | None = None, agent: str | None = None) -> builtins.list[Task]:
         """Tasks oldest first, optionally only those with `status` / assigned to `agent`.
         Pending and running ones come from the index of open tasks, not from history."""
+        return [task for task, _, _ in self.page(status, agent)]
+
+    def page(
+        self, status: str | None = None, agent: str | None = None, after: int = 0
+    ) -> Generator[tuple[Task, int, int], None, None]:
+        """Like `list`, lazily, from the task created after position `after` on: each task as
+        served, the bytes of its stored record (what a page of them weighs, about) and its
+        creation position (the cursor of the next page). The read transaction lasts as long
+        as the iteration: consume it at once."""
         if status is not None and status not in STATUSES:
-            return []
+            return
         with self.space.read() as txn:
             keys: Iterable[bytes]
             if status in ("pending", "running"):
-                keys = self._open_keys(txn, agent)
+                keys = self._open_keys(txn, agent, after)
             elif agent is not None:
-                keys = (key for _, key in _prefixed(txn, self._by_agent, agent))
+                keys = (key for _, key in _prefixed(txn, self._by_agent, agent, after))
             else:
-                keys = txn.cursor(self._created).iternext(keys=False, values=True)
-            found = [self._load(txn, key) for key in keys]
-        return [self._served(r) for r in found if status is None or r.task.status == status]
+                keys = _values_after(txn, self._created, after)
+            for key in keys:
+                raw = txn.get(key, db=self._task)
+                if raw is None:  # every index points at a stored task
+                    raise LookupError(f"task {key!r} is indexed but not stored")
+                record = _stored(raw)
+                if status is None or record.task.status == status:
+                    yield self._served(record), len(raw), record.position
+
+    def open_count(self, agent: str, stop_at: int) -> int:
+        """How many open tasks the agent has, counting no further than `stop_at`."""
+        count = 0
+        with self.space.read() as txn:
+            for _ in _prefixed(txn, self._open, agent):
+                count += 1
+                if count >= stop_at:
+                    break
+        return count
 
     def open_tasks(self, agent: str) -> builtins.list[Task]:
         """The agent's open tasks in creation order: what a restart delivers again."""
@@ -415,11 +442,12 @@ class Tasks:
         with self.space.read() as txn:
             return txn.get(key, db=db)
 
-    def _open_keys(self, txn: Txn, agent: str | None) -> builtins.list[bytes]:
+    def _open_keys(self, txn: Txn, agent: str | None, after: int = 0) -> builtins.list[bytes]:
         if agent is not None:
-            return [key for _, key in _prefixed(txn, self._open, agent)]
+            return [key for _, key in _prefixed(txn, self._open, agent, after)]
         every = sorted((key[-8:], value) for key, value in txn.cursor(self._open))
-        return [value for _, value in every]  # all agents' open tasks, by creation position
+        # all agents' open tasks, by creation position
+        return [value for at, value in every if from_u64(at) > after]
 
     def _load(self, txn: Txn, key: bytes) -> TaskRecord:
         record = self._record(txn, key)
@@ -498,14 +526,24 @@ def _agent_key(agent: str, position: int) -> bytes:
     return agent.encode() + b"\0" + u64(position)
 
 
-def _prefixed(txn: Txn, db: Any, agent: str) -> Iterator[tuple[int, bytes]]:
-    """(position, value) of the `agent\0u64(position)` keys of one agent, in order."""
+def _prefixed(txn: Txn, db: Any, agent: str, after: int = 0) -> Iterator[tuple[int, bytes]]:
+    """(position, value) of the `agent\0u64(position)` keys of one agent with a position
+    over `after`, in order."""
     prefix = agent.encode() + b"\0"
     cursor = txn.cursor(db)
-    if len(prefix) + 8 > _MAX_KEY or not cursor.set_range(prefix):
+    start = prefix + u64(after + 1) if after else prefix
+    if len(prefix) + 8 > _MAX_KEY or not cursor.set_range(start):
         return  # no key of that agent could be stored
     for key, value in cursor:
         if bytes(key[: len(prefix)]) != prefix:
             return
         if len(key) == len(prefix) + 8:
             yield from_u64(key[-8:]), value
+
+
+def _values_after(txn: Txn, db: Any, after: int) -> Iterator[bytes]:
+    """The values of a `u64(position)`-keyed database, from the first key over `after` on."""
+    cursor = txn.cursor(db)
+    if cursor.set_range(u64(after + 1)):
+        for _, value in cursor:
+            yield value

@@ -11,6 +11,7 @@ import ssl
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -65,9 +66,15 @@ def free_port() -> int:
 
 
 def write_config(
-    directory: Path, extra: str = "", *, name: str = "node-a", port: int | None = None
+    directory: Path,
+    extra: str = "",
+    *,
+    name: str = "node-a",
+    port: int | None = None,
+    node: str = "",
 ) -> Path:
-    """A runtime.toml with one token per scope; `extra` is appended TOML."""
+    """A runtime.toml with one token per scope; `extra` is appended TOML, `node` more keys of
+    its [node] table."""
     directory.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
     path = directory / "runtime.toml"
@@ -78,6 +85,7 @@ name = "{name}"
 listen = "127.0.0.1:{port}"
 data_dir = "data"
 shutdown_drain_secs = 0.3
+{node}
 
 [[auth.tokens]]
 name = "admin"
@@ -149,6 +157,7 @@ class NodeProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = config_path.parent / "node.log"
         self.root = ROOT  # the checkout whose node runs (a bench may run another's)
+        self.preexec_fn: Callable[[], None] | None = None  # run in the child (setrlimit)
 
     @property
     def pid(self) -> int:
@@ -163,6 +172,7 @@ class NodeProcess:
             stdout=log,
             stderr=subprocess.STDOUT,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            preexec_fn=self.preexec_fn,
         )
         log.close()
 

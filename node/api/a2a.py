@@ -10,10 +10,22 @@ from aiohttp import web
 from node.auth import IDENTITY
 from node.config import AgentName
 from node.context import CONTEXT
-from node.http import Problem, json_body, json_response
+from node.http import (
+    MAX_LIMIT,
+    NonNegative,
+    Problem,
+    int_query,
+    json_body,
+    json_response,
+    limit_query,
+    page_bytes,
+)
 from node.routes import Doc, Query, add_route
-from node.services.tasks import TASKS, TaskService
+from node.services.tasks import ELIDE_BYTES, TASKS, TaskQuery, TaskService
 from projections.tasks import STATUSES, Status, Task
+
+# the response header with the cursor of the next page (absent on the last page)
+NEXT_CURSOR = "X-Next-Cursor"
 
 
 class TaskCreated(msgspec.Struct):
@@ -48,7 +60,20 @@ async def list_tasks(request: web.Request) -> web.Response:
             400, f"query parameter `status` must be one of {', '.join(STATUSES)}, got {status!r}"
         )
     agent = request.query.get("agent") or None
-    return json_response(tasks_of(request).list(status, agent))
+    query = TaskQuery(
+        status,
+        agent,
+        after=int_query(request, "cursor", 0),
+        limit=limit_query(request, MAX_LIMIT),
+        max_bytes=page_bytes(request.app[CONTEXT]),
+    )
+    page = tasks_of(request).page(query)
+    response = json_response(page.tasks)
+    if page.next_cursor is not None:
+        response.headers[NEXT_CURSOR] = str(page.next_cursor)
+        following = request.rel_url.update_query(cursor=page.next_cursor)
+        response.headers["Link"] = f'<{following}>; rel="next"'
+    return response
 
 
 async def read_task(request: web.Request) -> web.Response:
@@ -65,14 +90,21 @@ def setup(app: web.Application) -> None:
         list_tasks,
         "read",
         Doc(
-            "A2A tasks, oldest first",
+            "A2A tasks, oldest first, a page at a time",
             "a2a",
             list[Task],
             errors=(400,),
             query=(
                 Query("status", Status, "only this status"),
                 Query("agent", str, "only tasks assigned to this agent"),
+                Query("cursor", NonNegative, f"the {NEXT_CURSOR} of the previous page"),
+                Query("limit", NonNegative, f"maximum tasks (default and most {MAX_LIMIT})"),
             ),
+            description=f"A page ends at `limit` tasks or at about `node.page_max_kb` of "
+            f"JSON; when more follow, the `{NEXT_CURSOR}` header (and a `Link` rel=next) "
+            "gives the `cursor` of the next page. In a list, an input, output or progress "
+            f"over {ELIDE_BYTES} bytes is left out and named in `elided`: read the task "
+            "alone for it.",
         ),
     )
     add_route(
@@ -86,10 +118,11 @@ def setup(app: web.Application) -> None:
             "a2a",
             TaskCreated,
             status=201,
-            errors=(400, 404, 409, 413),
+            errors=(400, 404, 409, 413, 429),
             body=NewTask,
             description="413 when the input is over 64 KiB as JSON (its event must stay "
-            "replicable).",
+            "replicable); 429 when the agent already has `node.max_open_tasks_per_agent` "
+            "pending or running tasks.",
         ),
     )
     add_route(

@@ -7,7 +7,15 @@ from aiohttp import web
 
 from node.auth import IDENTITY
 from node.context import context_of
-from node.http import SINCE, int_query, json_body, json_response, limit_param, limit_query
+from node.http import (
+    SINCE,
+    int_query,
+    json_body,
+    json_response,
+    limit_param,
+    limit_query,
+    page_bytes,
+)
 from node.routes import Doc, add_route
 from node.services.findings import NewFinding, post_finding
 from projections.entries import Finding, Findings, LogEntry, Logs
@@ -30,14 +38,16 @@ class FindingCreated(msgspec.Struct):
 async def list_logs(request: web.Request) -> web.Response:
     since = int_query(request, "since", 0)
     limit = limit_query(request, 100)
-    next_seq, logs = context_of(request).projections.get(Logs).page(since, limit)
+    ctx = context_of(request)
+    next_seq, logs = ctx.projections.get(Logs).page(since, limit, page_bytes(ctx))
     return json_response(LogPage(next_seq, logs))
 
 
 async def list_findings(request: web.Request) -> web.Response:
     since = int_query(request, "since", 0)
     limit = limit_query(request, 50)
-    next_seq, findings = context_of(request).projections.get(Findings).page(since, limit)
+    ctx = context_of(request)
+    next_seq, findings = ctx.projections.get(Findings).page(since, limit, page_bytes(ctx))
     return json_response(FindingPage(next_seq, findings))
 
 

@@ -41,6 +41,7 @@ _ERRORS = {
     403: "The token lacks the scope for this call",
     404: "Not found",
     405: "Method not allowed",
+    408: "The request body did not arrive within `node.body_timeout_secs`",
     409: "Conflict",
     413: "Too large",
     415: "Wrong content type",
@@ -48,7 +49,7 @@ _ERRORS = {
         "Understood but not carried out: a component past its compile limits, an upgrade "
         "rolled back (`detail` says why)"
     ),
-    429: "Too many at once (open streams, replays): retry after `Retry-After` seconds",
+    429: "A limit of this node is reached (`detail` names it): retry after `Retry-After` seconds",
     500: "The node failed to handle the request (its log says why; the body reveals nothing)",
     503: "Not available now (shutting down, or the runtime is not running)",
 }
@@ -119,6 +120,8 @@ def _operation(doc: Doc, schemas: _Schemas) -> dict[str, Any]:
     errors = set(doc.errors)
     if doc.body is not None or doc.body_content is not None:
         errors |= {400, 413}  # any body can be malformed or larger than node.max_body_kb
+    if doc.body is not None:
+        errors.add(408)  # a JSON body slower than node.body_timeout_secs (node/http.py)
     errors.add(500)
     for code in sorted(errors):
         responses.setdefault(str(code), {"$ref": f"#/components/responses/E{code}"})

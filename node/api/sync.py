@@ -7,7 +7,9 @@ from typing import Annotated
 import msgspec
 from aiohttp import web
 
+from eventstore.envelope import Envelope
 from eventstore.keys import verify_key_from_multibase
+from eventstore.store import EventStore
 from node.auth import IDENTITY
 from node.config import AGENT_NAME_RE, Config, ConfigError
 from node.context import CONTEXT, context_of
@@ -18,6 +20,7 @@ from node.http import (
     json_response,
     limit_param,
     limit_query,
+    page_bytes,
     required_query,
 )
 from node.routes import Doc, Query, add_route
@@ -107,9 +110,33 @@ async def get_pushed_envelopes(request: web.Request) -> web.Response:
     since = int_query(request, "since", 0)
     limit = limit_query(request, 100)
     ctx = context_of(request)
-    envelopes = ctx.store.read_stream(agent, since, limit) if limit else []
+    envelopes = _pushed_page(ctx.store, agent, since, limit, page_bytes(ctx))
     ctx.metrics.sync_envelopes.inc(len(envelopes))
     return json_response({"envelopes": [e.as_pushed() for e in envelopes]})
+
+
+_PUSHED_CHUNK = 50
+_PUSHED_OVERHEAD = 200  # the JSON around one payload: its seq, agent and signature
+
+
+def _pushed_page(
+    store: EventStore, agent: str, since: int, limit: int, max_bytes: int
+) -> list[Envelope]:
+    """Up to `limit` envelopes after `since`, read a chunk at a time, stopping once their
+    payloads, base64'd, reach `max_bytes` (the client goes on from the last seq)."""
+    page: list[Envelope] = []
+    size = 0
+    while len(page) < limit and size < max_bytes:
+        chunk = store.read_stream(agent, since, min(_PUSHED_CHUNK, limit - len(page)))
+        for envelope in chunk:
+            page.append(envelope)
+            size += len(envelope.payload) * 4 // 3 + _PUSHED_OVERHEAD
+            if size >= max_bytes:
+                break
+        if len(chunk) < _PUSHED_CHUNK or not chunk:
+            break
+        since = chunk[-1].seq
+    return page
 
 
 async def get_convergence(request: web.Request) -> web.Response:
