@@ -18,6 +18,7 @@ from node.eventloop import loop_name
 from node.heap import settle_after_start
 from node.logsetup import AccessLogger, Redactor, access_logger
 from node.reload import Reloader
+from node.runtime.startup import log_agents_starting
 
 log = logging.getLogger("agent-node")
 
@@ -51,6 +52,7 @@ async def serve(
     log.info("journal signer: %s; event loop: %s", SIGNER, loop_name(loop))
     settle_after_start()
     log.info("ready: the operator console is at %s%s", config.public_url, CONSOLE_PATH)
+    log_agents_starting(app)  # which agents are still compiling (node/runtime/startup.py)
     try:
         await stop.wait()
     finally:
