@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import errno
 import json
 import os
 import sys
@@ -80,7 +81,12 @@ def _parser() -> argparse.ArgumentParser:
     command("replay", cmd_replay, "rebuild every projection from the journal and report counts")
 
     journal = sub.add_parser("journal", help="read journals").add_subparsers(metavar="ACTION")
-    export = journal.add_parser("export", help="write one journal as JSON Lines")
+    export = journal.add_parser(
+        "export",
+        help="write one journal as JSON Lines",
+        description=EXPORT_FORMAT,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     export.add_argument("--config", default="runtime.toml")
     export.add_argument("--agent", required=True, help="journal (agent) name")
     export.add_argument("--output", "-o", help="file to write (default: standard output)")
@@ -95,6 +101,21 @@ def _parser() -> argparse.ArgumentParser:
     authoring.register(sub)  # agent new|build|test|publish (node/authoring/)
     _describe(parser)
     return parser
+
+
+EXPORT_FORMAT = """Write one journal as JSON Lines, one JSON object per envelope, oldest first:
+
+  seq           the envelope's number in its journal (1, 2, ...)
+  agent         the journal (agent) name
+  payload_hash  "sha256:" and the hex SHA-256 of the payload bytes
+  timestamp     when the event was written (RFC 3339, UTC)
+  signature     "ed25519:" and the base64 Ed25519 signature of the writing node
+  position      the envelope's place in the node's global order
+  payload       the exact signed bytes, base64: MessagePack of the event below (kept so any tool
+                can check hashes, the chain and the signatures)
+  event         the payload decoded: {type, ts, origin, prev, data}
+
+Read `event` for what happened; `payload` only to verify (docs/operations.md)."""
 
 
 def subcommands(
@@ -128,16 +149,35 @@ def cmd_run(args: argparse.Namespace) -> int:
     redactor = logsetup.configure_logging(
         args.log_level, args.log_format, logsetup.Redactor(logsetup.secrets_of(config))
     )
-    with asyncio.Runner(loop_factory=factory) as runner:
-        runner.run(
-            serve(
-                config,
-                access_log=args.access_log,
-                redactor=redactor,
-                config_path=Path(args.config),
+    try:
+        with asyncio.Runner(loop_factory=factory) as runner:
+            runner.run(
+                serve(
+                    config,
+                    access_log=args.access_log,
+                    redactor=redactor,
+                    config_path=Path(args.config),
+                )
             )
-        )
+    except OSError as exc:
+        if exc.errno not in LISTEN_ERRORS:
+            raise
+        print(f"agent-node: {listen_problem(config, args.config, exc)}", file=sys.stderr)
+        return 2
     return 0
+
+
+# the errors only binding [node] listen raises: taken, or not an address of this machine
+LISTEN_ERRORS = (errno.EADDRINUSE, errno.EADDRNOTAVAIL)
+
+
+def listen_problem(config: Config, path: str, exc: OSError) -> str:
+    """One line for an address the node cannot listen on, naming the key and the file."""
+    why = {
+        errno.EADDRINUSE: "the address is in use (another process listens there)",
+        errno.EADDRNOTAVAIL: "no interface of this machine has that address",
+    }.get(exc.errno or 0, exc.strerror or str(exc))
+    return f"[node] listen = {config.node.listen!r} in {path}: {why}; change it or free the port"
 
 
 def cmd_keygen(args: argparse.Namespace) -> int:

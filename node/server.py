@@ -41,7 +41,11 @@ async def serve(
     await runner.setup()
     host, port = listen_address(config)
     site = web.TCPSite(runner, host, port)
-    await site.start()
+    try:
+        await site.start()
+    except OSError:  # the address is taken, say: stop what started (the CLI says why)
+        await runner.cleanup()
+        raise
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
