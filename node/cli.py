@@ -19,13 +19,15 @@ from eventstore.audit import verify_journals
 from eventstore.envelope import Envelope
 from eventstore.keys import KEY_FILE, KeyFileError, load_or_create_key, public_key_multibase
 from eventstore.store import EventStore
-from node import cli_config, keyrotate, logsetup, progress
+from node import cli_config, cli_docs, keyrotate, logsetup, progress
 from node.authoring import cli as authoring
 from node.cli_client import add_client_commands
 from node.config import SCOPES, Config, ConfigError, load_config
 from node.humanize import duration
 from node.keyring import key_resolver
 from node.version import __version__
+
+EPILOG = "documentation: `agent-node docs` (topics), e.g. `agent-node docs agents`"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -46,7 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="agent-node", description=__doc__)
+    parser = argparse.ArgumentParser(prog="agent-node", description=__doc__, epilog=EPILOG)
     parser.add_argument("--version", action="version", version=f"agent-node {__version__}")
     sub = parser.add_subparsers(metavar="COMMAND")
 
@@ -99,6 +101,7 @@ def _parser() -> argparse.ArgumentParser:
     compact.set_defaults(func=cmd_journal_compact)
     add_client_commands(sub)  # approvals, status, tasks, logs, findings against a running node
     authoring.register(sub)  # agent new|build|test|publish (node/authoring/)
+    cli_docs.register(sub)  # docs [TOPIC]: the documentation, from the install
     _describe(parser)
     return parser
 
