@@ -118,7 +118,7 @@ EXPORT_FORMAT = """Write one journal as JSON Lines, one JSON object per envelope
                 can check hashes, the chain and the signatures)
   event         the payload decoded: {type, ts, origin, prev, data}
 
-Read `event` for what happened; `payload` only to verify (docs/operations.md)."""
+Read `event` for what happened; `payload` only to verify (`agent-node docs operations`)."""
 
 
 def subcommands(

@@ -29,7 +29,9 @@ _INTERNAL_FIELDS = ("base_dir",)  # set by the loader, never written in a file
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `config check` and `config schema` to the CLI's subcommands."""
     config = sub.add_parser(
-        "config", help="make a first config, check one, or print the config's JSON Schema"
+        "config",
+        help="make a first config, check one, or print the config's JSON Schema",
+        epilog="every key: `agent-node docs configuration`",
     )
     actions = config.add_subparsers(metavar="ACTION")
     check = actions.add_parser("check", help="report every problem of a config, with its key")
