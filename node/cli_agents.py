@@ -212,8 +212,8 @@ def add_agents_commands(
     agents = sub.add_parser(
         "agents",
         help="deploy, upgrade, roll back, stop, start and remove agents on a running node",
-        description="Agents on a running node (admin token; list and show need read). "
-        "The HTTP calls they make: `agent-node docs deploy`, `agent-node docs api`.",
+        description="Agents on a running node (admin token; list and show need read).",
+        epilog="the HTTP calls they make: `agent-node docs deploy`, `agent-node docs api`",
     ).add_subparsers(metavar="ACTION")
     command(agents, "list", cmd_list, "the deployed agents: source, status, revision, version")
     command(agents, "show", cmd_show, "one agent: its deployment and history").add_argument("name")

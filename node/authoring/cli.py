@@ -31,8 +31,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     group = sub.add_parser(
         "agent",
         help="write, build, test and publish an agent (a project)",
-        description="Write, build, test and publish an agent (a project). The guide to "
-        "writing agents (host functions, limits, approvals, faults): `agent-node docs agents`.",
+        epilog="the guide to writing agents (host functions, limits, approvals, faults): "
+        "`agent-node docs agents`",
     )
     actions = group.add_subparsers(metavar="ACTION")
 
