@@ -7,7 +7,8 @@ built agent and no compiled component, and runs its `scripts/run` with pip's cac
 and the start-up lines `agent NAME running, N of M` / `agent NAME did not start, N of M`; when
 the M-th agent is settled it stops the node (SIGTERM to its process group), removes the clone
 and prints, as its last line, one JSON object with both times and the load average before and
-after (the machine's load changes the figure more than anything else).
+after (the machine's load changes the figure more than anything else), and the CPU seconds the
+whole run used (which the load does not stretch).
 
 Usage: bench/cold_run.py [--source DIR] [--config PATH] [--timeout SECS] [--keep]
 The example config listens on 127.0.0.1:8080, which must be free.
@@ -19,6 +20,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import shutil
 import signal
 import socket
@@ -104,7 +106,12 @@ def main() -> int:
             run.wait()
         if not args.keep:
             shutil.rmtree(folder, ignore_errors=True)
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)  # the run and all it waited for
     figures |= {
+        # CPU seconds of everything the run did (pip, the builds, the node and its compiles):
+        # what the load average cannot stretch; on an idle machine the wall time is about
+        # cpu_secs / cpus plus the downloads
+        "cpu_secs": round(used.ru_utime + used.ru_stime, 1),
         "settled": settled,
         "load_before": load_before,
         "load_after": load(),
