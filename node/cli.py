@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import errno
 import json
 import os
 import sys
@@ -18,7 +19,7 @@ from eventstore.audit import verify_journals
 from eventstore.envelope import Envelope
 from eventstore.keys import KEY_FILE, KeyFileError, load_or_create_key, public_key_multibase
 from eventstore.store import EventStore
-from node import cli_config, cli_mesh, exposure, keyrotate, logsetup, progress
+from node import cli_config, cli_docs, cli_mesh, exposure, keyrotate, logsetup, progress
 from node.authoring import cli as authoring
 from node.cli_client import add_client_commands
 from node.config import SCOPES, Config, ConfigError, load_config
@@ -26,6 +27,8 @@ from node.filemodes import make_private
 from node.humanize import duration, visible
 from node.keyring import key_resolver
 from node.version import __version__
+
+EPILOG = "documentation: `agent-node docs` (topics), e.g. `agent-node docs agents`"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -46,7 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="agent-node", description=__doc__)
+    parser = argparse.ArgumentParser(prog="agent-node", description=__doc__, epilog=EPILOG)
     parser.add_argument("--version", action="version", version=f"agent-node {__version__}")
     sub = parser.add_subparsers(metavar="COMMAND")
 
@@ -82,7 +85,12 @@ def _parser() -> argparse.ArgumentParser:
     command("replay", cmd_replay, "rebuild every projection from the journal and report counts")
 
     journal = sub.add_parser("journal", help="read journals").add_subparsers(metavar="ACTION")
-    export = journal.add_parser("export", help="write one journal as JSON Lines")
+    export = journal.add_parser(
+        "export",
+        help="write one journal as JSON Lines",
+        description=EXPORT_FORMAT,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     export.add_argument("--config", default="runtime.toml")
     export.add_argument("--agent", required=True, help="journal (agent) name")
     export.add_argument("--output", "-o", help="file to write (default: standard output)")
@@ -95,8 +103,24 @@ def _parser() -> argparse.ArgumentParser:
     compact.set_defaults(func=cmd_journal_compact)
     add_client_commands(sub)  # approvals, status, tasks, logs, findings against a running node
     authoring.register(sub)  # agent new|build|test|publish (node/authoring/)
+    cli_docs.register(sub)  # docs [TOPIC]: the documentation, from the install
     _describe(parser)
     return parser
+
+
+EXPORT_FORMAT = """Write one journal as JSON Lines, one JSON object per envelope, oldest first:
+
+  seq           the envelope's number in its journal (1, 2, ...)
+  agent         the journal (agent) name
+  payload_hash  "sha256:" and the hex SHA-256 of the payload bytes
+  timestamp     when the event was written (RFC 3339, UTC)
+  signature     "ed25519:" and the base64 Ed25519 signature of the writing node
+  position      the envelope's place in the node's global order
+  payload       the exact signed bytes, base64: MessagePack of the event below (kept so any tool
+                can check hashes, the chain and the signatures)
+  event         the payload decoded: {type, ts, origin, prev, data}
+
+Read `event` for what happened; `payload` only to verify (`agent-node docs operations`)."""
 
 
 def subcommands(
@@ -132,16 +156,35 @@ def cmd_run(args: argparse.Namespace) -> int:
     exposure.warn_at_start(config, Path(args.config))
     keyrotate.check_no_pending_rotation(config)
     keyrotate.check_key_matches_journal(config)
-    with asyncio.Runner(loop_factory=factory) as runner:
-        runner.run(
-            serve(
-                config,
-                access_log=args.access_log,
-                redactor=redactor,
-                config_path=Path(args.config),
+    try:
+        with asyncio.Runner(loop_factory=factory) as runner:
+            runner.run(
+                serve(
+                    config,
+                    access_log=args.access_log,
+                    redactor=redactor,
+                    config_path=Path(args.config),
+                )
             )
-        )
+    except OSError as exc:
+        if exc.errno not in LISTEN_ERRORS:
+            raise
+        print(f"agent-node: {listen_problem(config, args.config, exc)}", file=sys.stderr)
+        return 2
     return 0
+
+
+# the errors only binding [node] listen raises: taken, or not an address of this machine
+LISTEN_ERRORS = (errno.EADDRINUSE, errno.EADDRNOTAVAIL)
+
+
+def listen_problem(config: Config, path: str, exc: OSError) -> str:
+    """One line for an address the node cannot listen on, naming the key and the file."""
+    why = {
+        errno.EADDRINUSE: "the address is in use (another process listens there)",
+        errno.EADDRNOTAVAIL: "no interface of this machine has that address",
+    }.get(exc.errno or 0, exc.strerror or str(exc))
+    return f"[node] listen = {config.node.listen!r} in {path}: {why}; change it or free the port"
 
 
 def cmd_keygen(args: argparse.Namespace) -> int:

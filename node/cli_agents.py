@@ -1,14 +1,16 @@
 """`agent-node agents list|show|deploy|upgrade|rollback|stop|start|rm`: agents on a running node.
 
 Calls /api/v1/agents with an admin token (list and show need `read`). `deploy` takes a
-registry reference (publish the component first) and the agent's permissions; `upgrade` starts
-from the agent's current definition and changes only what is given, so `agents upgrade worker
-registry:worker@2.0.0` keeps its capabilities, limits and approval rules.
+registry reference (publish the component first) and the agent's permissions (a PUT: the whole
+definition); `upgrade` sends a JSON merge patch (PATCH) of only what is given, so `agents upgrade
+worker registry:worker@2.0.0` keeps its capabilities, limits and approval rules. `--gate NAME`
+gives the agent the capability and puts every use of it behind an approval, as in `agent test`.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 from typing import Any
 
 from node.cli_client import ClientError, Node, _segment, emit, table
@@ -126,7 +128,8 @@ def _body(args: argparse.Namespace, base: dict[str, Any] | None) -> dict[str, An
     for capability in args.drop_capability or ():
         capabilities.pop(capability, None)
         approval.pop(capability, None)
-    for capability in args.gate or ():
+    for capability in args.gate or ():  # a gated capability is one the agent has
+        capabilities[capability] = True
         approval[capability] = True
     if args.approval_timeout_secs is not None:
         approval["timeout_secs"] = args.approval_timeout_secs
@@ -137,11 +140,48 @@ def _body(args: argparse.Namespace, base: dict[str, Any] | None) -> dict[str, An
     return body
 
 
+def _patch(args: argparse.Namespace, current: dict[str, Any]) -> dict[str, Any]:
+    """The PATCH body (RFC 7396): the keys the options change; `null` drops an entry."""
+    before = _body(argparse.Namespace(**dict.fromkeys(vars(args))), current)
+    after = _body(args, current)
+    patch = {key: value for key, value in after.items() if before.get(key) != value}
+    for key in ("capabilities", "approval"):  # objects merge entry by entry
+        if key in patch:
+            old = before[key]
+            patch[key] = {k: v for k, v in after[key].items() if old.get(k) != v}
+            patch[key] |= {k: None for k in old if k not in after[key]}
+    return patch
+
+
+# the PUT keys the options set, as the node's messages name them (`approval.spend`, ...)
+FLAGS = (
+    (r"approval\.timeout_secs", "--approval-timeout-secs"),
+    (r"approval\.([\w.-]+)", r"--gate \1"),
+    (r"capabilities\.([\w.-]+)", r"--capability \1"),
+    (r"`(tick_interval_ms|fuel_per_tick|memory_limit_mb|tick_timeout_ms|description)`", None),
+    (r"`?grant_domains`?", "--grant"),
+    (r"`?allow_hosts`?", "--allow-host"),
+)
+
+
+def in_flags(detail: str) -> str:
+    """The node's message about a body key, naming the option that sets it instead."""
+    for pattern, flag in FLAGS:
+        detail = re.sub(pattern, flag or (lambda m: "--" + m.group(1).replace("_", "-")), detail)
+    return detail
+
+
+def _send(node: Node, method: str, name: str, body: dict[str, Any]) -> Any:
+    try:
+        return node.call(method, _path(name), json=body)
+    except ClientError as exc:
+        raise ClientError(in_flags(exc.detail), exc.exit_code) from None
+
+
 def cmd_deploy(node: Node, args: argparse.Namespace) -> int:
     if _existing(node, args.name) is not None:
         raise ClientError(f"agent {args.name!r} is deployed already; use `agents upgrade`")
-    change = node.call("PUT", _path(args.name), json=_body(args, None))
-    emit(args, change, _change_text)
+    emit(args, _send(node, "PUT", args.name, _body(args, None)), _change_text)
     return 0
 
 
@@ -149,8 +189,8 @@ def cmd_upgrade(node: Node, args: argparse.Namespace) -> int:
     current = _existing(node, args.name)
     if current is None:
         raise ClientError(f"no agent {args.name!r} is deployed; use `agents deploy`")
-    change = node.call("PUT", _path(args.name), json=_body(args, current["definition"]))
-    emit(args, change, _change_text)
+    patch = _patch(args, current["definition"])
+    emit(args, _send(node, "PATCH", args.name, patch), _change_text)
     return 0
 
 
@@ -174,6 +214,7 @@ def add_agents_commands(
         "agents",
         help="deploy, upgrade, roll back, stop, start and remove agents on a running node",
         description="Agents on a running node (admin token; list and show need read).",
+        epilog="the HTTP calls they make: `agent-node docs deploy`, `agent-node docs api`",
     ).add_subparsers(metavar="ACTION")
     command(agents, "list", cmd_list, "the deployed agents: source, status, revision, version")
     command(agents, "show", cmd_show, "one agent: its deployment and history").add_argument("name")
@@ -188,7 +229,12 @@ def add_agents_commands(
         p.add_argument(
             "--drop-capability", action="append", metavar="NAME", help="disable it (upgrade)"
         )
-        p.add_argument("--gate", action="append", metavar="NAME", help="needs approval")
+        p.add_argument(
+            "--gate",
+            action="append",
+            metavar="NAME",
+            help="enable the capability, each use needing an approval (as in `agent test`)",
+        )
         p.add_argument("--approval-timeout-secs", type=int, help="approval wait")
         p.add_argument("--grant", action="append", metavar="DOMAIN", help="secrets domain")
         p.add_argument("--allow-host", action="append", metavar="HOST", help="http_fetch host")

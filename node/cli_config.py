@@ -19,6 +19,7 @@ from typing import Any
 
 import msgspec
 
+from node import config_help, config_init
 from node.config import Config, config_problems
 from node.exposure import config_file_problem, public_warnings
 from node.humanize import visible
@@ -29,13 +30,18 @@ _INTERNAL_FIELDS = ("base_dir",)  # set by the loader, never written in a file
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `config check` and `config schema` to the CLI's subcommands."""
-    config = sub.add_parser("config", help="check a config or print its JSON Schema")
+    config = sub.add_parser(
+        "config",
+        help="make a first config, check one, or print the config's JSON Schema",
+        epilog="every key: `agent-node docs configuration`",
+    )
     actions = config.add_subparsers(metavar="ACTION")
     check = actions.add_parser("check", help="report every problem of a config, with its key")
     check.add_argument("--config", default="runtime.toml", help="path of runtime.toml")
     check.set_defaults(func=cmd_config_check)
     schema = actions.add_parser("schema", help="print the config's JSON Schema (for editors)")
     schema.set_defaults(func=cmd_config_schema)
+    config_init.register(actions)  # config init (node/config_init.py)
 
 
 def cmd_config_check(args: argparse.Namespace) -> int:
@@ -196,4 +202,5 @@ def config_schema() -> dict[str, Any]:
     for name in _INTERNAL_FIELDS:
         root["properties"].pop(name, None)
     root["title"] = "agent-node runtime.toml"
+    config_help.describe(schema)  # what each key means (node/config_help.py)
     return {"$schema": SCHEMA_DIALECT, **schema}

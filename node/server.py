@@ -19,6 +19,7 @@ from node.eventloop import loop_name
 from node.heap import settle_after_start
 from node.logsetup import AccessLogger, ProtocolLogger, Redactor, access_logger
 from node.reload import Reloader
+from node.runtime.startup import log_agents_starting
 from node.tls import SERVER_CONTEXT, server_context
 
 log = logging.getLogger("agent-node")
@@ -48,7 +49,11 @@ async def serve(
     if tls is not None:
         app[SERVER_CONTEXT] = tls  # SIGHUP loads a renewed certificate into it
     site = web.TCPSite(runner, host, port, ssl_context=tls)
-    await site.start()
+    try:
+        await site.start()
+    except OSError:  # the address is taken, say: stop what started (the CLI says why)
+        await runner.cleanup()
+        raise
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -60,6 +65,7 @@ async def serve(
     log.info("journal signer: %s; event loop: %s", SIGNER, loop_name(loop))
     settle_after_start()
     log.info("ready: the operator console is at %s%s", config.public_url, CONSOLE_PATH)
+    log_agents_starting(app)  # which agents are still compiling (node/runtime/startup.py)
     try:
         await stop.wait()
     finally:

@@ -13,7 +13,8 @@ from tests.runtime_support import COMPILED_CACHE
 from tests.support import make_config
 
 # built_agents: the agents of agents/, built once per session (tests/conftest_agents.py)
-pytest_plugins = ["tests.conftest_agents"]
+pytest_plugins = ["tests.conftest_agents", "tests.leakcheck"]
+# tests.leakcheck: the session fails when a process the tests started is still alive at its end
 
 # Every response the suite produces, in this process and in the node processes it starts, is
 # checked against the node's OpenAPI document (node/api/conformance.py).

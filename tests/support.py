@@ -165,6 +165,9 @@ class NodeProcess:
         return self.proc.pid
 
     def start(self, timeout: float = 30) -> NodeProcess:
+        if self.proc is not None and self.proc.poll() is None:
+            # `with node.start():` would start a second node that nothing stops (issue 37)
+            raise RuntimeError("this node is running already: use `with node:` or start()")
         log = open(self.log_path, "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "node", "run", "--config", str(self.config_path), *self.args],

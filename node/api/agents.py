@@ -3,16 +3,19 @@ rollback and DELETE one (node/services/deployments.py; docs/api.md, docs/operati
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 from aiohttp import web
 
 from node.auth import IDENTITY
+from node.boundedjson import loads_as
 from node.context import context_of
 from node.http import Problem, json_body, json_response
+from node.mergepatch import MERGE_PATCH
 from node.routes import Doc, add_route
 from node.runtime.agents import AGENTS
+from node.services.agentpatch import AgentPatch, patched
 from node.services.deployments import (
     DEPLOYMENTS,
     DeploymentService,
@@ -125,6 +128,18 @@ async def deploy(request: web.Request) -> web.Response:
     return _answer(request, message, status)
 
 
+async def patch(request: web.Request) -> web.Response:
+    """A JSON merge patch (RFC 7396) of what runs: only the keys given change."""
+    await json_body(request, AgentPatch)  # its shape, with a message naming a bad key
+    changes = loads_as(await request.read(), dict[str, Any])
+    deployed = context_of(request).projections.get(DeployedAgents).get(_name(request))
+    if deployed is None:
+        raise Problem(404, f"no agent {_name(request)!r} is deployed on this node")
+    body = patched(deployed.current.definition, changes)
+    status, message = await _service(request).deploy(_name(request), body, _operator(request))
+    return _answer(request, message, status)
+
+
 async def stop(request: web.Request) -> web.Response:
     return _answer(request, await _service(request).suspend(_name(request), _operator(request)))
 
@@ -163,12 +178,38 @@ def setup(app: web.Application) -> None:
             errors=(404, 409, 422, 503),
             extra={201: {"application/json": AgentChange}},
             description=(
+                "The body is the whole definition: a key left out takes its default (not the "
+                "value the agent had), as with the `[[agents]]` entry of runtime.toml. To change "
+                "some keys and keep the rest, PATCH. "
                 "201 when the agent is new, 200 for an upgrade (or no change). `component` is "
                 "`registry:ID@VERSION`: publish an uploaded component to the registry first. "
                 "An upgrade keeps the agent's journal, state and grants; the old instance "
                 "finishes its run in progress first. A new version that does not load or "
                 "whose first tick fails is rolled back by the node: 422 saying why. 409 for an "
                 "agent declared in runtime.toml."
+            ),
+        ),
+    )
+    add_route(
+        app,
+        "PATCH",
+        BASE + "/{name}",
+        patch,
+        "admin",
+        Doc(
+            "Upgrade a deployed agent, changing only the keys given (JSON merge patch)",
+            "agents",
+            AgentChange,
+            body_content={MERGE_PATCH: AgentPatch, "application/json": AgentPatch},
+            errors=(404, 409, 422, 503),
+            description=(
+                "A JSON merge patch (RFC 7396) of the agent's current definition, in PUT's "
+                "keys: a key given replaces its value, an object (`capabilities`, `approval`) "
+                "merges key by key, `null` removes a key so that its default applies, a list "
+                "is replaced whole. The result is deployed as a PUT of it would be: 200 with "
+                "the new revision (or no change), 422 when the new version fails its first "
+                "tick (the node rolls back), 409 for an agent declared in runtime.toml, 404 "
+                "for one not deployed."
             ),
         ),
     )

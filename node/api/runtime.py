@@ -30,6 +30,7 @@ from node.runtime.inference import InferenceClient
 from node.runtime.mcp import McpServer
 from node.runtime.runtime import AgentRuntime
 from node.runtime.spec import AgentSpec, RuntimeOptions, compile_limits, spec_from_config
+from node.runtime.startup import StartupProgress
 from node.runtime.status import StatusView
 from node.runtime.tasks import TaskQueue
 from node.services.approvals import APPROVALS, ApprovalGate
@@ -174,7 +175,13 @@ async def runtime_lifecycle(
     ctx.store.add_commit_listener(on_commit)
     agents.attach(runtime, McpServer(runtime, services.sink.publish, services.redactor.value))
     deployments.attach(runtime, tasks)
-    runtime.start(suspended=deployments.suspended())
+    suspended = deployments.suspended()
+    runtime.start(suspended=suspended)
+    # a line per agent as it comes up, and the ones still starting after the ready line
+    agents.startup = StartupProgress(
+        {name: w for name, w in runtime.workers.items() if name not in suspended}
+    )
+    agents.startup.watch()
     try:
         yield
     finally:

@@ -29,7 +29,12 @@ CACHE_ENV = "AGENT_NODE_COMPILED_CACHE"  # the node's own variable for its compi
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the `agent` command group to agent-node's sub-commands."""
-    group = sub.add_parser("agent", help="write, build, test and publish an agent (a project)")
+    group = sub.add_parser(
+        "agent",
+        help="write, build, test and publish an agent (a project)",
+        epilog="the guide to writing agents (host functions, limits, approvals, faults): "
+        "`agent-node docs agents`",
+    )
     actions = group.add_subparsers(metavar="ACTION")
 
     def action(name: str, func: Any, help: str) -> argparse.ArgumentParser:
@@ -137,6 +142,7 @@ def cmd_new(args: argparse.Namespace) -> int:
     print("  agent-node agent build          # -> build/" + made.output.name)
     print('  agent-node agent test --input \'{"text": "hello world"}\'')
     print("  " + ("npm test" if made.language == "js" else "python -m unittest"))
+    print("the guide to writing agents: agent-node docs agents")
     return 0
 
 

@@ -8,6 +8,7 @@ from aiohttp import web
 from node.http import Problem
 from node.runtime.mcp import McpServer
 from node.runtime.runtime import AgentRuntime
+from node.runtime.startup import StartupProgress
 
 
 class Agents:
@@ -17,6 +18,7 @@ class Agents:
     def __init__(self) -> None:
         self._runtime: AgentRuntime | None = None
         self._mcp: McpServer | None = None
+        self.startup: StartupProgress | None = None  # the agents started at boot (logged)
 
     @property
     def running(self) -> bool:

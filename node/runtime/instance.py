@@ -19,6 +19,7 @@ import wasmtime
 from wasmtime import _ffi as ffi
 from wasmtime import component as cm
 
+from node.runtime.agenterror import own_error
 from node.runtime.calls import ExportCall
 from node.runtime.engine import AgentEngine
 from node.runtime.hostapi import AgentFault, FaultKind, run_clock
@@ -132,7 +133,8 @@ class AgentInstance:
         text = str(error)
         cause = _cause(text)
         self.output.collect()  # a Python agent's traceback is on stderr
-        stderr = " | ".join(self.output.stderr_tail)
+        tail = list(self.output.stderr_tail)
+        stderr = " | ".join(tail)
         limit = (self.spec.memory_limit_mb or 0) << 20
         heap = self.meter.heap_bytes()
         kind: FaultKind = default
@@ -153,6 +155,9 @@ class AgentInstance:
             reason = f"{'load failed' if default == 'load' else 'trap'}: {cause}"
         if stderr:
             reason += f" [stderr: {stderr[-500:]}]"
+        own = own_error(tail) if kind in ("trap", "load", "memory") else None
+        if own is not None:  # what the agent raised first, then how its runtime ended
+            reason = f"{own}; {reason}"
         return AgentFault(kind, reason)
 
     def close(self) -> None:

@@ -53,6 +53,7 @@ def test_new_build_test_a_javascript_agent_outside_the_repo(tmp_path):
         "words": 4,
         "lines": 1,
         "top": [["a", 2], ["secret", 1], ["b", 1]],
+        "quarantine": "not enabled",  # its invoke without the capability: not-permitted
     }
     assert of_type(report, "finding")[0]["detail"] == "task task-1: secret"
     assert report["tool"] == {
@@ -73,7 +74,7 @@ def test_new_build_test_a_javascript_agent_outside_the_repo(tmp_path):
         timeout=600,
     )
     assert own.returncode == 0, own.stdout[-3000:] + own.stderr[-3000:]
-    assert "# pass 4" in own.stdout and "# fail 0" in own.stdout
+    assert "# pass 6" in own.stdout and "# fail 0" in own.stdout
 
 
 def test_a_javascript_build_without_node_says_what_to_install(tmp_path):

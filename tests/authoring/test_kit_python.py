@@ -49,6 +49,7 @@ def test_new_build_test_a_python_agent_outside_the_repo(tmp_path):
         "words": 4,
         "lines": 1,
         "top": [["the", 2], ["my", 1], ["password", 1]],
+        "quarantine": "not enabled",  # its invoke without the capability: not-permitted
     }
     (finding,) = of_type(report, "finding")
     assert finding["severity"] == "medium" and finding["detail"] == "task task-1: password"
@@ -57,6 +58,16 @@ def test_new_build_test_a_python_agent_outside_the_repo(tmp_path):
     assert all(e["fuel"] > 0 for e in of_type(report, "run.finished"))
     assert report["tools"][0]["name"] == "count_words"
     assert report["tools"][0]["input_schema"]["required"] == ["text"]
+
+    # the template's approval-gated invoke: --gate enables `quarantine` behind an approval
+    status, report = agent_test(
+        project, "--input", json.dumps({"text": "a secret"}), "--gate", "quarantine=approve"
+    )
+    assert status == 0 and report["task"]["output"]["quarantine"] == "done", report
+    (approval,) = of_type(report, "approval")
+    assert approval == {**approval, "capability": "quarantine", "decision": "approve"}
+    (invoked,) = of_type(report, "invoke")
+    assert invoked["request"] == {"task": "task-1", "mentions": ["secret"]}
 
     # the human report says the same in words
     human = agent("test", "--tool", "count_words", "--arguments", '{"text": "a b a"}', cwd=project)
@@ -74,4 +85,4 @@ def test_new_build_test_a_python_agent_outside_the_repo(tmp_path):
         timeout=600,
     )
     assert own.returncode == 0, own.stderr
-    assert "Ran 4 tests" in own.stderr and "OK" in own.stderr
+    assert "Ran 6 tests" in own.stderr and "OK" in own.stderr

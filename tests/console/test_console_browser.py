@@ -56,7 +56,7 @@ def node(tmp_path_factory, built_agents) -> Iterator[NodeProcess]:
 def browser() -> Iterator[Browser]:
     if not Path(CHROMIUM).exists():
         pytest.fail(
-            f"no chromium at {CHROMIUM}: scripts/setup installs it (apt-get install chromium)"
+            f"no chromium at {CHROMIUM}: scripts/setup --test installs it (apt install chromium)"
         )
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])

@@ -18,7 +18,7 @@ def fenced(doc: str, language: str) -> list[str]:
 
 def test_the_unit_passes_systemd_analyze_verify(tmp_path):
     analyze = shutil.which("systemd-analyze")
-    assert analyze, "systemd-analyze is missing: scripts/setup installs the systemd package"
+    assert analyze, "systemd-analyze is missing: scripts/setup --test installs the systemd package"
     binary = shutil.which("agent-node") or str(ROOT / ".venv" / "bin" / "agent-node")
     unit = tmp_path / "agent-node.service"
     unit.write_text(UNIT.read_text().replace(INSTALLED_BINARY, binary))

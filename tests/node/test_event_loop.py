@@ -24,7 +24,7 @@ def config_with_loop(tmp_path, choice: str):
 @pytest.mark.parametrize(("choice", "loop"), [("auto", "uvloop"), ("asyncio", "asyncio")])
 def test_the_node_serves_writes_on_the_loop_it_was_given(tmp_path, choice, loop):
     node = NodeProcess(config_with_loop(tmp_path, choice))
-    with logs_on_failure(node.log_path), node.start(), node.client() as client:
+    with logs_on_failure(node.log_path), node, node.client() as client:  # node: starts once
         finding = {"agent": "admin", "severity": "low", "title": "on " + loop}
         created = client.post("/api/v1/findings", json=finding, headers=auth())
         assert created.status_code == 201

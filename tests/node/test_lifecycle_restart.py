@@ -69,7 +69,7 @@ def test_the_deployed_set_survives_kill_9_and_sigterm_and_a_conflicting_config_s
                 assert response.status_code == 201, response.text
             # the same through the CLI
             ref = "registry:hello@1.0.0"
-            deployed = cli(node, "deploy", "c", ref, "--capability", "spend", "--gate", "spend")
+            deployed = cli(node, "deploy", "c", ref, "--gate", "spend")  # enables it too
             assert deployed.returncode == 0, deployed.stderr
             assert "c: deployed as revision 1" in deployed.stdout
             again = cli(node, "deploy", "c", ref)
@@ -78,6 +78,18 @@ def test_the_deployed_set_survives_kill_9_and_sigterm_and_a_conflicting_config_s
             assert upgraded.returncode == 0 and "upgraded to revision 2" in upgraded.stdout
             shown = cli(node, "show", "c", "--json")
             assert json.loads(shown.stdout)["definition"]["approval"] == {"spend": True}
+            assert json.loads(shown.stdout)["definition"]["capabilities"] == {"spend": True}
+            # upgrade sends a merge patch of the options given; the node's errors name them
+            bad = cli(node, "upgrade", "c", ref, "--approval-timeout-secs", "0")
+            assert bad.returncode == 1 and "--approval-timeout-secs:" in bad.stderr, bad.stderr
+            kept = cli(node, "upgrade", "c", ref, "--description", "pays", "--json")
+            assert kept.returncode == 0, kept.stderr
+            definition = json.loads(kept.stdout)["agent"]["definition"]
+            assert definition["description"] == "pays"
+            assert definition["approval"] == {"spend": True}  # not given: kept
+            dropped = cli(node, "upgrade", "c", ref, "--drop-capability", "spend", "--json")
+            definition = json.loads(dropped.stdout)["agent"]["definition"]
+            assert definition["capabilities"] == {} and definition["approval"] == {}
             assert cli(node, "stop", "b").returncode == 0
             denied = cli(node, "stop", "a", token=OPERATE_TOKEN)
             assert denied.returncode == 1 and "HTTP 403" in denied.stderr

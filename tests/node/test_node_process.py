@@ -40,12 +40,10 @@ tick_interval_ms = 200
 
 
 def run_scenario(node: NodeProcess, path) -> None:
-    node.start()
-    with node.client() as client:
+    with node, node.client() as client:  # killed (kill -9) on leaving, also on a failure
         pending = wait_until(lambda: client.get("/api/v1/approvals").json(), timeout=90)
     assert pending[0]["agent"] == "payer" and pending[0]["capability"] == "spend"
     approval_id = pending[0]["id"]
-    node.kill()
 
     with NodeProcess(path) as restarted, restarted.client() as client:
         listed = client.get("/api/v1/approvals").json()
@@ -89,12 +87,10 @@ def test_after_kill_9_a_request_the_new_run_will_not_ask_again_is_closed(tmp_pat
     path = write_config(tmp_path, payer_toml(built_agents))
     node = NodeProcess(path)
     with logs_on_failure(node.log_path):
-        node.start()
-        with node.client() as client:
+        with node, node.client() as client:  # killed (kill -9) on leaving
             pending = wait_until(lambda: client.get("/api/v1/approvals").json(), timeout=90)
         first = pending[0]["id"]
         assert "INV-0001" in pending[0]["request"]
-        node.kill()
         append_while_stopped(path, "payer", "state.set", {"key": "next_invoice", "value": "2"})
 
         with NodeProcess(path) as restarted, restarted.client() as client:

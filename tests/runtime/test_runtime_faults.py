@@ -82,7 +82,9 @@ def test_python_exception_reason_includes_its_traceback(built_agents):
         assert future.exception(timeout=10) is not None
         error = _first_error(hosts, "mcp_tools")
     assert error["kind"] == "trap"
-    assert "RuntimeError: crash requested" in error["error"]
+    # the agent's own error first, where it was raised; then the trap and the runtime's panic
+    assert error["error"].startswith("RuntimeError: crash requested (app.py line ")
+    assert error["error"].index("crash requested") < error["error"].index("panicked")
     stderr = [o["line"] for o in hosts["mcp_tools"].of_type("output") if o["stream"] == "stderr"]
     assert any("Traceback" in line for line in stderr)
 

@@ -1,0 +1,171 @@
+"""What every key of runtime.toml means, in one place: `config schema` puts these into its JSON
+Schema (`description`), so an editor shows them, and tests/node/test_config_init.py checks that
+every field of node/config.py's structs has one (a new key without a line here fails it).
+
+docs/configuration.md says the same at more length; keep the two in step.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from node import config as c
+
+KEYS: dict[type[msgspec.Struct], dict[str, str]] = {
+    c.Config: {
+        "node": "This node: its name, where it listens, its data folder and operations knobs.",
+        "auth": "The API's bearer tokens and their scopes.",
+        "peers": "The other nodes of the mesh this node replicates with.",
+        "sync": "Tuning of the replicator (HTTP pushes between peers); defaults suit a LAN.",
+        "mesh": "How envelopes travel between nodes: HTTP pushes or a NATS JetStream stream.",
+        "inference": "The OpenAI-compatible endpoints agents' inference calls go to.",
+        "agents": "The agents this node hosts, each a WebAssembly component.",
+        "actions": "Capability name to the URL an approved action is POSTed to.",
+        "secrets": "Secret domain to {key: value} (or key_file: path); agents read them "
+        "with get-secret while granted the domain. Never journaled or logged.",
+    },
+    c.NodeSection: {
+        "name": "The node's name: the origin of every envelope it signs, its identity to peers.",
+        "listen": "HOST:PORT the HTTP API listens on.",
+        "data_dir": "Journal, node key, registry blobs and caches (relative to this file).",
+        "public_url": "The URL clients reach this node at (agent card, did:web, agents.md); "
+        "default http://<listen>.",
+        "sse_keepalive_secs": "Interval of keepalive events on every SSE stream.",
+        "sse_queue_max": "Events buffered per SSE client before it is disconnected.",
+        "shutdown_drain_secs": "After SIGTERM, how long health answers 503 while requests "
+        "are still served.",
+        "max_upload_mb": "Largest registry upload (413 above).",
+        "compile_timeout_secs": "Longest one component compile may take before its child "
+        "process is killed.",
+        "compile_memory_mb": "Address space of one compile child (a Python agent needs "
+        "about 1 GiB).",
+        "max_body_kb": "Largest JSON request body (413 above).",
+        "map_size_mb": "Initial LMDB map size; it doubles whenever it fills.",
+        "checkpoint_events": "Checkpoint the in-memory read models after this many envelopes.",
+        "checkpoint_secs": "...or after this many seconds with any new envelope.",
+        "event_loop": "The serving event loop: auto (uvloop where installed), uvloop or asyncio.",
+    },
+    c.AuthSection: {
+        "tokens": "The API's tokens; make one with `agent-node token new NAME --scopes ...`.",
+    },
+    c.TokenEntry: {
+        "name": "The identity recorded as operator with this token's decisions.",
+        "token": "The token in clear (at least 16 characters); or token_sha256 or token_file.",
+        "token_sha256": "The token's SHA-256 in hex (what `agent-node token new` prints).",
+        "token_file": "A file holding the token (read at start and on SIGHUP).",
+        "scopes": "What the token may do: read, operate, publish, sync, admin (admin: all).",
+    },
+    c.Peer: {
+        "name": "The peer's [node] name.",
+        "url": "The peer's base URL (http:// or https://).",
+        "token": "The token this node presents to the peer (a sync-scoped token there).",
+        "token_file": "Instead of token: a file holding it.",
+        "public_key": "The peer's key (multibase z6Mk...); else fetched from its did.json.",
+    },
+    c.SyncSection: {
+        "batch_size": "Envelopes per push.",
+        "batch_max_kb": "Bytes per push, at most.",
+        "pushes_in_flight": "Pushes outstanding per peer (1-16).",
+        "backoff_initial_secs": "First wait after a failed push.",
+        "backoff_max_secs": "Longest wait between retries.",
+        "heartbeat_secs": "Interval of heartbeats to idle peers.",
+        "request_timeout_secs": "Deadline of one request to a peer.",
+        "ack_flush_secs": "How long acknowledgements are gathered before they are sent.",
+    },
+    c.MeshSection: {
+        "transport": "http: all-to-all pushes; nats: one JetStream stream per mesh.",
+        "name": "The mesh's name: stream MESH_<name>, subjects mesh.<name>.*.",
+        "nats_servers": "nats://HOST:PORT or tls://HOST:PORT URLs (transport = nats).",
+        "nats_user": "NATS user, with nats_password or nats_password_file.",
+        "nats_password": "NATS password (or nats_password_file).",
+        "nats_password_file": "A file holding the NATS password.",
+        "nats_creds_file": "A NATS .creds file (JWT and nkey seed).",
+        "nats_nkey_seed_file": "An nkey seed file (SU...).",
+        "stream_replicas": "Replicas of the stream when this node creates it (1-5).",
+        "stream_max_age_secs": "Retention of the stream by age (0: by size only).",
+        "stream_max_bytes": "Size limit of the stream (-1: none).",
+        "publish_window": "Own envelopes published and not yet acknowledged, at most.",
+        "fetch_batch": "Envelopes asked for by each pull from the stream.",
+        "heads_interval_secs": "How often this node's heads are published and peers' read.",
+    },
+    c.InferenceSection: {
+        "local_url": "OpenAI-compatible base URL of the local route (.../v1).",
+        "cloud_url": "Base URL of the cloud route.",
+        "cloud_api_key_env": "Environment variable holding the cloud API key.",
+        "default_route": "Route used when an agent's request names none.",
+        "local_model": "The model sent to the local route.",
+        "cloud_model": "The model sent to the cloud route.",
+        "timeout_secs": "Idle timeout for a response and each next piece of a stream.",
+    },
+    c.AgentConfig: {
+        "name": "The agent's name, also its journal's.",
+        "component": "The WebAssembly component: a path (relative to this file) or "
+        "registry:ID@VERSION.",
+        "description": "Shown in the agent card and agents.md.",
+        "tick_interval_ms": "Time between ticks.",
+        "mcp": "Expose the agent's tools at POST /api/v1/mcp/{name}.",
+        "fuel_per_tick": "Fuel (WebAssembly instructions, roughly) per call.",
+        "memory_limit_mb": "Cap on the agent's linear memory.",
+        "tick_timeout_ms": "Wall-clock time per call, host calls included.",
+        "capabilities": "Capability name to true: what the agent may invoke (http_fetch is "
+        "built in; another name is an action, see [actions]).",
+        "approval": "Capability name to true: each use waits for an operator's approval; "
+        "timeout_secs: how long (default 300).",
+        "grants": "Secret domains granted to the agent.",
+        "http": "What http_fetch may reach.",
+    },
+    c.GrantsSection: {"domains": "Secret domains the agent may read with get-secret."},
+    c.HttpSection: {"allow_hosts": "host:port or host (port 443) that http_fetch may reach."},
+    c.ActionSection: {
+        "url": "An approved action is POSTed here as {agent, capability, request}.",
+        "timeout_secs": "Deadline of that request.",
+    },
+}
+
+INTERNAL = {(c.Config, "base_dir")}  # set by the loader, never written in a file
+
+
+def undescribed() -> list[str]:
+    """Fields of the config's structs without a description, and stale entries."""
+    missing = []
+    for struct in _structs(c.Config):
+        described = KEYS.get(struct, {})
+        names = {f.encode_name for f in msgspec.structs.fields(struct)}
+        missing += [
+            f"{struct.__name__}.{name}"
+            for name in sorted(names)
+            if name not in described and (struct, name) not in INTERNAL
+        ]
+        missing += [f"{struct.__name__}.{name} (stale)" for name in described if name not in names]
+    return missing
+
+
+def describe(schema: dict[str, Any]) -> None:
+    """Put each key's description into a schema from msgspec.json.schema(Config)."""
+    definitions = schema.get("$defs", {})
+    for struct, keys in KEYS.items():
+        properties = definitions.get(struct.__name__, {}).get("properties", {})
+        for name, text in keys.items():
+            if name in properties:
+                properties[name]["description"] = text
+
+
+def _structs(root: type[msgspec.Struct]) -> list[type[msgspec.Struct]]:
+    found: list[type[msgspec.Struct]] = []
+    todo = [root]
+    while todo:
+        struct = todo.pop()
+        if struct in found:
+            continue
+        found.append(struct)
+        for field in msgspec.structs.fields(struct):
+            todo += [t for t in _types_in(field.type) if t not in found]
+    return found
+
+
+def _types_in(kind: Any) -> list[type[msgspec.Struct]]:
+    if isinstance(kind, type) and issubclass(kind, msgspec.Struct):
+        return [kind]
+    return [t for arg in getattr(kind, "__args__", ()) for t in _types_in(arg)]
