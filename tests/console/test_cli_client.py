@@ -189,11 +189,13 @@ def test_logs_and_findings_pages_filters_and_follow(node):
     table = cli(node, "findings", "--agent", "worker").stdout.splitlines()
     assert table[0].split() == ["SEQ", "TS", "SEVERITY", "AGENT", "BY", "TITLE", "DETAIL"]
     assert table[1].split()[3:6] == ["worker", "admin", "first"]
-    with node.client() as http:  # an agent the node does not have: no new journal
+    with node.client() as http:  # an agent the node does not host: kept in the node's journal
         unknown = http.post(
             "/api/v1/findings", json={"agent": "probe", "severity": "high", "title": "x"}
         )
-    assert unknown.status_code == 404 and "probe" in unknown.json()["detail"]
+    assert unknown.status_code == 201 and "probe" in unknown.json()["note"]
+    table = cli(node, "findings", "--agent", "probe").stdout.splitlines()
+    assert table[1].split()[3:6] == ["probe", "admin", "x"]
     logs = [
         json.loads(line) for line in cli(node, "logs", "--json", "--limit", "3").stdout.splitlines()
     ]
