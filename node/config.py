@@ -70,6 +70,12 @@ class NodeSection(_Section, kw_only=True):
     checkpoint_secs: Annotated[float, msgspec.Meta(gt=0)] = 60.0
     # the asyncio event loop that serves (node/eventloop.py): uvloop where installed
     event_loop: Literal["auto", "uvloop", "asyncio"] = "auto"
+    # a rollout's probation (node/services/rollouts.py): after an upgrade or a rollback, the new
+    # instance is watched for so many good runs or seconds, whichever comes first; more faults
+    # than `probation_max_faults` in that window roll it back by itself
+    probation_ticks: PositiveInt = 3
+    probation_secs: Annotated[float, msgspec.Meta(gt=0)] = 30.0
+    probation_max_faults: Annotated[int, msgspec.Meta(ge=0)] = 0
 
 
 class TokenEntry(_Section, kw_only=True):

@@ -53,7 +53,9 @@ def test_status_table_and_json(node):
     table = cli(node, "status")
     assert table.returncode == 0, table.stderr
     header, *rows = table.stdout.splitlines()
-    assert header.split() == ["AGENT", "STATUS", "UPTIME", "HEAP", "FUEL", "RESTARTS", "IDLE"]
+    assert header.split() == [
+        "AGENT", "STATUS", "UPTIME", "HEAP", "FUEL", "RESTARTS", "IDLE", "PHASE"
+    ]  # fmt: skip
     # for people: `1.2 MiB`, `3 min 20 s`; --json keeps the raw numbers
     assert all(" MiB" in row or " KiB" in row for row in rows), rows
     assert all(" ms" in row or " s" in row for row in rows), rows

@@ -33,7 +33,7 @@ function renderList() {
       "tr",
       { dataset: { agent: s.name }, class: s.name === chosen ? "chosen" : null },
       h("td", {}, h("button", { type: "button", class: "link", onclick: () => choose(s.name) }, s.name)),
-      h("td", {}, h("span", { class: `status ${s.status}` }, s.status)),
+      h("td", {}, h("span", { class: `status ${s.status}`, title: s.reason ?? "" }, s.status), s.phase ? h("span", { class: "phase", title: s.reason ?? "" }, ` ${s.phase}`) : null, s.reason ? h("div", { class: "hint phase-reason" }, s.reason) : null),
       h("td", {}, versionOf(deployments[s.name])),
       h("td", {}, deployments[s.name]?.source ?? ""),
       h("td", {}, duration(s.uptime_ms)),
@@ -170,6 +170,7 @@ export default {
       const s = statuses.find((x) => x.name === data.agent);
       if (s) {
         s.status = data.status;
+        if (data.status === "idle" || data.status === "running") s.phase = s.reason = null; // a live instance
         renderList();
       }
     }
