@@ -469,15 +469,15 @@ class AgentWorker:
     def _fail(self, fault: AgentFault) -> None:
         fault = AgentFault(fault.kind, self.hooks.redact(fault.reason))  # stderr may hold one
         self._failures += 1
-        self._faults += 1
         delay_ms = min(
             self.options.restart_backoff_ms * 2 ** (self._failures - 1),
             self.options.restart_backoff_max_ms,
         )
         self._close_instance()
         self._emit_output()
-        with self._lock:
+        with self._lock:  # with the count: a reader of `faults` finds this error
             self._last_error = fault.reason
+            self._faults += 1
             self._phase = RESTARTING
             self._reason = f"restart in {delay_ms} ms after: {fault.reason}"
         self._set_state("error")

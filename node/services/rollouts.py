@@ -133,7 +133,7 @@ class Rollout:
         if self.faults > self.settings.max_faults:
             last = f"; last error: {status.last_error}" if status.last_error else ""
             return (
-                f"{self.faults} fault(s) in its first {time.monotonic() - self.started:.0f} s "
+                f"{self.faults} fault(s) in its first {time.monotonic() - self.started:.1f} s "
                 f"of probation (at most {self.settings.max_faults} allowed){last}"
             )
         return None
