@@ -13,7 +13,10 @@ Every change is journaled first, then carried out: after a crash the node starts
 journal says. An upgrade (or rollback) drains the old instance (its run in progress finishes,
 then it ends; past `DRAIN_SECS` it is stopped and a task it was cut in is handed to the next
 instance) and starts the new one; a new version that does not load, or whose first tick fails,
-is rolled back by the node itself, journaled as `agent.rolled_back` with the reason.
+is rolled back by the node itself, journaled as `agent.rolled_back` with the reason. One whose
+first tick works is then on probation (node/services/rollouts.py): faults in its first runs
+roll it back the same way. A run that only waits for an approval is not drained: it ends at
+once, and its request is closed (`approval.abandoned`) before the change answers.
 """
 
 from __future__ import annotations
