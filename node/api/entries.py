@@ -23,6 +23,13 @@ class FindingPage(msgspec.Struct):
     findings: list[Finding]
 
 
+# the answer's `note` about a name this node does not host (one constant: this is the hot path)
+NOT_HOSTED = (
+    "no agent of that name is hosted on this node: the finding is kept in the node's own "
+    "journal, about that name"
+)
+
+
 class FindingCreated(msgspec.Struct, omit_defaults=True):
     seq: int
     # present when `agent` is not hosted here: where the finding was kept instead
@@ -45,15 +52,8 @@ async def list_findings(request: web.Request) -> web.Response:
 
 async def create_finding(request: web.Request) -> web.Response:
     finding = await json_body(request, NewFinding)
-    ctx = context_of(request)
-    seq, hosted = await post_finding(ctx, finding, request[IDENTITY].name)
-    if hosted:
-        return json_response(FindingCreated(seq), status=201)
-    note = (
-        f"no agent {finding.agent!r} is hosted on this node; the finding is kept in the "
-        f"journal of node {ctx.name!r}, about {finding.agent!r}"
-    )
-    return json_response(FindingCreated(seq, note), status=201)
+    seq, hosted = await post_finding(context_of(request), finding, request[IDENTITY].name)
+    return json_response(FindingCreated(seq, None if hosted else NOT_HOSTED), status=201)
 
 
 def setup(app: web.Application) -> None:

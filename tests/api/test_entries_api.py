@@ -78,7 +78,7 @@ async def test_a_finding_about_a_name_not_hosted_here_is_kept_in_the_nodes_journ
         assert response.status == 201, await response.text()
         answer = await response.json()
         assert isinstance(answer["seq"], int)
-        assert f"no agent {agent!r} is hosted" in answer["note"]
+        assert "no agent of that name is hosted on this node" in answer["note"]
         assert store.head(agent) is None  # no journal named after it
     assert store.head("node-a").seq == before + 2  # the node's own journal holds both
     last = store.read_stream("node-a")[-1].event

@@ -195,7 +195,7 @@ def test_logs_and_findings_pages_filters_and_follow(node):
         unknown = http.post(
             "/api/v1/findings", json={"agent": "probe", "severity": "high", "title": "x"}
         )
-    assert unknown.status_code == 201 and "probe" in unknown.json()["note"]
+    assert unknown.status_code == 201 and "hosted on this node" in unknown.json()["note"]
     table = cli(node, "findings", "--agent", "probe").stdout.splitlines()
     assert table[1].split()[3:6] == ["probe", "admin", "x"]
     logs = [
