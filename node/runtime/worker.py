@@ -139,8 +139,6 @@ class AgentWorker:
         self.handed_over: list[str] = []  # ids of tasks left open for the next instance
         self._clock: RunClock | None = None  # the worker thread's run clock, once it runs
         self._run: tuple[Run, float] | None = None  # the run in progress and its start
-        # why a drain ended the run in progress at once (it only waited for an approval)
-        self.cut_short: str | None = None
         self._thread = threading.Thread(target=self._main, name=f"agent-{spec.name}", daemon=True)
 
     # ---- other threads -------------------------------------------------------------------
@@ -181,8 +179,7 @@ class AgentWorker:
         while self._thread.is_alive() and (left := deadline - time.monotonic()) > 0:
             clock = self._clock
             if clock is not None and clock.waiting:
-                self.cut_short = "its run was waiting for an approval"
-                log.info("agent %s: %s; ending it now", self.spec.name, self.cut_short)
+                log.info("agent %s: its run waits for an approval; ending it now", self.spec.name)
                 return self.stop(timeout)
             self._thread.join(min(left, DRAIN_POLL_SECS))
         if self._thread.is_alive():
