@@ -95,6 +95,10 @@ async def test_changes_of_an_agent_waiting_for_an_approval_answer_at_once(
     await closed_with(waiting["id"], "payer's instance ended: suspended")
     assert journal(app, "payer", "approval.abandoned")[-1]["id"] == waiting["id"]
     assert (await get(client, "payer"))["status"] == "stopped"
+    response = await client.get("/api/v1/status?agent=payer", headers=auth(READ_TOKEN))
+    (status,) = await response.json()
+    assert status["status"] == "stopped" and status["uptime_ms"] == 0
+    assert status["phase"] == "stopped" and "stopped by an operator" in status["reason"]
 
     # upgrade (started first): the same
     assert (await post(client, "payer", "start")).status == 200
