@@ -92,6 +92,7 @@ async def test_changes_of_an_agent_waiting_for_an_approval_answer_at_once(
     took, response = await timed(post(client, "payer", "stop"))
     assert response.status == 200, await response.text()
     assert took < QUICK_SECS, f"stop took {took:.1f} s"
+    print(f"stop of a payer waiting for an approval answered in {took:.2f} s")
     await closed_with(waiting["id"], "payer's instance ended: suspended")
     assert journal(app, "payer", "approval.abandoned")[-1]["id"] == waiting["id"]
     assert (await get(client, "payer"))["status"] == "stopped"
@@ -108,6 +109,7 @@ async def test_changes_of_an_agent_waiting_for_an_approval_answer_at_once(
     took, response = await timed(put(client, "payer", upgrade))
     assert response.status == 200, await response.text()
     assert took < QUICK_SECS, f"upgrade took {took:.1f} s"
+    print(f"upgrade of a payer waiting for an approval answered in {took:.2f} s")
     await closed_with(waiting["id"], "upgraded to revision 2")
 
     # rollback: the new instance asked again; the same
@@ -116,6 +118,7 @@ async def test_changes_of_an_agent_waiting_for_an_approval_answer_at_once(
     took, response = await timed(post(client, "payer", "rollback"))
     assert response.status == 200, await response.text()
     assert took < QUICK_SECS, f"rollback took {took:.1f} s"
+    print(f"rollback of a payer waiting for an approval answered in {took:.2f} s")
     await closed_with(waiting["id"], "rolled back to revision 1")
 
     # removal: the same
@@ -123,6 +126,7 @@ async def test_changes_of_an_agent_waiting_for_an_approval_answer_at_once(
     took, response = await timed(client.delete("/api/v1/agents/payer", headers=auth()))
     assert response.status == 200, await response.text()
     assert took < QUICK_SECS, f"removal took {took:.1f} s"
+    print(f"removal of a payer waiting for an approval answered in {took:.2f} s")
     await closed_with(waiting["id"], "removed")
     assert await pending(client) == []
 
