@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
+import threading
+import time
 from typing import Any
 
 from node.cli_client import ClientError, Node, _segment, emit, table
@@ -18,6 +21,10 @@ from node.humanize import visible  # what agents and clients wrote, on one line,
 
 # an upgrade drains the old instance (up to 30 s) and waits for the new one's first tick
 LIFECYCLE_TIMEOUT_SECS = 180.0
+SAY_AFTER_SECS = 1.0  # a change still waiting this long says what it waits for
+POLL_SECS = 1.0
+REPEAT_SECS = 5.0  # the same step is said again at most this often
+PROBATION_SLACK_SECS = 120.0  # waiting for a probation: its window and this much more
 HISTORY_COLUMNS = [
     ("at", "at"),
     ("event", "event"),
@@ -26,6 +33,106 @@ HISTORY_COLUMNS = [
     ("operator", "operator"),
     ("reason", "reason"),
 ]
+
+
+def _say(text: str) -> None:
+    """Progress goes to stderr: stdout keeps the answer (and `--json` stays parseable)."""
+    print(f"agent-node: {visible(text)}", file=sys.stderr, flush=True)
+
+
+def _read_agent(reader: Node, name: str) -> dict[str, Any] | None:
+    try:
+        agent: dict[str, Any] = reader.call("GET", _path(name))
+    except ClientError:
+        return None  # removed meanwhile, or the node is busy: try again
+    return agent
+
+
+def _waiting(node: Node, name: str, method: str, path: str, **kwargs: Any) -> Any:
+    """`node.call`, saying after a second (and as it changes) what the node waits for: the
+    change's step as GET /api/v1/agents/{name} shows it (`change`)."""
+    outcome: dict[str, Any] = {}
+
+    def call() -> None:
+        try:
+            outcome["answer"] = node.call(method, path, **kwargs)
+        except BaseException as exc:  # handed to the main thread
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=call, daemon=True)
+    worker.start()
+    worker.join(SAY_AFTER_SECS)
+    if worker.is_alive():
+        reader = node.another()
+        said, said_at = "", 0.0
+        try:
+            while worker.is_alive():
+                agent = _read_agent(reader, name)
+                change = (agent or {}).get("change")
+                if change:
+                    text = f"{change['action']}: waiting for {change['step']}"
+                    shape = re.sub(r"\d+(\.\d+)?", "#", text)
+                    if shape != said or time.monotonic() - said_at >= REPEAT_SECS:
+                        _say(f"{text} ({change['seconds']:.0f} s)")
+                        said, said_at = shape, time.monotonic()
+                worker.join(POLL_SECS)
+        finally:
+            reader.close()
+    worker.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["answer"]
+
+
+def _probation_text(rollout: dict[str, Any]) -> str:
+    return (
+        f"revision {rollout['revision']} on probation: {rollout['good_runs']}/"
+        f"{rollout['ticks_needed']} good runs, {rollout['faults']} fault(s) "
+        f"(at most {rollout['max_faults']}), {rollout['seconds']:.0f} of "
+        f"{rollout['window_secs']:g} s"
+    )
+
+
+def _await_probation(node: Node, change: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    """Follow the rollout the change started until its probation passes or rolls it back:
+    (the agent as it ends, exit code: 0 passed, 1 rolled back or failed)."""
+    agent = change.get("agent") or {}
+    rollout = agent.get("rollout")
+    if not rollout or rollout["state"] not in ("probation", "rolling_back"):
+        return agent, 0
+    revision = rollout["revision"]
+    deadline = time.monotonic() + rollout["window_secs"] + PROBATION_SLACK_SECS
+    said = ""
+    while rollout["state"] in ("probation", "rolling_back"):
+        text = _probation_text(rollout)
+        if rollout["state"] == "rolling_back":
+            text = f"revision {revision} failed its probation; rolling back: {rollout['reason']}"
+        if text != said:
+            _say(text)
+            said = text
+        if time.monotonic() > deadline:
+            raise ClientError(f"revision {revision}'s probation did not end in time")
+        time.sleep(POLL_SECS)
+        fresh = _read_agent(node, agent["name"])
+        if fresh is not None:
+            agent = fresh
+        latest = agent.get("rollout")
+        if not latest or latest["revision"] != revision:
+            return agent, 0  # another change followed
+        rollout = latest
+    state = rollout["state"]
+    if state == "passed":
+        _say(f"revision {revision} passed its probation ({rollout['good_runs']} good runs)")
+        return agent, 0
+    if state == "rolled_back":
+        _say(
+            f"revision {revision} was rolled back automatically to revision "
+            f"{rollout['rolled_back_to']}: {rollout['reason']}"
+        )
+        return agent, 1
+    reason = f": {rollout['reason']}" if rollout.get("reason") else ""
+    _say(f"revision {revision}'s probation {state}{reason}")
+    return agent, 1 if state == "failed" else 0
 
 
 def _path(name: str, verb: str = "") -> str:
@@ -56,9 +163,13 @@ ROW_COLUMNS = [
 
 def _agent_text(agent: dict[str, Any]) -> str:
     current, definition = agent["current"], agent["definition"]
+    status = "stopped by an operator" if agent["stopped"] else agent["status"]
+    if agent.get("phase") and not agent["stopped"]:
+        reason = f": {agent['reason']}" if agent.get("reason") else ""
+        status += f" ({agent['phase']}{reason})"
     lines = [
         f"agent: {agent['name']} ({agent['source']})",
-        f"status: {'stopped by an operator' if agent['stopped'] else agent['status']}",
+        f"status: {status}",
         f"revision: {current['revision']}  version: {current['version'] or '-'}",
         f"component: {current['component']}  {current['sha256']}",
         f"capabilities: {', '.join(k for k, v in definition['capabilities'].items() if v) or '-'}",
@@ -68,8 +179,38 @@ def _agent_text(agent: dict[str, Any]) -> str:
     if agent["previous"]:
         back = agent["previous"][-1]
         lines.append(f"rollback goes to: revision {back['revision']} ({back['component']})")
-    lines += ["history:", table(agent["history"], HISTORY_COLUMNS)]
+    lines += [visible(line) for line in _rollout_lines(agent)]  # reasons: an agent's words
+    history = [_history_row(entry) for entry in agent["history"]]
+    lines += ["history:", table(history, HISTORY_COLUMNS)]
     return "\n".join(lines)
+
+
+def _history_row(entry: dict[str, Any]) -> dict[str, Any]:
+    """An automatic rollback (the node's own, after a failed first run or probation) is marked
+    as such: its event reads `rolled_back (automatic)`."""
+    if entry.get("automatic"):
+        return {**entry, "event": f"{entry['event']} (automatic)"}
+    return entry
+
+
+def _rollout_lines(agent: dict[str, Any]) -> list[str]:
+    lines = []
+    change, rollout = agent.get("change"), agent.get("rollout")
+    if change:
+        lines.append(f"in progress: {change['action']}, waiting for {change['step']}")
+    if rollout:
+        state = rollout["state"]
+        if state == "probation":
+            lines.append(_probation_text(rollout))
+        elif state == "rolled_back":
+            lines.append(
+                f"rolled back automatically: revision {rollout['revision']} failed its "
+                f"probation ({rollout['reason']}); now revision {rollout['rolled_back_to']}"
+            )
+        else:
+            reason = f": {rollout['reason']}" if rollout.get("reason") else ""
+            lines.append(f"probation of revision {rollout['revision']}: {state}{reason}")
+    return lines
 
 
 def _change_text(change: dict[str, Any]) -> str:
@@ -173,7 +314,7 @@ def in_flags(detail: str) -> str:
 
 def _send(node: Node, method: str, name: str, body: dict[str, Any]) -> Any:
     try:
-        return node.call(method, _path(name), json=body)
+        return _waiting(node, name, method, _path(name), json=body)
     except ClientError as exc:
         raise ClientError(in_flags(exc.detail), exc.exit_code) from None
 
@@ -189,9 +330,22 @@ def cmd_upgrade(node: Node, args: argparse.Namespace) -> int:
     current = _existing(node, args.name)
     if current is None:
         raise ClientError(f"no agent {args.name!r} is deployed; use `agents deploy`")
-    patch = _patch(args, current["definition"])
-    emit(args, _send(node, "PATCH", args.name, patch), _change_text)
-    return 0
+    change = _send(node, "PATCH", args.name, _patch(args, current["definition"]))
+    return _settled(node, args, change)
+
+
+def _settled(node: Node, args: argparse.Namespace, change: dict[str, Any]) -> int:
+    """Print the change's answer; unless `--no-wait`, follow the probation it started first
+    (the agent as it ended is printed with `--json`)."""
+    if args.no_wait:
+        emit(args, change, _change_text)
+        return 0
+    if not args.json:
+        emit(args, change, _change_text)
+    agent, code = _await_probation(node, change)
+    if args.json:
+        emit(args, {"message": change["message"], "agent": agent or None}, _change_text)
+    return code
 
 
 def _verb(method: str, verb: str) -> Any:
@@ -199,7 +353,9 @@ def _verb(method: str, verb: str) -> Any:
         kwargs: dict[str, Any] = {}
         if verb == "rollback" and args.reason:
             kwargs["json"] = {"reason": args.reason}
-        change = node.call(method, _path(args.name, verb), **kwargs)
+        change = _waiting(node, args.name, method, _path(args.name, verb), **kwargs)
+        if verb == "rollback":
+            return _settled(node, args, change)
         emit(args, change, _change_text)
         return 0
 
@@ -244,6 +400,8 @@ def add_agents_commands(
         p.add_argument("--tick-timeout-ms", type=int)
         p.add_argument("--description")
         p.add_argument("--mcp", action=argparse.BooleanOptionalAction, default=None)
+        if name == "upgrade":
+            _no_wait(p)
     for name, method, verb, help in (
         ("rollback", "POST", "rollback", "roll an agent back to its previous deployment"),
         ("stop", "POST", "stop", "stop an agent (its tasks stay queued)"),
@@ -254,3 +412,12 @@ def add_agents_commands(
         p.add_argument("name", help="agent name")
         if verb == "rollback":
             p.add_argument("--reason", default="", help="why, for the history")
+            _no_wait(p)
+
+
+def _no_wait(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--no-wait",
+        action="store_true",
+        help="return once the new instance ran once; do not follow its probation",
+    )

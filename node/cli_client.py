@@ -79,6 +79,11 @@ class Node:
             return None
         return response.json()
 
+    def another(self, timeout: float = 10) -> Node:
+        """A second connection with the same token: to read while a call of this one waits."""
+        token = self._http.headers["Authorization"].removeprefix("Bearer ")
+        return Node(self.url, token, timeout)
+
     def close(self) -> None:
         self._http.close()
 
@@ -134,6 +139,7 @@ def cmd_status(node: Node, args: argparse.Namespace) -> int:
             "heap": size(s.get("memory_profile", {}).get("heap_bytes")),
             "fuel": s.get("memory_profile", {}).get("fuel_remaining") or "unlimited",
             "idle": _ms(s.get("last_activity_ms_ago")),
+            "phase": phase_text(s),
         }
         for s in statuses
     ]
@@ -145,9 +151,18 @@ def cmd_status(node: Node, args: argparse.Namespace) -> int:
         ("fuel", "fuel"),
         ("restarts", "restart_count"),
         ("idle", "idle"),
+        ("phase", "phase"),
     ]
     emit(args, statuses, lambda _: table(rows, columns))
     return 0
+
+
+def phase_text(status: dict[str, Any]) -> str:
+    """What an agent without a live instance is doing, and why ("" when it runs)."""
+    phase, reason = status.get("phase"), status.get("reason")
+    if not phase:
+        return ""
+    return f"{phase}: {reason}" if reason else str(phase)
 
 
 def _ms(value: Any) -> str:

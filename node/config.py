@@ -96,6 +96,12 @@ class NodeSection(_Section, kw_only=True):
     page_max_kb: PositiveInt = 1024
     # pending and running tasks one agent may have; a create past it is a 429
     max_open_tasks_per_agent: PositiveInt = 1000
+    # a rollout's probation (node/services/rollouts.py): after an upgrade or a rollback, the new
+    # instance is watched for so many good runs or seconds, whichever comes first; more faults
+    # than `probation_max_faults` in that window roll it back by itself
+    probation_ticks: PositiveInt = 3
+    probation_secs: Annotated[float, msgspec.Meta(gt=0)] = 30.0
+    probation_max_faults: Annotated[int, msgspec.Meta(ge=0)] = 0
 
 
 class TokenEntry(_Section, kw_only=True):

@@ -60,6 +60,9 @@ KEYS: dict[type[msgspec.Struct], dict[str, str]] = {
         "sse_streams_per_token": "Open streams of one token (429 past it).",
         "sse_replays_max": "Streams replaying a backlog at once (429 past it).",
         "sse_replays_per_token": "Backlog replays of one token at once (429 past it).",
+        "probation_ticks": "After an upgrade or rollback, good runs that end its probation.",
+        "probation_secs": "...or seconds of probation, whichever comes first.",
+        "probation_max_faults": "More faults than this in probation roll it back by itself.",
     },
     c.AuthSection: {
         "tokens": "The API's tokens; make one with `agent-node token new NAME --scopes ...`.",

@@ -245,6 +245,9 @@ class Finding(Payload):
     detail: Text = ""
     incident: Title | None = None  # a sync incident's de-duplication key (node/sync/incidents)
     posted_by: Name | None = None  # the API token that posted it; absent: the agent's own
+    # what it is about, when not the journal's own agent: a finding posted about a name the
+    # node does not host is kept in the node's own journal (node/services/findings.py)
+    subject: JournalName | None = None
 
 
 @entry

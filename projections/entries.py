@@ -212,8 +212,10 @@ class Findings(_SeqLog):
                 (
                     e.position,
                     (event := e.event).ts,
-                    e.stream,
-                    str((data := event.data).get("severity", "info")),
+                    # a finding posted about a name this node does not host sits in the
+                    # node's own journal, naming it as its subject
+                    str((data := event.data).get("subject") or e.stream),
+                    str(data.get("severity", "info")),
                     str(data.get("title", "")),
                     str(data.get("detail", "")),
                     str(data.get("posted_by") or ""),

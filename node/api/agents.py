@@ -22,6 +22,7 @@ from node.services.deployments import (
     DeployRequest,
     RollbackRequest,
 )
+from node.services.rollouts import ChangeView, RolloutView
 from projections import catalogue as c
 from projections.deployments import DeployedAgent, DeployedAgents, Deployment, HistoryEntry
 
@@ -52,6 +53,11 @@ class AgentView(msgspec.Struct, kw_only=True):
     definition: c.AgentDefinition
     previous: list[DeploymentView]  # newest last: a rollback returns to the last one
     history: list[HistoryEntry]
+    # without a live instance: what it does and why (as GET /api/v1/status says)
+    phase: str | None = None
+    reason: str | None = None
+    change: ChangeView | None = None  # a lifecycle change in progress: its step
+    rollout: RolloutView | None = None  # the latest upgrade's or rollback's probation
 
 
 class AgentChange(msgspec.Struct, kw_only=True):
@@ -74,11 +80,13 @@ def _deployment(d: Deployment) -> DeploymentView:
 
 def view(request: web.Request, deployed: DeployedAgent) -> AgentView:
     status: Status = "unknown"
-    last_error = None
+    last_error = phase = reason = None
     agents = request.app[AGENTS]
     if agents.running and deployed.name in agents.runtime.workers:
         now = agents.runtime.worker(deployed.name).status()
-        status, last_error = now.status, now.last_error
+        status, last_error, phase, reason = now.status, now.last_error, now.phase, now.reason
+    rollouts = request.app[DEPLOYMENTS].rollouts
+    change, rollout = rollouts.changes.get(deployed.name), rollouts.latest.get(deployed.name)
     return AgentView(
         name=deployed.name,
         source=deployed.source,
@@ -89,6 +97,10 @@ def view(request: web.Request, deployed: DeployedAgent) -> AgentView:
         definition=deployed.current.definition,
         previous=[_deployment(d) for d in deployed.previous],
         history=list(deployed.history),
+        phase=phase,
+        reason=reason,
+        change=change.view() if change is not None else None,
+        rollout=rollout.view() if rollout is not None else None,
     )
 
 

@@ -31,8 +31,17 @@ class FindingPage(msgspec.Struct):
     findings: list[Finding]
 
 
-class FindingCreated(msgspec.Struct):
+# the answer's `note` about a name this node does not host (one constant: this is the hot path)
+NOT_HOSTED = (
+    "no agent of that name is hosted on this node: the finding is kept in the node's own "
+    "journal, about that name"
+)
+
+
+class FindingCreated(msgspec.Struct, omit_defaults=True):
     seq: int
+    # present when `agent` is not hosted here: where the finding was kept instead
+    note: str | None = None
 
 
 async def list_logs(request: web.Request) -> web.Response:
@@ -53,8 +62,8 @@ async def list_findings(request: web.Request) -> web.Response:
 
 async def create_finding(request: web.Request) -> web.Response:
     finding = await json_body(request, NewFinding)
-    seq = await post_finding(context_of(request), finding, request[IDENTITY].name)
-    return json_response(FindingCreated(seq), status=201)
+    seq, hosted = await post_finding(context_of(request), finding, request[IDENTITY].name)
+    return json_response(FindingCreated(seq, None if hosted else NOT_HOSTED), status=201)
 
 
 def setup(app: web.Application) -> None:
@@ -97,11 +106,13 @@ def setup(app: web.Application) -> None:
             "logs",
             FindingCreated,
             status=201,
-            errors=(400, 404, 409),
+            errors=(400, 409),
             body=NewFinding,
-            description="`agent` names a hosted agent, a journal the node has, the node "
-            "itself, or the posting token's own name (a scanner reporting under its name); "
-            "another name is 404 (no new journal). The finding records the posting "
-            "token's name as `posted_by`, apart from the agent's own findings.",
+            description="`agent` is any agent name: a hosted agent, the node itself, or "
+            "what an external integration reports about (its own name, an agent hosted "
+            "elsewhere). A finding about a name this node does not host is kept in the "
+            "node's own journal and read back with `agent` as posted; the answer's `note` "
+            "says so. The finding records the posting token's name as `posted_by`, apart "
+            "from the agent's own findings.",
         ),
     )

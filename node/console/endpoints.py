@@ -87,7 +87,11 @@ def own_findings(ctx: NodeContext, limit: int) -> list[Finding]:
     head = ctx.projections.get(Journals).head.get(ctx.name, 0)
     recent = ctx.store.read_stream(ctx.name, max(head - RECENT_WINDOW, 0), RECENT_WINDOW)
     findings = ctx.projections.get(Findings)
-    own = (findings.at(e.position) for e in reversed(recent) if e.event.type == FINDING)
+    own = (
+        findings.at(e.position)
+        for e in reversed(recent)
+        if e.event.type == FINDING and "subject" not in e.event.data  # not one posted about X
+    )
     return [f for f in own if f is not None][:limit]
 
 

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -64,13 +65,26 @@ class Compiler:
         self._running: set[subprocess.Popen[bytes]] = set()
         self._closed = False
 
-    def compile(self, wasm: bytes | Path, out: Path | None) -> None:
+    def compile(
+        self,
+        wasm: bytes | Path,
+        out: Path | None,
+        on_wait: Callable[[], None] | None = None,
+        on_start: Callable[[], None] | None = None,
+    ) -> None:
         """Compile `wasm` (bytes, or a file fed to the child as its stdin) in a child.
 
         With `out` (an existing, empty file) the serialized artifact is written there, for
         the caller to validate by deserializing it; without, the component is only checked.
+        `on_wait` is told when every slot is taken, `on_start` when this compile starts.
         """
-        with self._slots:
+        if not self._slots.acquire(blocking=False):
+            if on_wait is not None:
+                on_wait()
+            self._slots.acquire()
+        try:
+            if on_start is not None:
+                on_start()
             proc = self._spawn(wasm, out)
             try:
                 stdin_data = wasm if isinstance(wasm, bytes) else None
@@ -86,6 +100,8 @@ class Compiler:
             finally:
                 with self._lock:
                     self._running.discard(proc)
+        finally:
+            self._slots.release()
         self._judge(proc.returncode, stderr.decode(errors="replace")[-_STDERR_KEPT:])
 
     def close(self) -> None:

@@ -18,6 +18,7 @@ import os
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
@@ -35,6 +36,13 @@ WASMTIME_VERSION = version("wasmtime")
 _SETTINGS = "fuel,epoch,host-memory,no-cow,v1"
 _PARTIAL = ".compiling-"  # artifacts being written by a compile child
 _PARTIAL_STALE_SECS = 24 * 3600  # older ones were left by a killed node (others may be live)
+
+
+# Told where a load is, (phase, why): "waiting to compile" (a compile slot or another agent's
+# compile of the same component), "compiling". An agent's status shows it (worker.py).
+LoadPhase = Callable[[str, str], None]
+WAITING_TO_COMPILE = "waiting to compile"
+COMPILING = "compiling"
 
 
 @dataclass(frozen=True)
@@ -86,17 +94,21 @@ class AgentEngine:
         while not self._stop.wait(interval):
             self.engine.increment_epoch()
 
-    def load(self, path: Path) -> LoadedComponent:
+    def load(self, path: Path, on_phase: LoadPhase | None = None) -> LoadedComponent:
         """Load a component from `path`: memory, else disk cache, else compile in a child.
 
         Blocking (seconds when it compiles): call it from the agent's worker thread. Raises
-        CompileError when the component does not compile, for that component only.
+        CompileError when the component does not compile, for that component only. `on_phase`
+        hears when it waits and when it compiles.
         """
+        told: LoadPhase = on_phase or _quiet
         start = time.perf_counter()
         wasm = path.read_bytes()
         sha = hashlib.sha256(wasm).hexdigest()
         with self._lock:
             key_lock = self._key_locks.setdefault(sha, threading.Lock())
+        if key_lock.locked():
+            told(WAITING_TO_COMPILE, "another agent is loading the same component")
         with key_lock:  # two agents with one component compile it once
             if sha in self._components:
                 return LoadedComponent(
@@ -105,7 +117,7 @@ class AgentEngine:
             component = self._from_cache(sha)
             hit = component is not None
             if component is None:
-                component = self._compile(sha, wasm)
+                component = self._compile(sha, wasm, told)
             self._components[sha] = component
         return LoadedComponent(component, sha, hit, time.perf_counter() - start)
 
@@ -126,14 +138,23 @@ class AgentEngine:
             path.unlink(missing_ok=True)
             return None
 
-    def _compile(self, sha: str, wasm: bytes) -> cm.Component:
+    def _compile(self, sha: str, wasm: bytes, told: LoadPhase) -> cm.Component:
         """Compile in a child into a partial file, validate it by loading it, then cache it."""
         if sha in self._rejected:
             raise self._rejected[sha]
         partial, final = self._partial_file(sha)
+        parallel = self.compiler.parallel
         try:
             try:
-                self.compiler.compile(wasm, partial)
+                self.compiler.compile(
+                    wasm,
+                    partial,
+                    on_wait=lambda: told(
+                        WAITING_TO_COMPILE,
+                        f"other agents are compiling ({parallel} at a time on this node)",
+                    ),
+                    on_start=lambda: told(COMPILING, "compiling its component (first load)"),
+                )
             except CompileError as e:
                 if e.failure == "rejected":
                     self._rejected[sha] = e
@@ -187,3 +208,7 @@ class AgentEngine:
         self._stop.set()
         self._ticker.join(timeout=1)
         self._components.clear()
+
+
+def _quiet(phase: str, reason: str) -> None:
+    """No one listens to where the load is."""

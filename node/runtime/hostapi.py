@@ -45,6 +45,9 @@ class RunClock:
         self.exempt = 0.0
         # told when a run starts waiting for a person (the worker: the new version works)
         self.on_wait: Callable[[], None] | None = None
+        # set while the run waits for a person (read by the thread draining the agent: such a
+        # wait is not work to finish, the drain ends it at once)
+        self.waiting = False
 
     def start(self, budget_ms: int) -> None:
         self.budget_ms, self.started, self.exempt = float(budget_ms), time.monotonic(), 0.0
@@ -71,9 +74,11 @@ def exempt_from_deadline() -> Iterator[None]:
     clock = run_clock()
     if clock.on_wait is not None:
         clock.on_wait()
+    clock.waiting = True
     try:
         yield
     finally:
+        clock.waiting = False
         clock.exempt += time.monotonic() - start
 
 

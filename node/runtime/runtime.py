@@ -25,7 +25,7 @@ from node.runtime.instance import AgentInstance
 from node.runtime.outputguard import OutputGuard
 from node.runtime.spec import AgentSpec, RuntimeOptions
 from node.runtime.status import AgentStatus
-from node.runtime.worker import AgentWorker, Resolver, run_tick
+from node.runtime.worker import STOPPED, AgentWorker, Resolver, run_tick
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +45,9 @@ class InstanceEnd:
 
 # Told (on the thread that runs the change) once the old instance has ended.
 InstanceEnded = Callable[[InstanceEnd], None]
+
+
+OPERATOR_STOPPED = "stopped by an operator (`agents start` starts it)"
 
 
 class UnknownAgentError(KeyError):
@@ -81,7 +84,9 @@ class AgentRuntime:
         """Start every worker but the `suspended` ones; each loads its component on its own
         thread."""
         for name, worker in list(self.workers.items()):
-            if not worker.started and name not in suspended:
+            if name in suspended:
+                worker.set_phase(STOPPED, OPERATOR_STOPPED)
+            elif not worker.started:
                 worker.start()
         self._output_guard.start()
 
@@ -132,6 +137,8 @@ class AgentRuntime:
         worker = self.workers[spec.name] = self._new_worker(spec)
         if run:
             worker.start()
+        else:
+            worker.set_phase(STOPPED, OPERATOR_STOPPED)
         return worker
 
     def suspend(self, name: str, reason: str, drain_secs: float) -> AgentWorker:

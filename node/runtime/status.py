@@ -15,8 +15,9 @@ class MemoryProfile(msgspec.Struct):
     fuel_remaining: int | None  # None when fuel_per_tick is unlimited
 
 
-class StatusView(msgspec.Struct):
-    """The spec's agent status object."""
+class StatusView(msgspec.Struct, omit_defaults=True):
+    """The spec's agent status object; an agent without a live instance (stopped, starting,
+    in error) adds what it is doing (`phase`) and why (`reason`)."""
 
     name: str
     status: State
@@ -24,6 +25,8 @@ class StatusView(msgspec.Struct):
     last_activity_ms_ago: int
     restart_count: int
     memory_profile: MemoryProfile
+    phase: str | None = None  # "waiting to compile", "compiling", "restarting", ...
+    reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,11 @@ class AgentStatus:
     last_error: str | None
     fuel_consumed: int  # total over the agent's life in this process
     runs: int
+    # without a live instance: what the agent is doing (worker.py's phases) and why
+    phase: str | None = None
+    reason: str | None = None
+    faults: int = 0  # faults of this worker (each one a restart after the backoff)
+    good_runs: int = 0  # runs of this worker that ended without a fault
 
     def to_api(self) -> StatusView:
         return StatusView(
@@ -47,4 +55,6 @@ class AgentStatus:
             self.last_activity_ms_ago,
             self.restart_count,
             MemoryProfile(self.heap_bytes, self.fuel_remaining),
+            self.phase,
+            self.reason,
         )

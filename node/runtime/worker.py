@@ -31,6 +31,7 @@ from node.runtime.hostapi import (
     AgentHooks,
     AgentHost,
     Run,
+    RunClock,
     RunKind,
     RunResult,
     Task,
@@ -58,6 +59,13 @@ class _Call:
 
 
 _WAKE = object()
+DRAIN_POLL_SECS = 0.05  # how often a drain looks whether the run only waits for a person
+# What an agent without a live instance is doing (its status's `phase`; docs/operations.md)
+NOT_STARTED = "not started"
+STARTING = "starting"  # loading its component; the engine refines it (engine.LoadPhase)
+RESTARTING = "restarting"  # in error, waiting out the backoff
+DRAINING = "draining"  # a lifecycle change: finishing its run in progress, then ending
+STOPPED = "stopped"
 # "registry:ID@VERSION" → the package's component file; LookupError when unknown.
 Resolver = Callable[[str], Path]
 
@@ -101,10 +109,15 @@ class AgentWorker:
         self._lock = threading.Lock()
         self._instance: AgentInstance | None = None
         self._linker: cm.Linker | None = None
-        self._state: State = "idle"
+        # "stopped" until an instance runs: compiling is not working (issue 37 item 8)
+        self._state: State = "stopped"
+        self._phase: str | None = NOT_STARTED
+        self._reason: str | None = "its worker has not started yet"
         self._started_at = time.monotonic()
         self._last_activity = self._started_at
         self._restart_count = 0
+        self._faults = 0  # every fault of this worker (probation counts them)
+        self._good_runs = 0
         self._failures = 0  # consecutive faults, for the backoff
         self._retry_at = 0.0
         self._last_error: str | None = None
@@ -124,12 +137,20 @@ class AgentWorker:
         self.probation: Future[str | None] = Future()
         self._on_probation = True  # until `probation` is set (read every run: no lock)
         self.handed_over: list[str] = []  # ids of tasks left open for the next instance
+        self._clock: RunClock | None = None  # the worker thread's run clock, once it runs
+        self._run: tuple[Run, float] | None = None  # the run in progress and its start
         self._thread = threading.Thread(target=self._main, name=f"agent-{spec.name}", daemon=True)
 
     # ---- other threads -------------------------------------------------------------------
 
     def start(self) -> None:
+        self.set_phase(STARTING, "its worker started; loading its component")
         self._thread.start()
+
+    def set_phase(self, phase: str | None, reason: str | None = None) -> None:
+        """What the agent does while it has no live instance (None once it has one)."""
+        with self._lock:
+            self._phase, self._reason = phase, reason
 
     def stop(self, timeout: float | None = None) -> bool:
         """Ask the worker to stop; True once its thread has ended (within `timeout`)."""
@@ -146,12 +167,21 @@ class AgentWorker:
     def drain(self, timeout: float) -> bool:
         """End after the run in progress (a task finishes on this instance); past `timeout`,
         stop hard (a blocked host call gives up; with `hand_over_tasks` its task stays open).
-        True once the thread has ended. Blocking."""
+        A run that waits for an operator's approval is no work to finish: it is stopped at
+        once (its task handed over, the request closed by the lifecycle's hook). True once
+        the thread has ended. Blocking."""
         if not self.started:
             return True
         self._draining = True
+        self.set_phase(DRAINING, "finishing its run in progress, then ending")
         self._queue.put(_WAKE)
-        self._thread.join(timeout)
+        deadline = time.monotonic() + timeout
+        while self._thread.is_alive() and (left := deadline - time.monotonic()) > 0:
+            clock = self._clock
+            if clock is not None and clock.waiting:
+                log.info("agent %s: its run waits for an approval; ending it now", self.spec.name)
+                return self.stop(timeout)
+            self._thread.join(min(left, DRAIN_POLL_SECS))
         if self._thread.is_alive():
             log.warning(
                 "agent %s: still busy after %.0f s of draining; stopping", self.spec.name, timeout
@@ -187,22 +217,38 @@ class AgentWorker:
             return AgentStatus(
                 name=self.spec.name,
                 status=state,
-                uptime_ms=0 if state == "stopped" else int((now - self._started_at) * 1000),
+                uptime_ms=0 if self._instance is None else int((now - self._started_at) * 1000),
                 last_activity_ms_ago=(
                     0 if state == "running" else int((now - self._last_activity) * 1000)
                 ),
                 restart_count=self._restart_count,
-                heap_bytes=self.meter.heap_bytes(),
+                heap_bytes=self.meter.heap_bytes() if self._instance is not None else 0,
                 fuel_remaining=self._fuel_remaining if self.spec.fuel_per_tick else None,
                 last_error=self._last_error,
                 fuel_consumed=self._fuel_consumed,
                 runs=self._runs,
+                phase=self._phase,
+                reason=self._reason,
+                faults=self._faults,
+                good_runs=self._good_runs,
             )
 
     # ---- the worker thread ---------------------------------------------------------------
 
+    def busy_with(self) -> str | None:
+        """The run in progress, as an operator reads it ("task 7f3a… for 12 s, waiting for an
+        approval"), or None between runs."""
+        current, clock = self._run, self._clock
+        if current is None:
+            return None
+        run, started = current
+        what = f"{run.kind} {run.detail}".strip()
+        text = f"{what} for {time.monotonic() - started:.0f} s"
+        return text + ", waiting for an approval" if clock and clock.waiting else text
+
     def _main(self) -> None:
-        run_clock().on_wait = lambda: self._end_probation(None)
+        self._clock = run_clock()
+        self._clock.on_wait = lambda: self._end_probation(None)
         try:
             while not self._ending:
                 if self._instance is None:
@@ -233,8 +279,10 @@ class AgentWorker:
 
     def _start_instance(self) -> bool:
         restarting = self._failures > 0
+        if restarting:
+            self.set_phase(RESTARTING, f"loading its component again after: {self._last_error}")
         try:
-            loaded = self.engine.load(self._component_path())
+            loaded = self.engine.load(self._component_path(), self._loading)
             self.load_seconds, self.load_cache_hit = loaded.seconds, loaded.cache_hit
             if self._linker is None:
                 interval = self.engine.epoch_interval_ms
@@ -255,6 +303,8 @@ class AgentWorker:
         now = time.monotonic()
         with self._lock:
             self._instance = instance
+            self._state = "idle"  # with the instance: status never shows one without the other
+            self._phase = self._reason = None
             self._started_at = self._last_activity = now
             self._fuel_remaining = instance.fuel_remaining
             if restarting:
@@ -264,6 +314,11 @@ class AgentWorker:
         self.hooks.agent_started(self._restart_count)
         self._set_state("idle", force=True)
         return True
+
+    def _loading(self, phase: str, reason: str) -> None:
+        """The engine's report of where a load is: waiting for a compile slot, compiling."""
+        if not self._ending:
+            self.set_phase(phase, f"{reason} ({self.spec.component})")
 
     def _set_state(self, state: State, force: bool = False) -> None:
         with self._lock:
@@ -374,6 +429,7 @@ class AgentWorker:
         self._set_state("running")
         self.hooks.run_started(run)
         start = time.monotonic()
+        self._run = (run, start)
         fault: AgentFault | None = None
         instance.fuel_used = 0
         try:
@@ -383,11 +439,13 @@ class AgentWorker:
             raise
         finally:
             end = time.monotonic()
+            self._run = None
             with self._lock:  # one acquisition for the run's figures and the idle state
                 self._last_activity = end
                 self._fuel_remaining = instance.fuel_remaining
                 self._fuel_consumed += instance.fuel_used
                 self._runs += 1
+                self._good_runs += fault is None
                 idle = fault is None and self._state != "idle"
                 if idle:
                     self._state = "idle"
@@ -414,8 +472,11 @@ class AgentWorker:
         )
         self._close_instance()
         self._emit_output()
-        with self._lock:
+        with self._lock:  # with the count: a reader of `faults` finds this error
             self._last_error = fault.reason
+            self._faults += 1
+            self._phase = RESTARTING
+            self._reason = f"restart in {delay_ms} ms after: {fault.reason}"
         self._set_state("error")
         self._end_probation(fault.reason)
         self._retry_at = time.monotonic() + delay_ms / 1000
@@ -439,6 +500,7 @@ class AgentWorker:
         self._close_instance()
         self._linker = None
         self._emit_output()
+        self.set_phase(STOPPED, self._last_error if self._state == "error" else "stopped")
         self._set_state("stopped")
         self._end_probation(self._last_error or "the agent stopped before its first tick")
         while True:

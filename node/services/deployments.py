@@ -13,15 +13,20 @@ Every change is journaled first, then carried out: after a crash the node starts
 journal says. An upgrade (or rollback) drains the old instance (its run in progress finishes,
 then it ends; past `DRAIN_SECS` it is stopped and a task it was cut in is handed to the next
 instance) and starts the new one; a new version that does not load, or whose first tick fails,
-is rolled back by the node itself, journaled as `agent.rolled_back` with the reason.
+is rolled back by the node itself, journaled as `agent.rolled_back` with the reason. One whose
+first tick works is then on probation (node/services/rollouts.py): faults in its first runs
+roll it back the same way. A run that only waits for an approval is not drained: it ends at
+once, and its request is closed (`approval.abandoned`) before the change answers.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import hashlib
 import logging
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +52,7 @@ from node.services.approvals import ApprovalGate
 from node.services.grants import GrantService
 from node.services.journal import ensure_local
 from node.services.registry import RegistryService, parse_reference
+from node.services.rollouts import Change, ProbationSettings, Rollouts
 from projections import catalogue as c
 from projections.deployments import NODE_STREAM, DeployedAgent, DeployedAgents
 from projections.journals import Journals
@@ -56,6 +62,7 @@ log = logging.getLogger(__name__)
 DRAIN_SECS = 30.0  # how long a swap waits for the run in progress before stopping it
 RESERVED_NAMES = frozenset({"stream"})  # /api/v1/agents/stream is the per-agent event stream
 PROBATION_MARGIN_SECS = 30.0  # on top of the tick timeout: loading, queued tasks first
+ABANDON_WAIT_SECS = 5.0  # a change waits this long for its agent's requests to be closed
 
 
 class DeployRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -153,6 +160,8 @@ class DeploymentService:
         self._tasks: TaskQueue | None = None
         self._closed = False
         self.drain_secs = DRAIN_SECS
+        # the changes in progress and each agent's latest probation (node/services/rollouts.py)
+        self.rollouts = Rollouts(ProbationSettings.of(ctx.config))
 
     @property
     def projection(self) -> DeployedAgents:
@@ -247,6 +256,8 @@ class DeploymentService:
         else:
             self._lock.release()
         self._closed = True  # later changes answer 503
+        for name in list(self.rollouts.latest):
+            self.rollouts.end_watch(name, "the node is stopping")
         self.attach(None, None)
 
     def instance_ended(self, end: InstanceEnd) -> None:
@@ -260,13 +271,77 @@ class DeploymentService:
         loop = self._loop
         if loop is not None and not loop.is_closed():
             reason = f"{end.agent}'s instance ended: {end.reason}"
-            asyncio.run_coroutine_threadsafe(self._abandon(end.agent, reason), loop)
+            closing = asyncio.run_coroutine_threadsafe(self._abandon(end.agent, reason), loop)
+            # journaled before the change answers (this thread is not the loop's)
+            with contextlib.suppress(concurrent.futures.TimeoutError):
+                closing.result(ABANDON_WAIT_SECS)
 
     async def _abandon(self, agent: str, reason: str) -> None:
         try:
             await self.approvals.abandon_agent(agent, reason)
         except Exception:
             log.exception("could not close the approvals of %s", agent)
+
+    # ------------------------------------------------------------------ progress
+
+    @contextlib.asynccontextmanager
+    async def _changing(self, name: str, action: str, step: str) -> AsyncIterator[Change]:
+        """A change of `name` in progress, its steps readable by GET /api/v1/agents/{name}
+        (`change`); it ends the agent's probation watch, if one runs."""
+        change = self.rollouts.begin(name, action, step)
+        try:
+            yield change
+        finally:
+            self.rollouts.done(name)
+
+    def _draining(self, change: Change, name: str) -> None:
+        """The change's next step ends the running instance: show what it still runs."""
+        runtime = self._runtime
+        change.worker = runtime.workers.get(name) if runtime is not None else None
+        change.step = "ending the old instance"
+
+    def _watch(self, name: str, revision: int, worker: Any) -> str:
+        """Put the new instance on probation; the answer's words for it."""
+        self.rollouts.watch(name, revision, worker, self._probation_failed)
+        settings = self.rollouts.settings
+        return (
+            f"; on probation for {settings.ticks} good run(s) or {settings.secs:g} s "
+            f"(more than {settings.max_faults} fault(s) roll it back)"
+        )
+
+    async def _probation_failed(self, name: str, revision: int, why: str) -> int | None:
+        """Roll `revision` back by itself, as its probation failed: the revision returned to,
+        or None when there is none (or an operator's change came first)."""
+        async with self._lock, self._changing(name, "automatic rollback", "journaling") as change:
+            deployed = self.projection.get(name)
+            if (
+                deployed is None
+                or deployed.current.revision != revision
+                or not self.rollouts.rolling_back(name, revision)
+                or not deployed.previous
+            ):
+                return None
+            target = deployed.previous[-1].revision
+            await self._append(
+                c.AgentRolledBack(
+                    agent=name,
+                    from_revision=revision,
+                    to_revision=target,
+                    reason=f"revision {revision} failed its probation: {why}"[: c.MAX_TEXT],
+                    automatic=True,
+                )
+            )
+            self._set_hosted()
+            await self._follow_grants(name, f"not asked for by revision {target}")
+            self._draining(change, name)
+            await asyncio.to_thread(
+                self.runtime.replace,
+                self._spec(name),
+                f"rolled back to revision {target} (probation failed)",
+                self.drain_secs,
+                not deployed.suspended,
+            )
+            return target
 
     # ------------------------------------------------------------------ changes
 
@@ -351,7 +426,8 @@ class DeploymentService:
             definition = _bounded(definition_of(agent, package.checksum))
             deployed = self.projection.get(name)
             if deployed is None:
-                return 201, await self._deploy_new(name, definition, path, operator)
+                async with self._changing(name, "deploy", "checking the component loads"):
+                    return 201, await self._deploy_new(name, definition, path, operator)
             self._only_api(deployed, "change")
             if deployed.current.definition == definition:
                 return (
@@ -359,7 +435,10 @@ class DeploymentService:
                     f"agent {name!r} already runs this deployment "
                     f"(revision {deployed.current.revision}); nothing changed",
                 )
-            return 200, await self._upgrade(deployed, definition, path, operator, runtime)
+            async with self._changing(name, "upgrade", "checking the component loads") as change:
+                return 200, await self._upgrade(
+                    deployed, definition, path, operator, runtime, change
+                )
 
     async def _deploy_new(
         self, name: str, definition: c.AgentDefinition, path: Path, operator: str
@@ -398,6 +477,7 @@ class DeploymentService:
         path: Path,
         operator: str,
         runtime: AgentRuntime,
+        change: Change,
     ) -> str:
         name = deployed.name
         revision = deployed.last_revision + 1
@@ -416,17 +496,20 @@ class DeploymentService:
         self._set_hosted()
         await self._follow_grants(name, f"not asked for by revision {revision}")
         reason = f"upgraded to revision {revision}"
+        self._draining(change, name)
         worker = await asyncio.to_thread(
             runtime.replace, self._spec(name), reason, self.drain_secs, not deployed.suspended
         )
+        change.worker, change.step = None, "waiting for the new instance's first good run"
         if deployed.suspended:
             return f"upgraded to revision {revision} (stopped: it runs once started)"
         why = await self._probation(worker.probation, definition)
         if why is None:
-            return f"upgraded to revision {revision}"
+            return f"upgraded to revision {revision}" + self._watch(name, revision, worker)
         await self._append(self._rolled_back(name, revision, previous, why))
         self._set_hosted()
         await self._follow_grants(name, f"not asked for by revision {previous}")
+        self._draining(change, name)
         await asyncio.to_thread(
             runtime.replace,
             self._spec(name),
@@ -461,58 +544,75 @@ class DeploymentService:
             self._only_api(deployed, "roll back")
             if not deployed.previous:
                 raise Problem(409, f"agent {name!r} has no earlier deployment to roll back to")
-            target = deployed.previous[-1]
-            await self._append(
-                c.AgentRolledBack(
-                    agent=name,
-                    from_revision=deployed.current.revision,
-                    to_revision=target.revision,
-                    reason=reason[: c.MAX_TEXT],
-                    operator=operator,
-                )
+            async with self._changing(name, "rollback", "journaling") as change:
+                return await self._roll_back_to(deployed, reason, operator, change)
+
+    async def _roll_back_to(
+        self, deployed: DeployedAgent, reason: str, operator: str, change: Change
+    ) -> str:
+        name = deployed.name
+        target = deployed.previous[-1]
+        await self._append(
+            c.AgentRolledBack(
+                agent=name,
+                from_revision=deployed.current.revision,
+                to_revision=target.revision,
+                reason=reason[: c.MAX_TEXT],
+                operator=operator,
             )
-            self._set_hosted()
-            await self._follow_grants(name, f"not asked for by revision {target.revision}")
-            await asyncio.to_thread(
-                self.runtime.replace,
-                self._spec(name),
-                f"rolled back to revision {target.revision}",
-                self.drain_secs,
-                not deployed.suspended,
-            )
-            return f"rolled back to revision {target.revision}"
+        )
+        self._set_hosted()
+        await self._follow_grants(name, f"not asked for by revision {target.revision}")
+        self._draining(change, name)
+        worker = await asyncio.to_thread(
+            self.runtime.replace,
+            self._spec(name),
+            f"rolled back to revision {target.revision}",
+            self.drain_secs,
+            not deployed.suspended,
+        )
+        done = f"rolled back to revision {target.revision}"
+        if deployed.suspended:
+            return done + " (stopped: it runs once started)"
+        return done + self._watch(name, target.revision, worker)
 
     async def suspend(self, name: str, operator: str) -> str:
         async with self._lock:
             deployed = self._agent(name)
             if deployed.suspended:
                 return f"agent {name!r} was already stopped"
-            await self._append(c.AgentSuspended(agent=name, operator=operator))
-            await asyncio.to_thread(self.runtime.suspend, name, "suspended", self.drain_secs)
-            return "stopped; its tasks stay queued until it is started"
+            async with self._changing(name, "stop", "journaling") as change:
+                await self._append(c.AgentSuspended(agent=name, operator=operator))
+                self._draining(change, name)
+                await asyncio.to_thread(self.runtime.suspend, name, "suspended", self.drain_secs)
+                return "stopped; its tasks stay queued until it is started"
 
     async def resume(self, name: str, operator: str) -> str:
         async with self._lock:
             deployed = self._agent(name)
             if not deployed.suspended:
                 return f"agent {name!r} was already running"
-            await self._append(c.AgentResumed(agent=name, operator=operator))
-            await asyncio.to_thread(
-                self.runtime.replace, self._spec(name), "resumed", self.drain_secs, True
-            )
-            return "started"
+            async with self._changing(name, "start", "journaling"):
+                await self._append(c.AgentResumed(agent=name, operator=operator))
+                await asyncio.to_thread(
+                    self.runtime.replace, self._spec(name), "resumed", self.drain_secs, True
+                )
+                return "started"
 
     async def remove(self, name: str, operator: str) -> str:
         async with self._lock:
             deployed = self._agent(name)
             self._only_api(deployed, "remove")
-            await self._remove(name, "", operator)
-            await asyncio.to_thread(self.runtime.remove, name, "removed", self.drain_secs)
-            self._set_hosted()
-            return (
-                "removed; its journal is kept for audit, and a new deployment of this name "
-                "starts with no state, tasks or grants"
-            )
+            async with self._changing(name, "remove", "journaling") as change:
+                await self._remove(name, "", operator)
+                self._draining(change, name)
+                await asyncio.to_thread(self.runtime.remove, name, "removed", self.drain_secs)
+                self._set_hosted()
+                self.rollouts.forget(name)
+                return (
+                    "removed; its journal is kept for audit, and a new deployment of this name "
+                    "starts with no state, tasks or grants"
+                )
 
     async def _remove(self, name: str, reason: str, operator: str | None) -> None:
         """Journal the removal and, in the same write, the end of everything the agent held:

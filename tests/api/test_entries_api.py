@@ -4,7 +4,15 @@ import pytest
 
 from node.app import build_app
 from node.context import CONTEXT
-from tests.support import ADMIN_TOKEN, OPERATE_TOKEN, READ_TOKEN, auth, make_config, tiny_component
+from tests.support import (
+    ADMIN_TOKEN,
+    OPERATE_TOKEN,
+    READ_TOKEN,
+    auth,
+    make_config,
+    replicate,
+    tiny_component,
+)
 
 
 async def post_finding(client, body, token=OPERATE_TOKEN):
@@ -59,14 +67,49 @@ async def test_finding_detail_defaults_to_empty_and_lands_in_the_agents_journal(
     }
 
 
-async def test_a_finding_about_an_unknown_agent_is_404_and_starts_no_journal(client):
+async def test_a_finding_about_a_name_not_hosted_here_is_kept_in_the_nodes_journal(client):
+    """The spec's external integration: any well-formed name is 201 {seq}; a name this node
+    does not host never becomes (or is written as) a journal of its own."""
     store = client.app[CONTEXT].store
-    before = store.last_position
-    response = await post_finding(client, {"agent": "nosuch", "severity": "high", "title": "x"})
-    assert response.status == 404
-    assert response.content_type == "application/problem+json"
-    assert "no agent or journal named 'nosuch'" in (await response.json())["detail"]
-    assert store.last_position == before and store.head("nosuch") is None
+    before = store.head("node-a").seq if store.head("node-a") else 0
+    for agent, token in (("nosuch", OPERATE_TOKEN), ("trivy", ADMIN_TOKEN)):
+        body = {"agent": agent, "severity": "high", "title": f"about {agent}", "detail": "d"}
+        response = await post_finding(client, body, token)
+        assert response.status == 201, await response.text()
+        answer = await response.json()
+        assert isinstance(answer["seq"], int)
+        assert "no agent of that name is hosted on this node" in answer["note"]
+        assert store.head(agent) is None  # no journal named after it
+    assert store.head("node-a").seq == before + 2  # the node's own journal holds both
+    last = store.read_stream("node-a")[-1].event
+    assert last.data == {
+        "severity": "high",
+        "title": "about trivy",
+        "detail": "d",
+        "posted_by": "admin",
+        "subject": "trivy",
+    }
+    page = await (await client.get("/api/v1/findings", headers=auth(READ_TOKEN))).json()
+    assert [(f["agent"], f["posted_by"], f["title"]) for f in page["findings"]][-2:] == [
+        ("nosuch", "operator", "about nosuch"),
+        ("trivy", "admin", "about trivy"),
+    ]
+    # the node's own name: the spec's {seq} alone
+    response = await post_finding(client, {"agent": "node-a", "severity": "low", "title": "n"})
+    assert response.status == 201 and set(await response.json()) == {"seq"}
+
+
+async def test_a_finding_about_a_replicas_agent_stays_out_of_the_replica(client):
+    """A journal another node writes (a replica here) is never written: the finding about
+    its agent goes into this node's own journal."""
+    store = client.app[CONTEXT].store
+    await replicate(store, "remote", "state.set", {"key": "k", "value": "v"}, origin="node-b")
+    head = store.head("remote").seq
+    body = {"agent": "remote", "severity": "low", "title": "seen from here"}
+    response = await post_finding(client, body)
+    assert response.status == 201, await response.text()
+    assert store.head("remote").seq == head
+    assert store.read_stream("node-a")[-1].event.data["subject"] == "remote"
 
 
 async def test_the_node_itself_and_a_configured_agent_take_findings(aiohttp_client, tmp_path):
@@ -78,7 +121,10 @@ async def test_the_node_itself_and_a_configured_agent_take_findings(aiohttp_clie
         assert (await post_finding(client, body)).status == 201, agent
     # a scanner reports under its own token's name (post_finding posts as "operator")
     body = {"agent": "operator", "severity": "low", "title": "from the scanner"}
-    assert (await post_finding(client, body)).status == 201
+    response = await post_finding(client, body)
+    assert response.status == 201 and "note" in await response.json()
+    page = await (await client.get("/api/v1/findings", headers=auth(READ_TOKEN))).json()
+    assert [f["agent"] for f in page["findings"]] == ["node-a", "quiet", "operator"]
 
 
 async def test_a_posted_finding_is_told_apart_from_the_agents_own(client):

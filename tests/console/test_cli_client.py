@@ -53,7 +53,9 @@ def test_status_table_and_json(node):
     table = cli(node, "status")
     assert table.returncode == 0, table.stderr
     header, *rows = table.stdout.splitlines()
-    assert header.split() == ["AGENT", "STATUS", "UPTIME", "HEAP", "FUEL", "RESTARTS", "IDLE"]
+    assert header.split() == [
+        "AGENT", "STATUS", "UPTIME", "HEAP", "FUEL", "RESTARTS", "IDLE", "PHASE"
+    ]  # fmt: skip
     # for people: `1.2 MiB`, `3 min 20 s`; --json keeps the raw numbers
     assert all(" MiB" in row or " KiB" in row for row in rows), rows
     assert all(" ms" in row or " s" in row for row in rows), rows
@@ -189,11 +191,13 @@ def test_logs_and_findings_pages_filters_and_follow(node):
     table = cli(node, "findings", "--agent", "worker").stdout.splitlines()
     assert table[0].split() == ["SEQ", "TS", "SEVERITY", "AGENT", "BY", "TITLE", "DETAIL"]
     assert table[1].split()[3:6] == ["worker", "admin", "first"]
-    with node.client() as http:  # an agent the node does not have: no new journal
+    with node.client() as http:  # an agent the node does not host: kept in the node's journal
         unknown = http.post(
             "/api/v1/findings", json={"agent": "probe", "severity": "high", "title": "x"}
         )
-    assert unknown.status_code == 404 and "probe" in unknown.json()["detail"]
+    assert unknown.status_code == 201 and "hosted on this node" in unknown.json()["note"]
+    table = cli(node, "findings", "--agent", "probe").stdout.splitlines()
+    assert table[1].split()[3:6] == ["probe", "admin", "x"]
     logs = [
         json.loads(line) for line in cli(node, "logs", "--json", "--limit", "3").stdout.splitlines()
     ]

@@ -410,3 +410,44 @@ def test_the_agent_page_shows_the_deployment_and_its_buttons(node, open_page, bu
     page.once("dialog", lambda dialog: dialog.accept())  # "Remove greeter? ..."
     page.locator("#deployment").get_by_role("button", name="remove greeter").click()
     expect(page.locator('#agent-list tr[data-agent="greeter"]')).to_have_count(0)
+
+
+@screenshot_on_failure
+def test_the_agent_page_shows_a_probation_and_marks_the_automatic_rollback(
+    node, open_page, built_agents
+):
+    """Issue 37 items 3 and 8: the chosen agent's rollout is live (on probation, then rolled
+    back automatically by the node, marked as such); a stopped agent says why."""
+    with node.client() as http:
+        for version, agent in (("1.0.0", "hello"), ("2.0.0", "bad_second_tick")):
+            published = http.post(
+                "/api/v1/registry/packages",
+                data={"id": "watched", "version": version},
+                files={"wasm": ("a.wasm", built_agents[agent].read_bytes())},
+                timeout=120,
+            )
+            assert published.status_code == 201, published.text
+        body = {"component": "registry:watched@1.0.0", "tick_interval_ms": 300}
+        deployed = http.put("/api/v1/agents/watched", json=body, timeout=120)
+        assert deployed.status_code == 201, deployed.text
+
+    page = open_page()
+    sign_in(page, node, ADMIN_TOKEN, view="agents")
+    page.get_by_role("button", name="watched", exact=True).click()
+    # its first tick works: the upgrade is answered, then the probation sees the second fail
+    page.get_by_label("component to upgrade to").fill("registry:watched@2.0.0")
+    page.locator("#upgrade-form").get_by_role("button", name="Upgrade").click()
+    expect(page.locator("#deploy-note")).to_contain_text("on probation", timeout=60_000)
+    notice = page.locator("#automatic-rollback")
+    expect(notice).to_contain_text("Rolled back automatically", timeout=60_000)
+    expect(notice).to_contain_text("revision 2 failed its probation")
+    expect(page.locator("#deploy-rollout")).to_contain_text("rolled back automatically")
+    expect(page.locator("#deploy-revision")).to_have_text("1 (version 1.0.0)")
+    expect(page.locator("#deployment table")).to_contain_text("rolled back (automatic)")
+    # stopped by an operator: the list says so next to the status
+    page.locator("#deployment").get_by_role("button", name="stop watched").click()
+    row = page.locator('#agent-list tr[data-agent="watched"]')
+    expect(row).to_contain_text("stopped by an operator")
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.locator("#deployment").get_by_role("button", name="remove watched").click()
+    expect(row).to_have_count(0)

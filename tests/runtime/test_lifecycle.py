@@ -125,7 +125,8 @@ async def test_deploy_upgrade_keeps_state_and_grants_and_rolls_back_a_broken_one
     response = await put(client, "tools", upgrade)
     assert response.status == 200, await response.text()
     answer = await response.json()
-    assert answer["message"] == "upgraded to revision 2"
+    assert answer["message"].startswith("upgraded to revision 2; on probation for 3 good run")
+    assert answer["agent"]["rollout"]["state"] == "probation"
     assert answer["agent"]["current"]["version"] == "2.0.0"
     assert [d["revision"] for d in answer["agent"]["previous"]] == [1]
     worker = app[AGENTS].runtime.worker("tools")

@@ -164,7 +164,7 @@ def test_stop_keeps_one_deadline_for_all_agents(tmp_path):
     runtime = AgentRuntime(specs, lambda spec, _stopping: (hosts[spec.name],) * 2, RuntimeOptions())
     loading, released = threading.Semaphore(0), threading.Event()
 
-    def load(path):
+    def load(path, on_phase=None):
         loading.release()
         released.wait(30)
         raise OSError("released")

@@ -18,6 +18,51 @@ async function load() {
   statuses = status;
   deployments = Object.fromEntries(deployed.map((d) => [d.name, d]));
   renderList();
+  refreshRollout();
+}
+
+/** What changes the deployment panel: a new rollout state or a new history entry. */
+function rolloutKey(d) {
+  return `${d.current.revision}:${d.rollout?.revision ?? ""}:${d.rollout?.state ?? ""}:${d.history.length}:${d.stopped}`;
+}
+
+/** Keep the chosen agent's rollout live: its probation's progress, and the panel afresh once
+ * the rollout passed or was rolled back (the history then has the automatic rollback). */
+function refreshRollout() {
+  const panel = root?.querySelector("#deployment");
+  const d = chosen ? deployments[chosen] : null;
+  if (!panel || !d || panel.dataset.agent !== d.name) return;
+  if (panel.dataset.rollout !== rolloutKey(d)) {
+    panel.replaceWith(deploymentPanel(d));
+    return;
+  }
+  const line = panel.querySelector("#deploy-rollout");
+  if (line) line.textContent = rolloutText(d.rollout);
+  const state = panel.querySelector("#deploy-state");
+  if (state) state.textContent = stateText(d);
+}
+
+function rolloutText(r) {
+  if (!r) return "";
+  const reason = r.reason ? `: ${r.reason}` : "";
+  switch (r.state) {
+    case "probation":
+      return `revision ${r.revision} on probation: ${r.good_runs}/${r.ticks_needed} good runs, ${r.faults} fault(s) (at most ${r.max_faults}), ${Math.round(r.seconds)} of ${r.window_secs} s`;
+    case "rolling_back":
+      return `revision ${r.revision} failed its probation; rolling back${reason}`;
+    case "rolled_back":
+      return `rolled back automatically: revision ${r.revision} failed its probation (${r.reason}); now revision ${r.rolled_back_to}`;
+    case "passed":
+      return `revision ${r.revision} passed its probation (${r.good_runs} good runs)`;
+    default:
+      return `probation of revision ${r.revision}: ${r.state}${reason}`;
+  }
+}
+
+function stateText(d) {
+  if (d.stopped) return "stopped by an operator (tasks stay queued)";
+  const change = d.change ? ` — ${d.change.action}: waiting for ${d.change.step}` : "";
+  return `${d.status}${d.phase ? ` (${d.phase}${d.reason ? `: ${d.reason}` : ""})` : ""}${change}`;
 }
 
 function versionOf(d) {
@@ -33,7 +78,7 @@ function renderList() {
       "tr",
       { dataset: { agent: s.name }, class: s.name === chosen ? "chosen" : null },
       h("td", {}, h("button", { type: "button", class: "link", onclick: () => choose(s.name) }, s.name)),
-      h("td", {}, h("span", { class: `status ${s.status}` }, s.status)),
+      h("td", {}, h("span", { class: `status ${s.status}`, title: s.reason ?? "" }, s.status), s.phase ? h("span", { class: "phase", title: s.reason ?? "" }, ` ${s.phase}`) : null, s.reason ? h("div", { class: "hint phase-reason" }, s.reason) : null),
       h("td", {}, versionOf(deployments[s.name])),
       h("td", {}, deployments[s.name]?.source ?? ""),
       h("td", {}, duration(s.uptime_ms)),
@@ -126,18 +171,26 @@ function deploymentPanel(d) {
           h("button", { type: "submit" }, "Upgrade"),
         )
       : null;
+  const last = d.history[d.history.length - 1];
+  const automatic =
+    last && last.event === "rolled_back" && last.automatic
+      ? h("p", { class: "notice automatic-rollback", id: "automatic-rollback", role: "status" }, `Rolled back automatically ${when(last.at)} to revision ${last.revision}: ${last.reason ?? "no reason given"}`)
+      : null;
   const history = d.history.slice().reverse().map((e) =>
     h("tr", {}, h("td", {}, when(e.at)), h("td", {}, e.event.replace("_", " ") + (e.automatic ? " (automatic)" : "")), h("td", {}, e.revision ?? ""), h("td", { class: "mono" }, e.component ?? ""), h("td", {}, e.operator ?? ""), h("td", {}, e.reason ?? "")),
   );
   return h(
     "section",
-    { class: "deployment", id: "deployment" },
+    { class: "deployment", id: "deployment", dataset: { agent: d.name, rollout: rolloutKey(d) } },
+    automatic,
     h("dl", { class: "facts" },
       h("dt", {}, "Source"), h("dd", {}, d.source === "config" ? "runtime.toml" : "deployed through the API"),
       h("dt", {}, "Revision"), h("dd", { id: "deploy-revision" }, `${d.current.revision}${d.current.version ? ` (version ${d.current.version})` : ""}`),
       h("dt", {}, "Component"), h("dd", { class: "mono" }, d.current.component),
       h("dt", {}, "Checksum"), h("dd", { class: "mono checksum" }, d.current.sha256 || "unknown"),
-      h("dt", {}, "State"), h("dd", { id: "deploy-state" }, d.stopped ? "stopped by an operator (tasks stay queued)" : d.status),
+      h("dt", {}, "State"), h("dd", { id: "deploy-state" }, stateText(d)),
+      d.rollout ? h("dt", {}, "Rollout") : null,
+      d.rollout ? h("dd", { id: "deploy-rollout", class: d.rollout.state === "rolled_back" ? "automatic-rollback" : null }, rolloutText(d.rollout)) : null,
     ),
     buttons,
     upgrade,
@@ -170,6 +223,7 @@ export default {
       const s = statuses.find((x) => x.name === data.agent);
       if (s) {
         s.status = data.status;
+        if (data.status === "idle" || data.status === "running") s.phase = s.reason = null; // a live instance
         renderList();
       }
     }
