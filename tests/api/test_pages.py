@@ -8,17 +8,9 @@ import pytest
 from node.api.a2a import NEXT_CURSOR
 from node.app import build_app
 from node.services.tasks import ELIDE_BYTES
+from tests.api.test_tasks import AGENTS  # worker and helper, one tiny component
 from tests.support import OPERATE_TOKEN, READ_TOKEN, auth, make_config, tiny_component
 
-AGENTS = """
-[[agents]]
-name = "worker"
-component = "agent.wasm"
-
-[[agents]]
-name = "helper"
-component = "agent.wasm"
-"""
 PAGE_KB = 16
 
 
