@@ -25,6 +25,24 @@ PERIODIC = {
     ("node/sync/nats_mesh.py", "run"),  # reconnects with backoff
     ("node/sync/nats_mesh.py", "_repair_check"),  # periodic: a journal the stream lost
     ("eventstore/writer.py", "_write_loop"),  # sleep(0): one GIL hand-off before a commit
+    ("node/sync/nats_mesh.py", "_connected"),  # the NATS link, reconnecting with backoff
+    ("node/sync/nats_repair_queue.py", "_work"),  # a peer's repair worker: a bug rests it 1 s
+    ("tests/leakcheck.py", "reap"),  # a grace period for leftovers, then SIGKILL (no failure)
+    ("tests/streams/test_streams_replay_memory.py", "watch"),  # samples RSS and /health
+    # the honest nodes post and are measured for 45 s while the hostile member acts
+    (
+        "tests/sync/test_nats_hostile.py",
+        "test_a_hostile_member_cannot_stall_or_starve_the_honest_nodes",
+    ),
+    ("bench/hostile_load.py", "one"),  # a slow client, reconnecting until the phase ends
+    ("bench/hostile_load.py", "probe_health"),  # /health sampled for the phase
+    ("node/cli_agents.py", "_await_probation"),  # prints a probation's progress as it goes
+    ("node/services/rollouts.py", "_watch"),  # reads an instance's runs through its probation
+    # samples every agent's status (each phase seen) until all run
+    (
+        "tests/runtime/test_status_start.py",
+        "test_agents_compiling_at_start_are_stopped_with_their_phase",
+    ),
 }
 
 
