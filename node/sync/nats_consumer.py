@@ -39,7 +39,14 @@ from node.sync.nats_subjects import (
     parse_subject,
     stream_name,
 )
-from node.sync.receive import Receiver, Rejection, Staged
+from node.sync.receive import (
+    MIN_LANE_SPLIT,
+    VERIFY_LANES,
+    PushOutcome,
+    Receiver,
+    Rejection,
+    Staged,
+)
 
 log = logging.getLogger("agent-node.sync")
 GAP = "gap"
@@ -81,7 +88,24 @@ def envelopes_of(data: bytes) -> list[msgspec.Raw]:
 class _Batch(NamedTuple):
     items: list[msgspec.Raw]
     publishers: list[str]  # who published each item
-    staged: Staged | None  # None: nothing in it for this node
+    # each lane's items (indices into `items`, whole journals) as staged; empty: nothing in it
+    # for this node
+    lanes: list[tuple[list[int], Staged]]
+
+
+def lanes_of(journals: list[bytes]) -> list[list[int]]:
+    """Indices of the items (by the subject each came on: one journal each) split into up to
+    VERIFY_LANES balanced lanes of whole subjects, staged side by side: their signatures are
+    checked at once, as an HTTP receiver checks concurrent pushes."""
+    by_subject: dict[bytes, list[int]] = {}
+    for index, journal in enumerate(journals):
+        by_subject.setdefault(journal, []).append(index)
+    if len(journals) < MIN_LANE_SPLIT or len(by_subject) == 1:
+        return [list(range(len(journals)))]
+    lanes: list[list[int]] = [[] for _ in range(min(VERIFY_LANES, len(by_subject)))]
+    for indices in sorted(by_subject.values(), key=len, reverse=True):
+        min(lanes, key=len).extend(indices)
+    return [sorted(lane) for lane in lanes if lane]
 
 
 class NatsConsumer:
@@ -111,6 +135,9 @@ class NatsConsumer:
         self.pull: RawPull | None = None
         self.pending = 0  # the consumer's lag at the last look (waiting + unacknowledged)
         self.waiting = 0
+        # envelopes a message held lately (a message holds a run of them): how many envelopes
+        # `waiting` messages are, about
+        self.run_length = 1.0
         self._stalls = 0
         self.beat = time.monotonic()  # the last fetch started (nats_mesh.py watches it)
 
@@ -206,6 +233,11 @@ class NatsConsumer:
             raise ConnectionError(f"{self.waiting} message(s) wait, fetches get none")
         return []
 
+    @property
+    def waiting_envelopes(self) -> float:
+        """About how many envelopes wait on the stream for this node."""
+        return self.waiting * self.run_length
+
     async def look_at_lag(self) -> None:
         if self.pull is None:
             return
@@ -232,10 +264,12 @@ class NatsConsumer:
         return publisher
 
     async def _stage(self, messages: list[Delivered]) -> _Batch:
-        """Screen, verify and queue a batch for the writer (Receiver.stage): it commits after
-        the batch staged before it. Publishers are named for the findings only."""
+        """Screen, verify and queue a batch for the writer (Receiver.stage), in lanes of whole
+        subjects verified side by side: it commits after the batch staged before it (every
+        lane of it). Publishers are named for the findings only."""
         items: list[msgspec.Raw] = []
         publishers: list[str] = []
+        subjects: list[bytes] = []
         redelivered = 0
         for message in messages:
             if message.deliveries > 1:
@@ -245,17 +279,24 @@ class NatsConsumer:
                 continue  # our own (a node without peers reads every subject)
             envelopes = envelopes_of(message.data)
             publishers += [publisher] * len(envelopes)
+            subjects += [message.subject] * len(envelopes)
             items += envelopes
         if redelivered:
             self._metrics.redeliveries.inc(redelivered)
-        staged = await self._receiver.stage(items) if items else None
-        return _Batch(items, publishers, staged)
+        self.run_length = 0.8 * self.run_length + 0.2 * max(1.0, len(items) / len(messages))
+        if not items:
+            return _Batch(items, publishers, [])
+        lanes = lanes_of(subjects)
+        staged = await asyncio.gather(
+            *(self._receiver.stage([items[i] for i in lane]) for lane in lanes)
+        )
+        return _Batch(items, publishers, list(zip(lanes, staged, strict=True)))
 
     async def _settle(self, messages: list[Delivered], batch: _Batch) -> None:
         """Once the batch is committed: repair its gaps, report its rejections, then
         acknowledge it (the consumer's ack policy is `all`: one ack for the batch)."""
-        if batch.staged is not None:
-            outcome = await self._receiver.settle(STREAM_PEER, batch.staged)
+        if batch.lanes:
+            outcome = await self._settle_lanes(batch.lanes)
             gaps = [r for r in outcome.rejections if r.reason == GAP]
             if gaps:
                 await self._fill(gaps, batch.items)
@@ -264,6 +305,18 @@ class NatsConsumer:
                     await self._report(batch.publishers[rejection.index], rejection)
         assert self.pull is not None
         await self.pull.ack_through(messages[-1])
+
+    async def _settle_lanes(self, lanes: list[tuple[list[int], Staged]]) -> PushOutcome:
+        """Every lane settled, as one outcome whose rejections index the whole batch."""
+        whole = PushOutcome()
+        for lane, staged in lanes:
+            outcome = await self._receiver.settle(STREAM_PEER, staged)
+            whole.accepted += outcome.accepted
+            whole.rejections += [
+                msgspec.structs.replace(r, index=lane[r.index]) for r in outcome.rejections
+            ]
+        whole.rejections.sort(key=lambda r: r.index)
+        return whole
 
     async def _report(self, publisher: str, rejection: Rejection) -> None:
         """A finding per rejected stream message (once per journal, seq and reason), at most
