@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections import deque
 from typing import NamedTuple
@@ -27,6 +28,7 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
+from eventstore.imports import allowed_cpus
 from node.context import NodeContext
 from node.sync.incidents import Incidents
 from node.sync.nats_metrics import NatsMetrics
@@ -41,7 +43,6 @@ from node.sync.nats_subjects import (
 )
 from node.sync.receive import (
     MIN_LANE_SPLIT,
-    VERIFY_LANES,
     PushOutcome,
     Receiver,
     Rejection,
@@ -64,6 +65,10 @@ ACK_WAIT_SECS = 10
 MAX_EMPTY_FETCHES_WHILE_WAITING = 3
 FETCH_WAIT_SECS = 1.0
 MAX_SUBJECTS_REMEMBERED = 10_000
+# lanes of a batch staged side by side, each checking its signatures in one share per CPU:
+# as many as keep the executor's threads busy (min(32, cpus + 4): 3 lanes on 2 cores), as
+# concurrent HTTP pushes do
+STAGE_LANES = max(1, min(32, (os.cpu_count() or 1) + 4) // allowed_cpus())
 # bytes a pull request may deliver (two are in hand at most): about 1,700 envelopes
 FETCH_MAX_BYTES = 1 << 20
 # what the server counts of a message beyond its payload (subject, reply, headers), at most
@@ -95,14 +100,14 @@ class _Batch(NamedTuple):
 
 def lanes_of(journals: list[bytes]) -> list[list[int]]:
     """Indices of the items (by the subject each came on: one journal each) split into up to
-    VERIFY_LANES balanced lanes of whole subjects, staged side by side: their signatures are
+    STAGE_LANES balanced lanes of whole subjects, staged side by side: their signatures are
     checked at once, as an HTTP receiver checks concurrent pushes."""
     by_subject: dict[bytes, list[int]] = {}
     for index, journal in enumerate(journals):
         by_subject.setdefault(journal, []).append(index)
     if len(journals) < MIN_LANE_SPLIT or len(by_subject) == 1:
         return [list(range(len(journals)))]
-    lanes: list[list[int]] = [[] for _ in range(min(VERIFY_LANES, len(by_subject)))]
+    lanes: list[list[int]] = [[] for _ in range(min(STAGE_LANES, len(by_subject)))]
     for indices in sorted(by_subject.values(), key=len, reverse=True):
         min(lanes, key=len).extend(indices)
     return [sorted(lane) for lane in lanes if lane]
