@@ -131,12 +131,14 @@ async def _quiet(_exc: Exception) -> None:
     """A server not listening yet is expected while the cluster starts."""
 
 
-def nats_mesh_toml(urls: list[str], *, replicas: int = 1, max_age: float = 0) -> str:
+def nats_mesh_toml(
+    urls: list[str], *, replicas: int = 1, max_age: float = 0, heads_interval: float = 0.3
+) -> str:
     servers = ", ".join(f'"{u}"' for u in urls)
     return (
         f'\n[mesh]\ntransport = "nats"\nnats_servers = [{servers}]\n'
         f"stream_replicas = {replicas}\nstream_max_age_secs = {max_age}\n"
-        "heads_interval_secs = 0.3\n"
+        f"heads_interval_secs = {heads_interval}\n"
     )
 
 

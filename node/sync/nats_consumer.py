@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections import deque
 from typing import TYPE_CHECKING, NamedTuple
@@ -30,6 +31,7 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
+from eventstore.imports import allowed_cpus
 from node.context import NodeContext
 from node.sync.incidents import Incidents
 from node.sync.nats_gaps import GAP, STREAM_PEER, Hold
@@ -42,7 +44,13 @@ from node.sync.nats_subjects import (
     parse_subject,
     stream_name,
 )
-from node.sync.receive import Receiver, Rejection, Staged
+from node.sync.receive import (
+    MIN_LANE_SPLIT,
+    PushOutcome,
+    Receiver,
+    Rejection,
+    Staged,
+)
 
 if TYPE_CHECKING:
     from node.sync.nats_repair_queue import RepairQueue
@@ -59,6 +67,10 @@ ACK_WAIT_SECS = 10
 MAX_EMPTY_FETCHES_WHILE_WAITING = 3
 FETCH_WAIT_SECS = 1.0
 MAX_SUBJECTS_REMEMBERED = 10_000
+# lanes of a batch staged side by side, each checking its signatures in one share per CPU:
+# as many as keep the executor's threads busy (min(32, cpus + 4): 3 lanes on 2 cores), as
+# concurrent HTTP pushes do
+STAGE_LANES = max(1, min(32, (os.cpu_count() or 1) + 4) // allowed_cpus())
 # bytes a pull request may deliver (two are in hand at most): about 1,700 envelopes
 FETCH_MAX_BYTES = 1 << 20
 # what the server counts of a message beyond its payload (subject, reply, headers), at most
@@ -84,7 +96,24 @@ class _Batch(NamedTuple):
     items: list[msgspec.Raw]
     publishers: list[str]  # who published each item
     messages: list[Delivered]  # the message holding each item (its subject and stream seq)
-    staged: Staged | None  # None: nothing in it for this node
+    # each lane's items (indices into `items`, whole journals) as staged; empty: nothing in it
+    # for this node
+    lanes: list[tuple[list[int], Staged]]
+
+
+def lanes_of(journals: list[bytes]) -> list[list[int]]:
+    """Indices of the items (by the subject each came on: one journal each) split into up to
+    STAGE_LANES balanced lanes of whole subjects, staged side by side: their signatures are
+    checked at once, as an HTTP receiver checks concurrent pushes."""
+    by_subject: dict[bytes, list[int]] = {}
+    for index, journal in enumerate(journals):
+        by_subject.setdefault(journal, []).append(index)
+    if len(journals) < MIN_LANE_SPLIT or len(by_subject) == 1:
+        return [list(range(len(journals)))]
+    lanes: list[list[int]] = [[] for _ in range(min(STAGE_LANES, len(by_subject)))]
+    for indices in sorted(by_subject.values(), key=len, reverse=True):
+        min(lanes, key=len).extend(indices)
+    return [sorted(lane) for lane in lanes if lane]
 
 
 class NatsConsumer:
@@ -114,6 +143,9 @@ class NatsConsumer:
         self.pull: RawPull | None = None
         self.pending = 0  # the consumer's lag at the last look (waiting + unacknowledged)
         self.waiting = 0
+        # envelopes a message held lately (a message holds a run of them): how many envelopes
+        # `waiting` messages are, about
+        self.run_length = 1.0
         self._stalls = 0
         self.beat = time.monotonic()  # the last fetch started (nats_mesh.py watches it)
 
@@ -209,6 +241,11 @@ class NatsConsumer:
             raise ConnectionError(f"{self.waiting} message(s) wait, fetches get none")
         return []
 
+    @property
+    def waiting_envelopes(self) -> float:
+        """About how many envelopes wait on the stream for this node."""
+        return self.waiting * self.run_length
+
     async def look_at_lag(self) -> None:
         if self.pull is None:
             return
@@ -235,11 +272,13 @@ class NatsConsumer:
         return publisher
 
     async def _stage(self, messages: list[Delivered]) -> _Batch:
-        """Screen, verify and queue a batch for the writer (Receiver.stage): it commits after
-        the batch staged before it. Publishers are named for the findings only."""
+        """Screen, verify and queue a batch for the writer (Receiver.stage), in lanes of whole
+        subjects verified side by side: it commits after the batch staged before it (every
+        lane of it). Publishers are named for the findings only."""
         items: list[msgspec.Raw] = []
         publishers: list[str] = []
         origins: list[Delivered] = []
+        subjects: list[bytes] = []
         redelivered = 0
         for message in messages:
             if message.deliveries > 1:
@@ -250,18 +289,25 @@ class NatsConsumer:
             envelopes = envelopes_of(message.data)
             publishers += [publisher] * len(envelopes)
             origins += [message] * len(envelopes)
+            subjects += [message.subject] * len(envelopes)
             items += envelopes
         if redelivered:
             self._metrics.redeliveries.inc(redelivered)
-        staged = await self._receiver.stage(items) if items else None
-        return _Batch(items, publishers, origins, staged)
+        self.run_length = 0.8 * self.run_length + 0.2 * max(1.0, len(items) / len(messages))
+        if not items:
+            return _Batch(items, publishers, origins, [])
+        lanes = lanes_of(subjects)
+        staged = await asyncio.gather(
+            *(self._receiver.stage([items[i] for i in lane]) for lane in lanes)
+        )
+        return _Batch(items, publishers, origins, list(zip(lanes, staged, strict=True)))
 
     async def _settle(self, messages: list[Delivered], batch: _Batch) -> None:
         """Once the batch is committed: hand its gaps to the repair queue, report its
         rejections, then acknowledge it (the consumer's ack policy is `all`: one ack for the
         batch)."""
-        if batch.staged is not None:
-            outcome = await self._receiver.settle(STREAM_PEER, batch.staged)
+        if batch.lanes:
+            outcome = await self._settle_lanes(batch.lanes)
             gaps = [r for r in outcome.rejections if r.reason == GAP]
             if gaps:
                 self._hand_over(gaps, batch)
@@ -271,6 +317,18 @@ class NatsConsumer:
                     await self._report(batch.publishers[rejection.index], rejection)
         assert self.pull is not None
         await self.pull.ack_through(messages[-1])
+
+    async def _settle_lanes(self, lanes: list[tuple[list[int], Staged]]) -> PushOutcome:
+        """Every lane settled, as one outcome whose rejections index the whole batch."""
+        whole = PushOutcome()
+        for lane, staged in lanes:
+            outcome = await self._receiver.settle(STREAM_PEER, staged)
+            whole.accepted += outcome.accepted
+            whole.rejections += [
+                msgspec.structs.replace(r, index=lane[r.index]) for r in outcome.rejections
+            ]
+        whole.rejections.sort(key=lambda r: r.index)
+        return whole
 
     async def _report(self, publisher: str, rejection: Rejection) -> None:
         """A finding per rejected stream message (once per journal, seq and reason), at most

@@ -140,7 +140,7 @@ class NatsMesh:
             quiet = self.consumer.pending == 0
             # a backlog on the stream explains a journal that does not move (its envelopes
             # wait behind others'): repairing it then would fetch them twice
-            backlog = self.consumer.waiting >= self._ctx.config.mesh.fetch_batch
+            backlog = self.consumer.waiting_envelopes >= self._ctx.config.mesh.fetch_batch
             for journal, want in behind.items():
                 # behind twice in a row with nothing left on the stream, or behind at the same
                 # head for STUCK_CHECKS checks without a backlog whatever the stream says

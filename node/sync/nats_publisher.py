@@ -243,6 +243,8 @@ class NatsPublisher:
             previous = envelope
         if previous is not None and first is not None:
             size += self._frame(frames, first, previous, parts)
+        if not frames:
+            return
         await self._nc.publish_frames(frames, size)
         self._metrics.pending_publishes.set(self._in_flight)
 
