@@ -147,7 +147,7 @@ def test_two_nodes_converge_and_replicas_are_read_only(mesh_factory):
         r = client.post(
             "/api/v1/findings", json={"agent": "alpha", "severity": "low", "title": "x"}
         )
-        assert r.status_code == 201 and "not hosted" in r.json()["note"]
+        assert r.status_code == 201 and "no agent of that name is hosted" in r.json()["note"]
     assert len(journal(mesh["node-b"], "alpha")) == 30
     assert sync_counter(mesh["node-a"]) >= 50  # 30 sent + 20 received
     assert sync_counter(mesh["node-b"]) >= 50
