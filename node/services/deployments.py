@@ -53,6 +53,7 @@ from node.services.grants import GrantService
 from node.services.journal import ensure_local
 from node.services.registry import RegistryService, parse_reference
 from node.services.rollouts import Change, ProbationSettings, Rollouts
+from node.services.tasks import cancellations
 from projections import catalogue as c
 from projections.deployments import NODE_STREAM, DeployedAgent, DeployedAgents
 from projections.journals import Journals
@@ -627,10 +628,7 @@ class DeploymentService:
         ]
         if self.ctx.projections.get(Journals).home_of(name) in (None, self.ctx.name):
             events += self.grants.revocations_of(name, why)
-            events += [
-                NewEvent(name, *c.event_of(c.TaskCanceled(id=task.id, operator=operator)))
-                for task in self.ctx.projections.get(Tasks).open_tasks(name)
-            ]
+            events += cancellations(self.ctx.projections.get(Tasks), name, operator)
             events.append(
                 NewEvent(name, *c.event_of(c.AgentRetired(reason=why, operator=operator)))
             )

@@ -49,15 +49,16 @@ class GrantService:
         dropped it, and revoke (with `why`) each active grant its definition no longer asks
         for. A grant an operator revoked stays revoked. Returns the number of events."""
         journals = self.ctx.projections.get(Journals)
-        events = []
-        for agent in agents:
-            home = journals.home_of(agent.name)
-            if home not in (None, self.ctx.name):
-                log.warning("%s's journal is hosted on %s; not granting here", agent.name, home)
-                continue
-            events += [NewEvent(agent.name, *c.event_of(e)) for e in self._changes(agent, why)]
-        if events:
-            await self.ctx.store.append_many(events)
+        async with self._lock:  # checked and appended with no operator's revoke in between
+            events = []
+            for agent in agents:
+                home = journals.home_of(agent.name)
+                if home not in (None, self.ctx.name):
+                    log.warning("%s's journal is hosted on %s; not granting here", agent.name, home)
+                    continue
+                events += [NewEvent(agent.name, *c.event_of(e)) for e in self._changes(agent, why)]
+            if events:
+                await self.ctx.store.append_many(events)
         return len(events)
 
     def _changes(self, agent: AgentConfig, why: str) -> list[c.Payload]:

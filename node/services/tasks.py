@@ -17,6 +17,7 @@ import msgspec
 from aiohttp import web
 
 from eventstore.envelope import Envelope
+from eventstore.store import NewEvent
 from node.context import NodeContext
 from node.http import Problem
 from node.limits import MAX_EVENT_BYTES, MAX_PAYLOAD_BYTES
@@ -161,6 +162,15 @@ class TaskService:
             return await self._append(task_id, payload)
         finally:
             self._finishing.discard(task_id)
+
+
+def cancellations(tasks: Tasks, agent: str, operator: str | None) -> list[NewEvent]:
+    """`task.canceled` for every open task of `agent`, for a caller that journals them in one
+    write with other events (an agent's removal); built here, where task events are."""
+    return [
+        NewEvent(agent, *c.event_of(c.TaskCanceled(id=task.id, operator=operator)))
+        for task in tasks.open_tasks(agent)
+    ]
 
 
 TASKS = web.AppKey("tasks", TaskService)
