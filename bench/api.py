@@ -33,7 +33,7 @@ from bench.common import percentile, report, start_process, stop_process
 from eventstore.keys import load_or_create_key
 from eventstore.store import EventStore, NewEvent
 from node.app import JOURNAL_DIR
-from node.config import load_config
+from node.config_load import load_config
 from tests.support import ADMIN_TOKEN, NodeProcess, auth, free_port, tiny_component, write_config
 
 CONCURRENCY = 64

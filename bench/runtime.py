@@ -234,7 +234,7 @@ async def bench_approval_http(wasm: Path, cache: Path, rounds: int) -> dict[str,
     from node.api import a2a, approvals, grants
     from node.api import runtime as area
     from node.app import AREAS, build_app
-    from node.config import load_config
+    from node.config_load import load_config
     from node.context import CONTEXT
 
     os.environ[area.COMPILED_CACHE_ENV] = str(cache)

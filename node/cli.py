@@ -22,7 +22,8 @@ from eventstore.store import EventStore
 from node import cli_config, cli_docs, cli_mesh, exposure, keyrotate, logsetup, progress
 from node.authoring import cli as authoring
 from node.cli_client import add_client_commands
-from node.config import SCOPES, Config, ConfigError, load_config
+from node.config import SCOPES, Config, ConfigError
+from node.config_load import load_config
 from node.filemodes import make_private
 from node.humanize import duration, visible
 from node.keyring import key_resolver

@@ -16,7 +16,7 @@ import threading
 import time
 from typing import Any
 
-from node.cli_client import ClientError, Node, _segment, emit, table
+from node.client import ClientError, Node, emit, segment, table
 from node.humanize import visible  # what agents and clients wrote, on one line, shown as it is
 
 # an upgrade drains the old instance (up to 30 s) and waits for the new one's first tick
@@ -136,7 +136,7 @@ def _await_probation(node: Node, change: dict[str, Any]) -> tuple[dict[str, Any]
 
 
 def _path(name: str, verb: str = "") -> str:
-    return f"/api/v1/agents/{_segment(name)}" + (f"/{verb}" if verb else "")
+    return f"/api/v1/agents/{segment(name)}" + (f"/{verb}" if verb else "")
 
 
 def _row(agent: dict[str, Any]) -> dict[str, Any]:

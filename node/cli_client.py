@@ -15,117 +15,28 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
+from typing import Any
 
+from node.cli_agents import add_agents_commands
+from node.client import (
+    CA_FILE_ENV,
+    DEFAULT_URL,
+    TOKEN_ENV,
+    URL_ENV,
+    ClientError,
+    Node,
+    cell,
+    emit,
+    segment,
+    table,
+)
 from node.humanize import duration, size, visible, visible_lines
 from node.request_summary import summary
 
-if TYPE_CHECKING:
-    import httpx
-
-URL_ENV = "AGENT_NODE_URL"
-TOKEN_ENV = "AGENT_NODE_TOKEN"
-CA_FILE_ENV = "AGENT_NODE_CA_FILE"  # PEM CA(s) to verify an https node with
-DEFAULT_URL = "http://127.0.0.1:8080"
 FOLLOW_INTERVAL_SECS = 1.0
 PAGE = 1000  # the API's largest `limit`
-
-
-class ClientError(Exception):
-    """A call that failed; `detail` is what the node (or the network) said was wrong."""
-
-    def __init__(self, detail: str, exit_code: int = 1) -> None:
-        super().__init__(detail)
-        self.detail = detail
-        self.exit_code = exit_code
-
-
-class Node:
-    """The API of one node with one token."""
-
-    def __init__(
-        self, url: str, token: str, timeout: float = 30, ca_file: str | None = None
-    ) -> None:
-        import httpx  # here, not at the top: `agent-node run` should not pay for importing it
-
-        from node.tls import client_context
-
-        self.url = url.rstrip("/")
-        ca_file = ca_file or os.environ.get(CA_FILE_ENV) or None  # else the system's trust
-        try:
-            verify = client_context(ca_file)
-        except OSError as exc:  # ssl.SSLError too: not PEM
-            raise ClientError(f"cannot load the CA file {ca_file}: {exc}", 2) from None
-        self._http = httpx.Client(
-            base_url=self.url,
-            headers={"Authorization": f"Bearer {token}"},
-            timeout=timeout,
-            verify=verify,
-        )
-
-    def call(self, method: str, path: str, **kwargs: Any) -> Any:
-        import httpx
-
-        try:
-            response = self._http.request(method, path, **kwargs)
-        except httpx.HTTPError as exc:
-            raise ClientError(f"cannot reach the node at {self.url}: {exc}") from None
-        if response.status_code >= 400:
-            raise ClientError(problem_detail(response))
-        if not response.content:
-            return None
-        return response.json()
-
-    def another(self, timeout: float = 10) -> Node:
-        """A second connection with the same token: to read while a call of this one waits."""
-        token = self._http.headers["Authorization"].removeprefix("Bearer ")
-        return Node(self.url, token, timeout)
-
-    def close(self) -> None:
-        self._http.close()
-
-
-def problem_detail(response: httpx.Response) -> str:
-    try:
-        body = response.json()
-    except ValueError:
-        body = None
-    if isinstance(body, dict) and isinstance(body.get("detail"), str):
-        return f"{body['detail']} (HTTP {response.status_code})"
-    return f"HTTP {response.status_code} {response.reason_phrase}: {response.text[:200]}"
-
-
-# ---------------------------------------------------------------------------- output
-def table(rows: Iterable[dict[str, Any]], columns: Sequence[tuple[str, str]]) -> str:
-    """Columns are (heading, key); values are shown as text, dicts and lists as JSON."""
-    cells = [[heading.upper() for heading, _ in columns]]
-    for row in rows:
-        cells.append([_cell(row.get(key)) for _, key in columns])
-    if len(cells) == 1:
-        return "(none)"
-    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
-    return "\n".join(
-        "  ".join(value.ljust(width) for value, width in zip(line, widths, strict=True)).rstrip()
-        for line in cells
-    )
-
-
-def _cell(value: Any) -> str:
-    """One line showing what is there (invisible characters escaped)."""
-    if value is None:
-        return ""
-    if isinstance(value, dict | list):
-        return visible(json.dumps(value, separators=(",", ":"), ensure_ascii=False))
-    return visible(str(value))
-
-
-def emit(args: argparse.Namespace, data: Any, human: Callable[[Any], str]) -> None:
-    """`--json` exact (JSON escapes what is not ASCII); the human text with nothing invisible
-    left but its own line breaks (each value in it went through `visible` or `_cell`)."""
-    print(json.dumps(data, indent=2) if args.json else visible_lines(human(data)), flush=True)
 
 
 # ---------------------------------------------------------------------------- commands
@@ -277,7 +188,7 @@ def _decide(decision: str) -> Callable[[Node, argparse.Namespace], int]:
         if reason is not None:
             body["reason"] = reason
         if len(ids) == 1 and not args.group:
-            path = f"/api/v1/approvals/{_segment(ids[0])}"
+            path = f"/api/v1/approvals/{segment(ids[0])}"
             result = node.call("POST", path, json=body)
             emit(args, result, _decision_text)
             return 0
@@ -333,16 +244,16 @@ def cmd_tasks_list(node: Node, args: argparse.Namespace) -> int:
 
 
 def cmd_tasks_get(node: Node, args: argparse.Namespace) -> int:
-    task = node.call("GET", f"/api/v1/a2a/tasks/{_segment(args.id)}")
+    task = node.call("GET", f"/api/v1/a2a/tasks/{segment(args.id)}")
     emit(args, task, _task_text)
     return 0
 
 
 def _task_text(task: dict[str, Any]) -> str:
-    lines = [f"{key}: {_cell(task.get(key))}" for key in ("id", "from", "to", "status")]
+    lines = [f"{key}: {cell(task.get(key))}" for key in ("id", "from", "to", "status")]
     for key in ("created_at", "completed_at", "input", "progress", "output", "error"):
         if task.get(key) is not None:
-            lines.append(f"{key}: {_cell(task[key])}")
+            lines.append(f"{key}: {cell(task[key])}")
     return "\n".join(lines)
 
 
@@ -359,18 +270,13 @@ def cmd_tasks_create(node: Node, args: argparse.Namespace) -> int:
 
 def cmd_tasks_cancel(node: Node, args: argparse.Namespace) -> int:
     """Through the agent's A2A endpoint (CancelTask): the REST API has no cancel."""
-    task = node.call("GET", f"/api/v1/a2a/tasks/{_segment(args.id)}")
+    task = node.call("GET", f"/api/v1/a2a/tasks/{segment(args.id)}")
     rpc = {"jsonrpc": "2.0", "id": 1, "method": "CancelTask", "params": {"id": task["id"]}}
-    reply = node.call("POST", f"/a2a/{_segment(task['to'])}", json=rpc)
+    reply = node.call("POST", f"/a2a/{segment(task['to'])}", json=rpc)
     if reply.get("error"):
         raise ClientError(f"cannot cancel {task['id']}: {reply['error'].get('message')}")
     emit(args, reply["result"], lambda _: visible(f"canceled {task['id']}"))
     return 0
-
-
-def _segment(value: str) -> str:
-    """One path segment, whatever the id holds."""
-    return quote(value, safe="")
 
 
 LOG_COLUMNS = [("seq", "seq"), ("ts", "ts"), ("level", "level"), ("agent", "agent")]
@@ -490,9 +396,7 @@ def add_client_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
         p.add_argument("--agent", help="only this agent's")
         p.add_argument("--follow", "-f", action="store_true", help="keep printing new ones")
 
-    from node.cli_agents import add_agents_commands  # it builds on this module
-
-    add_agents_commands(sub, command)
+    add_agents_commands(sub, command)  # `agents ...`: the same registrar (cli_agents.py)
 
 
 def _non_negative(text: str) -> int:

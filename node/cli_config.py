@@ -20,7 +20,8 @@ from typing import Any
 import msgspec
 
 from node import config_help, config_init
-from node.config import Config, config_problems
+from node.config import Config
+from node.config_load import config_problems
 from node.exposure import config_file_problem, public_warnings
 from node.humanize import visible
 

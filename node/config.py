@@ -3,18 +3,14 @@
 from __future__ import annotations
 
 import re
-import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import msgspec
 
-from node.exposure import public_problems
 from node.filemodes import exposure
 from node.limits import DEFAULT_FUEL_PER_TICK
-from node.secretfiles import read_secret_files
-from node.tls import tls_problems
 from projections.catalogue import MAX_APPROVAL_TIMEOUT_SECS
 from projections.packages import is_semver
 
@@ -243,43 +239,9 @@ class Config(_Section, kw_only=True):
         return (self.node.public_url or f"{scheme}://{self.node.listen}").rstrip("/")
 
 
-def load_config(path: str | Path) -> Config:
-    """Read and validate runtime.toml; every problem raises ConfigError naming file and key."""
-    path = Path(path)
-    try:
-        raw = tomllib.loads(path.read_text())
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
-    if "base_dir" in raw:
-        raise ConfigError(f"{path}: unknown key `base_dir`")
-    raw["base_dir"] = str(path.resolve().parent)
-    return parse_config(raw, str(path))
-
-
-def parse_config(raw: dict[str, Any], source: str = "runtime.toml") -> Config:
-    try:
-        config = msgspec.convert(raw, Config)
-    except msgspec.ValidationError as exc:
-        raise ConfigError(f"{source}: {_readable(str(exc))}") from exc
-    for problem in config_problems(config, source):
-        raise ConfigError(problem)
-    return config
-
-
-def config_problems(config: Config, source: str) -> Iterator[str]:
-    """Every problem of a converted config, in order: unreadable `*_file`s, then the checks."""
-    yield from read_secret_files(config, source)
-    yield from _check(config, source)
-
-
-def _readable(message: str) -> str:
-    """msgspec says `$.agents[0].foo`; operators think in TOML keys: `agents[0].foo`."""
-    return message.replace("`$.", "`").replace("at `$`", "at the top level")
-
-
-def _check(config: Config, source: str) -> Iterator[str]:
+def check_config(config: Config, source: str) -> Iterator[str]:
+    """The problems of a converted config that the config alone shows (config_load.py adds
+    those of the files it names: `*_file` secrets, TLS certificates)."""
     names = [a.name for a in config.agents]
     for name in {n for n in names if names.count(n) > 1}:
         yield f"{source}: agents: the name {name!r} is used twice"
@@ -320,8 +282,6 @@ def _check(config: Config, source: str) -> Iterator[str]:
             f"{source}: node.public_url: must start with http:// or https:// and a host, "
             f"got {public_url!r}"
         )
-    yield from tls_problems(config, source)
-    yield from public_problems(config, source)
 
 
 def _check_mesh(config: Config, where: str) -> Iterator[str]:

@@ -14,7 +14,8 @@ import sys
 from pathlib import Path
 
 from node.auth import new_token, token_digest
-from node.config import AGENT_NAME_RE, ConfigError, parse_config
+from node.config import AGENT_NAME_RE, ConfigError
+from node.config_load import parse_config
 
 TEMPLATE = """\
 # runtime.toml of agent-node, made by `agent-node config init`.

@@ -23,7 +23,8 @@ from nacl.signing import SigningKey
 
 from eventstore.keys import KEY_FILE, KeyFileError, load_key, public_key_multibase, write_key
 from eventstore.store import EventStore, StoreAlreadyOpenError
-from node.config import Config, load_config
+from node.config import Config
+from node.config_load import load_config
 from node.filemodes import make_private
 from node.files import fsync_dir, move_durably
 from node.humanize import visible, visible_lines

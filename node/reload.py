@@ -25,7 +25,8 @@ import msgspec
 from aiohttp import web
 
 from node.auth import TOKENS
-from node.config import AgentConfig, Config, ConfigError, load_config
+from node.config import AgentConfig, Config, ConfigError
+from node.config_load import load_config
 from node.context import CONTEXT
 from node.logsetup import Redactor, secrets_of
 from node.services.deployments import DEPLOYMENTS

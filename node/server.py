@@ -19,7 +19,7 @@ from node.eventloop import loop_name
 from node.heap import settle_after_start
 from node.logsetup import AccessLogger, ProtocolLogger, Redactor, access_logger
 from node.reload import Reloader
-from node.runtime.startup import log_agents_starting
+from node.runtime.agents import log_agents_starting
 from node.tls import SERVER_CONTEXT, server_context
 
 log = logging.getLogger("agent-node")

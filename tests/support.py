@@ -16,7 +16,8 @@ from pathlib import Path
 
 import httpx
 
-from node.config import Config, load_config
+from node.config import Config
+from node.config_load import load_config
 from node.polling import DeadlineExceeded, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent

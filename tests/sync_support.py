@@ -11,7 +11,7 @@ from nacl.signing import SigningKey
 from eventstore.envelope import Event, digest_of, encode_event, sign, utc_now
 from eventstore.keys import load_or_create_key, public_key_multibase
 from eventstore.store import NewEvent
-from node.config import load_config
+from node.config_load import load_config
 from tests.support import free_port, write_config
 
 SYNC_TUNING = """

@@ -27,7 +27,7 @@ from typing import Any
 
 from eventstore.envelope import Envelope
 from node.agui.clock import now_ms
-from node.streams.sse import Item
+from node.streams.frames import Item
 from projections import catalogue as c
 from projections.states import ApprovalChanged
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from node.authoring import build as builder
 from node.authoring import project
 from node.authoring.project import ProjectError
-from node.cli_client import CA_FILE_ENV, TOKEN_ENV, URL_ENV, ClientError, Node
+from node.client import CA_FILE_ENV, TOKEN_ENV, URL_ENV, ClientError, Node
 from node.humanize import visible, visible_lines
 from projections import catalogue as c
 

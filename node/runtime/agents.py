@@ -45,3 +45,10 @@ class Agents:
 
 
 AGENTS = web.AppKey("agents", Agents)
+
+
+def log_agents_starting(app: web.Application) -> None:
+    """Called by the server right after its ready line: the agents still starting (startup.py)."""
+    agents = app.get(AGENTS)
+    if agents is not None and agents.startup is not None:
+        agents.startup.log_after_ready()

@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     import wasmtime
     from wasmtime import component as cm
 
-    from node.runtime.engine import engine_config
+    from node.runtime.engine_settings import engine_config
 
     try:
         wasm = sys.stdin.buffer.read()

@@ -26,14 +26,12 @@ from pathlib import Path
 import wasmtime
 from wasmtime import component as cm
 
-from node.runtime import memory
 from node.runtime.compiler import CompileError, CompileLimits, Compiler
+from node.runtime.engine_settings import SETTINGS, engine_config
 
 log = logging.getLogger(__name__)
 
 WASMTIME_VERSION = version("wasmtime")
-# Everything in _config() that changes compiled code; part of the cache key.
-_SETTINGS = "fuel,epoch,host-memory,no-cow,v1"
 _PARTIAL = ".compiling-"  # artifacts being written by a compile child
 _PARTIAL_STALE_SECS = 24 * 3600  # older ones were left by a killed node (others may be live)
 
@@ -51,15 +49,6 @@ class LoadedComponent:
     sha256: str
     cache_hit: bool  # True: deserialized from the disk cache, not compiled
     seconds: float
-
-
-def engine_config() -> wasmtime.Config:
-    """The node's engine settings; the compile child uses the same, so artifacts match."""
-    config = wasmtime.Config()
-    config.consume_fuel = True
-    config.epoch_interruption = True
-    memory.install(config)
-    return config
 
 
 class AgentEngine:
@@ -124,7 +113,7 @@ class AgentEngine:
     def _cache_path(self, sha: str) -> Path | None:
         if self.cache_dir is None:
             return None
-        tag = hashlib.sha256(_SETTINGS.encode()).hexdigest()[:8]
+        tag = hashlib.sha256(SETTINGS.encode()).hexdigest()[:8]
         return self.cache_dir / f"{sha}-wasmtime{WASMTIME_VERSION}-{tag}.cwasm"
 
     def _from_cache(self, sha: str) -> cm.Component | None:

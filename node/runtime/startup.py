@@ -13,8 +13,6 @@ import threading
 from collections.abc import Mapping
 from concurrent.futures import Future
 
-from aiohttp import web
-
 from node.humanize import duration
 from node.runtime.worker import AgentWorker
 
@@ -69,12 +67,3 @@ def _loaded(worker: AgentWorker) -> str:
     if worker.load_cache_hit:
         return " (compiled component from the cache)"
     return f" (compiled in {duration(worker.load_seconds)})"
-
-
-def log_agents_starting(app: web.Application) -> None:
-    """Called by the server right after its ready line."""
-    from node.runtime.agents import AGENTS
-
-    agents = app.get(AGENTS)
-    if agents is not None and agents.startup is not None:
-        agents.startup.log_after_ready()

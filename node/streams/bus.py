@@ -27,7 +27,7 @@ from typing import Any, Literal, Protocol
 from aiohttp import web
 
 from eventstore.envelope import Envelope
-from node.streams.sse import Item
+from node.streams.frames import Item
 
 log = logging.getLogger(__name__)
 Channel = Literal["events", "a2a", "agui"]

@@ -19,7 +19,7 @@ from typing import Any
 
 from eventstore.envelope import Envelope
 from node.agui.stream import is_agui_event
-from node.streams.sse import Item
+from node.streams.frames import Item
 from projections import catalogue as c
 from projections.catalogue import CATALOGUE, PEER_ACKED
 from projections.states import TaskChanged, TaskState

@@ -15,8 +15,8 @@ import asyncio
 from collections.abc import AsyncGenerator
 
 from eventstore.store import EventStore
+from node.streams.frames import Item
 from node.streams.mapping import TaskChanges, a2a_item, unified_item
-from node.streams.sse import Item
 
 CHUNK = 1000  # envelopes per read, at most
 CHUNK_BYTES = 256 * 1024  # stored bytes per read: it stops once past this (a big event: alone)

@@ -1,4 +1,4 @@
-"""The SSE wire: frames encoded once and shared, and the loop that writes them to one client;
+"""The SSE wire: the loop that writes frames (frames.py: encoded once, shared) to one client;
 and `SseOut`, the protocol endpoints' plain stream of JSON `data:` frames.
 
 Why not aiohttp-sse's EventSourceResponse: its ping is a comment line where the spec wants
@@ -17,6 +17,7 @@ import msgspec
 from aiohttp import web
 
 from node.logsetup import stream_headers
+from node.streams.frames import Item
 
 if TYPE_CHECKING:
     from node.streams.bus import Subscription
@@ -32,44 +33,12 @@ HEADERS = {
 }
 _BATCH = 512  # items taken from a client's queue at once when it is behind
 WRITE_BYTES = 64 * 1024  # frames joined into one socket write, at most (a bigger frame: alone)
-_encoder = msgspec.json.Encoder(enc_hook=str)  # a stray non-JSON value degrades, never raises
 _data_encoder = msgspec.json.Encoder()
 
 
 def sse_content(events: str) -> dict[str, object]:
     """An OpenAPI content map of an SSE response."""
     return {"text/event-stream": {"type": "string", "description": f"Server-Sent Events: {events}"}}
-
-
-def encode_frame(name: str, data: dict[str, Any], position: int | None = None) -> bytes:
-    if "\n" in name or "\r" in name:  # names come from code and the catalogue; never a frame
-        raise ValueError(f"SSE event name {name!r} contains a line break")
-    head = f"id: {position}\nevent: {name}\ndata: " if position else f"event: {name}\ndata: "
-    return head.encode() + _encoder.encode(data) + b"\n\n"
-
-
-class Item:
-    """One SSE event: encoded on first use, then the same bytes go to every subscriber."""
-
-    __slots__ = ("_frame", "agent", "data", "name", "position")
-
-    def __init__(
-        self, name: str, data: dict[str, Any], agent: str | None = None, position: int | None = None
-    ) -> None:
-        self.name = name
-        self.data = data
-        self.agent = agent
-        self.position = position  # the journal's global position; None for ephemeral events
-        self._frame: bytes | None = None
-
-    @property
-    def frame(self) -> bytes:
-        if self._frame is None:
-            self._frame = encode_frame(self.name, self.data, self.position)
-        return self._frame
-
-    def __repr__(self) -> str:
-        return f"Item({self.name!r}, {self.data!r}, agent={self.agent!r}, pos={self.position})"
 
 
 class ClientGone(Exception):

@@ -34,6 +34,7 @@ from nats.js.errors import NotFoundError
 from eventstore.imports import allowed_cpus
 from node.context import NodeContext
 from node.sync.incidents import Incidents
+from node.sync.nats_envelopes import envelopes_of
 from node.sync.nats_gaps import GAP, STREAM_PEER, Hold
 from node.sync.nats_metrics import NatsMetrics
 from node.sync.nats_raw import Delivered, RawClient, RawPull
@@ -75,21 +76,6 @@ STAGE_LANES = max(1, min(32, (os.cpu_count() or 1) + 4) // allowed_cpus())
 FETCH_MAX_BYTES = 1 << 20
 # what the server counts of a message beyond its payload (subject, reply, headers), at most
 MESSAGE_OVERHEAD_BYTES = 4096
-
-
-_run_decoder = msgspec.json.Decoder(list[msgspec.Raw])
-
-
-def envelopes_of(data: bytes) -> list[msgspec.Raw]:
-    """A message's envelopes: a JSON array of them (nats_publisher.py), or one envelope (the
-    single-envelope messages of earlier versions). Bytes that are neither go to the receive
-    path as one item, which rejects them as malformed (and reports who published them)."""
-    if data[:1] == b"[":
-        try:
-            return _run_decoder.decode(data)
-        except (msgspec.DecodeError, RecursionError):
-            pass
-    return [msgspec.Raw(data)]
 
 
 class _Batch(NamedTuple):

@@ -33,7 +33,7 @@ from nats.js.errors import NotFoundError
 
 from node.context import NodeContext
 from node.sync.nats_claims import ClaimBook
-from node.sync.nats_consumer import envelopes_of
+from node.sync.nats_envelopes import envelopes_of
 from node.sync.nats_gaps import GAP, HOLDS_FILE, STREAM_PEER, Hold, HoldFile, SavedHold
 from node.sync.nats_metrics import NatsMetrics
 from node.sync.nats_repair import UNREACHABLE, HttpRepair

@@ -10,7 +10,7 @@ import lmdb
 from eventstore.keys import load_or_create_key
 from eventstore.writer_lock import WriterLock
 from node.app import open_store
-from node.config import load_config
+from node.config_load import load_config
 from node.version import __version__
 from tests.support import run_cli, write_config
 

@@ -16,7 +16,7 @@ import time
 import pytest
 
 from node.app import build_app
-from node.config import load_config
+from node.config_load import load_config
 from node.runtime.agents import AGENTS
 from node.services.approvals import APPROVALS
 from tests.polling import until

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from node.config import ConfigError, parse_config, secret_env_name
+from node.config import ConfigError, secret_env_name
+from node.config_load import parse_config
 
 
 def config(domains_a: list[str], domains_b: list[str], secrets: dict | None = None):

@@ -14,7 +14,7 @@ from eventstore.keychain import KeyChain, RetiredKey
 from eventstore.keys import KEY_FILE, load_key, public_key_multibase, write_key
 from eventstore.store import EventStore, ForeignEnvelope, ImportStatus
 from node.app import open_store
-from node.config import load_config
+from node.config_load import load_config
 from node.keyrotate import PENDING_KEY_FILE
 from node.sync.keys import chain_of
 from projections.keys import KEY_ROTATED, KeyHistory
