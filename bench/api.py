@@ -32,9 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import percentile, report, start_process, stop_process
 from eventstore.keys import load_or_create_key
 from eventstore.store import EventStore, NewEvent
+from harness.node import ADMIN_TOKEN, NodeProcess, auth, free_port, tiny_component, write_config
 from node.app import JOURNAL_DIR
 from node.config_load import load_config
-from tests.support import ADMIN_TOKEN, NodeProcess, auth, free_port, tiny_component, write_config
 
 CONCURRENCY = 64
 AGENTS = """

@@ -1,13 +1,16 @@
-"""Shared bench helpers: an HTTP load generator and servers in subprocesses.
+"""The benches' shared harness: an HTTP load generator, servers in subprocesses, another
+commit's tree to measure side by side (`export`), and the one JSON line every bench ends with.
 
 The machine is shared and noisy, so every figure is reported next to a peer measured in the
-same run (a raw limit or a bare handler) and compared as a ratio.
+same run (a raw limit or a bare handler) and compared as a ratio. Real nodes, meshes and NATS
+clusters come from the top-level `harness` package, which the tests use too.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import subprocess
 import time
 from collections.abc import Callable
@@ -18,6 +21,23 @@ import aiohttp
 from node.polling import DeadlineExceeded, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
+SIGNER = "eventstore/_sign_batch.abi3.so"  # built at install, not in git
+
+
+def export(revision: str, into: Path) -> Path:
+    """A directory holding `revision`'s files (`WT`: this working tree itself), with this
+    tree's built C signer copied in, so both sides sign alike."""
+    if revision == "WT":
+        return ROOT
+    target = into / revision.replace("/", "_")
+    target.mkdir()
+    archive = subprocess.run(
+        ["git", "archive", revision], cwd=ROOT, check=True, capture_output=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(target)], input=archive, check=True)
+    if (ROOT / SIGNER).exists():
+        shutil.copy(ROOT / SIGNER, target / SIGNER)
+    return target
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -35,8 +35,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.common import percentile  # noqa: E402
+from harness.node import ADMIN_TOKEN, NodeProcess, auth, write_config  # noqa: E402
 from node.polling import wait_until  # noqa: E402
-from tests.support import ADMIN_TOKEN, NodeProcess, auth, write_config  # noqa: E402
 
 OBSERVER = """
 window.latencies = [];

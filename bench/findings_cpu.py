@@ -30,11 +30,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.common import report, start_process, stop_process  # noqa: E402
+from bench.common import (  # noqa: E402
+    export,
+    report,
+    start_process,
+    stop_process,
+)
 from bench.journal import FINDING  # noqa: E402
-from bench.replay_ab import export  # noqa: E402
 from bench.wrk import SERVER_CPU, pinned, post_rate  # noqa: E402
-from tests.support import ADMIN_TOKEN, free_port, write_config  # noqa: E402
+from harness.node import ADMIN_TOKEN, free_port, write_config  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
 

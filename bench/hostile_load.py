@@ -44,10 +44,9 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import ROOT, percentile, report
-from bench.replay_ab import export
+from bench.common import ROOT, export, percentile, report
 from bench.streams import prefill
-from tests.support import (
+from harness.node import (
     OPERATE_TOKEN,
     READ_TOKEN,
     NodeProcess,

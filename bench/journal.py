@@ -12,9 +12,9 @@
     `../shared/tools/perf-guard`, so the two report the same ratio.
 
 With `--base COMMIT` the same run also measures that commit side by side: (a) through each
-tree's own code (bench/appends_ab.py's child), (c) with a third server running the commit; the
-figures gain `*_base` and `*_vs_base` (a slowdown shows as a `*_vs_base` below 1). The replay's
-A/B is bench/replay_ab.py.
+tree's own code (`appends_of`: a child in that tree), (c) with a third server running the
+commit; the figures gain `*_base` and `*_vs_base` (a slowdown shows as a `*_vs_base` below 1).
+Any other figure of this bench against a commit: `bench/ab.py COMMIT bench/journal.py`.
 
 Run: .venv/bin/python bench/journal.py [--events 30000] [--seconds 5] [--rounds 3] [--base COMMIT]
 """
@@ -24,8 +24,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hashlib
+import json
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -37,9 +39,7 @@ from nacl.signing import SigningKey
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import appends_ab
-from bench.common import ROOT, report, start_process, stop_process
-from bench.replay_ab import export, raw_scan_rate
+from bench.common import ROOT, export, report, start_process, stop_process
 from bench.wrk import SERVER_CPU, pinned, post_rate
 from eventstore.envelope import Event, encode_event, signed_bytes, utc_now
 from eventstore.signing import (
@@ -50,11 +50,11 @@ from eventstore.signing import (
     SharedSigner,
 )
 from eventstore.store import EventStore
+from harness.node import ADMIN_TOKEN, free_port, make_config, write_config
 from node.app import build_app
 from node.context import CONTEXT
 from projections.base import Projections
 from projections.models import disk_models
-from tests.support import ADMIN_TOKEN, free_port, make_config, write_config
 
 KEY = SigningKey(b"\7" * 32)
 
@@ -222,6 +222,56 @@ def findings_http(tmp: Path, seconds: int, rounds: int, base: Path | None) -> di
     return figures
 
 
+# the child of (a) for another tree: that tree's own raw limit and group commit
+CHILD = """
+import asyncio, json, sys, tempfile
+from pathlib import Path
+sys.path.insert(0, ".")
+from bench import journal
+tmp = Path(tempfile.mkdtemp(prefix="bench-appends-ab-"))
+raw = journal.raw_append_limit(tmp / "raw", {events})
+rate = asyncio.run(journal.group_commit_rate(tmp / "store", {events}))
+print(json.dumps({{"raw": raw, "rate": rate}}))
+"""
+
+
+def appends_of(tree: Path, events: int) -> dict[str, float]:
+    """(a) of `tree` through its own bench/journal.py, in a child: {raw, rate}."""
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD.format(events=events)],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def raw_scan_rate(journal: Path) -> float:
+    """The raw limit of (b): every stored record read in global order (one get each) and
+    decoded, in records per CPU second."""
+    import time
+
+    import lmdb
+    import msgspec
+
+    from eventstore.envelope import decode_event
+
+    env = lmdb.open(str(journal), readonly=True, max_dbs=4, lock=False)
+    all_db, events_db = env.open_db(b"all", create=False), env.open_db(b"events", create=False)
+    decoder = msgspec.msgpack.Decoder(tuple[int, bytes, bytes, bytes])
+    count = 0
+    started = time.process_time()
+    with env.begin() as txn:
+        for _position, key in txn.cursor(db=all_db):
+            _pos, payload, _digest, _sig = decoder.decode(txn.get(key, db=events_db))
+            decode_event(payload)
+            count += 1
+    elapsed = time.process_time() - started
+    env.close()
+    return count / elapsed
+
+
 def appends_vs_base(base: Path, events: int, rounds: int) -> dict:
     """(a) of both trees, each through its own code in a child, the order alternating."""
     ratios: dict[str, list[float]] = {"node": [], "base": []}
@@ -229,7 +279,7 @@ def appends_vs_base(base: Path, events: int, rounds: int) -> dict:
         for name, tree in (
             (("node", ROOT), ("base", base)) if i % 2 else (("base", base), ("node", ROOT))
         ):
-            result = appends_ab.one(tree, events)
+            result = appends_of(tree, events)
             ratios[name].append(result["rate"] / result["raw"])
     node, base_ratio = (statistics.median(ratios[n]) for n in ("node", "base"))
     return {

@@ -18,9 +18,9 @@ to put next to bench/sync.py): envelopes/s = E / converge time is reported per t
 counters, bench/proc_cpu.py): by every nats-server, and by the nodes summed by thread (the event
 loop, the journal's writer, the executor that checks signatures), and this script's polling.
 --profile FILE: py-spy records the last node from its health check to convergence (raw
-collapsed stacks of the thread holding the GIL into FILE.<transport>; bench/profile_split.py
-sums them: the split of the Python work, mostly the event loop's; the signature checks run
-without the GIL and show in --cpu only).
+collapsed stacks of the thread holding the GIL into FILE.<transport>, for `py-spy`'s own
+viewers or a flame graph: the split of the Python work, mostly the event loop's; the signature
+checks run without the GIL and show in --cpu only).
 
 --rounds R: R rounds, alternating which transport goes first; `speedup` is the median round's
 (every round's in `speedup_rounds`), and the other figures are that round's.
@@ -51,10 +51,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import proc_cpu  # noqa: E402
+from harness.mesh import SYNC_TUNING, prefill, write_mesh  # noqa: E402
+from harness.nats import NatsCluster, nats_mesh_toml  # noqa: E402
+from harness.node import NodeProcess  # noqa: E402
 from node.polling import wait_until  # noqa: E402
-from tests.nats_support import NatsCluster, nats_mesh_toml  # noqa: E402
-from tests.support import NodeProcess  # noqa: E402
-from tests.sync_support import SYNC_TUNING, prefill, write_mesh  # noqa: E402
 
 TUNING = SYNC_TUNING.replace("batch_size = 200", "batch_size = 1000").replace(
     "heartbeat_secs = 0.5", "heartbeat_secs = 2"

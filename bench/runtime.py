@@ -389,7 +389,7 @@ def print_startup(figures: dict[str, float], label: str = "") -> None:
 
 def against_base(args: argparse.Namespace) -> None:
     """Each tree's own bench in a child, alternating; medians of the rounds' figures."""
-    from bench.replay_ab import export
+    from bench.common import export
 
     with tempfile.TemporaryDirectory(prefix="bench-runtime-base-") as tmp:
         base = export(args.base, Path(tmp))

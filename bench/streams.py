@@ -38,10 +38,10 @@ sys.path.insert(0, str(ROOT))
 
 from eventstore.keys import load_or_create_key  # noqa: E402
 from eventstore.store import NewEvent  # noqa: E402
+from harness.node import ADMIN_TOKEN, OPERATE_TOKEN, NodeProcess, write_config  # noqa: E402
 from node.app import open_store  # noqa: E402
 from node.config_load import load_config  # noqa: E402
 from node.polling import until  # noqa: E402
-from tests.support import ADMIN_TOKEN, OPERATE_TOKEN, NodeProcess, write_config  # noqa: E402
 
 
 def pct(values: list[float], p: float) -> float:

@@ -48,9 +48,9 @@ sys.path.insert(0, str(ROOT))
 
 from bench.proc_cpu import process_seconds  # noqa: E402
 from eventstore.envelope import digest_of, signed_bytes  # noqa: E402
+from harness.mesh import prefill, write_mesh  # noqa: E402
+from harness.node import NodeProcess  # noqa: E402
 from node.polling import wait_until  # noqa: E402
-from tests.support import NodeProcess  # noqa: E402
-from tests.sync_support import prefill, write_mesh  # noqa: E402
 
 
 def raw_verify_rate(samples: int) -> float:
@@ -204,7 +204,7 @@ def catch_up(args: argparse.Namespace, transport: str) -> dict[str, object]:
         ) + (f"pushes_in_flight = {args.in_flight}\n" if args.in_flight else "")
         cluster = None
         if transport == "nats":
-            from tests.nats_support import NatsCluster, nats_mesh_toml
+            from harness.nats import NatsCluster, nats_mesh_toml
 
             cluster = NatsCluster(Path(tmp) / "nats", 1).start()
             tuning += nats_mesh_toml(cluster.urls)
@@ -304,7 +304,7 @@ def spy(pid: int, out: Path) -> subprocess.Popen[bytes]:
 
 def against_base(args: argparse.Namespace) -> None:
     """This bench against this tree's nodes and the base commit's, alternating; medians."""
-    from bench.replay_ab import export
+    from bench.common import export
 
     with tempfile.TemporaryDirectory(prefix="bench-sync-base-") as tmp:
         base = export(args.base, Path(tmp))

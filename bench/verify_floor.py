@@ -28,9 +28,9 @@ sys.path.insert(0, str(ROOT))
 from eventstore.batch_sign import verify_batch  # noqa: E402
 from eventstore.envelope import decode_event, digest_of, signed_bytes  # noqa: E402
 from eventstore.imports import precheck  # noqa: E402
+from harness.mesh import signed_chain  # noqa: E402
 from node.sync.wire import parse_envelope  # noqa: E402
 from projections.catalogue import check_replicated  # noqa: E402
-from tests.sync_support import signed_chain  # noqa: E402
 
 
 def per_item_us(work, count: int, rounds: int = 3) -> float:

