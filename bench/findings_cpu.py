@@ -5,7 +5,7 @@ loaded by wrk on CPU 1 for `--seconds`; the kernel's per-thread CPU counters are
 and after. The event loop's thread and the journal's writer are reported apart (the node is
 CPU-bound on its one core, so requests/s is about 1e6 / total µs). Counters, unlike rates,
 hardly drift with the machine's other tenants, so two trees can be compared run by run. For the
-split inside a thread, run py-spy on the node under the same load (bench/RESULTS.md, "The write
+split inside a thread, run py-spy on the node under the same load (bench/HISTORY.md, "The write
 path, per request").
 
 The bare aiohttp peer (bench/bare_server.py, perf-guard's) is measured the same way in every
