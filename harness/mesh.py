@@ -1,11 +1,17 @@
 """Meshes of real nodes: every node's config listing the others as peers (tokens both ways,
-keys pinned), and journals filled in bulk while their node is stopped."""
+keys pinned), journals filled in bulk while their node is stopped, and signed chains of
+envelopes as a peer pushes them."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
 from pathlib import Path
+from typing import Any
 
+from nacl.signing import SigningKey
+
+from eventstore.envelope import Event, digest_of, encode_event, sign, utc_now
 from eventstore.keys import load_or_create_key, public_key_multibase
 from eventstore.store import NewEvent
 from harness.node import free_port, write_config
@@ -88,3 +94,38 @@ def prefill(config_path: Path, journals: dict[str, int], chunk: int = 1000) -> N
             await store.close()
 
     asyncio.run(run())
+
+
+def signed_chain(
+    key: SigningKey,
+    origin: str,
+    stream: str,
+    count: int,
+    *,
+    start: int = 1,
+    prev: str = "",
+    data: dict[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """`count` envelopes (as pushed) of a valid chain signed by `key`, without any store."""
+    out: list[dict[str, Any]] = []
+    for seq in range(start, start + count):
+        event = Event(
+            type="finding",
+            ts=utc_now(),
+            origin=origin,
+            prev=prev,
+            data=data or {"severity": "info", "title": f"{stream} #{seq}", "detail": ""},
+        )
+        payload = encode_event(event)
+        digest = digest_of(payload)
+        signature = sign(key, stream, seq, digest)
+        out.append(
+            {
+                "seq": seq,
+                "agent": stream,
+                "payload": base64.b64encode(payload).decode(),
+                "signature": "ed25519:" + base64.b64encode(signature).decode(),
+            }
+        )
+        prev = "sha256:" + digest.hex()
+    return out
