@@ -201,6 +201,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--bare-server", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.approvals < 3000:  # the batch figure decides three batches of 1,000
+        parser.error("--approvals: at least 3000")
     if args.bare_server:
         run_bare_server(args.bare_server)
         return
