@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 import lmdb
 
+from eventstore.durable import fsync_path
 from eventstore.writer_lock import StoreAlreadyOpenError, WriterLock, claim_path, release_path
 
 DATA_FILE, LOCK_FILE = "data.mdb", "lock.mdb"
@@ -65,7 +66,7 @@ def compact(path: Path) -> Compacted:
             env.copy(str(work), compact=True)
             copied = work / DATA_FILE
             os.chmod(copied, stat.S_IMODE(data_file.stat().st_mode))  # who may read it stays
-            _fsync(copied)
+            fsync_path(copied)
         except BaseException:  # a full disk, say: the journal is untouched, drop the part copy
             shutil.rmtree(work, ignore_errors=True)
             raise
@@ -75,7 +76,7 @@ def compact(path: Path) -> Compacted:
         # its reader table and last transaction id describe the old file; the next process to
         # open the environment makes a new one
         (path / LOCK_FILE).unlink(missing_ok=True)
-        _fsync(path)  # the rename and the unlink are durable before we say done
+        fsync_path(path)  # the rename and the unlink are durable before we say done
         shutil.rmtree(work, ignore_errors=True)
         return Compacted(before, data_file.stat().st_size, unused)
     finally:
@@ -117,11 +118,3 @@ def _unused_pages(env: lmdb.Environment) -> int:
 
 def _tree_pages(stat: _StatDict) -> int:
     return stat["branch_pages"] + stat["leaf_pages"] + stat["overflow_pages"]
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from eventstore.durable import fsync_path
+
 
 def write_atomically(path: Path, data: bytes, *, mode: int = 0o600, durable: bool = True) -> None:
     """Write to a temporary file in the same folder, then rename it over `path`, so a reader
@@ -25,19 +27,11 @@ def write_atomically(path: Path, data: bytes, *, mode: int = 0o600, durable: boo
         tmp.unlink(missing_ok=True)
         raise
     if durable:
-        fsync_dir(path.parent)
+        fsync_path(path.parent)
 
 
 def move_durably(source: Path, target: Path) -> None:
     """Rename `source` to `target` (same file system) and make the rename survive a crash."""
     target.parent.mkdir(parents=True, exist_ok=True)
     os.replace(source, target)
-    fsync_dir(target.parent)
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_path(target.parent)

@@ -21,12 +21,13 @@ import sys
 
 from nacl.signing import SigningKey
 
+from eventstore.durable import fsync_path
 from eventstore.keys import KEY_FILE, KeyFileError, load_key, public_key_multibase, write_key
 from eventstore.store import EventStore, StoreAlreadyOpenError
 from node.config import Config
 from node.config_load import load_config
 from node.filemodes import make_private
-from node.files import fsync_dir, move_durably
+from node.files import move_durably
 from node.humanize import visible, visible_lines
 from projections.catalogue import KeyRotated, event_of
 from projections.keys import KeyHistory, key_journal
@@ -124,7 +125,7 @@ async def rotate(config: Config, store: EventStore, old_key: SigningKey) -> str:
             )
         new_key = SigningKey.generate()
         write_key(pending, new_key)
-        fsync_dir(data)
+        fsync_path(data)
         stream = key_journal(me)
         heads = _own_heads(store, me)
         own_head = store.head(stream)

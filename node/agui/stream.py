@@ -17,16 +17,12 @@ RFC 6902 patch against it. `AguiView` keeps each client from seeing a run it did
 
 from __future__ import annotations
 
-import itertools
-import json
-import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from eventstore.envelope import Envelope
 from node.agui.clock import now_ms
+from node.agui.thread import AguiThread, pick
 from node.streams.frames import Item
 from projections import catalogue as c
 from projections.states import ApprovalChanged
@@ -46,33 +42,10 @@ _PREFIXES = (
     "REASONING_",
 )
 _RUN_END = ("RUN_FINISHED", "RUN_ERROR")
-_ids = itertools.count(1)
 
 
 def is_agui_event(name: str) -> bool:
     return name in _EXTRA or (name.isupper() and name.startswith(_PREFIXES))
-
-
-def _pick(data: dict[str, Any], *keys: str) -> Any:
-    for key in keys:
-        value = data.get(key)
-        if value is not None and value != "":
-            return value
-    return None
-
-
-@dataclass
-class _Thread:
-    """One agent's AG-UI position: the open run, message and tool calls, or the interrupt."""
-
-    run: str | None = None  # the open AG-UI run id
-    source: str | None = None  # the runtime's run_id behind it
-    started: float = 0.0
-    message: str | None = None
-    tools: dict[str, str] = field(default_factory=dict)  # open tool call id → tool name
-    interrupted_on: str | None = None  # approval id the run is waiting for
-    interrupted_run: str | None = None
-    resumes: int = 0
 
 
 class AgentStates:
@@ -130,7 +103,7 @@ class AguiTranslator:
     def __init__(self, approval_change: Callable[[Envelope], ApprovalChanged | None]) -> None:
         self._approval_change = approval_change
         self.states = AgentStates()
-        self._threads: dict[str, _Thread] = {}
+        self._threads: dict[str, AguiThread] = {}
 
     # ----------------------------------------------------------------- state
     def on_status(self, agent: str | None, status: Any) -> list[Item]:
@@ -178,233 +151,35 @@ class AguiTranslator:
         return self._on_run_event(name, data, agent)
 
     def _on_run_event(self, name: str, data: dict[str, Any], agent: str | None) -> list[Item]:
-        agent = agent or _pick(data, "agent", "threadId")
+        agent = agent or pick(data, "agent", "threadId")
         if not isinstance(agent, str):
             return []
-        t = self._threads.setdefault(agent, _Thread())
-        run_id = _pick(data, "run_id", "runId")
+        t = self._threads.get(agent) or self._threads.setdefault(agent, AguiThread(agent))
+        run_id = pick(data, "run_id", "runId")
         run_id = str(run_id) if run_id is not None else None
         out: list[Item] = []
         if name == "RUN_STARTED":
             if t.run is not None:
-                self._finish(t, agent, {}, out)
-            t.interrupted_on = t.interrupted_run = None
-            self._open(t, agent, run_id, data, out)
+                t.finish({}, out)
+            t.not_interrupted()
+            t.open(run_id, data, out)
         elif name == "RUN_FINISHED":
             if t.run is not None:
-                self._finish(t, agent, data, out)
-            t.interrupted_on = t.interrupted_run = None
+                t.finish(data, out)
+            t.not_interrupted()
         elif name == "RUN_ERROR":
             if t.run is not None:
-                self._error(t, agent, data, out)
-            t.interrupted_on = t.interrupted_run = None
+                t.error(data, out)
+            t.not_interrupted()
         elif name.startswith("TEXT_MESSAGE_"):
-            self._text(t, agent, name, run_id, data, out)
+            t.text(name, run_id, data, out)
         elif name.startswith("TOOL_CALL_"):
-            self._tool(t, agent, name, run_id, data, out)
+            t.tool(name, run_id, data, out)
         else:  # STEP_*, CUSTOM, RAW, ...: passed on, tied to the open run if any
             if name.startswith("STEP_"):
-                self._ensure_run(t, agent, run_id, out)
-            self._emit(out, name, agent, t, data)
+                t.ensure_run(run_id, out)
+            t.emit(out, name, data)
         return out
-
-    def _emit(
-        self,
-        out: list[Item],
-        name: str,
-        agent: str,
-        t: _Thread,
-        data: dict[str, Any],
-        **fields: Any,
-    ) -> dict[str, Any]:
-        body: dict[str, Any] = {"type": name}  # first, for whoever reads the raw stream
-        body.update(data)
-        body.update(type=name, agent=agent, threadId=agent)
-        if t.run is not None:
-            body["run_id"] = body["runId"] = t.run
-        else:
-            body.pop("run_id", None)
-            body.pop("runId", None)
-        body.update(fields)
-        body.setdefault("timestamp", now_ms())
-        out.append(Item(name, body, agent))
-        return body
-
-    def _open(
-        self,
-        t: _Thread,
-        agent: str,
-        run_id: str | None,
-        data: dict[str, Any],
-        out: list[Item],
-        **fields: Any,
-    ) -> None:
-        t.run = run_id or f"{agent}-run-{next(_ids)}"
-        t.source = run_id
-        t.started = time.monotonic()
-        t.message = None
-        t.tools = {}
-        self._emit(out, "RUN_STARTED", agent, t, data, **fields)
-
-    def _ensure_run(self, t: _Thread, agent: str, run_id: str | None, out: list[Item]) -> None:
-        if t.run is not None:
-            return
-        if t.interrupted_on is not None and (run_id is None or run_id == t.source):
-            self._resume(t, agent, {"reason": "continued"}, out)
-        else:
-            self._open(t, agent, run_id, {}, out)
-
-    def _close_open(self, t: _Thread, agent: str, out: list[Item]) -> None:
-        if t.message is not None:
-            self._emit(
-                out, "TEXT_MESSAGE_END", agent, t, {}, message_id=t.message, messageId=t.message
-            )
-            t.message = None
-        for tool_id, tool in list(t.tools.items()):
-            self._emit(
-                out,
-                "TOOL_CALL_END",
-                agent,
-                t,
-                {},
-                tool=tool,
-                tool_call_id=tool_id,
-                toolCallId=tool_id,
-            )
-        t.tools = {}
-
-    def _finish(
-        self, t: _Thread, agent: str, data: dict[str, Any], out: list[Item], **fields: Any
-    ) -> None:
-        self._close_open(t, agent, out)
-        duration = data.get("duration_ms")
-        if not isinstance(duration, int):
-            duration = int((time.monotonic() - t.started) * 1000)
-        self._emit(out, "RUN_FINISHED", agent, t, data, duration_ms=duration, **fields)
-        t.run = None
-
-    def _error(self, t: _Thread, agent: str, data: dict[str, Any], out: list[Item]) -> None:
-        message = _pick(data, "message", "error") or "agent error"
-        self._emit(out, "RUN_ERROR", agent, t, data, message=str(message), error=str(message))
-        t.run = None
-        t.message = None
-        t.tools = {}
-
-    def _text(
-        self,
-        t: _Thread,
-        agent: str,
-        name: str,
-        run_id: str | None,
-        data: dict[str, Any],
-        out: list[Item],
-    ) -> None:
-        if name == "TEXT_MESSAGE_END" and t.message is None:
-            return
-        self._ensure_run(t, agent, run_id, out)
-        given = _pick(data, "message_id", "messageId")
-        if name == "TEXT_MESSAGE_START" or (name == "TEXT_MESSAGE_CONTENT" and t.message is None):
-            if t.message is not None:
-                self._emit(
-                    out, "TEXT_MESSAGE_END", agent, t, {}, message_id=t.message, messageId=t.message
-                )
-            t.message = str(given or f"{t.run}-msg-{next(_ids)}")
-            role = data.get("role") if name == "TEXT_MESSAGE_START" else None
-            self._emit(
-                out,
-                "TEXT_MESSAGE_START",
-                agent,
-                t,
-                data if name == "TEXT_MESSAGE_START" else {},
-                message_id=t.message,
-                messageId=t.message,
-                role=role or "assistant",
-            )
-            if name == "TEXT_MESSAGE_START":
-                return
-        if name == "TEXT_MESSAGE_CONTENT":
-            text = _pick(data, "text", "delta") or ""
-            self._emit(
-                out,
-                name,
-                agent,
-                t,
-                data,
-                message_id=t.message,
-                messageId=t.message,
-                text=str(text),
-                delta=str(text),
-            )
-        elif name == "TEXT_MESSAGE_END":
-            self._emit(out, name, agent, t, data, message_id=t.message, messageId=t.message)
-            t.message = None
-        else:  # TEXT_MESSAGE_CHUNK
-            self._emit(out, name, agent, t, data)
-
-    def _tool(
-        self,
-        t: _Thread,
-        agent: str,
-        name: str,
-        run_id: str | None,
-        data: dict[str, Any],
-        out: list[Item],
-    ) -> None:
-        given = _pick(data, "tool_call_id", "toolCallId")
-        tool_id: str | None
-        if name == "TOOL_CALL_START":
-            self._ensure_run(t, agent, run_id, out)
-            tool_id = str(given or f"{t.run}-tool-{next(_ids)}")
-            tool = str(_pick(data, "tool", "toolCallName", "name") or "tool")
-            t.tools[tool_id] = tool
-            fields: dict[str, Any] = {
-                "tool": tool,
-                "tool_call_id": tool_id,
-                "toolCallId": tool_id,
-                "toolCallName": tool,
-            }
-            if t.message is not None:
-                fields["parentMessageId"] = t.message
-            self._emit(out, name, agent, t, data, **fields)
-            args = data.get("args")
-            if args is not None:
-                self._emit(
-                    out,
-                    "TOOL_CALL_ARGS",
-                    agent,
-                    t,
-                    {},
-                    tool_call_id=tool_id,
-                    toolCallId=tool_id,
-                    delta=json.dumps(args, default=str),
-                )
-            return
-        tool_id = str(given) if given is not None else next(reversed(t.tools), None)
-        if t.run is None or tool_id not in t.tools:
-            return  # the end of a call this stream never opened
-        if name == "TOOL_CALL_END":
-            tool = t.tools.pop(tool_id)
-            self._emit(
-                out, name, agent, t, data, tool=tool, tool_call_id=tool_id, toolCallId=tool_id
-            )
-            result = data.get("result")
-            if result is not None:
-                content = result if isinstance(result, str) else json.dumps(result, default=str)
-                self._emit(
-                    out,
-                    "TOOL_CALL_RESULT",
-                    agent,
-                    t,
-                    {},
-                    tool=tool,
-                    tool_call_id=tool_id,
-                    toolCallId=tool_id,
-                    messageId=f"{tool_id}-result",
-                    content=content,
-                    role="tool",
-                )
-        else:  # TOOL_CALL_ARGS, TOOL_CALL_RESULT, TOOL_CALL_CHUNK
-            self._emit(out, name, agent, t, data, tool_call_id=tool_id, toolCallId=tool_id)
 
     # ----------------------------------------------------------------- journaled events
     def on_journal(self, envelope: Envelope) -> list[Item]:
@@ -417,12 +192,12 @@ class AguiTranslator:
         if change is not None:
             asked = c.payload_of(envelope)
             if change.requested and t.run is not None and isinstance(asked, c.ApprovalRequested):
-                self._interrupt(t, agent, asked, envelope.event.ts, out)
+                t.interrupt(asked, envelope.event.ts, out)
             elif (
                 change.outcome is not None and t.run is None and t.interrupted_on == change.approval
             ):
                 why = {"approval_id": change.approval, "decision": change.outcome}
-                self._resume(t, agent, why, out)
+                t.resume(why, out)
             return out
         if envelope.event.type not in _AGENT_ENDS:
             return out
@@ -430,59 +205,10 @@ class AguiTranslator:
         if isinstance(payload, c.AgentErrored):
             if t.run is not None:
                 why = {"message": payload.error or "agent error", "code": payload.kind}
-                self._error(t, agent, why, out)
-            t.interrupted_on = t.interrupted_run = None
+                t.error(why, out)
+            t.not_interrupted()
         elif isinstance(payload, c.AgentStopped):
             if t.run is not None:
-                self._finish(t, agent, {}, out, outcome={"type": "cancelled"})
-            t.interrupted_on = t.interrupted_run = None
+                t.finish({}, out, outcome={"type": "cancelled"})
+            t.not_interrupted()
         return out
-
-    def _interrupt(
-        self, t: _Thread, agent: str, asked: c.ApprovalRequested, ts: str, out: list[Item]
-    ) -> None:
-        interrupt: dict[str, Any] = {
-            "id": asked.id,
-            "reason": "approval",
-            "message": _approval_message(asked),
-            "metadata": {"capability": asked.capability, "agent": agent},
-        }
-        if asked.request and asked.request_hash:
-            interrupt["metadata"] |= {"request": asked.request, "requestHash": asked.request_hash}
-        if t.tools:
-            interrupt["toolCallId"] = next(reversed(t.tools))
-        expires = _expiry(ts, asked.timeout_secs)
-        if expires:
-            interrupt["expiresAt"] = expires
-        run = t.run
-        self._finish(t, agent, {}, out, outcome={"type": "interrupt", "interrupts": [interrupt]})
-        t.interrupted_on = asked.id
-        t.interrupted_run = run
-
-    def _resume(self, t: _Thread, agent: str, why: dict[str, Any], out: list[Item]) -> None:
-        t.resumes += 1
-        base = t.source or t.interrupted_run or agent
-        source = t.source
-        self._open(
-            t, agent, f"{base}-resume-{t.resumes}", {}, out, resumed_from=t.interrupted_run, **why
-        )
-        t.source = source  # the runtime keeps its own run_id for the rest of the tick
-        t.interrupted_on = t.interrupted_run = None
-
-
-def _approval_message(asked: c.ApprovalRequested) -> str:
-    """What the operator is asked: the full request the agent will perform."""
-    if asked.request:
-        return f"approve {asked.capability}: {asked.request}"
-    return asked.detail or f"approve {asked.capability}"
-
-
-def _expiry(ts: str, timeout_secs: Any) -> str | None:
-    if not isinstance(timeout_secs, int | float):
-        return None
-    try:
-        start = datetime.fromisoformat(ts.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    at = start.astimezone(UTC) + timedelta(seconds=timeout_secs)
-    return at.isoformat(timespec="milliseconds").replace("+00:00", "Z")

@@ -160,15 +160,7 @@ class A2AService:
         return self.get(agent, task.id), cursor
 
     async def cancel(self, agent: str, task_id: str, operator: str) -> dict[str, Any]:
-        task = self.get(agent, task_id)
-        state = self.views.state(task)
-        if state in m.TERMINAL:
-            raise RpcError(
-                m.TASK_NOT_CANCELABLE,
-                f"task {task_id} is {state}",
-                reason="TASK_NOT_CANCELABLE",
-                taskId=task_id,
-            )
+        self._not_terminal(self.get(agent, task_id), m.TASK_NOT_CANCELABLE, "TASK_NOT_CANCELABLE")
         try:
             await self.tasks.cancel(task_id, operator)
         except Problem as exc:
@@ -200,15 +192,15 @@ class A2AService:
     def snapshot(self, agent: str, task_id: str) -> tuple[Update, JournalCursor]:
         """SubscribeToTask's first event (the task now) and a cursor at the same moment."""
         task = self.get(agent, task_id)
+        why = ": there is nothing left to follow"
+        self._not_terminal(task, m.UNSUPPORTED_OPERATION, "UNSUPPORTED_OPERATION", why)
+        return {"task": self.views.to_json(task)}, JournalCursor.at_head(self.ctx, agent)
+
+    def _not_terminal(self, task: Task, code: int, reason: str, why: str = "") -> None:
+        """The A2A error `code` (named `reason`) when the task has ended."""
         state = self.views.state(task)
         if state in m.TERMINAL:
-            raise RpcError(
-                m.UNSUPPORTED_OPERATION,
-                f"task {task_id} is {state}: there is nothing left to follow",
-                reason="UNSUPPORTED_OPERATION",
-                taskId=task_id,
-            )
-        return {"task": self.views.to_json(task)}, JournalCursor.at_head(self.ctx, agent)
+            raise RpcError(code, f"task {task.id} is {state}{why}", reason=reason, taskId=task.id)
 
     async def updates(
         self,

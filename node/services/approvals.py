@@ -24,8 +24,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Coroutine, Iterable
-from datetime import UTC, datetime
+from collections.abc import Iterable
 from typing import Any, Literal, cast
 
 import msgspec
@@ -36,6 +35,8 @@ from eventstore.store import NewEvent
 from node.context import NodeContext
 from node.http import Problem
 from node.request_summary import summary  # the one-line `detail`, from the request's shape
+from node.services.approval_follower import ApprovalFollower
+from node.services.approval_timeouts import ApprovalTimeouts
 from node.services.journal import ensure_local
 from projections import catalogue as c
 from projections.approvals import (
@@ -47,7 +48,6 @@ from projections.approvals import (
     hash_request,
 )
 from projections.journals import Journals
-from projections.states import TaskChanged, TaskState
 from projections.tasks import Tasks
 
 log = logging.getLogger(__name__)
@@ -64,12 +64,10 @@ class ApprovalGate:
     def __init__(self, ctx: NodeContext) -> None:
         self.ctx = ctx
         self._waiters: dict[str, asyncio.Future[Outcome]] = {}
-        self._timers: dict[str, asyncio.TimerHandle] = {}
         # ids with a resolution being appended: a concurrent decide or timer must not add another
         self._claimed: set[str] = set()
-        self._due: set[str] = set()
-        self._background: set[asyncio.Task[None]] = set()
-        self._flusher: asyncio.Task[None] | None = None
+        self._timeouts = ApprovalTimeouts(ctx, self._claimed)
+        self._follower = ApprovalFollower(self)
         self._closed = False
 
     @property
@@ -79,35 +77,14 @@ class ApprovalGate:
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
         """Follow resolutions in the journal and arm a timer for every local pending request."""
-        self.ctx.store.add_commit_listener(self._on_commit)
-        now = datetime.now(UTC)
-        journals = self.ctx.projections.get(Journals)
-        overdue = []
-        for request in self.projection.list():
-            if journals.home_of(request.agent) not in (None, self.ctx.name):
-                continue  # a replica: its home node times it out
-            remaining = _seconds_until(request.expires_at, now, request.timeout_secs)
-            if remaining <= 0:
-                overdue.append(request.id)
-            else:
-                self._arm(request.id, remaining)
-        if overdue:
-            log.info("timing out %d approval(s) that expired while the node was down", len(overdue))
-            self._due.update(overdue)
-            await self._flush_due()
+        self.ctx.store.add_commit_listener(self._follower.on_commit)
+        await self._timeouts.start()
 
     async def close(self) -> None:
         """Stop the timers; waiters get GateClosedError (their requests stay pending)."""
         self._closed = True
-        for handle in self._timers.values():
-            handle.cancel()
-        self._timers.clear()
-        if self._flusher is not None:
-            self._flusher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._flusher
-        for denial in list(self._background):
-            denial.cancel()
+        await self._timeouts.close()
+        self._follower.cancel()
         for future in self._waiters.values():
             if not future.done():
                 future.set_exception(GateClosedError("the node is shutting down"))
@@ -122,7 +99,7 @@ class ApprovalGate:
         timeout_secs: int | None = None,
         task_id: str | None = None,
     ) -> Outcome:
-        """Journal the exact request and wait for its outcome: "approve", "deny" or "timeout"."""
+        """`ask`, answering the outcome only: "approve", "deny" or "timeout"."""
         return (await self.ask(agent, capability, request, timeout_secs, task_id)).outcome
 
     async def ask(
@@ -157,7 +134,7 @@ class ApprovalGate:
             self._waiters[orphan.id] = future
             try:
                 if orphan.recorded is not None:
-                    await self._claim(orphan.id)
+                    await self.claim(orphan.id)
                 return self._verdict(orphan.id, await future)
             finally:
                 self._waiters.pop(orphan.id, None)
@@ -176,7 +153,7 @@ class ApprovalGate:
             data["task"] = task_id
         try:
             await self.ctx.store.append(agent, *c.event_of(c.ApprovalRequested(**data)))
-            self._arm(approval_id, timeout_secs)
+            self._timeouts.arm(approval_id, timeout_secs)
             return self._verdict(approval_id, await future)
         finally:
             self._waiters.pop(approval_id, None)
@@ -218,7 +195,7 @@ class ApprovalGate:
                 return request
         return None
 
-    async def _claim(self, approval_id: str) -> None:
+    async def claim(self, approval_id: str) -> None:
         """Apply the decision recorded on an orphaned request, now that its call waits."""
         request = self.projection.get(approval_id)
         if request is None or request.recorded is None or approval_id in self._claimed:
@@ -312,7 +289,7 @@ class ApprovalGate:
             later = not waited and self.can_ask_again(request)
         envelope = await self._append_decision(request, decision, operator, reason, later)
         if later and approval_id in self._waiters:
-            await self._claim(approval_id)  # the agent asked again while it was journaled
+            await self.claim(approval_id)  # the agent asked again while it was journaled
         result = {
             "id": approval_id,
             "decision": decision,
@@ -396,104 +373,21 @@ class ApprovalGate:
                 self._claimed.difference_update(decided)
         return {"decided": len(decided), "ids": decided, "skipped": skipped}
 
-    # ------------------------------------------------------------------ timers
-    def _arm(self, approval_id: str, delay: float) -> None:
-        if self._closed or not self.projection.is_pending(approval_id):
-            return
-        loop = asyncio.get_running_loop()
-        self._timers[approval_id] = loop.call_later(delay, self._expire, approval_id)
+    # ------------------------------------------------------------------ for the follower
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
-    def _expire(self, approval_id: str) -> None:
-        self._timers.pop(approval_id, None)
-        self._due.add(approval_id)
-        if self._flusher is None or self._flusher.done():
-            self._flusher = asyncio.get_running_loop().create_task(self._flush_due())
+    def waits_for(self, approval_id: str) -> bool:
+        return approval_id in self._waiters
 
-    async def _flush_due(self) -> None:
-        """Append `approval.timed_out` for every due request still pending, in one transaction."""
-        while self._due and not self._closed:
-            due, self._due = self._due, set()
-            requests = [
-                request
-                for i in sorted(due)
-                if i not in self._claimed and (request := self.projection.get(i)) is not None
-            ]
-            if not requests:
-                continue
-            ids = [r.id for r in requests]
-            events = [NewEvent(r.agent, *c.event_of(c.ApprovalTimedOut(id=r.id))) for r in requests]
-            self._claimed.update(ids)
-            try:
-                await self.ctx.store.append_many(events)
-            except Exception:
-                log.exception("could not journal %d approval timeout(s); retrying", len(ids))
-                self._due.update(ids)
-                await asyncio.sleep(1)
-            finally:
-                self._claimed.difference_update(ids)
-
-    # ------------------------------------------------------------------ journal follower
-    def _on_commit(self, envelopes: list[Envelope]) -> None:
-        """Release the waiter and drop the timer of every request resolved in this commit,
-        claim a decision recorded while its call now waits, deny what a canceled task asked
-        for and abandon what an ended task asked for: the tasks read model's changes."""
-        machine = self.ctx.projections.get(Tasks)
-        for envelope in envelopes:
-            for change in machine.changes(envelope):
-                if isinstance(change, TaskChanged):
-                    if change.ended:
-                        self._task_ended(change, envelope)
-                elif change.outcome is not None:
-                    self._resolved(change.approval, change.outcome)
-                elif change.recorded is not None and change.approval in self._waiters:
-                    self._spawn(self._claim(change.approval))
-
-    def _resolved(self, approval_id: str, outcome: str) -> None:
-        handle = self._timers.pop(approval_id, None)
-        if handle is not None:
-            handle.cancel()
+    def resolved(self, approval_id: str, outcome: str) -> None:
+        """Release the call waiting for a request resolved in the journal, and its timer."""
+        self._timeouts.cancel(approval_id)
         future = self._waiters.get(approval_id)
         if future is not None and not future.done():
             # abandoned while a call waited (its agent stopped): the call may not go ahead
             future.set_result(cast(Outcome, "deny" if outcome == "abandoned" else outcome))
-
-    def _task_ended(self, change: TaskChanged, envelope: Envelope) -> None:
-        """A canceled task's pending requests can never be performed: deny them, saying why;
-        an ended task's are abandoned (no later call of the task can ask for them)."""
-        task_id, agent = change.task, change.agent
-        if self._closed:
-            return
-        if self.ctx.projections.get(Journals).home_of(agent) not in (None, self.ctx.name):
-            return  # a replica: the home node decides
-        asked = self.ctx.projections.get(Tasks).asked_by(agent, task_id)
-        if not asked:
-            return
-        if change.after is not TaskState.CANCELED:
-            self._spawn(self.abandon(asked, f"task {task_id} ended ({change.after.value})"))
-            return
-        canceled = c.payload_of(envelope)
-        operator = canceled.operator if isinstance(canceled, c.TaskCanceled) else None
-        by = f" by {operator}" if operator else ""
-        reason = f"task {task_id} was canceled{by}"
-        self._spawn(self._deny_logged(agent, task_id, operator or "", reason))
-
-    def _spawn(self, work: Coroutine[Any, Any, object]) -> None:
-        job = asyncio.get_running_loop().create_task(self._logged(work))
-        self._background.add(job)
-        job.add_done_callback(self._background.discard)
-
-    @staticmethod
-    async def _logged(work: Coroutine[Any, Any, object]) -> None:
-        try:
-            await work
-        except Exception:
-            log.exception("could not journal an approval the node closes by itself")
-
-    async def _deny_logged(self, agent: str, task_id: str, operator: str, reason: str) -> None:
-        try:
-            await self.deny_for_task(agent, task_id, operator or "node", reason)
-        except Exception:
-            log.exception("could not deny the approvals of canceled task %s", task_id)
 
 
 def _decided(
@@ -510,17 +404,6 @@ def _decided(
         request_hash=request_hash,
         reason=reason,
     )
-
-
-def _seconds_until(timestamp: str, now: datetime, fallback: float) -> float:
-    """Seconds from `now` to an ISO timestamp; `fallback` when a foreign one does not parse."""
-    try:
-        moment = datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
-    except ValueError:
-        return fallback
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return (moment - now).total_seconds()
 
 
 APPROVALS = web.AppKey("approvals", ApprovalGate)

@@ -282,7 +282,7 @@ async def test_replicated_request_is_listed_but_decided_on_its_home(client):
     )
     assert (await batch.json())["skipped"] == ["remote-1"]
     assert gate_of(client).projection.count == 1
-    assert not gate_of(client)._timers  # its home node times it out, not this one
+    assert not gate_of(client)._timeouts._timers  # its home node times it out, not this one
 
 
 async def test_restart_rearms_timers_with_the_remaining_time(tmp_path, aiohttp_client):
