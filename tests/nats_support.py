@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -16,6 +17,8 @@ from node.sync.nats_permissions import Member, render
 from node.sync.nats_subjects import inbox_prefix
 from tests.polling import wait_until
 from tests.support import free_port
+
+_CLUSTERS = itertools.count()
 
 
 def nats_server_binary() -> str:
@@ -91,7 +94,9 @@ class NatsCluster:
     """1 server, or 3 routed into one JetStream cluster; killed (SIGKILL) at the end."""
 
     def __init__(self, root: Path, size: int = 1, sync_always: bool = False) -> None:
-        cluster = "mesh-test" if size > 1 else ""
+        # a name of its own: a stray server of another cluster (a port reused while it still
+        # listens) is refused by the routes instead of joining with its own JetStream assets
+        cluster = f"mesh-test-{os.getpid()}-{next(_CLUSTERS)}" if size > 1 else ""
         self.servers = [
             NatsServer(root / "nats", f"n{i}", cluster, sync_always) for i in range(size)
         ]

@@ -61,9 +61,18 @@ class NatsMesh:
         self.last_error = ""
 
     async def run(self) -> None:
-        async with asyncio.TaskGroup() as group:
-            group.create_task(self.repair.run(), name="nats-repair-queue")
-            group.create_task(self._connected(), name="nats-link")
+        """The repair queue and the link, started again (logged, counted) if either ever
+        fails: nothing else awaits this task, so a failure would otherwise end NATS sync for
+        good without a word."""
+        while True:
+            try:
+                async with asyncio.TaskGroup() as group:
+                    group.create_task(self.repair.run(), name="nats-repair-queue")
+                    group.create_task(self._connected(), name="nats-link")
+            except Exception as exc:
+                self.metrics.stalls.labels("mesh").inc()
+                log.error("nats mesh stopped: %s; starting again", _describe(exc))
+                await asyncio.sleep(1.0)
 
     async def _connected(self) -> None:
         backoff = 0.2

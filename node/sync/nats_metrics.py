@@ -48,7 +48,8 @@ class NatsMetrics:
         )
         self.stalls = Counter(
             "svc_nats_stalls",
-            "Connections to NATS restarted because one of its loops stopped turning",
+            "Connections to NATS restarted because one of its loops stopped turning (loop"
+            " 'mesh': the transport itself failed and was started again)",
             ["loop"],
             registry=r,
         )
