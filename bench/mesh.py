@@ -22,6 +22,10 @@ collapsed stacks of the thread holding the GIL into FILE.<transport>, for `py-sp
 viewers or a flame graph: the split of the Python work, mostly the event loop's; the signature
 checks run without the GIL and show in --cpu only).
 
+--idle S: after convergence, S more seconds with nothing to deliver: the CPU the nodes and the
+nats-servers spend per second then (`idle_cpu`: polls, heartbeats, heads), which grows with the
+number of nodes whatever is written, and which CPU counters measure well on a loaded machine.
+
 --rounds R: R rounds, alternating which transport goes first; `speedup` is the median round's
 (every round's in `speedup_rounds`), and the other figures are that round's.
 
@@ -110,6 +114,22 @@ def cpu_spent(
     }
 
 
+def idle_seconds(procs: dict[str, NodeProcess], server_pids: list[int], seconds: float) -> dict:
+    """CPU seconds per second spent by the nodes (summed) and the nats-servers while nothing
+    is left to deliver (converged a moment ago; acknowledgements settle in the first second)."""
+    time.sleep(1.0)
+    pids = [pid_of(p) for p in procs.values()]
+    nodes_before = sum(proc_cpu.process_seconds(pid) for pid in pids)
+    servers_before = sum(proc_cpu.process_seconds(pid) for pid in server_pids)
+    time.sleep(seconds)
+    nodes = sum(proc_cpu.process_seconds(pid) for pid in pids) - nodes_before
+    servers = sum(proc_cpu.process_seconds(pid) for pid in server_pids) - servers_before
+    return {
+        "nodes_per_s": round(nodes / seconds, 4),
+        "nats_servers_per_s": round(servers / seconds, 4),
+    }
+
+
 def run(
     transport: str,
     nodes: int,
@@ -121,6 +141,7 @@ def run(
     profile: str = "",
     mesh_options: str = "",
     heads_interval: float = 0.5,
+    idle: float = 0.0,
 ) -> dict:
     root = Path(tempfile.mkdtemp(prefix=f"mesh-{transport}-"))
     names = [f"node-{i}" for i in range(nodes)]
@@ -185,6 +206,7 @@ def run(
         if recorder is not None:
             recorder.send_signal(signal.SIGINT)
             recorder.wait(60)
+        idle_cpu = idle_seconds(procs, server_pids, idle) if idle > 0 else None
         texts = {n: procs[n].client().get("/api/v1/metrics").text for n in names}
         if transport == "nats":
             sends = sum(
@@ -207,6 +229,7 @@ def run(
             "hashes_equal": equal,
             "envelopes_per_s": round(envelopes * writers / converge_s),
             **({"cpu": accounted} if cpu else {}),
+            **({"idle_cpu": idle_cpu} if idle_cpu is not None else {}),
             **{k: int(v) for k, v in totals.items()},
         }
     finally:
@@ -240,6 +263,9 @@ def main() -> None:
     )
     parser.add_argument("--cpu", action="store_true", help="CPU seconds by process and thread")
     parser.add_argument("--profile", default="", help="py-spy the last node into FILE.<transport>")
+    parser.add_argument(
+        "--idle", type=float, default=0.0, help="seconds of idle CPU measured after convergence"
+    )
     args = parser.parse_args()
     writers = args.writers or args.nodes
     mesh_options = "".join(
@@ -269,6 +295,7 @@ def main() -> None:
                 args.profile,
                 mesh_options,
                 args.heads_interval,
+                args.idle,
             )
             print(f"round {number + 1}", transport, results[transport], flush=True)
         rounds.append(results)
@@ -304,6 +331,7 @@ def main() -> None:
         "http_envelopes_per_s": http.get("envelopes_per_s"),
         "hashes_equal": all(r["hashes_equal"] for rr in rounds for r in rr.values()),
         **{f"{t}_cpu": r["cpu"] for t, r in results.items() if "cpu" in r},
+        **{f"{t}_idle_cpu": r["idle_cpu"] for t, r in results.items() if "idle_cpu" in r},
         "load_average": round(os.getloadavg()[0], 1),
         "wall_s": round(time.perf_counter() - began, 1),
     }

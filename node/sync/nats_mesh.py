@@ -33,6 +33,7 @@ log = logging.getLogger("agent-node.sync")
 REPAIR_CHECK_SECS = 1.0
 STUCK_CHECKS = 5
 STALLED_SECS = 20.0
+CLOSE_SECS = 5.0
 
 
 class NatsMesh:
@@ -60,9 +61,18 @@ class NatsMesh:
         self.last_error = ""
 
     async def run(self) -> None:
-        async with asyncio.TaskGroup() as group:
-            group.create_task(self.repair.run(), name="nats-repair-queue")
-            group.create_task(self._connected(), name="nats-link")
+        """The repair queue and the link, started again (logged, counted) if either ever
+        fails: nothing else awaits this task, so a failure would otherwise end NATS sync for
+        good without a word."""
+        while True:
+            try:
+                async with asyncio.TaskGroup() as group:
+                    group.create_task(self.repair.run(), name="nats-repair-queue")
+                    group.create_task(self._connected(), name="nats-link")
+            except Exception as exc:
+                self.metrics.stalls.labels("mesh").inc()
+                log.error("nats mesh stopped: %s; starting again", _describe(exc))
+                await asyncio.sleep(1.0)
 
     async def _connected(self) -> None:
         backoff = 0.2
@@ -80,9 +90,9 @@ class NatsMesh:
                 self.connected, self.last_error = False, text
             finally:
                 self.repair.js = None
-                if nc is not None:
+                if nc is not None:  # a close that hangs must not hold the mesh back
                     with contextlib.suppress(Exception):
-                        await nc.close()
+                        await asyncio.wait_for(nc.close(), CLOSE_SECS)
             await asyncio.sleep(backoff * random.uniform(0.8, 1.2))
             backoff = min(backoff * 2, 5.0)
 
@@ -91,6 +101,8 @@ class NatsMesh:
             self.publisher.reconnected()
         if self.consumer is not None:
             self.consumer.reconnected()
+        if self.heads is not None:
+            self.heads.reconnected()
 
     async def _serve(self, nc: RawClient) -> None:
         js = nc.jetstream(timeout=10)
@@ -101,7 +113,7 @@ class NatsMesh:
         self.consumer = NatsConsumer(
             self._ctx, nc, js, self._receiver, self.repair, self._incidents, self.metrics
         )
-        self.heads = HeadsBoard(self._ctx, js, kv, self._acks, self.claims)
+        self.heads = HeadsBoard(self._ctx, nc, js, kv, self._acks, self.claims, self.metrics)
         self.repair.js = js
         if not self.connected:
             log.info("nats mesh %s: connected", mesh.name)
@@ -124,9 +136,7 @@ class NatsMesh:
         stuck_for: dict[str, tuple[int, int]] = {}  # journal → (checks at this head, head)
         while True:
             await asyncio.sleep(REPAIR_CHECK_SECS)
-            quiet_for = time.monotonic() - min(self.heads.beat, self.consumer.beat)
-            if quiet_for > STALLED_SECS:  # a loop hangs on a call that never answers
-                raise ConnectionError(f"nats loops stalled for {quiet_for:.0f} s; reconnecting")
+            self._check_beats()
             await asyncio.wait_for(self.consumer.look_at_lag(), STALLED_SECS)
             held = self._ctx.projections.get(Journals).head
             home = self._ctx.projections.get(Journals).home
@@ -151,6 +161,25 @@ class NatsMesh:
                     self.repair.request(journal, want)  # in the background: never waits
             stuck_for = {j: v for j, v in stuck_for.items() if j in behind}
             behind_before = behind
+
+    def _check_beats(self) -> None:
+        """A loop that stopped turning (it hangs on a call that never answers, or cannot get
+        going again) ends the connection: every loop starts over on a new one."""
+        assert self.heads is not None and self.consumer is not None
+        beats = {
+            "consume": self.consumer.beat,
+            "heads-put": self.heads.put_beat,
+            "heads-read": self.heads.read_beat,
+        }
+        now = time.monotonic()
+        stalled = sorted(loop for loop, beat in beats.items() if now - beat > STALLED_SECS)
+        if stalled:
+            for loop in stalled:
+                self.metrics.stalls.labels(loop).inc()
+            quiet_for = now - min(beats[loop] for loop in stalled)
+            raise ConnectionError(
+                f"nats loop {', '.join(stalled)} stalled for {quiet_for:.0f} s; reconnecting"
+            )
 
 
 def _describe(exc: BaseException) -> str:

@@ -35,6 +35,24 @@ class NatsMetrics:
             "Envelopes fetched over HTTP to fill a gap the stream could not",
             registry=r,
         )
+        self.heads_records = Counter(
+            "svc_nats_heads_records",
+            "Peers' heads records delivered by the heads bucket's stream (one per change)",
+            registry=r,
+        )
+        self.heads_restarts = Counter(
+            "svc_nats_heads_restarts",
+            "Times the follower of peers' heads started over (its consumer was lost, fell"
+            " silent or skipped a record, or a call failed)",
+            registry=r,
+        )
+        self.stalls = Counter(
+            "svc_nats_stalls",
+            "Connections to NATS restarted because one of its loops stopped turning (loop"
+            " 'mesh': the transport itself failed and was started again)",
+            ["loop"],
+            registry=r,
+        )
         self.repair_jobs = Gauge(
             "svc_nats_repair_jobs",
             "Journals waiting for a repair (over HTTP or the stream)",

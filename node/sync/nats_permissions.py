@@ -25,6 +25,7 @@ from node.config import AGENT_NAME_RE, MESH_NAME, ConfigError
 from node.sync.nats_subjects import (
     durable_name,
     heads_bucket,
+    heads_consumer_name,
     inbox_prefix,
     node_subjects,
     stream_name,
@@ -110,6 +111,20 @@ def publish_allowed(mesh: str, node: str) -> list[str]:
         f"{api}.CONSUMER.INFO.{stream}.{consumer}",
         f"{api}.CONSUMER.MSG.NEXT.{stream}.{consumer}",
         f"$JS.ACK.{stream}.{consumer}.>",
+        *heads_follower_allowed(mesh, node),
+    ]
+
+
+def heads_follower_allowed(mesh: str, node: str) -> list[str]:
+    """Its own consumer of the heads bucket's stream (nats_heads.py follows peers' records):
+    created afresh (one filter in the subject, or several), deleted, pulled."""
+    kv, follower = f"KV_{heads_bucket(mesh)}", heads_consumer_name(node)
+    api = "$JS.API"
+    return [
+        f"{api}.CONSUMER.CREATE.{kv}.{follower}",
+        f"{api}.CONSUMER.CREATE.{kv}.{follower}.>",
+        f"{api}.CONSUMER.DELETE.{kv}.{follower}",
+        f"{api}.CONSUMER.MSG.NEXT.{kv}.{follower}",
     ]
 
 

@@ -130,6 +130,14 @@ class Delivered:
         return int(token) if token.isdigit() and len(token) <= MAX_COUNT_DIGITS else 1
 
     @property
+    def consumer_seq(self) -> int:
+        """Its sequence among the consumer's deliveries (the token after the stream's), 0 if
+        unreadable: a follower without acknowledgements sees a lost delivery as a jump."""
+        tokens = self.reply.split(b".")
+        token = tokens[6] if len(tokens) == 9 else tokens[8] if len(tokens) >= 11 else b""
+        return int(token) if token.isdigit() and len(token) <= MAX_COUNT_DIGITS else 0
+
+    @property
     def stream_seq(self) -> int:
         """Its sequence in the stream (the token after the delivery count), 0 if unreadable."""
         tokens = self.reply.split(b".")
@@ -152,8 +160,12 @@ class RawPull:
         batch: int,
         expires: float = REQUEST_EXPIRES_SECS,
         max_bytes: int = 0,
+        gone_when_unanswered: bool = False,
     ) -> None:
         self._nc = nc
+        # a request nobody answers (503: no consumer of that name on any server) ends the pull
+        # (ConsumerGone) rather than being asked again at once
+        self._gone_when_unanswered = gone_when_unanswered
         self._next_subject = f"{JS_API}.CONSUMER.MSG.NEXT.{stream}.{consumer}"
         self._batch = batch
         self._expires = expires
@@ -177,6 +189,11 @@ class RawPull:
         if self._sid is not None:
             await self._nc.raw_unsubscribe(self._sid)
             self._sid = None
+
+    @property
+    def heard(self) -> float:
+        """When the server last sent anything for this pull (a message or a status)."""
+        return self._heard
 
     def forget_requests(self) -> None:
         """The requests may be gone with their server (a reconnect): ask again."""
@@ -218,12 +235,15 @@ class RawPull:
 
     def _on_status(self, headers: bytes) -> None:
         """404/408: a request ended with no (more) messages; 409: the server dropped a request
-        (too many waiting, leadership moved) or the consumer is gone; 100: a heartbeat."""
+        (too many waiting, leadership moved) or the consumer is gone; 503: no server serves the
+        consumer (gone with its server, or not elected yet); 100: a heartbeat."""
         code = headers[len(STATUS_PREFIX) : len(STATUS_PREFIX) + 3]
         if code == b"100":
             return
         if code == b"409" and b"Consumer Deleted" in headers:
             self._error = ConsumerGone("the stream's consumer was deleted")
+        elif code == b"503" and self._gone_when_unanswered:
+            self._error = ConsumerGone("no server answers for the stream's consumer")
         at = headers.find(PENDING_HEADER)
         if at < 0:  # how much that request left undelivered is not said: ask again
             self._requested = 0

@@ -62,6 +62,16 @@ def durable_name(node: str) -> str:
     return f"node-{token(node)}"
 
 
+def heads_consumer_name(node: str) -> str:
+    """The node's consumer of the heads bucket's stream (nats_heads.py): its peers' records."""
+    return f"heads-{token(node)}"
+
+
+def heads_subject(mesh: str, node: str) -> str:
+    """The subject of `node`'s record in the heads bucket's stream."""
+    return f"$KV.{heads_bucket(mesh)}.{token(node)}"
+
+
 def msg_id(origin: str, journal: str, first: int, last: int) -> str:
     """The id of a message holding `journal`'s envelopes first..last published by `origin`:
     the server drops a second message with the same id inside its duplicate window. It names

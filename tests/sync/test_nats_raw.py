@@ -76,6 +76,9 @@ async def test_pull_delivers_bytes_in_order_and_one_ack_takes_the_batch(server):
         assert [m.data for m in got] == [f"message {n}".encode() for n in range(250)]
         assert [m.subject for m in got[:3]] == [b"raw.a0", b"raw.a1", b"raw.a2"]
         assert {m.deliveries for m in got} == {1}
+        # the consumer's delivery sequence counts up by one (the heads follower's gap check)
+        assert [m.consumer_seq for m in got] == list(range(1, 251))
+        assert [m.stream_seq for m in got] == list(range(1, 251))
         await pull.ack_through(got[-1])  # ack policy all: one ack for everything delivered
         info = await until(lambda: acked_all(nc), 10, "the consumer sees the ack")
         assert info.num_pending == 0
@@ -160,6 +163,12 @@ def test_a_delivery_count_is_read_from_the_reply_subject_and_bounded():
     # a server could send anything there: no digits, or more digits than int() accepts
     assert Delivered(b"s", ack % b"x", b"").deliveries == 1
     assert Delivered(b"s", ack % (b"9" * 5000), b"").deliveries == 1
+
+    sequences = b"$JS.ACK.mesh.reader.1.%s.%s.1700000000000000000.0"
+    assert Delivered(b"s", sequences % (b"41", b"12"), b"").consumer_seq == 12
+    assert Delivered(b"s", sequences % (b"41", b"x"), b"").consumer_seq == 0
+    newest = b"$JS.ACK.hub.ACCOUNTHASH.mesh.reader.1.41.%s.1700000000000000000.0.token"
+    assert Delivered(b"s", newest % b"13", b"").consumer_seq == 13
 
 
 async def test_frames_are_published_in_one_write_and_deduplicated_by_message_id(server):
