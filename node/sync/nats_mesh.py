@@ -13,6 +13,7 @@ import random
 import time
 
 import aiohttp
+from nats.js import JetStreamContext
 
 from node.context import NodeContext
 from node.sync.acks import AckRecorder
@@ -58,6 +59,9 @@ class NatsMesh:
         self.heads: HeadsBoard | None = None
         self.connected = False
         self.last_error = ""
+        # the live connection's JetStream context (None while away): node/placement/ uses it
+        self.js: JetStreamContext | None = None
+        self.nc: RawClient | None = None
 
     async def run(self) -> None:
         async with asyncio.TaskGroup() as group:
@@ -79,7 +83,7 @@ class NatsMesh:
                     log.warning("nats mesh: %s; retrying", text)
                 self.connected, self.last_error = False, text
             finally:
-                self.repair.js = None
+                self.repair.js = self.js = self.nc = None
                 if nc is not None:
                     with contextlib.suppress(Exception):
                         await nc.close()
@@ -102,7 +106,8 @@ class NatsMesh:
             self._ctx, nc, js, self._receiver, self.repair, self._incidents, self.metrics
         )
         self.heads = HeadsBoard(self._ctx, js, kv, self._acks, self.claims)
-        self.repair.js = js
+        self.repair.js = self.js = js
+        self.nc = nc
         if not self.connected:
             log.info("nats mesh %s: connected", mesh.name)
         self.connected, self.last_error = True, ""

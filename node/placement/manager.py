@@ -1,0 +1,379 @@
+"""Who runs each placed agent: the node its journal names as home, holding its lease.
+
+A placed agent (its placement set names more than one node, projections/placements.py) runs
+on one node of the set, its home, only while that node holds the agent's lease (LeaseBook,
+part B). Every node of the set runs this manager's loop on its NATS connection:
+
+- the journal names this node as home (a new agent, a start, a reconnect, a handoff naming
+  it): it waits until its copy of the journal holds what the stream holds, takes the lease at
+  the journal's epoch and starts the agent (and, after a move, says so: `agent.moved_in`);
+  a lease someone else holds leaves it a replica (a node back after kill -9 or SIGSTOP);
+- another node is home and its lease is gone: a node that can host the agent (every grant
+  domain among its secrets) waits until its copy holds what the stream holds, takes the lease
+  at epoch + 1 (create-only: one node wins), appends `journal.takeover`, closes the lost
+  home's pending approvals ("node lost"), starts the same definition (its component fetched
+  by sha256) with its open tasks, and appends `agent.moved_in`;
+- its lease is lost (a renew failed, its validity passed): the agent stops here at once; the
+  store's fence (part A) already refuses its writes.
+
+A planned move (`move`) drains the agent, appends `journal.handoff` on the home, waits for its
+publish ack and releases the lease; the target then finds itself home (first case above).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from aiohttp import web
+
+from eventstore.store import NewEvent
+from node.context import NodeContext
+from node.http import Problem
+from node.services.approvals import ApprovalGate
+from node.services.deployments import DeploymentService
+from node.services.registry import RegistryService
+from projections import catalogue as c
+from projections.journals import Journals
+from projections.placements import AGENT_MOVED_IN, Placed, Placements
+from projections.tasks import Tasks
+
+if TYPE_CHECKING:  # nats-py is an optional extra: imported where the NATS mesh runs
+    from nats.js import JetStreamContext
+
+log = logging.getLogger("agent-node.placement")
+JOURNAL_HANDOFF = "journal.handoff"
+JOURNAL_TAKEOVER = "journal.takeover"
+CATCH_UP_SECS = 10.0  # how long a node waits for its copy before it gives up a turn
+MOVE_ACK_SECS = 10.0  # the handoff's publish ack
+NODE_LOST = "node lost"
+
+
+class Lease(Protocol):
+    holder: str
+    epoch: int
+
+
+class Leases(Protocol):
+    """The LeaseBook (node/placement/leases.py) as this manager uses it."""
+
+    async def acquire(self, agent: str, epoch: int) -> int | None: ...
+    async def release(self, agent: str) -> None: ...
+    async def holder(self, agent: str) -> Lease | None: ...
+    def expires_in(self, agent: str) -> float | None: ...
+
+
+class Adverts(Protocol):
+    def live(self) -> dict[str, Any]: ...
+
+
+class Components(Protocol):
+    async def put(self, path: Path, sha256: str) -> None: ...
+    async def fetch(self, sha256: str, dest: Path) -> Path: ...
+
+
+@dataclass
+class Link:
+    """What one NATS connection gives the manager (rebuilt at every reconnect)."""
+
+    js: JetStreamContext
+    leases: Leases
+    adverts: Adverts
+    components: Components
+    publisher: Any  # node.sync.nats_publisher.NatsPublisher: `wait_published`
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+
+LinkOpener = Callable[["PlacementManager", "JetStreamContext", Any], Awaitable[Link]]
+
+
+class PlacementManager:
+    def __init__(
+        self,
+        ctx: NodeContext,
+        deployments: DeploymentService,
+        approvals: ApprovalGate,
+        registry: RegistryService,
+    ) -> None:
+        self.ctx = ctx
+        self.deployments = deployments
+        self.approvals = approvals
+        self.registry = registry
+        self.link: Link | None = None
+        self.running: set[str] = set()  # placed agents this node runs under its lease
+        self._busy: set[str] = set()  # agents a takeover, start or move is working on
+        mesh = ctx.config.mesh
+        self.check_secs = min(1.0, getattr(mesh, "lease_ttl_secs", 10.0) / 4)
+        deployments.placement = self
+
+    # ------------------------------------------------------------------ reads
+    @property
+    def placements(self) -> Placements:
+        return self.ctx.projections.get(Placements)
+
+    def hold_back(self) -> None:
+        """At start: no placed agent runs before this node holds its lease."""
+        for placed in self.placements.placed_on(self.ctx.name):
+            self.deployments.elsewhere.add(placed.agent)
+
+    def view(self, agent: str) -> dict[str, Any] | None:
+        """Where a placed agent runs: home, epoch, lease, placement and its moves."""
+        placed = self.placements.get(agent)
+        if placed is None:
+            return None
+        journals = self.ctx.projections.get(Journals)
+        link = self.link
+        expires = link.leases.expires_in(agent) if link is not None else None
+        epoch_of = getattr(journals, "epoch_of", None)
+        moves_of = getattr(journals, "moves_of", None)
+        return {
+            "home": journals.home_of(agent),
+            "epoch": epoch_of(agent) if epoch_of else 0,
+            "lease": {"holder": self.ctx.name, "expires_in": expires}
+            if agent in self.running
+            else None,
+            "placement": list(placed.placement),
+            "moves": list(moves_of(agent)) if moves_of else [],
+        }
+
+    # ------------------------------------------------------------------ deployments' hooks
+    async def share(self, name: str, definition: c.AgentDefinition, path: Path) -> None:
+        link = self._linked()
+        await link.components.put(path, definition.sha256.removeprefix("sha256:"))
+
+    async def claim(self, name: str) -> None:
+        link = self._linked()
+        if await link.leases.acquire(name, 0) is None:
+            holder = await link.leases.holder(name)
+            raise Problem(409, f"agent {name!r} is leased by {holder.holder if holder else '?'}")
+
+    def started_here(self, name: str) -> None:
+        self.running.add(name)
+
+    def _linked(self) -> Link:
+        if self.link is None:
+            raise Problem(503, "placement needs the NATS mesh, which is not connected")
+        return self.link
+
+    # ------------------------------------------------------------------ the loop
+    async def supervise(self, mesh: Any, open_link: LinkOpener) -> None:
+        """Follow the node's NATS connection (node/sync/nats_mesh.py): a Link and the loop
+        for each connection, rebuilt after a reconnect (a lease's callbacks die with it)."""
+        while True:
+            js = mesh.js
+            if js is None or mesh.publisher is None:
+                await asyncio.sleep(self.check_secs)
+                continue
+            try:
+                link = await open_link(self, js, mesh.publisher)
+            except Exception as exc:  # the next connection tries again
+                log.warning("placement: %s: %s", type(exc).__name__, exc)
+                await asyncio.sleep(self.check_secs)
+                continue
+            serving = asyncio.create_task(self.serve(link), name="placement")
+            try:
+                while mesh.js is js and not serving.done():
+                    await asyncio.sleep(self.check_secs)
+            finally:
+                for task in (serving, *link.tasks):
+                    task.cancel()
+                for task in (serving, *link.tasks):
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await task
+            if serving.done() and not serving.cancelled() and serving.exception():
+                log.warning("placement loop ended: %s", serving.exception())
+
+    async def serve(self, link: Link) -> None:
+        """Run for one NATS connection: look at every placed agent every `check_secs`."""
+        self.link = link
+        try:
+            while True:
+                for placed in self.placements.placed_on(self.ctx.name):
+                    if placed.agent not in self._busy:
+                        await self._consider(link, placed)
+                await asyncio.sleep(self.check_secs)
+        finally:
+            self.link = None
+
+    async def _consider(self, link: Link, placed: Placed) -> None:
+        agent = placed.agent
+        if agent in self.running:
+            return
+        home = self.ctx.projections.get(Journals).home_of(agent)
+        self._busy.add(agent)
+        try:
+            if home in (None, self.ctx.name):
+                await self._become_home(link, placed)
+            elif await link.leases.holder(agent) is None and self._can_host(placed):
+                await self._take_over(link, placed, str(home))
+        except Problem as exc:
+            log.warning("placement of %s: %s", agent, exc.detail)
+        finally:
+            self._busy.discard(agent)
+
+    def _can_host(self, placed: Placed) -> bool:
+        """Every grant domain of the agent is one this node has secrets for."""
+        return set(placed.definition.grant_domains) <= set(self.ctx.config.secrets)
+
+    def _epoch(self, agent: str) -> int:
+        epoch_of = getattr(self.ctx.projections.get(Journals), "epoch_of", None)
+        return int(epoch_of(agent)) if epoch_of is not None else 0
+
+    async def _caught_up(self, link: Link, placed: Placed) -> bool:
+        from node.placement.catchup import caught_up
+
+        deadline = time.monotonic() + CATCH_UP_SECS
+        return await caught_up(self.ctx, link.js, placed.agent, placed.placement, deadline)
+
+    async def _become_home(self, link: Link, placed: Placed) -> None:
+        """The journal names this node: run the agent once the lease is ours."""
+        agent, epoch = placed.agent, self._epoch(placed.agent)
+        if not await self._caught_up(link, placed):
+            return
+        if self.ctx.projections.get(Journals).home_of(agent) not in (None, self.ctx.name):
+            return  # a takeover arrived while catching up
+        if await link.leases.acquire(agent, epoch) is None:
+            return  # held: by the node that took over (its takeover is on its way), or ours
+        await self._start(link, placed)
+        if epoch > 0 and placed.moved_in_epoch < epoch:
+            await self._moved_in(agent, epoch, "handoff")
+
+    async def _take_over(self, link: Link, placed: Placed, previous: str) -> None:
+        agent, epoch = placed.agent, self._epoch(placed.agent) + 1
+        if not await self._caught_up(link, placed):
+            return
+        revision = await link.leases.acquire(agent, epoch)
+        if revision is None:
+            return  # another node of the set won
+        log.warning("agent %s: lease of %s expired; taking over (epoch %d)", agent, previous, epoch)
+        await self.ctx.store.append(
+            agent,
+            JOURNAL_TAKEOVER,
+            {"epoch": epoch, "lease_revision": revision, "previous_home": previous},
+        )
+        abandoned = await self.approvals.abandon_agent(agent, NODE_LOST)
+        await self._start(link, placed)
+        await self._moved_in(agent, epoch, "takeover", previous, len(abandoned))
+
+    async def _start(self, link: Link, placed: Placed) -> None:
+        definition = placed.definition
+        try:
+            self.registry.resolve(definition.component)
+        except LookupError:
+            await self._fetch(link, placed)
+        await self.deployments.host_placed(placed.agent, definition)
+        self.running.add(placed.agent)
+        log.info("agent %s runs here (epoch %d)", placed.agent, self._epoch(placed.agent))
+
+    async def _fetch(self, link: Link, placed: Placed) -> None:
+        """The component by its sha256 (verified by ComponentStore), into the registry."""
+        definition = placed.definition
+        tmp = self.registry.tmp / f"fetch-{definition.sha256.removeprefix('sha256:')}"
+        try:
+            fetched = await link.components.fetch(definition.sha256.removeprefix("sha256:"), tmp)
+            await self.registry.adopt(
+                definition.component, definition.sha256, fetched, definition.description
+            )
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    async def _moved_in(
+        self,
+        agent: str,
+        epoch: int,
+        reason: str,
+        from_node: str = "",
+        abandoned: int = 0,
+    ) -> None:
+        open_tasks = len(self.ctx.projections.get(Tasks).open_tasks(agent))
+        moves_of = getattr(self.ctx.projections.get(Journals), "moves_of", None)
+        if not from_node and moves_of is not None and moves_of(agent):
+            from_node = str(_field(moves_of(agent)[-1], "from"))
+        await self.ctx.store.append_many(
+            [
+                NewEvent(
+                    agent,
+                    AGENT_MOVED_IN,
+                    {
+                        "epoch": epoch,
+                        "from_node": from_node,
+                        "reason": reason,
+                        "open_tasks": open_tasks,
+                        "abandoned_approvals": abandoned,
+                    },
+                )
+            ]
+        )
+
+    # ------------------------------------------------------------------ lease lost
+    def lease_lost(self, agent: str) -> None:
+        """LeaseBook's callback: stop the agent here now (its writes are fenced already)."""
+        if agent in self.running:
+            self.running.discard(agent)
+            log.error("agent %s: lease lost; stopped here", agent)
+            asyncio.get_running_loop().create_task(
+                self.deployments.unhost_placed(agent, "lease lost", 0.0)
+            )
+
+    # ------------------------------------------------------------------ planned move
+    async def move(self, agent: str, to: str) -> dict[str, Any]:
+        """Hand `agent` over to node `to` (checked: 409/422), signed by this node."""
+        link = self._linked()
+        placed = self.placements.get(agent)
+        if placed is None or len(placed.placement) < 2:
+            raise Problem(409, f"agent {agent!r} is not placed on more than one node")
+        home = self.ctx.projections.get(Journals).home_of(agent)
+        if home != self.ctx.name or agent not in self.running:
+            raise Problem(409, f"agent {agent!r} runs on node {home!r}; ask it to move it")
+        if to == self.ctx.name:
+            raise Problem(409, f"agent {agent!r} runs on {to!r} already")
+        if to not in placed.placement:
+            raise Problem(
+                422, f"node {to!r} is not in the placement set of {agent!r}: {placed.placement}"
+            )
+        adverts = link.adverts.live()
+        if to not in adverts:
+            raise Problem(409, f"node {to!r} has no fresh advert: it is not connected")
+        missing = set(placed.definition.grant_domains) - set(_field(adverts[to], "domains") or [])
+        if missing:
+            raise Problem(
+                422, f"node {to!r} lacks the grant domains of {agent!r}: {sorted(missing)}"
+            )
+        if agent in self._busy:
+            raise Problem(409, f"agent {agent!r} is being moved or started already")
+        self._busy.add(agent)
+        try:
+            return await self._hand_off(link, agent, to)
+        finally:
+            self._busy.discard(agent)
+
+    async def _hand_off(self, link: Link, agent: str, to: str) -> dict[str, Any]:
+        started = time.monotonic()
+        epoch = self._epoch(agent) + 1
+        self.running.discard(agent)
+        await self.deployments.unhost_placed(agent, f"moved to {to}", self.deployments.drain_secs)
+        envelope = await self.ctx.store.append(agent, JOURNAL_HANDOFF, {"to": to, "epoch": epoch})
+        published = await link.publisher.wait_published(agent, envelope.seq, MOVE_ACK_SECS)
+        if not published:
+            raise Problem(503, f"the handoff of {agent!r} was not acknowledged by the stream")
+        await link.leases.release(agent)
+        return {
+            "agent": agent,
+            "to": to,
+            "epoch": epoch,
+            "handoff_seq": envelope.seq,
+            "drained_in_s": round(time.monotonic() - started, 3),
+        }
+
+
+def _field(value: Any, name: str) -> Any:
+    return value.get(name) if isinstance(value, dict) else getattr(value, name, None)
+
+
+PLACEMENT = web.AppKey("placement", PlacementManager)
