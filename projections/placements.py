@@ -10,25 +10,15 @@ and their data checked here, so this read model needs nothing else of the catalo
 from __future__ import annotations
 
 import builtins
-from typing import Any, TypeVar
+from typing import Any
 
 import msgspec
 
 from eventstore.envelope import Envelope
 from projections import catalogue as c
 
-AGENT_PLACED = "agent.placed"
-AGENT_MOVED_IN = "agent.moved_in"
-
-
-class _Placed(msgspec.Struct, kw_only=True):
-    placement: list[str]
-    definition: c.AgentDefinition
-    epoch: int = 0
-
-
-class _MovedIn(msgspec.Struct, kw_only=True):
-    epoch: int
+AGENT_PLACED = c.AGENT_PLACED
+AGENT_MOVED_IN = c.AGENT_MOVED_IN
 
 
 class Placed(msgspec.Struct, kw_only=True):
@@ -52,7 +42,7 @@ class Placements:
     def apply(self, envelope: Envelope) -> None:
         kind, data = envelope.event.type, envelope.event.data
         if kind == AGENT_PLACED:
-            placed = _read(_Placed, data)
+            placed = c.read(c.AgentPlaced, data)
             if placed is not None:
                 before = self.agents.get(envelope.stream)
                 self.agents[envelope.stream] = Placed(
@@ -63,7 +53,7 @@ class Placements:
                     moved_in_epoch=before.moved_in_epoch if before else -1,
                 )
         elif kind == AGENT_MOVED_IN:
-            moved = _read(_MovedIn, data)
+            moved = c.read(c.AgentMovedIn, data)
             agent = self.agents.get(envelope.stream)
             if moved is not None and agent is not None:
                 agent.moved_in_epoch = max(agent.moved_in_epoch, moved.epoch)
@@ -77,13 +67,3 @@ class Placements:
 
     def snapshot(self) -> builtins.list[Any]:
         return [msgspec.to_builtins(self.agents[a]) for a in sorted(self.agents)]
-
-
-T = TypeVar("T")
-
-
-def _read(cls: type[T], data: dict[str, Any]) -> T | None:
-    try:
-        return msgspec.convert(data, cls)
-    except msgspec.ValidationError:
-        return None

@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from aiohttp import web
 
-from eventstore.store import NewEvent
 from node.context import NodeContext
 from node.http import Problem
 from node.services.approvals import ApprovalGate
@@ -41,15 +40,13 @@ from node.services.deployments import DeploymentService
 from node.services.registry import RegistryService
 from projections import catalogue as c
 from projections.journals import Journals
-from projections.placements import AGENT_MOVED_IN, Placed, Placements
+from projections.placements import Placed, Placements
 from projections.tasks import Tasks
 
 if TYPE_CHECKING:  # nats-py is an optional extra: imported where the NATS mesh runs
     from nats.js import JetStreamContext
 
 log = logging.getLogger("agent-node.placement")
-JOURNAL_HANDOFF = "journal.handoff"
-JOURNAL_TAKEOVER = "journal.takeover"
 CATCH_UP_SECS = 10.0  # how long a node waits for its copy before it gives up a turn
 MOVE_ACK_SECS = 10.0  # the handoff's publish ack
 NODE_LOST = "node lost"
@@ -130,16 +127,14 @@ class PlacementManager:
         journals = self.ctx.projections.get(Journals)
         link = self.link
         expires = link.leases.expires_in(agent) if link is not None else None
-        epoch_of = getattr(journals, "epoch_of", None)
-        moves_of = getattr(journals, "moves_of", None)
         return {
             "home": journals.home_of(agent),
-            "epoch": epoch_of(agent) if epoch_of else 0,
+            "epoch": journals.epoch_of(agent),
             "lease": {"holder": self.ctx.name, "expires_in": expires}
             if agent in self.running
             else None,
             "placement": list(placed.placement),
-            "moves": list(moves_of(agent)) if moves_of else [],
+            "moves": journals.moves_of(agent),
         }
 
     # ------------------------------------------------------------------ deployments' hooks
@@ -222,8 +217,7 @@ class PlacementManager:
         return set(placed.definition.grant_domains) <= set(self.ctx.config.secrets)
 
     def _epoch(self, agent: str) -> int:
-        epoch_of = getattr(self.ctx.projections.get(Journals), "epoch_of", None)
-        return int(epoch_of(agent)) if epoch_of is not None else 0
+        return self.ctx.projections.get(Journals).epoch_of(agent)
 
     async def _caught_up(self, link: Link, placed: Placed) -> bool:
         from node.placement.catchup import caught_up
@@ -252,11 +246,8 @@ class PlacementManager:
         if revision is None:
             return  # another node of the set won
         log.warning("agent %s: lease of %s expired; taking over (epoch %d)", agent, previous, epoch)
-        await self.ctx.store.append(
-            agent,
-            JOURNAL_TAKEOVER,
-            {"epoch": epoch, "lease_revision": revision, "previous_home": previous},
-        )
+        takeover = c.JournalTakeover(epoch=epoch, lease_revision=revision, previous_home=previous)
+        await self.ctx.store.append(agent, *c.event_of(takeover))
         abandoned = await self.approvals.abandon_agent(agent, NODE_LOST)
         await self._start(link, placed)
         await self._moved_in(agent, epoch, "takeover", previous, len(abandoned))
@@ -292,24 +283,17 @@ class PlacementManager:
         abandoned: int = 0,
     ) -> None:
         open_tasks = len(self.ctx.projections.get(Tasks).open_tasks(agent))
-        moves_of = getattr(self.ctx.projections.get(Journals), "moves_of", None)
-        if not from_node and moves_of is not None and moves_of(agent):
-            from_node = str(_field(moves_of(agent)[-1], "from"))
-        await self.ctx.store.append_many(
-            [
-                NewEvent(
-                    agent,
-                    AGENT_MOVED_IN,
-                    {
-                        "epoch": epoch,
-                        "from_node": from_node,
-                        "reason": reason,
-                        "open_tasks": open_tasks,
-                        "abandoned_approvals": abandoned,
-                    },
-                )
-            ]
+        moves = self.ctx.projections.get(Journals).moves_of(agent)
+        if not from_node and moves:
+            from_node = str(moves[-1]["from"])
+        moved_in = c.AgentMovedIn(
+            epoch=epoch,
+            from_node=from_node,
+            reason=reason,  # type: ignore[arg-type]
+            open_tasks=open_tasks,
+            abandoned_approvals=abandoned,
         )
+        await self.ctx.store.append(agent, *c.event_of(moved_in))
 
     # ------------------------------------------------------------------ lease lost
     def lease_lost(self, agent: str) -> None:
@@ -358,7 +342,9 @@ class PlacementManager:
         epoch = self._epoch(agent) + 1
         self.running.discard(agent)
         await self.deployments.unhost_placed(agent, f"moved to {to}", self.deployments.drain_secs)
-        envelope = await self.ctx.store.append(agent, JOURNAL_HANDOFF, {"to": to, "epoch": epoch})
+        envelope = await self.ctx.store.append(
+            agent, *c.event_of(c.JournalHandoff(to=to, epoch=epoch))
+        )
         published = await link.publisher.wait_published(agent, envelope.seq, MOVE_ACK_SECS)
         if not published:
             raise Problem(503, f"the handoff of {agent!r} was not acknowledged by the stream")

@@ -58,7 +58,7 @@ from node.services.tasks import cancellations
 from projections import catalogue as c
 from projections.deployments import NODE_STREAM, DeployedAgent, DeployedAgents
 from projections.journals import Journals
-from projections.placements import AGENT_PLACED, Placements
+from projections.placements import Placements
 from projections.tasks import Tasks
 
 log = logging.getLogger(__name__)
@@ -812,14 +812,9 @@ def placed_event(
     same_set = current is not None and current.placement == placement
     if same_set and (only_if_moved or current.definition == definition):  # type: ignore[union-attr]
         return None
-    epoch_of = getattr(ctx.projections.get(Journals), "epoch_of", None)
-    epoch = epoch_of(name) if epoch_of is not None else 0
-    data = {
-        "placement": list(placement),
-        "definition": msgspec.to_builtins(definition),
-        "epoch": epoch or 0,
-    }
-    return NewEvent(name, AGENT_PLACED, data)
+    epoch = ctx.projections.get(Journals).epoch_of(name)
+    placed = c.AgentPlaced(placement=list(placement), definition=definition, epoch=epoch)
+    return NewEvent(name, *c.event_of(placed))
 
 
 def refuse_foreign(ctx: NodeContext, agents: Iterable[AgentConfig]) -> None:

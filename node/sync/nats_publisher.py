@@ -193,13 +193,18 @@ class NatsPublisher:
         journals = self._ctx.projections.get(Journals)
         me = self._ctx.name
         fenced = getattr(self._ctx.store, "fenced", None)  # the write fence (eventstore)
-        return {
+        own = {
             stream: head
             for stream, head in journals.head.items()
             if not stream.startswith("$")
             and journals.home_of(stream) == me
             and not (fenced is not None and fenced(stream))  # a lease lost: not one more
         }
+        for stream, moves in journals.moves.items():  # handed over: through the handoff
+            last = moves[-1]
+            if last["reason"] == "handoff" and last["from"] == me and stream not in own:
+                own[stream] = min(journals.head.get(stream, 0), int(last["seq"]))
+        return own
 
     async def run(self) -> None:
         self._inbox = self._nc.new_inbox() + "."
@@ -469,12 +474,10 @@ class NatsPublisher:
         return known
 
     def _moved_in_at(self, journal: str) -> int:
-        moves_of = getattr(self._ctx.projections.get(Journals), "moves_of", None)
-        for move in reversed(moves_of(journal) if moves_of is not None else []):
-            get = move.get if isinstance(move, dict) else lambda k, m=move: getattr(m, k, None)
-            if get("to") == self._ctx.name:
-                seq = int(get("seq") or 0)
-                return seq if get("reason") == "handoff" else seq - 1
+        for move in reversed(self._ctx.projections.get(Journals).moves_of(journal)):
+            if move["to"] == self._ctx.name:
+                seq = int(move["seq"])
+                return seq if move["reason"] == "handoff" else seq - 1
         return 0
 
     def _read(self, work: dict[str, int], room: int) -> list[Envelope]:
