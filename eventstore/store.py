@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import math
 import os
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
@@ -44,7 +45,7 @@ from eventstore.indexing import Indexer, Progress, ReadTxn, catch_up
 from eventstore.layout import Head, decode_record, open_dbs, validate_stream_name
 from eventstore.reads import JournalReader
 from eventstore.signing import SharedSigner
-from eventstore.writer import NewEvent, Request, Writer
+from eventstore.writer import Fenced, NewEvent, Request, Writer
 from eventstore.writer_lock import (
     WRITER_LOCK,
     StoreAlreadyOpenError,
@@ -58,6 +59,7 @@ __all__ = [
     "WRITER_LOCK",
     "CommitListener",
     "EventStore",
+    "Fenced",
     "ForeignEnvelope",
     "Head",
     "ImportResult",
@@ -236,6 +238,24 @@ class EventStore:
         future: concurrent.futures.Future[Envelope] = concurrent.futures.Future()
         self._submit(Request(future, appends=events, single=True))
         return future.result(timeout)
+
+    # ----------------------------------------------------------------- fences (writer.py)
+    def fence(self, stream: str, deadline: float | None) -> None:
+        """Let this store append to `stream` only until `deadline` (`time.monotonic()`
+        seconds); later appends fail with `Fenced`, including ones queued before it. None
+        lifts the fence; a new deadline replaces the old. Imports are never fenced."""
+        if deadline is None:
+            self._writer.fences.pop(stream, None)
+        else:
+            self._writer.fences[stream] = deadline
+
+    def block(self, stream: str) -> None:
+        """Refuse every append to `stream` until `fence(stream, ...)` says otherwise."""
+        self.fence(stream, -math.inf)
+
+    def fence_of(self, stream: str) -> float | None:
+        """The deadline of the stream's fence (-inf when blocked), or None when unfenced."""
+        return self._writer.fences.get(stream)
 
     def _check_streams(self, events: Sequence[NewEvent]) -> None:
         for event in events:

@@ -7,12 +7,20 @@ staged, lets the indexer fold the batch, writes the records, the total order and
 commits. Then `deliver` hands the envelopes to the listeners and releases the callers, and the
 data file's zeros ahead are topped up (zeros.py). A full map grows and the batch is retried; any
 other storage fault fails the whole batch, so nothing acknowledged is lost.
+
+Fences (`EventStore.fence`): an append to a fenced journal is refused (`Fenced`) once the
+fence's deadline (`time.monotonic()`) has passed, checked as the writer stages it inside the
+commit's transaction and again just before that transaction commits: a write queued in time
+but still uncommitted at the deadline (the process was stopped, say) fails instead. Imports
+are never fenced (a fenced node still takes the new home's envelopes). With no fence set, the
+cost is one truth test per append.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import math
 import queue
 import threading
 import time
@@ -80,6 +88,18 @@ class Request:
 _STOP = object()
 
 
+class Fenced(RuntimeError):
+    """An append to a journal whose fence deadline has passed (`EventStore.fence`)."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(f"journal {stream!r} is fenced: this node may not write it now")
+        self.stream = stream
+
+
+class _FenceCrossed(Exception):
+    """A deadline passed while the batch was staged: stage it again (those appends fail)."""
+
+
 class Writer:
     """The only thread that writes the environment once the store has started."""
 
@@ -109,6 +129,10 @@ class Writer:
         self.queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._share_signing = True
+        # journal → deadline (monotonic seconds) after which its appends fail; set and lifted
+        # from other threads (single dict operations, atomic under the GIL)
+        self.fences: dict[str, float] = {}
+        self._fence_due = math.inf  # the earliest deadline of a fenced append being staged
 
     @property
     def started(self) -> bool:
@@ -171,6 +195,8 @@ class Writer:
                 break
             except lmdb.MapFullError:
                 self._gate.grow()
+            except _FenceCrossed:  # staged again: the appends past their deadline now fail
+                continue
             except Exception as exc:  # a storage fault: fail the whole batch, lose nothing acked
                 for request in batch:
                     request.error = exc
@@ -183,6 +209,7 @@ class Writer:
         position = self.next_position
         ts = utc_now()  # one commit, one instant
         dbs = self._dbs
+        self._fence_due = math.inf
         with self._env.begin(write=True) as txn:
             heads: dict[str, Head | None] = {}
 
@@ -261,6 +288,8 @@ class Writer:
             for stream, head in heads.items():
                 if head is not None:
                     txn.put(stream.encode(), encode_head(head), db=dbs.heads)
+            if self._fence_due != math.inf and time.monotonic() > self._fence_due:
+                raise _FenceCrossed  # aborts this transaction
         self.next_position = position
         return envelopes
 
@@ -274,7 +303,10 @@ class Writer:
         """Build the request's envelopes (signed later, together); all or none of them."""
         staged: list[Envelope] = []
         overlay: dict[str, Head] = {}
+        fences = self.fences
         for stream, type_, data in request.appends:
+            if fences:
+                self._check_fence(stream)
             head = overlay.get(stream) or head_of(stream)
             seq = head.seq + 1 if head else 1
             prev = head.payload_hash if head else ""
@@ -285,6 +317,13 @@ class Writer:
             position += 1
             overlay[stream] = Head(seq, digest)
         return staged
+
+    def _check_fence(self, stream: str) -> None:
+        deadline = self.fences.get(stream)
+        if deadline is not None:
+            if time.monotonic() > deadline:
+                raise Fenced(stream)
+            self._fence_due = min(self._fence_due, deadline)
 
 
 def _fill_signatures(slots: list[tuple[list[Envelope], int]], signatures: list[bytes]) -> None:

@@ -165,6 +165,12 @@ class MeshSection(_Section, kw_only=True):
     ca_file: str | None = None
     # each HTTP request of a gap repair (docs/mesh.md): a peer that never answers costs this
     repair_timeout_secs: Annotated[float, msgspec.Meta(gt=0, le=300)] = 5.0
+    # placement and failover (node/placement/, docs/mesh.md "Placement and failover"): the
+    # lease of a placed agent's home, how often this node's advert is put, and how many
+    # placed agents it offers to host
+    lease_ttl_secs: Annotated[float, msgspec.Meta(ge=1, le=300)] = 10.0
+    advert_interval_secs: Annotated[float, msgspec.Meta(ge=0.1, le=60)] = 2.0
+    agent_slots: Annotated[int, msgspec.Meta(ge=0, le=100_000)] = 100
 
 
 class InferenceSection(_Section, kw_only=True):
