@@ -14,7 +14,7 @@ from node.config import AGENT_NAME
 from node.context import context_of
 from node.http import Problem, json_body, json_response
 from node.mergepatch import MERGE_PATCH
-from node.placement.manager import PLACEMENT
+from node.placement.key import PLACEMENT
 from node.routes import Doc, add_route
 from node.runtime.agents import AGENTS
 from node.services.agentpatch import AgentPatch, patched

@@ -23,8 +23,7 @@ from aiohttp import web
 from node import jsonrpc as rpc
 from node.context import CONTEXT, context_of
 from node.http import Problem, json_response
-from node.placement.link import open_link
-from node.placement.manager import PLACEMENT, PlacementManager
+from node.placement.key import PLACEMENT
 from node.routes import Doc, Query, add_route
 from node.runtime.agents import AGENTS, Agents
 from node.runtime.capabilities import Capabilities
@@ -63,6 +62,8 @@ def setup(app: web.Application) -> None:
     )
     app[DEPLOYMENTS] = deps.deployments
     if app[CONTEXT].config.mesh.transport == "nats":  # placed agents (node/placement/)
+        from node.placement.manager import PlacementManager  # nats-py: an optional extra
+
         app[PLACEMENT] = PlacementManager(
             app[CONTEXT], deps.deployments, deps.approvals, deps.registry
         )
@@ -199,6 +200,8 @@ async def runtime_lifecycle(
     placing = None
     nats_mesh = app[SYNC].nats
     if placement is not None and nats_mesh is not None:
+        from node.placement.link import open_link
+
         placing = asyncio.create_task(placement.supervise(nats_mesh, open_link), name="placement")
     try:
         yield

@@ -29,9 +29,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
-
-from aiohttp import web
+from typing import TYPE_CHECKING, Any
 
 from node.context import NodeContext
 from node.http import Problem
@@ -46,33 +44,15 @@ from projections.tasks import Tasks
 if TYPE_CHECKING:  # nats-py is an optional extra: imported where the NATS mesh runs
     from nats.js import JetStreamContext
 
+    from node.placement.adverts import NodeAdverts
+    from node.placement.components import ComponentStore
+
+from node.placement.leases import LeaseBook, LeaseError
+
 log = logging.getLogger("agent-node.placement")
 CATCH_UP_SECS = 10.0  # how long a node waits for its copy before it gives up a turn
 MOVE_ACK_SECS = 10.0  # the handoff's publish ack
 NODE_LOST = "node lost"
-
-
-class Lease(Protocol):
-    holder: str
-    epoch: int
-
-
-class Leases(Protocol):
-    """The LeaseBook (node/placement/leases.py) as this manager uses it."""
-
-    async def acquire(self, agent: str, epoch: int) -> int | None: ...
-    async def release(self, agent: str) -> None: ...
-    async def holder(self, agent: str) -> Lease | None: ...
-    def expires_in(self, agent: str) -> float | None: ...
-
-
-class Adverts(Protocol):
-    def live(self) -> dict[str, Any]: ...
-
-
-class Components(Protocol):
-    async def put(self, path: Path, sha256: str) -> None: ...
-    async def fetch(self, sha256: str, dest: Path) -> Path: ...
 
 
 @dataclass
@@ -80,9 +60,8 @@ class Link:
     """What one NATS connection gives the manager (rebuilt at every reconnect)."""
 
     js: JetStreamContext
-    leases: Leases
-    adverts: Adverts
-    components: Components
+    adverts: NodeAdverts
+    components: ComponentStore
     publisher: Any  # node.sync.nats_publisher.NatsPublisher: `wait_published`
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -103,10 +82,14 @@ class PlacementManager:
         self.approvals = approvals
         self.registry = registry
         self.link: Link | None = None
+        # the journal's write fence follows each lease (eventstore: Store.fence)
+        self.leases = LeaseBook(
+            ctx.name, ctx.config.mesh, fence=ctx.store.fence, on_lost=self.lease_lost
+        )
         self.running: set[str] = set()  # placed agents this node runs under its lease
         self._busy: set[str] = set()  # agents a takeover, start or move is working on
         mesh = ctx.config.mesh
-        self.check_secs = min(1.0, getattr(mesh, "lease_ttl_secs", 10.0) / 4)
+        self.check_secs = min(1.0, mesh.lease_ttl_secs / 4)
         deployments.placement = self
 
     # ------------------------------------------------------------------ reads
@@ -117,7 +100,9 @@ class PlacementManager:
     def hold_back(self) -> None:
         """At start: no placed agent runs before this node holds its lease."""
         for placed in self.placements.placed_on(self.ctx.name):
-            self.deployments.elsewhere.add(placed.agent)
+            if placed.agent not in self.running:
+                self.deployments.elsewhere.add(placed.agent)
+                self.ctx.store.block(placed.agent)  # until its lease is held here
 
     def view(self, agent: str) -> dict[str, Any] | None:
         """Where a placed agent runs: home, epoch, lease, placement and its moves."""
@@ -125,8 +110,8 @@ class PlacementManager:
         if placed is None:
             return None
         journals = self.ctx.projections.get(Journals)
-        link = self.link
-        expires = link.leases.expires_in(agent) if link is not None else None
+        valid_until = self.leases.valid_until(agent)
+        expires = max(0.0, valid_until - time.monotonic()) if valid_until is not None else None
         return {
             "home": journals.home_of(agent),
             "epoch": journals.epoch_of(agent),
@@ -143,10 +128,15 @@ class PlacementManager:
         await link.components.put(path, definition.sha256.removeprefix("sha256:"))
 
     async def claim(self, name: str) -> None:
-        link = self._linked()
-        if await link.leases.acquire(name, 0) is None:
-            holder = await link.leases.holder(name)
-            raise Problem(409, f"agent {name!r} is leased by {holder.holder if holder else '?'}")
+        self._linked()
+        try:
+            if await self.leases.acquire(name, 0) is None:
+                holder = await self.leases.holder(name)
+                raise Problem(
+                    409, f"agent {name!r} is leased by {holder.holder if holder else '?'}"
+                )
+        except LeaseError as exc:
+            raise Problem(503, f"the lease of {name!r} could not be taken: {exc}") from None
 
     def started_here(self, name: str) -> None:
         self.running.add(name)
@@ -160,29 +150,41 @@ class PlacementManager:
     async def supervise(self, mesh: Any, open_link: LinkOpener) -> None:
         """Follow the node's NATS connection (node/sync/nats_mesh.py): a Link and the loop
         for each connection, rebuilt after a reconnect (a lease's callbacks die with it)."""
-        while True:
-            js = mesh.js
-            if js is None or mesh.publisher is None:
+        renewing = asyncio.create_task(self.leases.run(), name="placement-leases")
+        try:
+            while True:
+                await self._follow(mesh, open_link)
+        finally:
+            renewing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewing
+
+    async def _follow(self, mesh: Any, open_link: LinkOpener) -> None:
+        """One connection's turn: attach, serve until the connection changes."""
+        js = mesh.js
+        if js is None or mesh.publisher is None:
+            self.leases.detach()
+            await asyncio.sleep(self.check_secs)
+            return
+        try:
+            await self.leases.attach(js)
+            link = await open_link(self, js, mesh.publisher)
+        except Exception as exc:  # the next connection tries again
+            log.warning("placement: %s: %s", type(exc).__name__, exc)
+            await asyncio.sleep(self.check_secs)
+            return
+        serving = asyncio.create_task(self.serve(link), name="placement")
+        try:
+            while mesh.js is js and not serving.done():
                 await asyncio.sleep(self.check_secs)
-                continue
-            try:
-                link = await open_link(self, js, mesh.publisher)
-            except Exception as exc:  # the next connection tries again
-                log.warning("placement: %s: %s", type(exc).__name__, exc)
-                await asyncio.sleep(self.check_secs)
-                continue
-            serving = asyncio.create_task(self.serve(link), name="placement")
-            try:
-                while mesh.js is js and not serving.done():
-                    await asyncio.sleep(self.check_secs)
-            finally:
-                for task in (serving, *link.tasks):
-                    task.cancel()
-                for task in (serving, *link.tasks):
-                    with contextlib.suppress(asyncio.CancelledError, Exception):
-                        await task
-            if serving.done() and not serving.cancelled() and serving.exception():
-                log.warning("placement loop ended: %s", serving.exception())
+        finally:
+            for task in (serving, *link.tasks):
+                task.cancel()
+            for task in (serving, *link.tasks):
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        if serving.done() and not serving.cancelled() and serving.exception():
+            log.warning("placement loop ended: %s", serving.exception())
 
     async def serve(self, link: Link) -> None:
         """Run for one NATS connection: look at every placed agent every `check_secs`."""
@@ -205,10 +207,12 @@ class PlacementManager:
         try:
             if home in (None, self.ctx.name):
                 await self._become_home(link, placed)
-            elif await link.leases.holder(agent) is None and self._can_host(placed):
+            elif await self.leases.holder(agent) is None and self._can_host(placed):
                 await self._take_over(link, placed, str(home))
         except Problem as exc:
             log.warning("placement of %s: %s", agent, exc.detail)
+        except (LeaseError, TimeoutError) as exc:
+            log.info("placement of %s: %s", agent, exc)
         finally:
             self._busy.discard(agent)
 
@@ -232,7 +236,7 @@ class PlacementManager:
             return
         if self.ctx.projections.get(Journals).home_of(agent) not in (None, self.ctx.name):
             return  # a takeover arrived while catching up
-        if await link.leases.acquire(agent, epoch) is None:
+        if await self.leases.acquire(agent, epoch) is None:
             return  # held: by the node that took over (its takeover is on its way), or ours
         await self._start(link, placed)
         if epoch > 0 and placed.moved_in_epoch < epoch:
@@ -242,9 +246,10 @@ class PlacementManager:
         agent, epoch = placed.agent, self._epoch(placed.agent) + 1
         if not await self._caught_up(link, placed):
             return
-        revision = await link.leases.acquire(agent, epoch)
-        if revision is None:
+        lease = await self.leases.acquire(agent, epoch)
+        if lease is None:
             return  # another node of the set won
+        revision = lease.revision
         log.warning("agent %s: lease of %s expired; taking over (epoch %d)", agent, previous, epoch)
         takeover = c.JournalTakeover(epoch=epoch, lease_revision=revision, previous_home=previous)
         await self.ctx.store.append(agent, *c.event_of(takeover))
@@ -296,13 +301,13 @@ class PlacementManager:
         await self.ctx.store.append(agent, *c.event_of(moved_in))
 
     # ------------------------------------------------------------------ lease lost
-    def lease_lost(self, agent: str) -> None:
+    def lease_lost(self, agent: str, reason: str) -> None:
         """LeaseBook's callback: stop the agent here now (its writes are fenced already)."""
         if agent in self.running:
             self.running.discard(agent)
-            log.error("agent %s: lease lost; stopped here", agent)
+            log.error("agent %s: lease lost (%s); stopped here", agent, reason)
             asyncio.get_running_loop().create_task(
-                self.deployments.unhost_placed(agent, "lease lost", 0.0)
+                self.deployments.unhost_placed(agent, f"lease lost ({reason})", 0.0)
             )
 
     # ------------------------------------------------------------------ planned move
@@ -321,10 +326,13 @@ class PlacementManager:
             raise Problem(
                 422, f"node {to!r} is not in the placement set of {agent!r}: {placed.placement}"
             )
-        adverts = link.adverts.live()
+        try:
+            adverts = await link.adverts.live([to])
+        except Exception as exc:  # NATS did not answer: not knowing is no advert
+            raise Problem(503, f"the nodes' adverts could not be read: {exc}") from None
         if to not in adverts:
             raise Problem(409, f"node {to!r} has no fresh advert: it is not connected")
-        missing = set(placed.definition.grant_domains) - set(_field(adverts[to], "domains") or [])
+        missing = set(placed.definition.grant_domains) - set(adverts[to].domains)
         if missing:
             raise Problem(
                 422, f"node {to!r} lacks the grant domains of {agent!r}: {sorted(missing)}"
@@ -348,7 +356,7 @@ class PlacementManager:
         published = await link.publisher.wait_published(agent, envelope.seq, MOVE_ACK_SECS)
         if not published:
             raise Problem(503, f"the handoff of {agent!r} was not acknowledged by the stream")
-        await link.leases.release(agent)
+        await self.leases.release(agent)
         return {
             "agent": agent,
             "to": to,
@@ -356,10 +364,3 @@ class PlacementManager:
             "handoff_seq": envelope.seq,
             "drained_in_s": round(time.monotonic() - started, 3),
         }
-
-
-def _field(value: Any, name: str) -> Any:
-    return value.get(name) if isinstance(value, dict) else getattr(value, name, None)
-
-
-PLACEMENT = web.AppKey("placement", PlacementManager)

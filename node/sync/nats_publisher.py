@@ -467,10 +467,9 @@ class NatsPublisher:
         (a handoff or takeover, projections/journals.py) is published from the first seq this
         node wrote, never its earlier homes' envelopes on this node's subject."""
         known = self._next.get(journal)
-        if known is None:
-            known = self._next[journal] = max(
-                self.cursor.acked.get(journal, 0), self._moved_in_at(journal)
-            )
+        if known is None or journal in self._ctx.projections.get(Journals).moves:
+            start = self.cursor.acked.get(journal, 0) if known is None else known
+            known = self._next[journal] = max(start, self._moved_in_at(journal))
         return known
 
     def _moved_in_at(self, journal: str) -> int:
