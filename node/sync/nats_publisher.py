@@ -71,6 +71,10 @@ HEADER_ROOM = 512
 _encoder = msgspec.json.Encoder()
 
 
+def _unfenced(deadline: float | None, now: float) -> bool:
+    return deadline is None or now <= deadline
+
+
 def encode_envelope(envelope: Envelope) -> bytes:
     """One envelope as an HTTP push carries it (wire.encode_push, one item)."""
     return _encoder.encode(envelope.as_pushed())
@@ -192,13 +196,13 @@ class NatsPublisher:
     def own_journals(self) -> dict[str, int]:
         journals = self._ctx.projections.get(Journals)
         me = self._ctx.name
-        fenced = getattr(self._ctx.store, "fenced", None)  # the write fence (eventstore)
+        fence_of, now = self._ctx.store.fence_of, time.monotonic()  # eventstore's write fence
         own = {
             stream: head
             for stream, head in journals.head.items()
             if not stream.startswith("$")
             and journals.home_of(stream) == me
-            and not (fenced is not None and fenced(stream))  # a lease lost: not one more
+            and _unfenced(fence_of(stream), now)  # a lease lost: not one more envelope
         }
         for stream, moves in journals.moves.items():  # handed over: through the handoff
             last = moves[-1]
