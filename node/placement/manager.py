@@ -141,6 +141,29 @@ class PlacementManager:
     def started_here(self, name: str) -> None:
         self.running.add(name)
 
+    async def confirm(self, agent: str) -> None:
+        """A write to a placed agent's journal that this node acknowledges (an API answer)
+        counts only once the stream holds it, before the lease's validity ends: wait for the
+        publish ack of the journal's head, else 503 (the write may be lost in a failover)."""
+        if agent not in self.running:
+            return
+        head = self.ctx.store.head(agent)
+        valid_until = self.leases.valid_until(agent)
+        link = self.link
+        if head is None:
+            return
+        if link is None or valid_until is None:
+            raise Problem(503, f"{agent!r}: the write is not acknowledged (no NATS link now)")
+        wait = min(MOVE_ACK_SECS, valid_until - time.monotonic())
+        published = wait > 0 and await link.publisher.wait_published(agent, head.seq, wait)
+        still = self.leases.valid_until(agent)  # renewed meanwhile, or lost
+        if not published or still is None or time.monotonic() > still:
+            raise Problem(
+                503,
+                f"{agent!r}: the write was not acknowledged by the mesh's stream before the "
+                "lease's validity ended; it may be lost if the agent fails over",
+            )
+
     def _linked(self) -> Link:
         if self.link is None:
             raise Problem(503, "placement needs the NATS mesh, which is not connected")
