@@ -110,13 +110,15 @@ def setup(app: web.Application) -> None:
             "logs",
             FindingCreated,
             status=201,
-            errors=(400, 409),
+            errors=(400, 409, 503),
             body=NewFinding,
             description="`agent` is any agent name: a hosted agent, the node itself, or "
             "what an external integration reports about (its own name, an agent hosted "
             "elsewhere). A finding about a name this node does not host is kept in the "
             "node's own journal and read back with `agent` as posted; the answer's `note` "
             "says so. The finding records the posting token's name as `posted_by`, apart "
-            "from the agent's own findings.",
+            "from the agent's own findings. About a placed agent (docs/mesh.md, \"Placement "
+            "and failover\"), the answer comes once the mesh's stream holds the finding; "
+            "503 when it did not within the agent's lease (it may be lost in a failover).",
         ),
     )

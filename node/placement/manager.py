@@ -88,6 +88,7 @@ class PlacementManager:
         )
         self.running: set[str] = set()  # placed agents this node runs under its lease
         self._busy: set[str] = set()  # agents a takeover, start or move is working on
+        self._absent_since: dict[str, float] = {}  # agent → when its lease was seen gone
         mesh = ctx.config.mesh
         self.check_secs = min(1.0, mesh.lease_ttl_secs / 4)
         deployments.placement = self
@@ -230,7 +231,7 @@ class PlacementManager:
         try:
             if home in (None, self.ctx.name):
                 await self._become_home(link, placed)
-            elif await self.leases.holder(agent) is None and self._can_host(placed):
+            elif self._can_host(placed) and await self._lease_gone(placed):
                 await self._take_over(link, placed, str(home))
         except Problem as exc:
             log.warning("placement of %s: %s", agent, exc.detail)
@@ -238,6 +239,20 @@ class PlacementManager:
             log.info("placement of %s: %s", agent, exc)
         finally:
             self._busy.discard(agent)
+
+    async def _lease_gone(self, placed: Placed) -> bool:
+        """Nobody holds the lease, and a node a handoff named had its chance: for a whole TTL
+        after the lease was first seen gone (it takes the lease right after the handoff)."""
+        agent = placed.agent
+        if await self.leases.holder(agent) is not None:
+            self._absent_since.pop(agent, None)
+            return False
+        since = self._absent_since.setdefault(agent, time.monotonic())
+        moves = self.ctx.projections.get(Journals).moves_of(agent)
+        handed = bool(moves) and moves[-1]["reason"] == "handoff"
+        if handed and placed.moved_in_epoch < int(moves[-1]["epoch"]):
+            return time.monotonic() - since >= self.leases.ttl
+        return True
 
     def _can_host(self, placed: Placed) -> bool:
         """Every grant domain of the agent is one this node has secrets for."""

@@ -192,7 +192,13 @@ def same_journals(fm: FailoverMesh, nodes: list[str], timeout: float = 30) -> li
         copies = [[(e["seq"], e["signature"]) for e in events(fm[n])] for n in nodes]
         return events(fm[nodes[0]]) if all(c == copies[0] for c in copies) else None
 
-    return wait_for(same, timeout, f"identical journals on {nodes}")
+    try:
+        return wait_for(same, timeout, f"identical journals on {nodes}")
+    except Exception:
+        for n in nodes:  # what differs, for the failure's report
+            copy = events(fm[n])
+            print(n, len(copy), [(e["seq"], e["type"], e["origin"]) for e in copy[-5:]])
+        raise
 
 
 def monotonic_deadline(seconds: float) -> float:

@@ -45,9 +45,7 @@ def placed_counter(fm: FailoverMesh, wasm, placement: list[str], **body) -> None
     assert wait_runner(fm, 20) == "node-a"
 
 
-def test_a_placed_agent_is_listed_on_every_node_of_its_set_and_runs_on_one(
-    failover, built_agents
-):
+def test_a_placed_agent_is_listed_on_every_node_of_its_set_and_runs_on_one(failover, built_agents):
     fm = failover()
     placed_counter(fm, built_agents["counter"], ["node-a", "node-b", "node-c"])
     for name in ("node-b", "node-c"):  # replicas: where it runs, nothing written by them
@@ -62,3 +60,95 @@ def test_a_placed_agent_is_listed_on_every_node_of_its_set_and_runs_on_one(
     journal = events(fm["node-a"])
     assert journal[0]["type"] == "agent.placed" or any(e["type"] == "agent.placed" for e in journal)
     assert {e["origin"] for e in journal} == {"node-a"}
+
+
+class FindingLoad:
+    """Findings about the agent posted to whichever node runs it, in a thread: each one the
+    API acknowledged (201) is counted, to be looked for in the journals afterwards."""
+
+    def __init__(self, fm: FailoverMesh) -> None:
+        import threading
+
+        self.fm = fm
+        self.acknowledged: list[str] = []
+        self.refused = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> FindingLoad:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+    def _run(self) -> None:
+        import httpx
+
+        i = 0
+        while not self._stop.is_set():
+            for name in self.fm.alive():
+                view = agent_view(self.fm[name])
+                if not view or not (view.get("placement") or {}).get("lease"):
+                    continue
+                title = f"load {i}"
+                i += 1
+                try:
+                    with self.fm[name].client() as client:
+                        r = client.post(
+                            "/api/v1/findings",
+                            json={"agent": AGENT, "severity": "low", "title": title},
+                            timeout=10,
+                        )
+                except httpx.HTTPError:
+                    self.refused += 1
+                    continue
+                if r.status_code == 201 and r.json().get("note") is None:
+                    self.acknowledged.append(title)
+                else:
+                    self.refused += 1
+            self._stop.wait(0.05)
+
+
+def stop(node) -> None:
+    with node.client() as client:
+        stopped = client.post(f"/api/v1/agents/{AGENT}/stop")
+    assert stopped.status_code == 200, stopped.text
+
+
+def finding_titles(journal: list[dict]) -> set[str]:
+    return {e["data"].get("title") for e in journal if e["type"] == "finding"}
+
+
+def test_a_planned_move_under_load_loses_nothing_and_the_counter_goes_on(failover, built_agents):
+    fm = failover()
+    placed_counter(fm, built_agents["counter"], ["node-a", "node-b", "node-c"])
+    with FindingLoad(fm) as load:
+        wait_for(lambda: len(ticks(events(fm["node-a"]))) >= 5, 20, "a few ticks on node-a")
+        with fm["node-a"].client() as client:
+            moved = client.post(f"/api/v1/agents/{AGENT}/move", json={"to": "node-b"})
+        assert moved.status_code == 200, moved.text
+        assert moved.json()["to"] == "node-b" and moved.json()["epoch"] == 1
+        assert wait_runner(fm, 20) == "node-b"
+        wait_for(lambda: any(n == "node-b" for _, n in ticks(events(fm["node-b"]))), 20, "b ticks")
+    stop(fm["node-b"])  # a journal that stops growing, to compare copies
+    journal = same_journals(fm, ["node-a", "node-b", "node-c"])
+    counted = ticks(journal)
+    # the counter goes on where it was: 1, 2, ... without a gap or a repeat, a's then b's
+    assert [n for n, _ in counted] == list(range(1, len(counted) + 1)), counted
+    origins = [o for _, o in counted]
+    assert origins == sorted(origins) and set(origins) == {"node-a", "node-b"}
+    types = [e["type"] for e in journal]
+    handoff = types.index("journal.handoff")
+    assert journal[handoff]["origin"] == "node-a"
+    assert journal[handoff]["data"] == {"to": "node-b", "epoch": 1}
+    assert {e["origin"] for e in journal[handoff + 1 :]} == {"node-b"}  # a stopped writing
+    moved_in = types.index("agent.moved_in")
+    assert journal[moved_in]["data"]["reason"] == "handoff"
+    assert not set(load.acknowledged) - finding_titles(journal)  # nothing acknowledged lost
+    assert len(load.acknowledged) > 5
+    view = agent_view(fm["node-c"])
+    assert view["placement"]["home"] == "node-b" and view["placement"]["epoch"] == 1
+    assert [m["reason"] for m in view["placement"]["moves"]] == ["handoff"]
+    assert agent_view(fm["node-a"])["status"] == "replica"
