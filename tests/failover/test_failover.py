@@ -14,6 +14,7 @@ from tests.failover.support import (
     deploy,
     events,
     publish_component,
+    runner,
     same_journals,
     ticks,
     wait_for,
@@ -152,3 +153,101 @@ def test_a_planned_move_under_load_loses_nothing_and_the_counter_goes_on(failove
     assert view["placement"]["home"] == "node-b" and view["placement"]["epoch"] == 1
     assert [m["reason"] for m in view["placement"]["moves"]] == ["handoff"]
     assert agent_view(fm["node-a"])["status"] == "replica"
+
+
+def after_takeover(journal: list[dict]) -> tuple[int, list[dict]]:
+    """The takeover's index and the envelopes from it on."""
+    at = [i for i, e in enumerate(journal) if e["type"] == "journal.takeover"]
+    assert len(at) == 1, [
+        (e["seq"], e["type"], e["origin"]) for e in journal if "journal" in e["type"]
+    ]
+    return at[0], journal[at[0] :]
+
+
+def assert_counter_goes_on(journal: list[dict], new_home: str) -> None:
+    counted = ticks(journal)
+    assert [n for n, _ in counted] == list(range(1, len(counted) + 1)), counted
+    assert counted[-1][1] == new_home
+
+
+def test_kill_9_of_the_home_moves_the_agent_within_the_lease_and_the_old_home_stays_a_replica(
+    failover, built_agents
+):
+    import time
+
+    fm = failover()
+    placed_counter(fm, built_agents["counter"], ["node-a", "node-b", "node-c"])
+    with FindingLoad(fm) as load:
+        wait_for(lambda: len(ticks(events(fm["node-a"]))) >= 5, 20, "a few ticks on node-a")
+        killed = time.monotonic()
+        fm["node-a"].kill()
+        new_home = wait_runner(fm, LEASE_TTL_SECS + 15, among=["node-b", "node-c"])
+        took = time.monotonic() - killed
+        wait_for(
+            lambda: any(n == new_home for _, n in ticks(events(fm[new_home]))), 20, "new ticks"
+        )
+    # within the lease TTL plus a few seconds (the issue's bound is 5 s; load on a shared
+    # machine gets a little more)
+    assert took < LEASE_TTL_SECS + 8, took
+    other = "node-c" if new_home == "node-b" else "node-b"
+    fm["node-a"].start(60)  # back after kill -9: learns it is not the home
+    wait_for(lambda: (agent_view(fm["node-a"]) or {}).get("status") == "replica", 30, "a replica")
+    stop(fm[new_home])
+    journal = same_journals(fm, ["node-a", new_home, other], timeout=40)
+    _, since = after_takeover(journal)
+    takeover = since[0]
+    assert takeover["origin"] == new_home
+    assert takeover["data"]["previous_home"] == "node-a" and takeover["data"]["epoch"] == 1
+    assert {e["origin"] for e in since} == {new_home}  # not one envelope by node-a after it
+    moved_in = next(e for e in since if e["type"] == "agent.moved_in")
+    assert moved_in["data"]["reason"] == "takeover" and moved_in["data"]["from_node"] == "node-a"
+    assert_counter_goes_on(journal, new_home)
+    assert not set(load.acknowledged) - finding_titles(journal)  # nothing acknowledged lost
+    view = agent_view(fm[other])
+    assert view["placement"]["home"] == new_home and view["placement"]["epoch"] == 1
+    assert [m["reason"] for m in view["placement"]["moves"]] == ["takeover"]
+
+
+def test_a_home_frozen_past_its_lease_is_replaced_and_writes_nothing_after_sigcont(
+    failover, built_agents
+):
+    import signal
+    import time
+
+    fm = failover()
+    placed_counter(fm, built_agents["counter"], ["node-a", "node-b", "node-c"])
+    wait_for(lambda: len(ticks(events(fm["node-b"]))) >= 5, 20, "a few ticks on node-b")
+    fm["node-a"].proc.send_signal(signal.SIGSTOP)
+    try:
+        new_home = wait_runner(fm, LEASE_TTL_SECS + 15, among=["node-b", "node-c"])
+        wait_for(lambda: ticks(events(fm[new_home]))[-1][1] == new_home, 20, "new ticks")
+    finally:
+        fm["node-a"].proc.send_signal(signal.SIGCONT)
+    time.sleep(2 * LEASE_TTL_SECS)  # the old home wakes up with its agent still loaded
+    assert (agent_view(fm["node-a"]) or {}).get("status") == "replica"
+    stop(fm[new_home])
+    other = "node-c" if new_home == "node-b" else "node-b"
+    journal = same_journals(fm, [new_home, other, "node-a"], timeout=40)
+    _, since = after_takeover(journal)
+    assert {e["origin"] for e in since} == {new_home}
+    assert_counter_goes_on(journal, new_home)
+
+
+def test_a_node_without_the_grant_domains_never_runs_the_agent(failover, built_agents):
+    import time
+
+    fm = failover(without_secrets=("node-c",))
+    placed_counter(fm, built_agents["counter"], ["node-a", "node-c"], grant_domains=["payments"])
+    with fm["node-a"].client() as client:  # a planned move to it is refused
+        refused = client.post(f"/api/v1/agents/{AGENT}/move", json={"to": "node-c"})
+        assert refused.status_code == 422, refused.text
+        assert "payments" in refused.json()["detail"]
+        outside = client.post(f"/api/v1/agents/{AGENT}/move", json={"to": "node-b"})
+        assert outside.status_code == 422, outside.text
+        assert "not in the placement set" in outside.json()["detail"]
+    fm["node-a"].kill()  # nor does it take over: the agent waits for a node that can host it
+    time.sleep(LEASE_TTL_SECS + 5)
+    assert runner(fm, ["node-c"]) is None
+    assert not [e for e in events(fm["node-c"]) if e["origin"] == "node-c"]
+    view = agent_view(fm["node-c"])
+    assert view["status"] == "replica" and view["placement"]["home"] == "node-a"
