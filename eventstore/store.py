@@ -28,7 +28,7 @@ from typing import Any
 import lmdb
 from nacl.signing import SigningKey
 
-from eventstore.delivery import CommitListener, Delivery, ListenerFaultHook
+from eventstore.delivery import CommitListener, Delivery, ListenerFaultHook, RewindListener
 from eventstore.envelope import Envelope
 from eventstore.growth import MapGate
 from eventstore.imports import (
@@ -69,6 +69,7 @@ __all__ = [
     "ListenerFaultHook",
     "NewEvent",
     "ReadTxn",
+    "RewindListener",
     "StoreAlreadyOpenError",
     "StoreClosedError",
     "decode_record",
@@ -129,6 +130,7 @@ class EventStore:
             next_position=stored + 1,
             max_batch=max_batch,
         )
+        self._writer.deliver_rewind = self._delivery.deliver_rewind
         self._queue = self._writer.queue
         self._closed = False
         self._accepting = False  # between start and close: checked on every append
@@ -186,6 +188,11 @@ class EventStore:
         A listener that raises is reported to `on_listener_fault`; the other listeners still
         run and the callers still resume (their writes are durable either way)."""
         self._delivery.listeners.append(listener)
+
+    def add_rewind_listener(self, listener: RewindListener) -> None:
+        """`listener(stream, removed)` runs on the loop after a rewind commits, in order with
+        the commit listeners' batches, before the rewinding caller resumes."""
+        self._delivery.rewind_listeners.append(listener)
 
     @property
     def on_listener_fault(self) -> ListenerFaultHook:
@@ -262,6 +269,31 @@ class EventStore:
             if event.stream not in self._valid_streams:
                 validate_stream_name(event.stream)
                 self._valid_streams.add(event.stream)
+
+    async def rewind(self, stream: str, keep_through: int) -> list[Envelope]:
+        """Remove `stream`'s envelopes after seq `keep_through` (its head becomes that seq)
+        and return them, oldest first; atomically, in the writer's order (rewind.py). The
+        indexer is refolded in the same transaction; in-memory read models learn it from the
+        rewind listeners. Never for a journal this node may still write (fence it first)."""
+        validate_stream_name(stream)
+        future: asyncio.Future[list[Envelope]] = asyncio.get_running_loop().create_future()
+        self._writer.rewinds_pending += 1
+        try:
+            self._submit(Request(future, rewind=(stream, keep_through)))
+        except BaseException:
+            self._writer.rewinds_pending -= 1
+            raise
+        return await future
+
+    def rewound_at(self) -> int:
+        """The newest position stored when a journal was last rewound (0: never)."""
+        return self._reader.rewound_at()
+
+    async def barrier(self) -> None:
+        """Return once everything queued before this call is committed and delivered."""
+        future: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
+        self._submit(Request(future))
+        await future
 
     async def import_envelopes(
         self, items: Sequence[ForeignEnvelope], key_for_origin: KeyLookup

@@ -52,6 +52,7 @@ from eventstore.layout import (
     event_key,
     position_key,
 )
+from eventstore.rewind import refold, rewind_in
 from eventstore.signing import SharedSigner
 from eventstore.zeros import ZerosAhead
 
@@ -75,6 +76,7 @@ class Request:
     result: list[Any] = field(default_factory=list)
     error: BaseException | None = None
     single: bool = False  # the caller wants the one envelope, not a list
+    rewind: tuple[str, int] | None = None  # (stream, keep_through): rewind.py, alone
 
     def finish(self) -> None:
         if self.future.done():  # the caller gave up waiting; the write stands
@@ -132,6 +134,8 @@ class Writer:
         # journal → deadline (monotonic seconds) after which its appends fail; set and lifted
         # from other threads (single dict operations, atomic under the GIL)
         self.fences: dict[str, float] = {}
+        self.rewinds_pending = 0  # rewind requests queued: only then are batches split
+        self.deliver_rewind: Callable[[Request, str, list[Envelope]], None] | None = None
         self._fence_due = math.inf  # the earliest deadline of a fenced append being staged
 
     @property
@@ -187,6 +191,47 @@ class Writer:
                 self._commit(batch)
 
     def _commit(self, batch: list[Request]) -> None:
+        if not self.rewinds_pending:
+            self._commit_plain(batch)
+            return
+        plain: list[Request] = []
+        for request in batch:  # a rewind commits alone, in its place in the queue
+            if request.rewind is None:
+                plain.append(request)
+                continue
+            if plain:
+                self._commit_plain(plain)
+                plain = []
+            self._rewind(request)
+        if plain:
+            self._commit_plain(plain)
+
+    def _rewind(self, request: Request) -> None:
+        assert request.rewind is not None
+        stream, keep_through = request.rewind
+        removed: list[Envelope] = []
+
+        def rewind(txn: lmdb.Transaction[bytes]) -> None:
+            removed[:] = rewind_in(txn, self._dbs, stream, keep_through, self.next_position - 1)
+            if removed and self._indexer is not None:
+                refold(txn, self._dbs, self._indexer)
+
+        try:
+            self._gate.write_growing(rewind)
+            if removed and self._indexer is not None:
+                self._indexer.committed()
+            request.result = removed
+        except Exception as exc:
+            request.error = exc
+            removed = []
+        finally:
+            self.rewinds_pending -= 1
+        if self.deliver_rewind is not None:
+            self.deliver_rewind(request, stream, removed)
+        else:
+            request.finish()
+
+    def _commit_plain(self, batch: list[Request]) -> None:
         while True:
             try:
                 envelopes = self._write_batch(batch)

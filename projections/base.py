@@ -208,6 +208,18 @@ class Projections:
             gc.enable()
             gc.freeze()
 
+    def refold(self, chunks: Iterable[Sequence[Envelope]]) -> None:
+        """Fold again from position 0, after the journal was rewound (eventstore/rewind.py):
+        each in-memory read model is emptied in place, so whoever holds it keeps a current
+        one, then `rebuild` folds `chunks` (the whole journal). The on-disk ones were refolded
+        in the rewind's own transaction. Rare (a fork between epochs), so a full fold."""
+        for projection in self._projections.values():
+            state = type(projection)().__dict__
+            projection.__dict__.clear()
+            projection.__dict__.update(state)
+        self.position, self.last_digest = 0, b""
+        self.rebuild(chunks)
+
     def fresh(self) -> Projections:
         """Empty instances of the same projections (they take no constructor arguments)."""
         disk = self.disk.fresh() if self.disk is not None else None

@@ -111,6 +111,25 @@ class Journals:
         {seq, epoch, from, to, reason, at}."""
         return [dict(move) for move in self.moves.get(stream, ())]
 
+    def writer_at(self, stream: str, seq: int) -> str | None:
+        """Who wrote (or writes) `seq` of `stream` by its moves: a handoff at seq S hands
+        seq S + 1 on, a takeover at S is its new home's own. None when that seq is older than
+        the move history kept."""
+        moves = self.moves.get(stream)
+        if not moves:
+            return self.home.get(stream)
+        writer = None
+        for move in moves:
+            starts = move["seq"] + (1 if move["reason"] == "handoff" else 0)
+            if seq < starts:
+                return writer if writer is not None else self._first_of(moves, stream)
+            writer = move["to"]
+        return writer
+
+    def _first_of(self, moves: list[dict[str, Any]], stream: str) -> str | None:
+        """The writer before the oldest kept move, if the history still starts at epoch 1."""
+        return moves[0]["from"] if moves[0]["epoch"] == 1 else None
+
     def snapshot(self) -> dict[str, Any]:
         return {
             "home": dict(sorted(self.home.items())),

@@ -97,6 +97,8 @@ def test_handoffs_and_takeovers_move_the_home_and_raise_the_epoch() -> None:
         (m["seq"], m["from"], m["to"], m["reason"], m["epoch"]) for m in journals.moves_of("alice")
     ] == [(2, "a", "b", "handoff", 1), (4, "b", "c", "takeover", 2)]
     assert journals.moves_of("bob") == []
+    writers = [journals.writer_at("alice", seq) for seq in range(1, 6)]
+    assert writers == ["a", "a", "b", "c", "c"]
 
 
 def test_envelope_by_envelope_and_batched_folds_agree() -> None:
