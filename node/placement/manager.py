@@ -281,9 +281,16 @@ class PlacementManager:
             await self._moved_in(agent, epoch, "handoff")
 
     async def _take_over(self, link: Link, placed: Placed, previous: str) -> None:
-        agent, epoch = placed.agent, self._epoch(placed.agent) + 1
+        agent = placed.agent
         if not await self._caught_up(link, placed):
             return
+        # what the stream held may change the picture: a handoff published before the lease
+        # was released (its target has its turn first), or a takeover by another node
+        fresh = self.placements.get(agent)
+        home = self.ctx.projections.get(Journals).home_of(agent)
+        if fresh is None or home != previous or not await self._lease_gone(fresh):
+            return
+        placed, epoch = fresh, self._epoch(agent) + 1
         lease = await self.leases.acquire(agent, epoch)
         if lease is None:
             return  # another node of the set won

@@ -87,29 +87,37 @@ class FindingLoad:
     def _run(self) -> None:
         import httpx
 
-        i = 0
+        i, target = 0, None
         while not self._stop.is_set():
-            for name in self.fm.alive():
-                view = agent_view(self.fm[name])
-                if not view or not (view.get("placement") or {}).get("lease"):
+            if target is None:  # who runs it now (asked again after any refusal)
+                target = next(
+                    (
+                        n
+                        for n in self.fm.alive()
+                        if ((agent_view(self.fm[n]) or {}).get("placement") or {}).get("lease")
+                    ),
+                    None,
+                )
+                if target is None:
+                    self._stop.wait(0.05)
                     continue
-                title = f"load {i}"
-                i += 1
-                try:
-                    with self.fm[name].client() as client:
-                        r = client.post(
-                            "/api/v1/findings",
-                            json={"agent": AGENT, "severity": "low", "title": title},
-                            timeout=10,
-                        )
-                except httpx.HTTPError:
-                    self.refused += 1
-                    continue
-                if r.status_code == 201 and r.json().get("note") is None:
-                    self.acknowledged.append(title)
-                else:
-                    self.refused += 1
-            self._stop.wait(0.05)
+            title = f"load {i}"
+            i += 1
+            try:
+                with self.fm[target].client() as client:
+                    r = client.post(
+                        "/api/v1/findings",
+                        json={"agent": AGENT, "severity": "low", "title": title},
+                        timeout=10,
+                    )
+            except httpx.HTTPError:
+                self.refused, target = self.refused + 1, None
+                continue
+            if r.status_code == 201 and r.json().get("note") is None:
+                self.acknowledged.append(title)
+            else:  # 503 (not acknowledged in time) or kept elsewhere: the agent moved
+                self.refused, target = self.refused + 1, None
+            self._stop.wait(0.02)
 
 
 def stop(node) -> None:
