@@ -181,6 +181,8 @@ def assert_counter_goes_on(journal: list[dict], new_home: str) -> None:
 def test_kill_9_of_the_home_moves_the_agent_within_the_lease_and_the_old_home_stays_a_replica(
     failover, built_agents
 ):
+    """node-b and node-c race for the lease: exactly one takeover is journaled, and only its
+    winner writes from it on."""
     import time
 
     fm = failover()
@@ -259,3 +261,68 @@ def test_a_node_without_the_grant_domains_never_runs_the_agent(failover, built_a
     assert not [e for e in events(fm["node-c"]) if e["origin"] == "node-c"]
     view = agent_view(fm["node-c"])
     assert view["status"] == "replica" and view["placement"]["home"] == "node-a"
+
+
+def forged_takeover(fm: FailoverMesh, forger: str, victim_copy: str) -> dict:
+    """A `journal.takeover` of the agent's journal at head + 1, validly signed by `forger`'s
+    own key (a member of the mesh that is not in the placement set)."""
+    import base64
+
+    from eventstore.envelope import Event, digest_of, encode_event, sign, utc_now
+    from eventstore.keys import load_or_create_key
+
+    with fm[victim_copy].client() as client:
+        page = client.get(
+            "/api/v1/sync/envelopes/pushed", params={"agent": AGENT, "since": 0, "limit": 1000}
+        ).json()["envelopes"]
+    head = page[-1]
+    prev = "sha256:" + digest_of(base64.b64decode(head["payload"])).hex()
+    event = Event(
+        type="journal.takeover",
+        ts=utc_now(),
+        origin=forger,
+        prev=prev,
+        data={"epoch": 1, "lease_revision": 1, "previous_home": "node-a"},
+    )
+    payload = encode_event(event)
+    key = load_or_create_key(fm[forger].config_path.parent / "data")
+    signature = sign(key, AGENT, head["seq"] + 1, digest_of(payload))
+    return {
+        "seq": head["seq"] + 1,
+        "agent": AGENT,
+        "payload": base64.b64encode(payload).decode(),
+        "signature": "ed25519:" + base64.b64encode(signature).decode(),
+    }
+
+
+def test_a_member_outside_the_placement_set_cannot_take_over(failover, built_agents):
+    from tests.sync.test_nats_mesh import publish
+
+    fm = failover()
+    placed_counter(fm, built_agents["counter"], ["node-a", "node-b"])
+    wait_for(lambda: len(ticks(events(fm["node-b"]))) >= 3, 20, "b holds a few ticks")
+    stop(fm["node-a"])  # a head that stays put, for the forged envelope to follow
+    wait_for(
+        lambda: events(fm["node-c"])[-1]["seq"] == events(fm["node-a"])[-1]["seq"], 20, "c's copy"
+    )
+    forged = forged_takeover(fm, "node-c", "node-c")
+    publish(fm.cluster.urls, "node-c", [forged])
+
+    def reported(name: str) -> bool:
+        with fm[name].client() as client:
+            found = client.get("/api/v1/findings", params={"limit": 500}).json()["findings"]
+        return any(
+            f["title"] == f"refused takeover of journal {AGENT} by node node-c" for f in found
+        )
+
+    for name in ("node-a", "node-b"):  # refused by every peer, and reported
+        wait_for(lambda n=name: reported(n), 20, f"{name} reports the forged takeover")
+        journal = events(fm[name])
+        assert not [e for e in journal if e["type"] == "journal.takeover"]
+        assert agent_view(fm[name])["placement"]["home"] == "node-a"
+    # the home dies: the other node of its set takes over, never the outsider
+    fm["node-a"].kill()
+    assert wait_runner(fm, LEASE_TTL_SECS + 15, among=["node-b"]) == "node-b"
+    journal = events(fm["node-b"])
+    _, since = after_takeover(journal)
+    assert since[0]["origin"] == "node-b" and since[0]["data"]["epoch"] == 1
