@@ -473,7 +473,10 @@ class NatsPublisher:
         known = self._next.get(journal)
         if known is None or journal in self._ctx.projections.get(Journals).moves:
             start = self.cursor.acked.get(journal, 0) if known is None else known
-            known = self._next[journal] = max(start, self._moved_in_at(journal))
+            moved_in = self._moved_in_at(journal)
+            known = self._next[journal] = max(start, moved_in)
+            if moved_in > self.cursor.acked.get(journal, 0):  # earlier homes' seqs: not ours
+                self.cursor.acked[journal] = moved_in
         return known
 
     def _moved_in_at(self, journal: str) -> int:

@@ -8,7 +8,7 @@ set, and reads of what each node's copy of the agent's journal says (who wrote w
 from __future__ import annotations
 
 import base64
-import time
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -201,5 +201,54 @@ def same_journals(fm: FailoverMesh, nodes: list[str], timeout: float = 30) -> li
         raise
 
 
-def monotonic_deadline(seconds: float) -> float:
-    return time.monotonic() + seconds
+class FindingLoad:
+    """Findings about the agent posted to whichever node runs it, in a thread: each one the
+    API acknowledged (201) is counted, to be looked for in the journals afterwards."""
+
+    def __init__(self, fm: FailoverMesh) -> None:
+        self.fm = fm
+        self.acknowledged: list[str] = []
+        self.refused = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> FindingLoad:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+    def _run(self) -> None:
+        i, target = 0, None
+        while not self._stop.is_set():
+            if target is None:  # who runs it now (asked again after any refusal)
+                target = next(
+                    (
+                        n
+                        for n in self.fm.alive()
+                        if ((agent_view(self.fm[n]) or {}).get("placement") or {}).get("lease")
+                    ),
+                    None,
+                )
+                if target is None:
+                    self._stop.wait(0.05)
+                    continue
+            title = f"load {i}"
+            i += 1
+            try:
+                with self.fm[target].client() as client:
+                    r = client.post(
+                        "/api/v1/findings",
+                        json={"agent": AGENT, "severity": "low", "title": title},
+                        timeout=10,
+                    )
+            except httpx.HTTPError:
+                self.refused, target = self.refused + 1, None
+                continue
+            if r.status_code == 201 and r.json().get("note") is None:
+                self.acknowledged.append(title)
+            else:  # 503 (not acknowledged in time) or kept elsewhere: the agent moved
+                self.refused, target = self.refused + 1, None
+            self._stop.wait(0.02)

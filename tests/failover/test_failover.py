@@ -10,6 +10,7 @@ from tests.failover.support import (
     AGENT,
     LEASE_TTL_SECS,
     FailoverMesh,
+    FindingLoad,
     agent_view,
     deploy,
     events,
@@ -61,63 +62,6 @@ def test_a_placed_agent_is_listed_on_every_node_of_its_set_and_runs_on_one(failo
     journal = events(fm["node-a"])
     assert journal[0]["type"] == "agent.placed" or any(e["type"] == "agent.placed" for e in journal)
     assert {e["origin"] for e in journal} == {"node-a"}
-
-
-class FindingLoad:
-    """Findings about the agent posted to whichever node runs it, in a thread: each one the
-    API acknowledged (201) is counted, to be looked for in the journals afterwards."""
-
-    def __init__(self, fm: FailoverMesh) -> None:
-        import threading
-
-        self.fm = fm
-        self.acknowledged: list[str] = []
-        self.refused = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> FindingLoad:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(30)
-
-    def _run(self) -> None:
-        import httpx
-
-        i, target = 0, None
-        while not self._stop.is_set():
-            if target is None:  # who runs it now (asked again after any refusal)
-                target = next(
-                    (
-                        n
-                        for n in self.fm.alive()
-                        if ((agent_view(self.fm[n]) or {}).get("placement") or {}).get("lease")
-                    ),
-                    None,
-                )
-                if target is None:
-                    self._stop.wait(0.05)
-                    continue
-            title = f"load {i}"
-            i += 1
-            try:
-                with self.fm[target].client() as client:
-                    r = client.post(
-                        "/api/v1/findings",
-                        json={"agent": AGENT, "severity": "low", "title": title},
-                        timeout=10,
-                    )
-            except httpx.HTTPError:
-                self.refused, target = self.refused + 1, None
-                continue
-            if r.status_code == 201 and r.json().get("note") is None:
-                self.acknowledged.append(title)
-            else:  # 503 (not acknowledged in time) or kept elsewhere: the agent moved
-                self.refused, target = self.refused + 1, None
-            self._stop.wait(0.02)
 
 
 def stop(node) -> None:
