@@ -67,6 +67,7 @@ def setup(app: web.Application) -> None:
         app[PLACEMENT] = PlacementManager(
             app[CONTEXT], deps.deployments, deps.approvals, deps.registry
         )
+        deps.tasks.confirm = app[PLACEMENT].confirm
     app.cleanup_ctx.append(lambda app: runtime_lifecycle(app, agents, deps))
     add_route(
         app,
