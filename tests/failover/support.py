@@ -93,10 +93,12 @@ def publish_component(
     return f"registry:{package}@{version}"
 
 
-def deploy(node: NodeProcess, component: str, placement: list[str], **body: Any) -> httpx.Response:
+def deploy(
+    node: NodeProcess, component: str, placement: list[str], agent: str = AGENT, **body: Any
+) -> httpx.Response:
     with node.client() as client:
         return client.put(
-            f"/api/v1/agents/{AGENT}",
+            f"/api/v1/agents/{agent}",
             json={"component": component, "tick_interval_ms": 200, "placement": placement, **body},
             timeout=120,
         )
@@ -123,11 +125,13 @@ def runner(fm: FailoverMesh, among: list[str] | None = None, agent: str = AGENT)
     return found[0] if len(found) == 1 else None
 
 
-def wait_runner(fm: FailoverMesh, timeout: float, among: list[str] | None = None) -> str:
+def wait_runner(
+    fm: FailoverMesh, timeout: float, among: list[str] | None = None, agent: str = AGENT
+) -> str:
     holder: list[str] = []
 
     def found() -> bool:
-        name = runner(fm, among)
+        name = runner(fm, among, agent)
         if name is not None:
             holder.append(name)
         return name is not None

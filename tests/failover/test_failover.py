@@ -270,3 +270,35 @@ def test_a_member_outside_the_placement_set_cannot_take_over(failover, built_age
     journal = events(fm["node-b"])
     _, since = after_takeover(journal)
     assert since[0]["origin"] == "node-b" and since[0]["data"]["epoch"] == 1
+
+
+def test_open_tasks_go_on_on_the_new_home(failover, built_agents):
+    fm = failover()
+    worker = "worker"
+    component = publish_component(fm["node-a"], built_agents["task_worker"], package=worker)
+    deployed = deploy(fm["node-a"], component, ["node-a", "node-b"], agent=worker)
+    assert deployed.status_code == 201, deployed.text
+    assert wait_runner(fm, 20, agent=worker) == "node-a"
+    with fm["node-a"].client() as client:
+        stopped = client.post(f"/api/v1/agents/{worker}/stop")  # its tasks stay queued
+        assert stopped.status_code == 200, stopped.text
+        created = client.post(
+            "/api/v1/a2a/tasks",
+            json={"from": "tester", "to": worker, "input": {"numbers": [1, 2, 3]}},
+        )
+        assert created.status_code == 201, created.text  # acknowledged: the stream holds it
+    task = created.json()["id"]
+    fm["node-a"].kill()
+    assert wait_runner(fm, LEASE_TTL_SECS + 15, among=["node-b"], agent=worker) == "node-b"
+
+    def done() -> dict | None:
+        with fm["node-b"].client() as client:
+            answer = client.get(f"/api/v1/a2a/tasks/{task}")
+        body = answer.json() if answer.status_code == 200 else {}
+        return body if body.get("status") == "completed" else None
+
+    finished = wait_for(done, 20, "the open task completed on node-b")
+    assert finished["output"] == {"sum": 6, "count": 3}
+    journal = events(fm["node-b"], worker)
+    moved_in = next(e for e in journal if e["type"] == "agent.moved_in")
+    assert moved_in["data"]["open_tasks"] == 1 and moved_in["origin"] == "node-b"
