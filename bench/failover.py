@@ -11,7 +11,8 @@ agent to another node, timed from the request to the first tick on the target.
 Figures: the failover times (median, p95) next to the lease TTL of the run; acknowledged
 findings missing from the final journal (must be 0); envelopes of the final journal written by
 a node that was not its home at that seq (must be 0: a fenced node wrote nothing that stayed);
-the node copies equal at the end; the planned move's time.
+whether the counter's state went on 1, 2, 3, ... across every failover; the node copies equal at
+the end; the planned move's time.
 
 Run: .venv/bin/python bench/failover.py [--kills 10] [--lease-ttl 3]
 The last line printed is one JSON object with the figures.
@@ -37,6 +38,7 @@ from tests.failover.support import (  # noqa: E402
     FailoverMesh,
     FindingLoad,
     agent_view,
+    counts,
     deploy,
     events,
     publish_component,
@@ -141,7 +143,7 @@ def main() -> None:
             client.post(f"/api/v1/agents/{AGENT}/stop")
         journal = same_journals(fm, list(fm.names), timeout=60)
         titles = {e["data"].get("title") for e in journal if e["type"] == "finding"}
-        counted = [n for n, _ in ticks(journal)]
+        counted = counts(journal)
         result = {
             "bench": "failover",
             "kills": len(failovers),

@@ -176,6 +176,17 @@ def ticks(journal: list[dict[str, Any]]) -> list[tuple[int, str]]:
     return out
 
 
+def counts(journal: list[dict[str, Any]]) -> list[int]:
+    """The counter's state, each value it set (`state.set` of `count`), in journal order: it
+    goes on 1, 2, 3, ... across moves. (A `tick N` log line may be missing where a home died
+    between the tick's two writes: never acknowledged, so not kept; the count itself is.)"""
+    return [
+        int(e["data"]["value"])
+        for e in journal
+        if e["type"] == "state.set" and e["data"].get("key") == "count"
+    ]
+
+
 def wait_for(check: Callable[[], Any], timeout: float, what: str) -> Any:
     result: list[Any] = []
 

@@ -12,6 +12,7 @@ from tests.failover.support import (
     FailoverMesh,
     FindingLoad,
     agent_view,
+    counts,
     deploy,
     events,
     publish_component,
@@ -90,6 +91,7 @@ def test_a_planned_move_under_load_loses_nothing_and_the_counter_goes_on(failove
     counted = ticks(journal)
     # the counter goes on where it was: 1, 2, ... without a gap or a repeat, a's then b's
     assert [n for n, _ in counted] == list(range(1, len(counted) + 1)), counted
+    assert counts(journal) == list(range(1, len(counts(journal)) + 1))
     origins = [o for _, o in counted]
     assert origins == sorted(origins) and set(origins) == {"node-a", "node-b"}
     types = [e["type"] for e in journal]
@@ -117,9 +119,9 @@ def after_takeover(journal: list[dict]) -> tuple[int, list[dict]]:
 
 
 def assert_counter_goes_on(journal: list[dict], new_home: str) -> None:
-    counted = ticks(journal)
-    assert [n for n, _ in counted] == list(range(1, len(counted) + 1)), counted
-    assert counted[-1][1] == new_home
+    counted = counts(journal)
+    assert counted == list(range(1, len(counted) + 1)), counted
+    assert ticks(journal)[-1][1] == new_home
 
 
 def test_kill_9_of_the_home_moves_the_agent_within_the_lease_and_the_old_home_stays_a_replica(
