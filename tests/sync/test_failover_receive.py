@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import json
 
+import msgspec
 import pytest
 from nacl.signing import SigningKey
 
@@ -16,6 +17,7 @@ from eventstore.keys import public_key_multibase
 from eventstore.store import Fenced
 from node import checkpoint
 from node.context import CONTEXT
+from node.sync.service import SYNC
 from projections import catalogue as c
 from projections.journals import Journals
 from tests.support import READ_TOKEN, auth, free_port, make_config
@@ -241,3 +243,22 @@ async def test_a_takeover_moves_a_journal_homed_here_away_and_blocks_its_writes(
     with pytest.raises(Fenced):
         await ctx.store.append("local", "log", {"level": "info", "message": "too late"})
     assert ctx.store.head("local").seq == 4
+
+
+async def test_a_handoff_staged_before_it_is_committed_counts_for_the_next_staged_batch(client):
+    """The NATS consumer stages a batch while the one before commits (Receiver.stage)."""
+    receiver = client.server.app[SYNC].receiver
+    chain, first = placed_journal("node-b", "node-c")
+    first.append(chain.add(4, "node-b", c.JournalHandoff(to="node-c", epoch=1)))
+    by_c = [chain.add(5, "node-c", title="c #5")]
+
+    def raw(envelopes):
+        return [msgspec.Raw(json.dumps(e).encode()) for e in envelopes]
+
+    staged = await receiver.stage(raw(first))
+    assert journals(client).home_of("mover") is None  # not folded yet
+    staged_next = await receiver.stage(raw(by_c))  # screened before the handoff is folded
+    outcomes = [await receiver.settle("node-b", s) for s in (staged, staged_next)]
+    assert [(o.accepted, len(o.rejections)) for o in outcomes] == [(4, 0), (1, 0)]
+    assert journals(client).home_of("mover") == "node-c"
+    assert client.server.app[CONTEXT].store.head("mover").seq == 5
