@@ -513,6 +513,7 @@ class Receiver:
             "resolved to the takeover",
             detail,
         )
+        store.block(item.stream)  # the new home writes it: nothing of ours may land after this
         removed = await store.rewind(item.stream, item.seq - 1)
         log.warning(
             "journal %s rewound to seq %d for a takeover by a higher epoch: %d envelope(s) "
