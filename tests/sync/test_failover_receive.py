@@ -262,3 +262,24 @@ async def test_a_handoff_staged_before_it_is_committed_counts_for_the_next_stage
     assert [(o.accepted, len(o.rejections)) for o in outcomes] == [(4, 0), (1, 0)]
     assert journals(client).home_of("mover") == "node-c"
     assert client.server.app[CONTEXT].store.head("mover").seq == 5
+
+
+async def test_a_forged_or_unchained_takeover_at_a_held_seq_rewinds_nothing(client):
+    chain, first = placed_journal("node-b", "node-c")
+    tail = [chain.add(seq, "node-b", title=f"b #{seq}") for seq in (4, 5)]
+    assert (await push(client, first + tail))["accepted"] == 5
+    ctx = client.server.app[CONTEXT]
+    held = [e.payload for e in ctx.store.read_stream("mover")]
+    forged_chain = Chain("mover")
+    forged_chain.digests[3] = chain.digests[3]
+    forged = forged_chain.add(4, "node-c", takeover(1))
+    forged["signature"] = "ed25519:" + base64.b64encode(bytes(64)).decode()  # not node-c's
+    unchained = Chain("mover")
+    unchained.digests[3] = "sha256:" + "0" * 64  # prev is not our seq 3
+    assert reasons(await push(client, [forged])) == ["bad_signature"]
+    body = await push(client, [unchained.add(4, "node-c", takeover(1))])
+    assert reasons(body) == ["bad_takeover"] and "seq 3" in body["rejections"][0]["detail"]
+    assert [e.payload for e in ctx.store.read_stream("mover")] == held
+    assert ctx.store.rewound_at() == 0
+    assert await findings(client, "critical") == []
+    assert journals(client).home_of("mover") == "node-b"
