@@ -71,6 +71,9 @@ MIN_LANE_SPLIT = 64
 # Equivocation findings journaled per pushing peer and hour; more are logged and counted only,
 # so a peer that forks journals on purpose cannot fill this node's journal with findings.
 MAX_EQUIVOCATION_FINDINGS_PER_HOUR = 10
+# a move screened but not folded this long after is forgotten (a batch commits in well under
+# a second; one whose settle never came must not decide who writes a journal for ever)
+PENDING_SECS = 60.0
 STAGED_PEER = "(stream)"  # who pushed a staged batch, as far as a fork's finding says
 
 
@@ -105,6 +108,7 @@ class _Pending:
     epoch: int
     placement: tuple[str, ...] | None
     token: int  # the screening that set it (`_Screening.token`)
+    at: float  # time.monotonic() when noted
 
 
 @dataclass
@@ -317,7 +321,7 @@ class Receiver:
         except CatalogueError as exc:
             return exc.reason, exc.detail
         stream, journals = item.stream, self._ctx.projections.get(Journals)
-        pending = self._pending.get(stream)
+        pending = self._pending_of(stream)
         if pending is not None:
             home, epoch = pending.home, pending.epoch
         else:
@@ -365,7 +369,7 @@ class Receiver:
         refuse a new home's envelopes). None: a journal that never moved."""
         if index in b.moves:
             return event.origin
-        pending = self._pending.get(item.stream)
+        pending = self._pending_of(item.stream)
         if pending is not None:
             return pending.home
         journals = self._ctx.projections.get(Journals)
@@ -440,7 +444,7 @@ class Receiver:
         return BAD_TAKEOVER, detail
 
     def _placement_of(self, stream: str) -> tuple[str, ...] | None:
-        pending = self._pending.get(stream)
+        pending = self._pending_of(stream)
         if pending is not None and pending.placement is not None:
             return pending.placement
         return self._ctx.projections.get(Journals).placement_of(stream)
@@ -453,7 +457,16 @@ class Receiver:
         placement: tuple[str, ...] | None,
         batch: _Screening,
     ) -> None:
-        self._pending[stream] = _Pending(home, epoch, placement, batch.token)
+        self._pending[stream] = _Pending(home, epoch, placement, batch.token, time.monotonic())
+
+    def _pending_of(self, stream: str) -> _Pending | None:
+        """What a screening noted for `stream`, unless its batch should long be folded (a
+        staged batch that was never settled: its caller went away)."""
+        pending = self._pending.get(stream)
+        if pending is not None and time.monotonic() - pending.at > PENDING_SECS:
+            del self._pending[stream]
+            return None
+        return pending
 
     def _forget(self, screening: _Screening) -> None:
         """Drop what this screening noted (its batch is folded, or failed)."""
