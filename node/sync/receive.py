@@ -109,6 +109,11 @@ class _Pending:
     placement: tuple[str, ...] | None
     token: int  # the screening that set it (`_Screening.token`)
     at: float  # time.monotonic() when noted
+    from_seq: int = 0  # `home` writes from this seq on; `previous` before it
+    previous: str | None = None
+
+    def writer_at(self, seq: int) -> str | None:
+        return self.home if seq >= self.from_seq else self.previous
 
 
 @dataclass
@@ -349,7 +354,7 @@ class Receiver:
                 return FOREIGN_WRITER, refused
             batch.new_homes[stream] = event.origin
         elif home is not None:
-            writer = home
+            writer = home if pending is None else pending.writer_at(item.seq)
             if item.seq <= held and epoch > 0 and pending is None:  # who wrote it in its epoch
                 writer = journals.writer_at(stream, item.seq) or event.origin
             if event.origin != writer:
@@ -371,7 +376,7 @@ class Receiver:
             return event.origin
         pending = self._pending_of(item.stream)
         if pending is not None:
-            return pending.home
+            return pending.writer_at(item.seq)
         journals = self._ctx.projections.get(Journals)
         return journals.home_of(item.stream) if journals.epoch_of(item.stream) > 0 else None
 
@@ -403,7 +408,7 @@ class Receiver:
                     item, event, batch, f"it does not follow this node's seq {item.seq - 1}"
                 )
             batch.forks.append(index)
-        self._note(stream, event.origin, takeover.epoch, placement, batch)
+        self._note(stream, event.origin, takeover.epoch, placement, batch, item.seq, home)
         batch.moves[index] = (stream, event.origin)
         return None
 
@@ -416,7 +421,9 @@ class Receiver:
         if event.type == AGENT_PLACED:
             placed = read(AgentPlaced, event.data)
             if placed is not None:
-                self._note(stream, home, epoch, tuple(placed.placement), b)
+                before = self._pending_of(stream)
+                since, previous = (before.from_seq, before.previous) if before else (0, home)
+                self._note(stream, home, epoch, tuple(placed.placement), b, since, previous)
             return None
         handoff = read(JournalHandoff, event.data)
         placement = self._placement_of(stream)
@@ -426,7 +433,7 @@ class Receiver:
             return BAD_HANDOFF, f"epoch {handoff.epoch} does not raise the journal's {epoch}"
         if placement is None or handoff.to not in placement:
             return BAD_HANDOFF, f"{handoff.to!r} is not in the journal's placement set"
-        self._note(stream, handoff.to, handoff.epoch, placement, b)
+        self._note(stream, handoff.to, handoff.epoch, placement, b, item.seq + 1, home)
         b.moves[index] = (stream, handoff.to)
         return None
 
@@ -456,8 +463,13 @@ class Receiver:
         epoch: int,
         placement: tuple[str, ...] | None,
         batch: _Screening,
+        from_seq: int,
+        previous: str | None,
     ) -> None:
-        self._pending[stream] = _Pending(home, epoch, placement, batch.token, time.monotonic())
+        """What the journals projection will say of `stream` once this batch is folded."""
+        self._pending[stream] = _Pending(
+            home, epoch, placement, batch.token, time.monotonic(), from_seq, previous
+        )
 
     def _pending_of(self, stream: str) -> _Pending | None:
         """What a screening noted for `stream`, unless its batch should long be folded (a
