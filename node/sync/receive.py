@@ -427,12 +427,18 @@ class Receiver:
             return None
         handoff = read(JournalHandoff, event.data)
         placement = self._placement_of(stream)
+        why = None
         if handoff is None:
-            return BAD_HANDOFF, "unreadable handoff"
-        if handoff.epoch <= epoch:
-            return BAD_HANDOFF, f"epoch {handoff.epoch} does not raise the journal's {epoch}"
-        if placement is None or handoff.to not in placement:
-            return BAD_HANDOFF, f"{handoff.to!r} is not in the journal's placement set"
+            why = "it is unreadable"
+        elif handoff.epoch <= epoch:
+            why = f"epoch {handoff.epoch} does not raise the journal's {epoch}"
+        elif placement is None or handoff.to not in placement:
+            why = f"{handoff.to!r} is not in the journal's placement set"
+        if handoff is None or why is not None:
+            detail = f"handoff of {stream} at seq {item.seq} by {event.origin!r}: {why}"
+            title = f"refused handoff of journal {stream} by node {event.origin}"
+            b.incidents.append((f"bad-handoff/{stream}/{event.origin}", title, detail))
+            return BAD_HANDOFF, detail
         self._note(stream, handoff.to, handoff.epoch, placement, b, item.seq + 1, home)
         b.moves[index] = (stream, handoff.to)
         return None

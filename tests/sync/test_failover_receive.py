@@ -139,6 +139,8 @@ async def test_a_handoff_to_an_outsider_or_not_raising_the_epoch_is_refused(clie
     assert reasons(body) == ["bad_handoff"] and "placement" in body["rejections"][0]["detail"]
     assert reasons(await push(client, [same_epoch])) == ["bad_handoff"]
     assert journals(client).home_of("mover") == "node-b"
+    (reported,) = await findings(client, "high")  # once per journal and signer
+    assert reported["title"] == "refused handoff of journal mover by node node-b"
 
 
 async def test_a_takeover_from_the_placement_set_with_a_higher_epoch_is_accepted(client):
