@@ -3,8 +3,9 @@
 The buckets are plain JetStream streams in the layout nats-py and the `nats` CLI use (a KV
 bucket is the stream `KV_<bucket>` on `$KV.<bucket>.>`), created here rather than by nats-py so
 that what matters is fixed: per-message TTLs are not allowed (a member cannot stretch a key's
-life past the bucket's TTL), deletes are markers, reads go to the stream's leader (a direct get
-may be answered by a replica that fell behind). A bucket that exists is used as it is: its TTL,
+life past the bucket's TTL), nor roll-ups (a member's `Nats-Rollup: all` would empty the
+bucket) nor purges; deletes are markers; reads go to the stream's leader (a direct get may be
+answered by a replica that fell behind). A bucket that exists is used as it is: its TTL,
 not this node's config, is what the callers compute with.
 """
 
@@ -46,9 +47,10 @@ async def open_kv(
                 name=stream,
                 subjects=[f"$KV.{bucket}.>"],
                 allow_direct=False,
-                allow_rollup_hdrs=True,
+                allow_rollup_hdrs=False,  # a member's `Nats-Rollup: all` would wipe the bucket
                 allow_msg_ttl=False,
                 deny_delete=True,
+                deny_purge=True,
                 discard=DiscardPolicy.NEW,
                 duplicate_window=min(DUPLICATE_WINDOW_SECS, ttl),
                 max_age=ttl,
