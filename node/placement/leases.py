@@ -113,17 +113,13 @@ class LeaseBook:
         self._kv: KeyValue | None = None
         self._js: JetStreamContext | None = None
         self.ttl = mesh.lease_ttl_secs
+        self.call_timeout = _call_timeout(self.ttl)
         self._held: dict[str, HeldLease] = {}
         self._changed = asyncio.Event()
 
     @property
     def margin(self) -> float:
         return self.ttl * MARGIN_SHARE
-
-    @property
-    def call_timeout(self) -> float:
-        """The deadline of every call to the bucket: well inside a renew period."""
-        return min(5.0, max(0.2, self.ttl * MARGIN_SHARE))
 
     async def attach(self, js: JetStreamContext) -> None:
         """Use this JetStream context (again after a reconnect); creates the bucket when
@@ -144,6 +140,7 @@ class LeaseBook:
                 self._mesh.lease_ttl_secs,
             )
         self.ttl, self._kv, self._js = ttl, kv, js
+        self.call_timeout = _call_timeout(ttl)
 
     def detach(self) -> None:
         """The connection is gone: renews fail until `attach`, so leases run out."""
@@ -350,6 +347,11 @@ class LeaseBook:
             self._changed.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), max(0.01, wake - now))
+
+
+def _call_timeout(ttl: float) -> float:
+    """The deadline of every call to the bucket: well inside a renew period."""
+    return min(5.0, max(0.2, ttl * MARGIN_SHARE))
 
 
 def _describe(exc: BaseException) -> str:

@@ -257,3 +257,31 @@ async def test_a_lease_outlives_the_kill_of_its_buckets_leader_on_a_3_server_clu
         finally:
             renewer.cancel()
     assert hooks.lost == []
+
+
+async def test_a_renew_written_but_unanswered_is_recognised_and_the_lease_kept(one_server):
+    """A renew that times out on this side may still reach the server (its answer is what
+    got lost): the next renew's compare-and-set is then refused, and the book finds its own
+    value in the key and goes on from that revision instead of giving the lease up."""
+    mesh = mesh_section(one_server.urls, lease_ttl_secs=TTL)
+    hooks = Hooks()
+    async with jetstream(mesh, "node-a") as js_a:
+        a = book("node-a", mesh, hooks)
+        await a.attach(js_a)
+        lease = await a.acquire("alpha", 0)
+        assert lease is not None
+        first = lease.revision
+        a.call_timeout = 1e-9  # the request goes out; its answer is not waited for
+        assert await a.renew("alpha") is False
+        a.call_timeout = 1.0
+        assert len(a.held()["alpha"].unsure) == 1
+        await until(lambda: _revision(a, "alpha", first + 1), 5, "the unanswered renew written")
+        assert await a.renew("alpha") is True  # refused by revision, then recognised
+        assert a.held()["alpha"].revision == first + 1 and hooks.lost == []
+        assert await a.renew("alpha") is True
+        assert a.held()["alpha"].revision == first + 2
+
+
+async def _revision(book_: LeaseBook, agent: str, revision: int) -> bool:
+    view = await book_.holder(agent)
+    return view is not None and view.revision == revision
