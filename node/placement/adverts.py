@@ -47,7 +47,7 @@ Names = Annotated[
 ]
 
 
-class Advert(msgspec.Struct, forbid_unknown_fields=True):
+class Advert(msgspec.Struct):  # fields added later are ignored by this version
     node: str
     domains: Names
     capabilities: Names

@@ -48,7 +48,7 @@ RENEW_SHARE = 0.25  # renew every quarter of the TTL
 UNSURE_KEPT = 8  # renew requests whose answer never came, kept to recognise their write
 
 
-class LeaseRecord(msgspec.Struct, forbid_unknown_fields=True):
+class LeaseRecord(msgspec.Struct):  # fields added later are ignored by this version
     holder: str
     epoch: int
     renewed_at: float  # the holder's wall clock: for people, never for a decision
@@ -163,7 +163,10 @@ class LeaseBook:
 
     async def acquire(self, agent: str, epoch: int) -> HeldLease | None:
         """Take the agent's lease for `epoch` if nobody holds it: the lease, or None when it is
-        held (by anyone, this node included). LeaseError when the bucket did not answer."""
+        held (by anyone, this node included; a lease this book holds already is returned as
+        it is). LeaseError when the bucket did not answer."""
+        if not AGENT_NAME_RE.fullmatch(agent) or epoch < 0:
+            raise ValueError(f"not an agent name and epoch: {agent[:80]!r}, {epoch}")
         if agent in self._held:
             return self._held[agent]
         kv = self._kv_or_fail()
