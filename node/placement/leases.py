@@ -242,6 +242,8 @@ class LeaseBook:
             if msg is None or not mine:
                 self._lose(lease, "taken" if msg is not None else "expired")
                 return False
+            if self._held.get(agent) is not lease:
+                return False
             # a renew whose answer was lost was written: carry on from it
             lease.revision, lease.unsure = msg.seq or 0, []
             self._extend(lease, mine[0])
@@ -275,7 +277,10 @@ class LeaseBook:
         if self._held.get(lease.agent) is not lease:
             return
         del self._held[lease.agent]
-        self._fence(lease.agent, 0.0)
+        try:
+            self._fence(lease.agent, 0.0)
+        except Exception:  # the owner is told all the same
+            log.exception("placement: fencing %s failed", lease.agent)
         log.warning("placement: the lease of %s is lost (%s); its writes stop", lease.agent, reason)
         try:
             self._on_lost(lease.agent, reason)
@@ -331,6 +336,17 @@ class LeaseBook:
             agent, record.holder, record.epoch, record.renewed_at, msg.seq or 0, expires_in
         )
 
+    async def _renew_logged(self, agent: str) -> None:
+        """A renew that fails in an unforeseen way is logged and tried again: the loop that
+        reports lost leases must never stop."""
+        try:
+            await self.renew(agent)
+        except Exception:
+            log.exception("placement: renewing the lease of %s failed", agent)
+            lease = self._held.get(agent)
+            if lease is not None:
+                lease.next_renew = time.monotonic() + min(0.5, self.ttl / 20)
+
     async def run(self) -> None:
         """Renew every held lease each quarter of the TTL (failed renews again sooner), and
         drop a lease whose `valid_until` passed. Runs until cancelled."""
@@ -341,7 +357,7 @@ class LeaseBook:
                     self._lose(lease, "unrenewed")
             due = [a for a, lease in self._held.items() if now >= lease.next_renew]
             if due:
-                await asyncio.gather(*(self.renew(a) for a in due))
+                await asyncio.gather(*(self._renew_logged(a) for a in due))
                 continue
             wake = min(
                 (min(x.next_renew, x.valid_until) for x in self._held.values()),
