@@ -12,6 +12,7 @@ not this node's config, is what the callers compute with.
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, RawStreamMsg, StorageType, StreamConfig, StreamInfo
@@ -20,6 +21,7 @@ from nats.js.kv import KeyValue
 
 from node.placement.names import kv_stream, kv_subject
 
+log = logging.getLogger("agent-node.placement")
 # the server refuses a duplicate window longer than the stream's max age
 DUPLICATE_WINDOW_SECS = 120.0
 KV_DELETE_HEADER = "KV-Operation"
@@ -62,6 +64,22 @@ async def open_kv(
         )
     if info.config.max_msgs_per_subject < 1:
         raise BucketError(f"{stream} is not a key-value bucket")
+    loose = [
+        what
+        for what, allowed in (
+            ("roll-ups", info.config.allow_rollup_hdrs),
+            ("per-message TTLs", info.config.allow_msg_ttl),
+            ("purges", not info.config.deny_purge),
+        )
+        if allowed
+    ]
+    if loose:  # made by someone else (the operator, an older version, a member): left alone
+        log.warning(
+            "placement: %s allows %s: a member could empty it or keep keys past its TTL; "
+            'recreate it (docs/mesh.md, "Placement and failover")',
+            stream,
+            ", ".join(loose),
+        )
     kept = info.config.max_age or 0.0
     if kept <= 0:
         raise BucketError(f"{stream} keeps its keys forever (no max age): it cannot hold leases")
