@@ -178,10 +178,12 @@ class LeaseBook:
             return None
         except (TimeoutError, NatsError) as exc:
             # the create may have been written and its answer lost: ours if the value is
-            written = await self._written(agent, [(value, sent)], exc)
-            if written is None:
+            msg = await self._read(agent, exc)
+            if msg is None:  # free, yet the create was not answered: nothing is known
+                raise LeaseError(f"acquiring the lease of {agent}: {_describe(exc)}") from exc
+            if msg.data != value:
                 return None
-            revision = written
+            revision = msg.seq or 0
         lease = HeldLease(agent, epoch, revision, sent + self.ttl - self.margin)
         lease.next_renew = sent + self.ttl * RENEW_SHARE
         if lease.valid_until <= time.monotonic():  # the answer came too late to be of use
