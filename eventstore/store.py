@@ -270,12 +270,15 @@ class EventStore:
                 validate_stream_name(event.stream)
                 self._valid_streams.add(event.stream)
 
-    async def rewind(self, stream: str, keep_through: int) -> list[Envelope]:
+    def rewind(self, stream: str, keep_through: int) -> Awaitable[list[Envelope]]:
         """Remove `stream`'s envelopes after seq `keep_through` (its head becomes that seq)
-        and return them, oldest first; atomically, in the writer's order (rewind.py). The
-        indexer is refolded in the same transaction; in-memory read models learn it from the
-        rewind listeners. Never for a journal this node may still write (fence it first)."""
+        and return them, oldest first; atomically, in its place in the writer's queue (queued
+        now, not when awaited; rewind.py). The indexer is refolded in the same transaction;
+        in-memory read models learn it from the rewind listeners. Never for a journal this
+        node may still write (fence it first)."""
         validate_stream_name(stream)
+        if keep_through < 0:
+            raise ValueError("keep_through must be 0 or more")
         future: asyncio.Future[list[Envelope]] = asyncio.get_running_loop().create_future()
         self._writer.rewinds_pending += 1
         try:
@@ -283,7 +286,7 @@ class EventStore:
         except BaseException:
             self._writer.rewinds_pending -= 1
             raise
-        return await future
+        return future
 
     def rewound_at(self) -> int:
         """The newest position stored when a journal was last rewound (0: never)."""

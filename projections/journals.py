@@ -5,8 +5,8 @@ event in the journal itself (docs/mesh.md, "Placement and failover"): `journal.h
 the current home, names the next one; `journal.takeover` is the first envelope of a new home
 that won the journal's lease. Each raises the epoch; one that does not is not folded (peers
 refuse it before it is stored: node/sync/receive.py). `agent.placed` says which nodes may host
-the agent. These events are rare, so the batched fold looks for them in one C-level pass and
-folds a batch without them as before.
+the agent. These events are rare: the registry hands them to `apply_rare` one by one (`rare`,
+projections/base.py), so the batched fold of every other envelope does not look for them.
 """
 
 from __future__ import annotations
@@ -25,13 +25,14 @@ from projections.catalogue import (
     read,
 )
 
-_stream, _seq, _type = attrgetter("stream"), attrgetter("seq"), attrgetter("event.type")
+_stream, _seq = attrgetter("stream"), attrgetter("seq")
 PLACEMENT_TYPES = frozenset({AGENT_PLACED, JOURNAL_HANDOFF, JOURNAL_TAKEOVER})
 MAX_MOVES = 20  # moves kept per journal (the newest)
 
 
 class Journals:
     name = "journals"
+    rare = PLACEMENT_TYPES  # folded by `apply_rare`, before the batch's `apply_many`
 
     def __init__(self) -> None:
         self.home: dict[str, str] = {}
@@ -50,16 +51,17 @@ class Journals:
     def apply_many(self, envelopes: list[Envelope]) -> None:
         """`apply` of each, in C-level passes (a replay folds every envelope here): the
         heads in one `update`, the homes only when a batch names a journal not seen before
-        (`home` and `head` always hold the same journals) or holds a placement event."""
+        (after the heads' update, `home` holds a subset of `head`'s journals: equal sizes mean
+        the same ones). The moves are `apply_rare`'s."""
         home, head = self.home, self.head
         head.update(zip(map(_stream, envelopes), map(_seq, envelopes), strict=True))
         if len(head) != len(home):
             for envelope in envelopes:
                 home.setdefault(envelope.stream, envelope.event.origin)
-        if not PLACEMENT_TYPES.isdisjoint(map(_type, envelopes)):
-            for envelope in envelopes:
-                if envelope.event.type in PLACEMENT_TYPES:
-                    self._placement_event(envelope)
+
+    def apply_rare(self, envelope: Envelope) -> None:
+        """A placement event: idempotent (a move that does not raise the epoch is ignored)."""
+        self._placement_event(envelope)
 
     def _placement_event(self, envelope: Envelope) -> None:
         stream, event = envelope.stream, envelope.event
@@ -74,12 +76,13 @@ class Journals:
             move = read(JournalHandoff, event.data)
             to = move.to if move is not None else ""
             reason = "handoff"
+            previous = self.home.get(stream) or event.origin  # the handoff's signer
         else:
             move = read(JournalTakeover, event.data)
             to, reason = event.origin, "takeover"
+            previous = self.home.get(stream) or (move.previous_home if move else "")
         if move is None or move.epoch <= current:
             return
-        previous = self.home.get(stream, event.origin)
         self.home[stream], self.epoch[stream] = to, move.epoch
         moves = self.moves.setdefault(stream, [])
         moves.append(

@@ -3,14 +3,16 @@
 The buckets are plain JetStream streams in the layout nats-py and the `nats` CLI use (a KV
 bucket is the stream `KV_<bucket>` on `$KV.<bucket>.>`), created here rather than by nats-py so
 that what matters is fixed: per-message TTLs are not allowed (a member cannot stretch a key's
-life past the bucket's TTL), deletes are markers, reads go to the stream's leader (a direct get
-may be answered by a replica that fell behind). A bucket that exists is used as it is: its TTL,
+life past the bucket's TTL), nor roll-ups (a member's `Nats-Rollup: all` would empty the
+bucket) nor purges; deletes are markers; reads go to the stream's leader (a direct get may be
+answered by a replica that fell behind). A bucket that exists is used as it is: its TTL,
 not this node's config, is what the callers compute with.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, RawStreamMsg, StorageType, StreamConfig, StreamInfo
@@ -19,6 +21,7 @@ from nats.js.kv import KeyValue
 
 from node.placement.names import kv_stream, kv_subject
 
+log = logging.getLogger("agent-node.placement")
 # the server refuses a duplicate window longer than the stream's max age
 DUPLICATE_WINDOW_SECS = 120.0
 KV_DELETE_HEADER = "KV-Operation"
@@ -46,9 +49,10 @@ async def open_kv(
                 name=stream,
                 subjects=[f"$KV.{bucket}.>"],
                 allow_direct=False,
-                allow_rollup_hdrs=True,
+                allow_rollup_hdrs=False,  # a member's `Nats-Rollup: all` would wipe the bucket
                 allow_msg_ttl=False,
                 deny_delete=True,
+                deny_purge=True,
                 discard=DiscardPolicy.NEW,
                 duplicate_window=min(DUPLICATE_WINDOW_SECS, ttl),
                 max_age=ttl,
@@ -60,6 +64,22 @@ async def open_kv(
         )
     if info.config.max_msgs_per_subject < 1:
         raise BucketError(f"{stream} is not a key-value bucket")
+    loose = [
+        what
+        for what, allowed in (
+            ("roll-ups", info.config.allow_rollup_hdrs),
+            ("per-message TTLs", info.config.allow_msg_ttl),
+            ("purges", not info.config.deny_purge),
+        )
+        if allowed
+    ]
+    if loose:  # made by someone else (the operator, an older version, a member): left alone
+        log.warning(
+            "placement: %s allows %s: a member could empty it or keep keys past its TTL; "
+            'recreate it (docs/mesh.md, "Placement and failover")',
+            stream,
+            ", ".join(loose),
+        )
     kept = info.config.max_age or 0.0
     if kept <= 0:
         raise BucketError(f"{stream} keeps its keys forever (no max age): it cannot hold leases")

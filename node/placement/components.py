@@ -9,9 +9,11 @@ fetches it by the checksum its journal names (`agent.placed`).
 Anything read is a member's claim: `fetch` refuses a meta that names another object, another
 digest or a size over the bound (the registry's, `node.max_upload_mb`) before reading a chunk,
 stops at the size the meta announced, and hands over the file (renamed into place) only when
-its sha256 is the one asked for. Reads go to the stream's leader; `put` never purges or
-deletes (a node needs no such permission), so a failed put leaves its chunks behind, and a put
-of what is already there (same name, digest and size) does nothing.
+its sha256 is the one asked for. Reads go to the stream's leader. The stream allows no purge,
+delete or roll-up (a member's `Nats-Rollup: all` would empty it): a failed put leaves its
+chunks behind, a later put of the same object adds a meta (the last one counts; `nats object
+get` reads them, `nats object put` is refused for its roll-up), and a put of what is already
+there (same name, digest and size) does nothing.
 """
 
 from __future__ import annotations
@@ -40,7 +42,6 @@ CHUNK_BYTES = 128 * 1024  # nats-py's and the CLI's chunk size
 MAX_META_BYTES = 64 * 1024
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 _NUID = re.compile(r"[A-Za-z0-9_-]{1,64}")
-ROLLUP = {"Nats-Rollup": "sub"}  # a new meta replaces the old one
 
 
 class ComponentError(Exception):
@@ -106,7 +107,11 @@ class ComponentStore:
                 storage=StorageType.FILE,
                 num_replicas=self._mesh.stream_replicas,
                 discard=DiscardPolicy.NEW,
-                allow_rollup_hdrs=True,
+                # no roll-ups (a member's `Nats-Rollup: all` would empty the bucket): an
+                # object's metas pile up, one per put, and the last one counts
+                allow_rollup_hdrs=False,
+                deny_delete=True,
+                deny_purge=True,
                 allow_direct=True,  # for the `nats` CLI; this node reads from the leader
                 max_consumers=0,
             ),
@@ -202,9 +207,7 @@ class ComponentStore:
                     await js.publish(chunk_subject, data[start : start + CHUNK_BYTES])
                 chunks += 1
             async with asyncio.timeout(self.call_timeout):
-                await js.publish(
-                    self._meta_subject(sha256), msgspec.json.encode(meta), headers=ROLLUP
-                )
+                await js.publish(self._meta_subject(sha256), msgspec.json.encode(meta))
         except (TimeoutError, NatsError) as exc:
             raise ComponentError(
                 f"storing {sha256} failed after {chunks} of {meta.chunks} chunks: {exc!r}"

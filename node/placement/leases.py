@@ -48,7 +48,7 @@ RENEW_SHARE = 0.25  # renew every quarter of the TTL
 UNSURE_KEPT = 8  # renew requests whose answer never came, kept to recognise their write
 
 
-class LeaseRecord(msgspec.Struct, forbid_unknown_fields=True):
+class LeaseRecord(msgspec.Struct):  # fields added later are ignored by this version
     holder: str
     epoch: int
     renewed_at: float  # the holder's wall clock: for people, never for a decision
@@ -113,17 +113,13 @@ class LeaseBook:
         self._kv: KeyValue | None = None
         self._js: JetStreamContext | None = None
         self.ttl = mesh.lease_ttl_secs
+        self.call_timeout = _call_timeout(self.ttl)
         self._held: dict[str, HeldLease] = {}
         self._changed = asyncio.Event()
 
     @property
     def margin(self) -> float:
         return self.ttl * MARGIN_SHARE
-
-    @property
-    def call_timeout(self) -> float:
-        """The deadline of every call to the bucket: well inside a renew period."""
-        return min(5.0, max(0.2, self.ttl * MARGIN_SHARE))
 
     async def attach(self, js: JetStreamContext) -> None:
         """Use this JetStream context (again after a reconnect); creates the bucket when
@@ -144,6 +140,7 @@ class LeaseBook:
                 self._mesh.lease_ttl_secs,
             )
         self.ttl, self._kv, self._js = ttl, kv, js
+        self.call_timeout = _call_timeout(ttl)
 
     def detach(self) -> None:
         """The connection is gone: renews fail until `attach`, so leases run out."""
@@ -166,7 +163,10 @@ class LeaseBook:
 
     async def acquire(self, agent: str, epoch: int) -> HeldLease | None:
         """Take the agent's lease for `epoch` if nobody holds it: the lease, or None when it is
-        held (by anyone, this node included). LeaseError when the bucket did not answer."""
+        held (by anyone, this node included; a lease this book holds already is returned as
+        it is). LeaseError when the bucket did not answer."""
+        if not AGENT_NAME_RE.fullmatch(agent) or epoch < 0:
+            raise ValueError(f"not an agent name and epoch: {agent[:80]!r}, {epoch}")
         if agent in self._held:
             return self._held[agent]
         kv = self._kv_or_fail()
@@ -178,10 +178,12 @@ class LeaseBook:
             return None
         except (TimeoutError, NatsError) as exc:
             # the create may have been written and its answer lost: ours if the value is
-            written = await self._written(agent, [(value, sent)], exc)
-            if written is None:
+            msg = await self._read(agent, exc)
+            if msg is None:  # free, yet the create was not answered: nothing is known
+                raise LeaseError(f"acquiring the lease of {agent}: {_describe(exc)}") from exc
+            if msg.data != value:
                 return None
-            revision = written
+            revision = msg.seq or 0
         lease = HeldLease(agent, epoch, revision, sent + self.ttl - self.margin)
         lease.next_renew = sent + self.ttl * RENEW_SHARE
         if lease.valid_until <= time.monotonic():  # the answer came too late to be of use
@@ -242,6 +244,8 @@ class LeaseBook:
             if msg is None or not mine:
                 self._lose(lease, "taken" if msg is not None else "expired")
                 return False
+            if self._held.get(agent) is not lease:
+                return False
             # a renew whose answer was lost was written: carry on from it
             lease.revision, lease.unsure = msg.seq or 0, []
             self._extend(lease, mine[0])
@@ -275,7 +279,10 @@ class LeaseBook:
         if self._held.get(lease.agent) is not lease:
             return
         del self._held[lease.agent]
-        self._fence(lease.agent, 0.0)
+        try:
+            self._fence(lease.agent, 0.0)
+        except Exception:  # the owner is told all the same
+            log.exception("placement: fencing %s failed", lease.agent)
         log.warning("placement: the lease of %s is lost (%s); its writes stop", lease.agent, reason)
         try:
             self._on_lost(lease.agent, reason)
@@ -331,6 +338,17 @@ class LeaseBook:
             agent, record.holder, record.epoch, record.renewed_at, msg.seq or 0, expires_in
         )
 
+    async def _renew_logged(self, agent: str) -> None:
+        """A renew that fails in an unforeseen way is logged and tried again: the loop that
+        reports lost leases must never stop."""
+        try:
+            await self.renew(agent)
+        except Exception:
+            log.exception("placement: renewing the lease of %s failed", agent)
+            lease = self._held.get(agent)
+            if lease is not None:
+                lease.next_renew = time.monotonic() + min(0.5, self.ttl / 20)
+
     async def run(self) -> None:
         """Renew every held lease each quarter of the TTL (failed renews again sooner), and
         drop a lease whose `valid_until` passed. Runs until cancelled."""
@@ -341,7 +359,7 @@ class LeaseBook:
                     self._lose(lease, "unrenewed")
             due = [a for a, lease in self._held.items() if now >= lease.next_renew]
             if due:
-                await asyncio.gather(*(self.renew(a) for a in due))
+                await asyncio.gather(*(self._renew_logged(a) for a in due))
                 continue
             wake = min(
                 (min(x.next_renew, x.valid_until) for x in self._held.values()),
@@ -350,6 +368,11 @@ class LeaseBook:
             self._changed.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), max(0.01, wake - now))
+
+
+def _call_timeout(ttl: float) -> float:
+    """The deadline of every call to the bucket: well inside a renew period."""
+    return min(5.0, max(0.2, ttl * MARGIN_SHARE))
 
 
 def _describe(exc: BaseException) -> str:

@@ -71,6 +71,9 @@ MIN_LANE_SPLIT = 64
 # Equivocation findings journaled per pushing peer and hour; more are logged and counted only,
 # so a peer that forks journals on purpose cannot fill this node's journal with findings.
 MAX_EQUIVOCATION_FINDINGS_PER_HOUR = 10
+# a move screened but not folded this long after is forgotten (a batch commits in well under
+# a second; one whose settle never came must not decide who writes a journal for ever)
+PENDING_SECS = 60.0
 STAGED_PEER = "(stream)"  # who pushed a staged batch, as far as a fork's finding says
 
 
@@ -105,6 +108,12 @@ class _Pending:
     epoch: int
     placement: tuple[str, ...] | None
     token: int  # the screening that set it (`_Screening.token`)
+    at: float  # time.monotonic() when noted
+    from_seq: int = 0  # `home` writes from this seq on; `previous` before it
+    previous: str | None = None
+
+    def writer_at(self, seq: int) -> str | None:
+        return self.home if seq >= self.from_seq else self.previous
 
 
 @dataclass
@@ -317,7 +326,7 @@ class Receiver:
         except CatalogueError as exc:
             return exc.reason, exc.detail
         stream, journals = item.stream, self._ctx.projections.get(Journals)
-        pending = self._pending.get(stream)
+        pending = self._pending_of(stream)
         if pending is not None:
             home, epoch = pending.home, pending.epoch
         else:
@@ -345,7 +354,7 @@ class Receiver:
                 return FOREIGN_WRITER, refused
             batch.new_homes[stream] = event.origin
         elif home is not None:
-            writer = home
+            writer = home if pending is None else pending.writer_at(item.seq)
             if item.seq <= held and epoch > 0 and pending is None:  # who wrote it in its epoch
                 writer = journals.writer_at(stream, item.seq) or event.origin
             if event.origin != writer:
@@ -365,9 +374,9 @@ class Receiver:
         refuse a new home's envelopes). None: a journal that never moved."""
         if index in b.moves:
             return event.origin
-        pending = self._pending.get(item.stream)
+        pending = self._pending_of(item.stream)
         if pending is not None:
-            return pending.home
+            return pending.writer_at(item.seq)
         journals = self._ctx.projections.get(Journals)
         return journals.home_of(item.stream) if journals.epoch_of(item.stream) > 0 else None
 
@@ -399,7 +408,7 @@ class Receiver:
                     item, event, batch, f"it does not follow this node's seq {item.seq - 1}"
                 )
             batch.forks.append(index)
-        self._note(stream, event.origin, takeover.epoch, placement, batch)
+        self._note(stream, event.origin, takeover.epoch, placement, batch, item.seq, home)
         batch.moves[index] = (stream, event.origin)
         return None
 
@@ -412,17 +421,25 @@ class Receiver:
         if event.type == AGENT_PLACED:
             placed = read(AgentPlaced, event.data)
             if placed is not None:
-                self._note(stream, home, epoch, tuple(placed.placement), b)
+                before = self._pending_of(stream)
+                since, previous = (before.from_seq, before.previous) if before else (0, home)
+                self._note(stream, home, epoch, tuple(placed.placement), b, since, previous)
             return None
         handoff = read(JournalHandoff, event.data)
         placement = self._placement_of(stream)
+        why = None
         if handoff is None:
-            return BAD_HANDOFF, "unreadable handoff"
-        if handoff.epoch <= epoch:
-            return BAD_HANDOFF, f"epoch {handoff.epoch} does not raise the journal's {epoch}"
-        if placement is None or handoff.to not in placement:
-            return BAD_HANDOFF, f"{handoff.to!r} is not in the journal's placement set"
-        self._note(stream, handoff.to, handoff.epoch, placement, b)
+            why = "it is unreadable"
+        elif handoff.epoch <= epoch:
+            why = f"epoch {handoff.epoch} does not raise the journal's {epoch}"
+        elif placement is None or handoff.to not in placement:
+            why = f"{handoff.to!r} is not in the journal's placement set"
+        if handoff is None or why is not None:
+            detail = f"handoff of {stream} at seq {item.seq} by {event.origin!r}: {why}"
+            title = f"refused handoff of journal {stream} by node {event.origin}"
+            b.incidents.append((f"bad-handoff/{stream}/{event.origin}", title, detail))
+            return BAD_HANDOFF, detail
+        self._note(stream, handoff.to, handoff.epoch, placement, b, item.seq + 1, home)
         b.moves[index] = (stream, handoff.to)
         return None
 
@@ -440,7 +457,7 @@ class Receiver:
         return BAD_TAKEOVER, detail
 
     def _placement_of(self, stream: str) -> tuple[str, ...] | None:
-        pending = self._pending.get(stream)
+        pending = self._pending_of(stream)
         if pending is not None and pending.placement is not None:
             return pending.placement
         return self._ctx.projections.get(Journals).placement_of(stream)
@@ -452,8 +469,22 @@ class Receiver:
         epoch: int,
         placement: tuple[str, ...] | None,
         batch: _Screening,
+        from_seq: int,
+        previous: str | None,
     ) -> None:
-        self._pending[stream] = _Pending(home, epoch, placement, batch.token)
+        """What the journals projection will say of `stream` once this batch is folded."""
+        self._pending[stream] = _Pending(
+            home, epoch, placement, batch.token, time.monotonic(), from_seq, previous
+        )
+
+    def _pending_of(self, stream: str) -> _Pending | None:
+        """What a screening noted for `stream`, unless its batch should long be folded (a
+        staged batch that was never settled: its caller went away)."""
+        pending = self._pending.get(stream)
+        if pending is not None and time.monotonic() - pending.at > PENDING_SECS:
+            del self._pending[stream]
+            return None
+        return pending
 
     def _forget(self, screening: _Screening) -> None:
         """Drop what this screening noted (its batch is folded, or failed)."""
@@ -513,6 +544,7 @@ class Receiver:
             "resolved to the takeover",
             detail,
         )
+        store.block(item.stream)  # the new home writes it: nothing of ours may land after this
         removed = await store.rewind(item.stream, item.seq - 1)
         log.warning(
             "journal %s rewound to seq %d for a takeover by a higher epoch: %d envelope(s) "

@@ -154,9 +154,7 @@ async def test_a_wrong_checksum_or_an_oversized_component_is_refused(one_server,
                 await js_x.publish(f"$O.{bucket}.C.{nuid}", chunk)
             meta = ObjectRecord(name, bucket, nuid, size, len(chunks), digest)
             meta_subject = store._meta_subject(name)
-            await js_x.publish(
-                meta_subject, msgspec.json.encode(meta), headers={"Nats-Rollup": "sub"}
-            )
+            await js_x.publish(meta_subject, msgspec.json.encode(meta))
 
         evil = b"\0asm" + b"y" * 300_000
         await forge(sha, [evil[:200_000], evil[200_000:]], len(evil), digest_of(sha))

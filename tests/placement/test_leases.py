@@ -106,12 +106,20 @@ async def test_renewing_keeps_the_lease_and_moves_valid_until(one_server):
         assert deadlines == sorted(deadlines)
 
 
-async def test_a_stopped_renewer_stops_writing_before_the_server_lets_another_node_in(one_server):
+@pytest.fixture(params=[1, 3], ids=["1-server", "3-servers"])
+def servers(request, tmp_path):
+    made = NatsCluster(tmp_path / "nats", request.param).start()
+    yield made
+    made.kill()
+
+
+async def test_a_stopped_renewer_stops_writing_before_the_server_lets_another_node_in(servers):
     """node-a renews, then cannot (its connection is gone for it): its valid_until passes and
     it says so (fence at 0, on_lost) before the server forgets the key, which happens within
-    the TTL of a's last renew; then node-b acquires it. The order is measured."""
-    servers = one_server
-    mesh = mesh_section(servers.urls, lease_ttl_secs=TTL)
+    the TTL of a's last renew; then node-b acquires it. The order is measured, on one server
+    and on a 3-server cluster (3 replicas: each expires by its own clock)."""
+    size = len(servers.servers)
+    mesh = mesh_section(servers.urls, lease_ttl_secs=TTL, stream_replicas=size)
     hooks = Hooks()
     async with jetstream(mesh, "node-a") as js_a, jetstream(mesh, "node-b") as js_b:
         a, b = book("node-a", mesh, hooks), book("node-b", mesh)
@@ -139,7 +147,7 @@ async def test_a_stopped_renewer_stops_writing_before_the_server_lets_another_no
     assert until_before <= lost_at < last_refused < acquired
     assert acquired - last_renew_sent <= TTL + 1.0  # expired within the TTL (+ polling)
     print(
-        f"valid_until → server expiry ≥ {last_refused - until_before:.3f} s "
+        f"{size} server(s): valid_until → server expiry ≥ {last_refused - until_before:.3f} s "
         f"(margin {a.margin:.2f} s); expiry {acquired - last_renew_sent:.3f} s after the "
         f"last renew was sent (ttl {TTL} s)"
     )
@@ -217,3 +225,63 @@ def test_lease_records_are_small_json():
         msgspec.json.encode(LeaseRecord("node-a", 3, 1.5)), type=LeaseRecord
     )
     assert (record.holder, record.epoch) == ("node-a", 3)
+
+
+async def test_a_lease_outlives_the_kill_of_its_buckets_leader_on_a_3_server_cluster(
+    three_servers,
+):
+    """The leases bucket has 3 replicas: when its leader is killed, a new one is elected and
+    the renewals go on. An election took 4.5-5 s here (nats-server 2.15), so the TTL is 15 s:
+    with 10 s a renew due 2.5 s before the kill leaves 5.5 s, too close (docs/mesh.md)."""
+    ttl = 15.0
+    mesh = mesh_section(three_servers.urls, lease_ttl_secs=ttl, stream_replicas=3)
+    hooks = Hooks()
+    async with jetstream(mesh, "node-a") as js_a, jetstream(mesh, "node-b") as js_b:
+        a, b = book("node-a", mesh, hooks), book("node-b", mesh)
+        await a.attach(js_a)
+        await b.attach(js_b)
+        assert await a.acquire("alpha", 0) is not None
+        renewer = asyncio.create_task(a.run())
+        try:
+            info = await js_b.stream_info(f"KV_{leases_bucket('default')}")
+            leader = next(s for s in three_servers.servers if s.name == info.cluster.leader)
+            leader.kill()
+            killed, revision = time.monotonic(), a.held()["alpha"].revision
+            await until(
+                lambda: a.held().get("alpha") and a.held()["alpha"].revision > revision,
+                ttl,
+                "renewals with the new leader",
+            )
+            print(f"renewing again {time.monotonic() - killed:.2f} s after the leader's kill")
+            assert await b.acquire("alpha", 1) is None
+        finally:
+            renewer.cancel()
+    assert hooks.lost == []
+
+
+async def test_a_renew_written_but_unanswered_is_recognised_and_the_lease_kept(one_server):
+    """A renew that times out on this side may still reach the server (its answer is what
+    got lost): the next renew's compare-and-set is then refused, and the book finds its own
+    value in the key and goes on from that revision instead of giving the lease up."""
+    mesh = mesh_section(one_server.urls, lease_ttl_secs=TTL)
+    hooks = Hooks()
+    async with jetstream(mesh, "node-a") as js_a:
+        a = book("node-a", mesh, hooks)
+        await a.attach(js_a)
+        lease = await a.acquire("alpha", 0)
+        assert lease is not None
+        first = lease.revision
+        a.call_timeout = 1e-9  # the request goes out; its answer is not waited for
+        assert await a.renew("alpha") is False
+        a.call_timeout = 1.0
+        assert len(a.held()["alpha"].unsure) == 1
+        await until(lambda: _revision(a, "alpha", first + 1), 5, "the unanswered renew written")
+        assert await a.renew("alpha") is True  # refused by revision, then recognised
+        assert a.held()["alpha"].revision == first + 1 and hooks.lost == []
+        assert await a.renew("alpha") is True
+        assert a.held()["alpha"].revision == first + 2
+
+
+async def _revision(book_: LeaseBook, agent: str, revision: int) -> bool:
+    view = await book_.holder(agent)
+    return view is not None and view.revision == revision

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import json
 
+import msgspec
 import pytest
 from nacl.signing import SigningKey
 
@@ -16,6 +17,7 @@ from eventstore.keys import public_key_multibase
 from eventstore.store import Fenced
 from node import checkpoint
 from node.context import CONTEXT
+from node.sync.service import SYNC
 from projections import catalogue as c
 from projections.journals import Journals
 from tests.support import READ_TOKEN, auth, free_port, make_config
@@ -137,6 +139,8 @@ async def test_a_handoff_to_an_outsider_or_not_raising_the_epoch_is_refused(clie
     assert reasons(body) == ["bad_handoff"] and "placement" in body["rejections"][0]["detail"]
     assert reasons(await push(client, [same_epoch])) == ["bad_handoff"]
     assert journals(client).home_of("mover") == "node-b"
+    (reported,) = await findings(client, "high")  # once per journal and signer
+    assert reported["title"] == "refused handoff of journal mover by node node-b"
 
 
 async def test_a_takeover_from_the_placement_set_with_a_higher_epoch_is_accepted(client):
@@ -241,3 +245,43 @@ async def test_a_takeover_moves_a_journal_homed_here_away_and_blocks_its_writes(
     with pytest.raises(Fenced):
         await ctx.store.append("local", "log", {"level": "info", "message": "too late"})
     assert ctx.store.head("local").seq == 4
+
+
+async def test_a_handoff_staged_before_it_is_committed_counts_for_the_next_staged_batch(client):
+    """The NATS consumer stages a batch while the one before commits (Receiver.stage)."""
+    receiver = client.server.app[SYNC].receiver
+    chain, first = placed_journal("node-b", "node-c")
+    first.append(chain.add(4, "node-b", c.JournalHandoff(to="node-c", epoch=1)))
+    by_c = [chain.add(5, "node-c", title="c #5")]
+
+    def raw(envelopes):
+        return [msgspec.Raw(json.dumps(e).encode()) for e in envelopes]
+
+    staged = await receiver.stage(raw(first))
+    assert journals(client).home_of("mover") is None  # not folded yet
+    staged_next = await receiver.stage(raw(by_c))  # screened before the handoff is folded
+    outcomes = [await receiver.settle("node-b", s) for s in (staged, staged_next)]
+    assert [(o.accepted, len(o.rejections)) for o in outcomes] == [(4, 0), (1, 0)]
+    assert journals(client).home_of("mover") == "node-c"
+    assert client.server.app[CONTEXT].store.head("mover").seq == 5
+
+
+async def test_a_forged_or_unchained_takeover_at_a_held_seq_rewinds_nothing(client):
+    chain, first = placed_journal("node-b", "node-c")
+    tail = [chain.add(seq, "node-b", title=f"b #{seq}") for seq in (4, 5)]
+    assert (await push(client, first + tail))["accepted"] == 5
+    ctx = client.server.app[CONTEXT]
+    held = [e.payload for e in ctx.store.read_stream("mover")]
+    forged_chain = Chain("mover")
+    forged_chain.digests[3] = chain.digests[3]
+    forged = forged_chain.add(4, "node-c", takeover(1))
+    forged["signature"] = "ed25519:" + base64.b64encode(bytes(64)).decode()  # not node-c's
+    unchained = Chain("mover")
+    unchained.digests[3] = "sha256:" + "0" * 64  # prev is not our seq 3
+    assert reasons(await push(client, [forged])) == ["bad_signature"]
+    body = await push(client, [unchained.add(4, "node-c", takeover(1))])
+    assert reasons(body) == ["bad_takeover"] and "seq 3" in body["rejections"][0]["detail"]
+    assert [e.payload for e in ctx.store.read_stream("mover")] == held
+    assert ctx.store.rewound_at() == 0
+    assert await findings(client, "critical") == []
+    assert journals(client).home_of("mover") == "node-b"
