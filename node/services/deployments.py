@@ -347,6 +347,7 @@ class DeploymentService:
             ):
                 return None
             target = deployed.previous[-1].revision
+            target_definition = deployed.previous[-1].definition
             await self._append(
                 c.AgentRolledBack(
                     agent=name,
@@ -356,9 +357,7 @@ class DeploymentService:
                     automatic=True,
                 )
             )
-            await self._placed(
-                name, deployed.previous[-1].definition, self._current_placement(name)
-            )
+            await self._placed(name, target_definition, self._current_placement(name))
             self._set_hosted()
             await self._follow_grants(name, f"not asked for by revision {target}")
             self._draining(change, name)
@@ -432,6 +431,7 @@ class DeploymentService:
         raw["name"] = name
         raw["grants"] = {"domains": raw.pop("grant_domains")}
         raw["http"] = {"allow_hosts": raw.pop("allow_hosts")}
+        raw.pop("placement")  # checked by placement_set: not an entry's key as given
         if raw["fuel_per_tick"] is None:
             del raw["fuel_per_tick"]
         try:
