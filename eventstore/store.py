@@ -229,6 +229,16 @@ class EventStore:
         self._submit(Request(future, appends=events, single=True))
         return future
 
+    def append_sealing(self, stream: str, type: str, data: dict[str, Any]) -> Awaitable[Envelope]:
+        """Append one event as the last this node writes to `stream`: the writer blocks the
+        stream (as `block` does) as soon as this event is staged, so no append queued after it
+        can follow it, whatever its caller checked before. `fence` lifts it."""
+        events = (NewEvent(stream, type, data),)
+        self._check_streams(events)
+        future: asyncio.Future[Envelope] = asyncio.get_running_loop().create_future()
+        self._submit(Request(future, appends=events, single=True, seal=True))
+        return future
+
     async def append_many(self, events: Sequence[NewEvent]) -> list[Envelope]:
         """Append atomically: all events commit in one transaction or none does."""
         self._check_streams(events)

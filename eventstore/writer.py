@@ -77,6 +77,7 @@ class Request:
     error: BaseException | None = None
     single: bool = False  # the caller wants the one envelope, not a list
     rewind: tuple[str, int] | None = None  # (stream, keep_through): rewind.py, alone
+    seal: bool = False  # once staged, its streams refuse every later append (store.py)
 
     def finish(self) -> None:
         if self.future.done():  # the caller gave up waiting; the write stands
@@ -361,6 +362,9 @@ class Writer:
             staged.append(Envelope(stream, seq, payload, digest, b"", event, position))
             position += 1
             overlay[stream] = Head(seq, digest)
+        if request.seal:  # nothing staged after it may follow it into a journal
+            for stream in overlay:
+                self.fences[stream] = -math.inf
         return staged
 
     def _check_fence(self, stream: str) -> None:

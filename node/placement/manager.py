@@ -83,8 +83,9 @@ class PlacementManager:
         self.registry = registry
         self.link: Link | None = None
         # the journal's write fence follows each lease (eventstore: Store.fence)
+        self._sealed: set[str] = set()  # handed over: blocked whatever the lease says
         self.leases = LeaseBook(
-            ctx.name, ctx.config.mesh, fence=ctx.store.fence, on_lost=self.lease_lost
+            ctx.name, ctx.config.mesh, fence=self._fence, on_lost=self.lease_lost
         )
         self.running: set[str] = set()  # placed agents this node runs under its lease
         self._busy: set[str] = set()  # agents a takeover, start or move is working on
@@ -122,6 +123,12 @@ class PlacementManager:
             "placement": list(placed.placement),
             "moves": journals.moves_of(agent),
         }
+
+    def _fence(self, journal: str, deadline: float | None) -> None:
+        """The lease's write fence, except for a journal this node handed over: a renew
+        between the handoff and the release must not lift its block."""
+        if journal not in self._sealed:
+            self.ctx.store.fence(journal, deadline)
 
     # ------------------------------------------------------------------ deployments' hooks
     async def share(self, name: str, definition: c.AgentDefinition, path: Path) -> None:
@@ -274,6 +281,7 @@ class PlacementManager:
             return
         if self.ctx.projections.get(Journals).home_of(agent) not in (None, self.ctx.name):
             return  # a takeover arrived while catching up
+        self._sealed.discard(agent)  # handed back to this node: its lease fences it again
         if await self.leases.acquire(agent, epoch) is None:
             return  # held: by the node that took over (its takeover is on its way), or ours
         await self._start(link, placed)
@@ -395,13 +403,22 @@ class PlacementManager:
         epoch = self._epoch(agent) + 1
         self.running.discard(agent)
         await self.deployments.unhost_placed(agent, f"moved to {to}", self.deployments.drain_secs)
-        envelope = await self.ctx.store.append(
+        self._sealed.add(agent)
+        # the last envelope this node writes: a finding or task queued behind it is refused
+        envelope = await self.ctx.store.append_sealing(
             agent, *c.event_of(c.JournalHandoff(to=to, epoch=epoch))
         )
         published = await link.publisher.wait_published(agent, envelope.seq, MOVE_ACK_SECS)
-        if not published:
-            raise Problem(503, f"the handoff of {agent!r} was not acknowledged by the stream")
+        # released either way: this node wrote its last envelope; if the stream never gets
+        # the handoff, a node of the set takes over once the lease is gone (a fork that the
+        # takeover's higher epoch resolves on this node)
         await self.leases.release(agent)
+        if not published:
+            raise Problem(
+                503,
+                f"the handoff of {agent!r} was not acknowledged by the stream in time; its "
+                "lease is released, so a node of its set takes it over",
+            )
         return {
             "agent": agent,
             "to": to,

@@ -22,6 +22,7 @@ from tests.failover.support import (
     wait_for,
     wait_runner,
 )
+from tests.node.test_lifecycle_restart import cli
 from tests.runtime_support import COMPILED_CACHE
 
 pytestmark = pytest.mark.timeout(120)
@@ -80,10 +81,9 @@ def test_a_planned_move_under_load_loses_nothing_and_the_counter_goes_on(failove
     placed_counter(fm, built_agents["counter"], ["node-a", "node-b", "node-c"])
     with FindingLoad(fm) as load:
         wait_for(lambda: len(ticks(events(fm["node-a"]))) >= 5, 20, "a few ticks on node-a")
-        with fm["node-a"].client() as client:
-            moved = client.post(f"/api/v1/agents/{AGENT}/move", json={"to": "node-b"})
-        assert moved.status_code == 200, moved.text
-        assert moved.json()["to"] == "node-b" and moved.json()["epoch"] == 1
+        moved = cli(fm["node-a"], "move", AGENT, "--to", "node-b")  # the CLI's call
+        assert moved.returncode == 0, moved.stderr
+        assert f"{AGENT}: handed over to node-b (epoch 1, handoff at seq" in moved.stdout
         assert wait_runner(fm, 20) == "node-b"
         wait_for(lambda: any(n == "node-b" for _, n in ticks(events(fm["node-b"]))), 20, "b ticks")
     stop(fm["node-b"])  # a journal that stops growing, to compare copies
@@ -107,6 +107,12 @@ def test_a_planned_move_under_load_loses_nothing_and_the_counter_goes_on(failove
     assert view["placement"]["home"] == "node-b" and view["placement"]["epoch"] == 1
     assert [m["reason"] for m in view["placement"]["moves"]] == ["handoff"]
     assert agent_view(fm["node-a"])["status"] == "replica"
+    shown = cli(fm["node-c"], "show", AGENT)
+    assert "runs on: node-b (epoch 1)" in shown.stdout, shown.stdout
+    assert "lease: held by the home (not this node)" in shown.stdout
+    assert "handoff" in shown.stdout.split("moves:")[1]
+    listed = cli(fm["node-a"], "list")
+    assert "runs on" in listed.stdout and "replica" in listed.stdout, listed.stdout
 
 
 def after_takeover(journal: list[dict]) -> tuple[int, list[dict]]:
