@@ -112,7 +112,8 @@ def test_a_planned_move_under_load_loses_nothing_and_the_counter_goes_on(failove
     assert "lease: held by the home (not this node)" in shown.stdout
     assert "handoff" in shown.stdout.split("moves:")[1]
     listed = cli(fm["node-a"], "list")
-    assert "runs on" in listed.stdout and "replica" in listed.stdout, listed.stdout
+    assert "RUNS ON" in listed.stdout and "replica" in listed.stdout, listed.stdout
+    assert listed.stdout.splitlines()[1].split()[-1] == "node-b"
 
 
 def after_takeover(journal: list[dict]) -> tuple[int, list[dict]]:
