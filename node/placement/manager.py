@@ -47,6 +47,7 @@ if TYPE_CHECKING:  # nats-py is an optional extra: imported where the NATS mesh 
     from node.placement.adverts import NodeAdverts
     from node.placement.components import ComponentStore
 
+from eventstore.writer import Fenced
 from node.placement.leases import LeaseBook, LeaseError
 
 log = logging.getLogger("agent-node.placement")
@@ -242,8 +243,8 @@ class PlacementManager:
                 await self._take_over(link, placed, str(home))
         except Problem as exc:
             log.warning("placement of %s: %s", agent, exc.detail)
-        except (LeaseError, TimeoutError) as exc:
-            log.info("placement of %s: %s", agent, exc)
+        except (LeaseError, TimeoutError, Fenced) as exc:
+            log.info("placement of %s: %s: %s", agent, type(exc).__name__, exc)
         finally:
             self._busy.discard(agent)
 
@@ -278,11 +279,13 @@ class PlacementManager:
         """The journal names this node: run the agent once the lease is ours."""
         agent, epoch = placed.agent, self._epoch(placed.agent)
         if not await self._caught_up(link, placed):
+            log.info("agent %s: this node's copy is behind the stream; not starting yet", agent)
             return
         if self.ctx.projections.get(Journals).home_of(agent) not in (None, self.ctx.name):
             return  # a takeover arrived while catching up
         self._sealed.discard(agent)  # handed back to this node: its lease fences it again
         if await self.leases.acquire(agent, epoch) is None:
+            log.info("agent %s: its lease is held by another node; staying a replica", agent)
             return  # held: by the node that took over (its takeover is on its way), or ours
         await self._start(link, placed)
         if epoch > 0 and placed.moved_in_epoch < epoch:
@@ -299,6 +302,7 @@ class PlacementManager:
         if fresh is None or home != previous or not await self._lease_gone(fresh):
             return
         placed, epoch = fresh, self._epoch(agent) + 1
+        self._sealed.discard(agent)  # this node handed it over once: its lease fences it again
         lease = await self.leases.acquire(agent, epoch)
         if lease is None:
             return  # another node of the set won
