@@ -245,6 +245,8 @@ class PlacementManager:
             log.warning("placement of %s: %s", agent, exc.detail)
         except (LeaseError, TimeoutError, Fenced) as exc:
             log.info("placement of %s: %s: %s", agent, type(exc).__name__, exc)
+        except Exception:  # one agent's failure never stops the others' placement
+            log.exception("placement of %s failed", agent)
         finally:
             self._busy.discard(agent)
 
@@ -315,6 +317,17 @@ class PlacementManager:
         await self._moved_in(agent, epoch, "takeover", previous, len(abandoned))
 
     async def _start(self, link: Link, placed: Placed) -> None:
+        """Run the agent here under the lease just taken; if it cannot start (its component
+        missing or refused, the registry holding other bytes under its version), the lease is
+        given back at once so that another node of the set can take it."""
+        try:
+            await self._run_here(link, placed)
+        except BaseException:
+            with contextlib.suppress(LeaseError, TimeoutError):
+                await self.leases.release(placed.agent)
+            raise
+
+    async def _run_here(self, link: Link, placed: Placed) -> None:
         definition = placed.definition
         try:
             self.registry.resolve(definition.component)
