@@ -271,6 +271,17 @@ class PlacementManager:
     def _epoch(self, agent: str) -> int:
         return self.ctx.projections.get(Journals).epoch_of(agent)
 
+    async def _lease_floor(self, link: Link) -> int:
+        """The leases bucket's last sequence: above the epoch of every lease granted so far.
+        A takeover's epoch is higher still, so two nodes that each took the journal over
+        after a home they did not know of (the first died before its takeover reached the
+        stream) never sign the same epoch: the later one wins the fork everywhere."""
+        from node.placement.names import kv_stream, leases_bucket
+
+        stream = kv_stream(leases_bucket(self.ctx.config.mesh.name))
+        info = await asyncio.wait_for(link.js.stream_info(stream), CATCH_UP_SECS)
+        return int(info.state.last_seq)
+
     async def _caught_up(self, link: Link, placed: Placed) -> bool:
         from node.placement.catchup import caught_up
 
@@ -303,7 +314,7 @@ class PlacementManager:
         home = self.ctx.projections.get(Journals).home_of(agent)
         if fresh is None or home != previous or not await self._lease_gone(fresh):
             return
-        placed, epoch = fresh, self._epoch(agent) + 1
+        placed, epoch = fresh, max(self._epoch(agent), await self._lease_floor(link)) + 1
         self._sealed.discard(agent)  # this node handed it over once: its lease fences it again
         lease = await self.leases.acquire(agent, epoch)
         if lease is None:

@@ -160,14 +160,16 @@ def test_kill_9_of_the_home_moves_the_agent_within_the_lease_and_the_old_home_st
     _, since = after_takeover(journal)
     takeover = since[0]
     assert takeover["origin"] == new_home
-    assert takeover["data"]["previous_home"] == "node-a" and takeover["data"]["epoch"] == 1
+    assert takeover["data"]["previous_home"] == "node-a"
+    epoch = takeover["data"]["epoch"]  # above every lease granted so far (the bucket's seq)
+    assert epoch >= 1
     assert {e["origin"] for e in since} == {new_home}  # not one envelope by node-a after it
     moved_in = next(e for e in since if e["type"] == "agent.moved_in")
     assert moved_in["data"]["reason"] == "takeover" and moved_in["data"]["from_node"] == "node-a"
     assert_counter_goes_on(journal, new_home)
     assert not set(load.acknowledged) - finding_titles(journal)  # nothing acknowledged lost
     view = agent_view(fm[other])
-    assert view["placement"]["home"] == new_home and view["placement"]["epoch"] == 1
+    assert view["placement"]["home"] == new_home and view["placement"]["epoch"] == epoch
     assert [m["reason"] for m in view["placement"]["moves"]] == ["takeover"]
 
 
@@ -278,7 +280,7 @@ def test_a_member_outside_the_placement_set_cannot_take_over(failover, built_age
     assert wait_runner(fm, LEASE_TTL_SECS + 15, among=["node-b"]) == "node-b"
     journal = events(fm["node-b"])
     _, since = after_takeover(journal)
-    assert since[0]["origin"] == "node-b" and since[0]["data"]["epoch"] == 1
+    assert since[0]["origin"] == "node-b" and since[0]["data"]["epoch"] >= 1
 
 
 def test_open_tasks_go_on_on_the_new_home(failover, built_agents):
