@@ -210,6 +210,7 @@ def test_a_node_without_the_grant_domains_never_runs_the_agent(failover, built_a
         outside = client.post(f"/api/v1/agents/{AGENT}/move", json={"to": "node-b"})
         assert outside.status_code == 422, outside.text
         assert "not in the placement set" in outside.json()["detail"]
+    wait_for(lambda: agent_view(fm["node-c"]), 20, "node-c holds the agent's journal")
     fm["node-a"].kill()  # nor does it take over: the agent waits for a node that can host it
     time.sleep(LEASE_TTL_SECS + 5)
     assert runner(fm, ["node-c"]) is None
