@@ -285,3 +285,22 @@ async def test_a_forged_or_unchained_takeover_at_a_held_seq_rewinds_nothing(clie
     assert ctx.store.rewound_at() == 0
     assert await findings(client, "critical") == []
     assert journals(client).home_of("mover") == "node-b"
+
+
+async def test_a_takeover_forking_a_journal_homed_here_rewinds_this_nodes_tail(client):
+    """This node was the home, wrote seq 3 that never reached node-b, and lost the lease."""
+    ctx = client.server.app[CONTEXT]
+    kind, data = c.event_of(placed("node-a", "node-b"))
+    await ctx.store.append("local", kind, data)
+    second = await ctx.store.append("local", "log", {"level": "info", "message": "2"})
+    await ctx.store.append("local", "log", {"level": "info", "message": "3, never replicated"})
+    chain = Chain("local")
+    chain.digests[2] = second.payload_hash
+    body = await push(client, [chain.add(3, "node-b", takeover(1, "node-a"))])
+    assert (body["accepted"], body["rejected"]) == (1, 0)
+    assert [e.event.origin for e in ctx.store.read_stream("local")] == ["node-a"] * 2 + ["node-b"]
+    assert journals(client).home_of("local") == "node-b"
+    (critical,) = await findings(client, "critical")
+    assert json.loads(critical["detail"])["removed_seqs"] == "3..3"
+    with pytest.raises(Fenced):
+        await ctx.store.append("local", "log", {"level": "info", "message": "4"})
