@@ -294,6 +294,11 @@ def _check(config: Config, source: str) -> Iterator[str]:
     for i, agent in enumerate(config.agents):
         yield from _check_agent(agent, f"{source}: agents[{i}]")
         yield from placement_problems(agent.placement, config, f"{source}: agents[{i}].placement")
+        if len(set(agent.placement)) > 1 and not agent.component.startswith(REGISTRY_REFERENCE):
+            yield (
+                f"{source}: agents[{i}].placement: a placed agent's component comes from the "
+                "registry (registry:ID@VERSION), which the other nodes fetch it by"
+            )
     token_names = [t.name for t in config.auth.tokens]
     for i, token in enumerate(config.auth.tokens):
         where = f"{source}: auth.tokens[{i}]"

@@ -341,9 +341,14 @@ class PlacementManager:
     async def _run_here(self, link: Link, placed: Placed) -> None:
         definition = placed.definition
         try:
-            self.registry.resolve(definition.component)
+            path = self.registry.resolve(definition.component)
         except LookupError:
             await self._fetch(link, placed)
+        else:  # the home shares what it runs (a runtime.toml agent's component, say)
+            try:
+                await self.share(placed.agent, definition, path)
+            except Exception as exc:  # the agent runs; a takeover would lack its component
+                log.warning("agent %s: its component is not shared: %s", placed.agent, exc)
         await self.deployments.host_placed(placed.agent, definition)
         self.running.add(placed.agent)
         log.info("agent %s runs here (epoch %d)", placed.agent, self._epoch(placed.agent))

@@ -10,8 +10,8 @@ from tests.support import write_config
 NATS = '\n[mesh]\ntransport = "nats"\nnats_servers = ["nats://127.0.0.1:4222"]\n'
 
 
-def agent(placement: str) -> str:
-    return f'\n[[agents]]\nname = "counter"\ncomponent = "c.wasm"\nplacement = {placement}\n'
+def agent(placement: str, component: str = "registry:counter@1.0.0") -> str:
+    return f'\n[[agents]]\nname = "counter"\ncomponent = "{component}"\nplacement = {placement}\n'
 
 
 def test_a_placement_set_with_this_node_is_kept(tmp_path):
@@ -28,6 +28,10 @@ def test_a_placement_set_with_this_node_is_kept(tmp_path):
         (agent('["node-a", "node-b"]'), 'more than one node needs [mesh] transport = "nats"'),
         (NATS + agent(str(["node-a", *(f"n{i}" for i in range(100))])), "at most 100 node names"),
         (NATS + agent('["node-a", "no de"]'), "agents[0].placement"),
+        (
+            NATS + agent('["node-a", "node-b"]', "c.wasm"),
+            "a placed agent's component comes from the registry",
+        ),
     ],
 )
 def test_a_bad_placement_set_stops_the_start_saying_why(tmp_path, extra, mentions):
