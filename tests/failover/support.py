@@ -50,6 +50,7 @@ class FailoverMesh:
         *,
         without_secrets: tuple[str, ...] = (),
         lease_ttl: float = LEASE_TTL_SECS,
+        extra_toml: str = "",
     ) -> None:
         self.cluster = NatsCluster(root / "nats", 3)
         self.mesh = Mesh(
@@ -58,6 +59,10 @@ class FailoverMesh:
         for name in without_secrets:
             path = self.mesh.paths[name]
             path.write_text(path.read_text().replace(SECRETS, "\n"))
+            self.mesh.nodes[name] = NodeProcess(path)
+        for name in names if extra_toml else ():  # tables after every other (actions, say)
+            path = self.mesh.paths[name]
+            path.write_text(path.read_text() + extra_toml)
             self.mesh.nodes[name] = NodeProcess(path)
         self.names = names
 

@@ -314,3 +314,39 @@ def test_open_tasks_go_on_on_the_new_home(failover, built_agents):
     journal = events(fm["node-b"], worker)
     moved_in = next(e for e in journal if e["type"] == "agent.moved_in")
     assert moved_in["data"]["open_tasks"] == 1 and moved_in["origin"] == "node-b"
+
+
+def test_approvals_pending_on_a_lost_home_are_abandoned_and_asked_again(failover, built_agents):
+    fm = failover(extra_toml='\n[actions.spend]\nurl = "http://127.0.0.1:9/spend"\n')
+    payer = "payer"
+    component = publish_component(fm["node-a"], built_agents["payer"], package=payer)
+    deployed = deploy(
+        fm["node-a"],
+        component,
+        ["node-a", "node-b"],
+        agent=payer,
+        capabilities={"spend": True},
+        approval={"spend": True},
+    )
+    assert deployed.status_code == 201, deployed.text
+
+    def pending(node: str) -> list[dict]:
+        with fm[node].client() as client:
+            listed = client.get("/api/v1/approvals").json()
+        return [a for a in listed if a["agent"] == payer]
+
+    asked = wait_for(lambda: pending("node-a"), 20, "the payer asks on node-a")[0]
+    wait_for(lambda: pending("node-b"), 20, "node-b holds the request too")
+    fm["node-a"].kill()
+    assert wait_runner(fm, LEASE_TTL_SECS + 15, among=["node-b"], agent=payer) == "node-b"
+    again = wait_for(
+        lambda: [a for a in pending("node-b") if a["id"] != asked["id"]], 20, "asked again"
+    )
+    assert len(again) == 1
+    journal = events(fm["node-b"], payer)
+    abandoned = [e for e in journal if e["type"] == "approval.abandoned"]
+    assert [(e["data"]["id"], e["data"]["reason"], e["origin"]) for e in abandoned] == [
+        (asked["id"], "node lost", "node-b")
+    ]
+    moved_in = next(e for e in journal if e["type"] == "agent.moved_in")
+    assert moved_in["data"]["abandoned_approvals"] == 1
