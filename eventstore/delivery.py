@@ -13,6 +13,8 @@ from typing import Protocol
 from eventstore.envelope import Envelope
 
 CommitListener = Callable[[list[Envelope]], None]
+# Told on the loop when a journal was rewound: (the journal, the envelopes removed).
+RewindListener = Callable[[str, list[Envelope]], None]
 # Told when a commit listener raised: (the listener, the envelopes it was given, the exception).
 ListenerFaultHook = Callable[[CommitListener, list[Envelope], Exception], None]
 _log = logging.getLogger("agent-node.eventstore")
@@ -37,6 +39,7 @@ class Delivery:
     def __init__(self, last_delivered: int) -> None:
         self.loop: asyncio.AbstractEventLoop | None = None  # bound when the store starts
         self.listeners: list[CommitListener] = []
+        self.rewind_listeners: list[RewindListener] = []
         self.on_listener_fault: ListenerFaultHook = log_listener_fault
         self.last_delivered = last_delivered
         self._waiters: list[asyncio.Future[None]] = []
@@ -61,6 +64,31 @@ class Delivery:
             finally:  # whatever a listener did, no caller is left waiting
                 for request in batch:
                     request.finish()
+
+        loop = self.loop
+        if loop is not None and not loop.is_closed():
+            try:
+                loop.call_soon_threadsafe(run)
+                return
+            except RuntimeError:
+                pass
+        run()
+
+    def deliver_rewind(self, request: Waiting, stream: str, removed: list[Envelope]) -> None:
+        """From the writer thread: tell the rewind listeners on the loop, in order with the
+        commits (one committed after the rewind reaches the listeners after it), then
+        release the caller."""
+
+        def run() -> None:
+            try:
+                if removed:
+                    for listener in self.rewind_listeners:
+                        try:
+                            listener(stream, removed)
+                        except Exception as exc:
+                            _log.error("rewind listener %r raised", listener, exc_info=exc)
+            finally:
+                request.finish()
 
         loop = self.loop
         if loop is not None and not loop.is_closed():

@@ -35,6 +35,9 @@ class ForeignEnvelope(NamedTuple):
     seq: int
     payload: bytes
     signature: bytes
+    # who must have signed it, when the caller knows the journal changed writer (a handoff or
+    # takeover its receiver accepted); None: whoever signed the journal's head
+    writer: str | None = None
 
 
 class ImportStatus(StrEnum):
@@ -161,7 +164,11 @@ def stage_imports(
             )
             continue
         if head is not None:
-            writer = writers.get(foreign.stream) or _origin_at(txn, events_db, foreign.stream, head)
+            writer = (
+                foreign.writer
+                or writers.get(foreign.stream)
+                or _origin_at(txn, events_db, foreign.stream, head)
+            )
             if event.origin != writer:
                 detail = f"journal is written by {writer!r}, envelope by {event.origin!r}"
                 results.append(ImportResult(ImportStatus.FOREIGN_WRITER, detail=detail))

@@ -39,6 +39,10 @@ class Indexer(Protocol):
         """In the writing process's first write transaction: a chance to empty what it must
         fold again (its position then drops, and `catch_up_index` refolds)."""
 
+    def reset(self, txn: lmdb.Transaction[bytes]) -> None:
+        """Empty what it holds (position 0): a rewind removed envelopes it folded, and the
+        store folds every envelope left into it again, in the same transaction."""
+
     def position(self, txn: lmdb.Transaction[bytes]) -> int:
         """The position of the newest envelope it folded."""
 

@@ -3,6 +3,8 @@
   events: stream \\0 seq(8, big endian) → msgpack [position, payload, digest, signature]
   all:    position(8, big endian)        → the events key (the one total order)
   heads:  stream                         → msgpack [seq, digest]
+  meta:   b"rewound"                     → position(8): the newest position stored when a
+                                           journal was last rewound (rewind.py)
 
 Everything that turns those bytes into values, or values into those bytes, lives here, so the
 format has one definition (DESIGN.md "Journal and envelopes"; docs/design.md "Layout").
@@ -19,7 +21,8 @@ import msgspec
 
 from eventstore.envelope import decode_each
 
-EVENTS_DB, ALL_DB, HEADS_DB = b"events", b"all", b"heads"
+EVENTS_DB, ALL_DB, HEADS_DB, META_DB = b"events", b"all", b"heads", b"meta"
+REWOUND_KEY = b"rewound"
 MAX_STREAM_BYTES = 200
 SEQ_AT_END = struct.Struct(">Q")  # the last 8 bytes of an events key
 Record = tuple[int, bytes, bytes, bytes]  # position, payload, digest, signature
@@ -31,16 +34,19 @@ _head_decoder = msgspec.msgpack.Decoder(tuple[int, bytes])
 
 
 class JournalDbs(NamedTuple):
-    """The journal's three databases in its environment."""
+    """The journal's databases in its environment."""
 
     events: lmdb._Database
     all: lmdb._Database
     heads: lmdb._Database
+    meta: lmdb._Database
 
 
 def open_dbs(env: lmdb.Environment) -> JournalDbs:
-    """Open (or create) the three databases; before any other transaction of the environment."""
-    return JournalDbs(env.open_db(EVENTS_DB), env.open_db(ALL_DB), env.open_db(HEADS_DB))
+    """Open (or create) the databases; before any other transaction of the environment."""
+    return JournalDbs(
+        env.open_db(EVENTS_DB), env.open_db(ALL_DB), env.open_db(HEADS_DB), env.open_db(META_DB)
+    )
 
 
 class Head(NamedTuple):

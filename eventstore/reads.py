@@ -14,6 +14,7 @@ from operator import attrgetter
 from eventstore.envelope import Envelope, decode_event, decode_events
 from eventstore.growth import MapGate
 from eventstore.layout import (
+    REWOUND_KEY,
     Head,
     JournalDbs,
     StreamNames,
@@ -138,16 +139,13 @@ class JournalReader:
         return self._envelopes(rows)
 
     def _envelopes(self, rows: list[tuple[bytes, bytes]]) -> list[Envelope]:
-        """(events key, stored record) rows decoded in batches."""
-        records = decode_records([raw for _, raw in rows])
-        events = decode_events([record[1] for record in records])
-        names, from_bytes = self._stream_names, int.from_bytes
-        return [
-            Envelope(names[key[:-9]], from_bytes(key[-8:]), payload, digest, signature, event, at)
-            for (key, _), (at, payload, digest, signature), event in zip(
-                rows, records, events, strict=True
-            )
-        ]
+        return envelopes_of(rows, self._stream_names)
+
+    def rewound_at(self) -> int:
+        """The newest position stored when a journal was last rewound (0: never)."""
+        with self._gate.read() as txn:
+            raw = txn.get(REWOUND_KEY, db=self._dbs.meta)
+        return int.from_bytes(raw, "big") if raw else 0
 
     def iter_chunks(self, after_position: int = 0, size: int = 128) -> Iterator[list[Envelope]]:
         """Every envelope after a position, in chunks of `size`: no read transaction lives long,
@@ -192,6 +190,19 @@ class JournalReader:
             if len(envelopes) < chunk:
                 return
             after = envelopes[-1].seq
+
+
+def envelopes_of(rows: list[tuple[bytes, bytes]], names: StreamNames) -> list[Envelope]:
+    """(events key, stored record) rows decoded in batches."""
+    records = decode_records([raw for _, raw in rows])
+    events = decode_events([record[1] for record in records])
+    from_bytes = int.from_bytes
+    return [
+        Envelope(names[key[:-9]], from_bytes(key[-8:]), payload, digest, signature, event, at)
+        for (key, _), (at, payload, digest, signature), event in zip(
+            rows, records, events, strict=True
+        )
+    ]
 
 
 def _load(stream: str, seq: int, raw: bytes) -> Envelope:

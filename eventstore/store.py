@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import math
 import os
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
@@ -27,7 +28,7 @@ from typing import Any
 import lmdb
 from nacl.signing import SigningKey
 
-from eventstore.delivery import CommitListener, Delivery, ListenerFaultHook
+from eventstore.delivery import CommitListener, Delivery, ListenerFaultHook, RewindListener
 from eventstore.envelope import Envelope
 from eventstore.growth import MapGate
 from eventstore.imports import (
@@ -44,7 +45,7 @@ from eventstore.indexing import Indexer, Progress, ReadTxn, catch_up
 from eventstore.layout import Head, decode_record, open_dbs, validate_stream_name
 from eventstore.reads import JournalReader
 from eventstore.signing import SharedSigner
-from eventstore.writer import NewEvent, Request, Writer
+from eventstore.writer import Fenced, NewEvent, Request, Writer
 from eventstore.writer_lock import (
     WRITER_LOCK,
     StoreAlreadyOpenError,
@@ -58,6 +59,7 @@ __all__ = [
     "WRITER_LOCK",
     "CommitListener",
     "EventStore",
+    "Fenced",
     "ForeignEnvelope",
     "Head",
     "ImportResult",
@@ -67,6 +69,7 @@ __all__ = [
     "ListenerFaultHook",
     "NewEvent",
     "ReadTxn",
+    "RewindListener",
     "StoreAlreadyOpenError",
     "StoreClosedError",
     "decode_record",
@@ -127,6 +130,7 @@ class EventStore:
             next_position=stored + 1,
             max_batch=max_batch,
         )
+        self._writer.deliver_rewind = self._delivery.deliver_rewind
         self._queue = self._writer.queue
         self._closed = False
         self._accepting = False  # between start and close: checked on every append
@@ -185,6 +189,11 @@ class EventStore:
         run and the callers still resume (their writes are durable either way)."""
         self._delivery.listeners.append(listener)
 
+    def add_rewind_listener(self, listener: RewindListener) -> None:
+        """`listener(stream, removed)` runs on the loop after a rewind commits, in order with
+        the commit listeners' batches, before the rewinding caller resumes."""
+        self._delivery.rewind_listeners.append(listener)
+
     @property
     def on_listener_fault(self) -> ListenerFaultHook:
         return self._delivery.on_listener_fault
@@ -220,6 +229,16 @@ class EventStore:
         self._submit(Request(future, appends=events, single=True))
         return future
 
+    def append_sealing(self, stream: str, type: str, data: dict[str, Any]) -> Awaitable[Envelope]:
+        """Append one event as the last this node writes to `stream`: the writer blocks the
+        stream (as `block` does) as soon as this event is staged, so no append queued after it
+        can follow it, whatever its caller checked before. `fence` lifts it."""
+        events = (NewEvent(stream, type, data),)
+        self._check_streams(events)
+        future: asyncio.Future[Envelope] = asyncio.get_running_loop().create_future()
+        self._submit(Request(future, appends=events, single=True, seal=True))
+        return future
+
     async def append_many(self, events: Sequence[NewEvent]) -> list[Envelope]:
         """Append atomically: all events commit in one transaction or none does."""
         self._check_streams(events)
@@ -237,11 +256,57 @@ class EventStore:
         self._submit(Request(future, appends=events, single=True))
         return future.result(timeout)
 
+    # ----------------------------------------------------------------- fences (writer.py)
+    def fence(self, stream: str, deadline: float | None) -> None:
+        """Let this store append to `stream` only until `deadline` (`time.monotonic()`
+        seconds); later appends fail with `Fenced`, including ones queued before it. None
+        lifts the fence; a new deadline replaces the old. Imports are never fenced."""
+        if deadline is None:
+            self._writer.fences.pop(stream, None)
+        else:
+            self._writer.fences[stream] = deadline
+
+    def block(self, stream: str) -> None:
+        """Refuse every append to `stream` until `fence(stream, ...)` says otherwise."""
+        self.fence(stream, -math.inf)
+
+    def fence_of(self, stream: str) -> float | None:
+        """The deadline of the stream's fence (-inf when blocked), or None when unfenced."""
+        return self._writer.fences.get(stream)
+
     def _check_streams(self, events: Sequence[NewEvent]) -> None:
         for event in events:
             if event.stream not in self._valid_streams:
                 validate_stream_name(event.stream)
                 self._valid_streams.add(event.stream)
+
+    def rewind(self, stream: str, keep_through: int) -> Awaitable[list[Envelope]]:
+        """Remove `stream`'s envelopes after seq `keep_through` (its head becomes that seq)
+        and return them, oldest first; atomically, in its place in the writer's queue (queued
+        now, not when awaited; rewind.py). The indexer is refolded in the same transaction;
+        in-memory read models learn it from the rewind listeners. Never for a journal this
+        node may still write (fence it first)."""
+        validate_stream_name(stream)
+        if keep_through < 0:
+            raise ValueError("keep_through must be 0 or more")
+        future: asyncio.Future[list[Envelope]] = asyncio.get_running_loop().create_future()
+        self._writer.rewinds_pending += 1
+        try:
+            self._submit(Request(future, rewind=(stream, keep_through)))
+        except BaseException:
+            self._writer.rewinds_pending -= 1
+            raise
+        return future
+
+    def rewound_at(self) -> int:
+        """The newest position stored when a journal was last rewound (0: never)."""
+        return self._reader.rewound_at()
+
+    async def barrier(self) -> None:
+        """Return once everything queued before this call is committed and delivered."""
+        future: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
+        self._submit(Request(future))
+        await future
 
     async def import_envelopes(
         self, items: Sequence[ForeignEnvelope], key_for_origin: KeyLookup

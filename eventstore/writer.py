@@ -7,12 +7,20 @@ staged, lets the indexer fold the batch, writes the records, the total order and
 commits. Then `deliver` hands the envelopes to the listeners and releases the callers, and the
 data file's zeros ahead are topped up (zeros.py). A full map grows and the batch is retried; any
 other storage fault fails the whole batch, so nothing acknowledged is lost.
+
+Fences (`EventStore.fence`): an append to a fenced journal is refused (`Fenced`) once the
+fence's deadline (`time.monotonic()`) has passed, checked as the writer stages it inside the
+commit's transaction and again just before that transaction commits: a write queued in time
+but still uncommitted at the deadline (the process was stopped, say) fails instead. Imports
+are never fenced (a fenced node still takes the new home's envelopes). With no fence set, the
+cost is one truth test per append.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import math
 import queue
 import threading
 import time
@@ -44,6 +52,7 @@ from eventstore.layout import (
     event_key,
     position_key,
 )
+from eventstore.rewind import refold, rewind_in
 from eventstore.signing import SharedSigner
 from eventstore.zeros import ZerosAhead
 
@@ -67,6 +76,8 @@ class Request:
     result: list[Any] = field(default_factory=list)
     error: BaseException | None = None
     single: bool = False  # the caller wants the one envelope, not a list
+    rewind: tuple[str, int] | None = None  # (stream, keep_through): rewind.py, alone
+    seal: bool = False  # once staged, its streams refuse every later append (store.py)
 
     def finish(self) -> None:
         if self.future.done():  # the caller gave up waiting; the write stands
@@ -78,6 +89,18 @@ class Request:
 
 
 _STOP = object()
+
+
+class Fenced(RuntimeError):
+    """An append to a journal whose fence deadline has passed (`EventStore.fence`)."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(f"journal {stream!r} is fenced: this node may not write it now")
+        self.stream = stream
+
+
+class _FenceCrossed(Exception):
+    """A deadline passed while the batch was staged: stage it again (those appends fail)."""
 
 
 class Writer:
@@ -109,6 +132,12 @@ class Writer:
         self.queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._share_signing = True
+        # journal → deadline (monotonic seconds) after which its appends fail; set and lifted
+        # from other threads (single dict operations, atomic under the GIL)
+        self.fences: dict[str, float] = {}
+        self.rewinds_pending = 0  # rewind requests queued: only then are batches split
+        self.deliver_rewind: Callable[[Request, str, list[Envelope]], None] | None = None
+        self._fence_due = math.inf  # the earliest deadline of a fenced append being staged
 
     @property
     def started(self) -> bool:
@@ -163,6 +192,47 @@ class Writer:
                 self._commit(batch)
 
     def _commit(self, batch: list[Request]) -> None:
+        if not self.rewinds_pending:
+            self._commit_plain(batch)
+            return
+        plain: list[Request] = []
+        for request in batch:  # a rewind commits alone, in its place in the queue
+            if request.rewind is None:
+                plain.append(request)
+                continue
+            if plain:
+                self._commit_plain(plain)
+                plain = []
+            self._rewind(request)
+        if plain:
+            self._commit_plain(plain)
+
+    def _rewind(self, request: Request) -> None:
+        assert request.rewind is not None
+        stream, keep_through = request.rewind
+        removed: list[Envelope] = []
+
+        def rewind(txn: lmdb.Transaction[bytes]) -> None:
+            removed[:] = rewind_in(txn, self._dbs, stream, keep_through, self.next_position - 1)
+            if removed and self._indexer is not None:
+                refold(txn, self._dbs, self._indexer)
+
+        try:
+            self._gate.write_growing(rewind)
+            if removed and self._indexer is not None:
+                self._indexer.committed()
+            request.result = removed
+        except Exception as exc:
+            request.error = exc
+            removed = []
+        finally:
+            self.rewinds_pending -= 1
+        if self.deliver_rewind is not None:
+            self.deliver_rewind(request, stream, removed)
+        else:
+            request.finish()
+
+    def _commit_plain(self, batch: list[Request]) -> None:
         while True:
             try:
                 envelopes = self._write_batch(batch)
@@ -171,6 +241,8 @@ class Writer:
                 break
             except lmdb.MapFullError:
                 self._gate.grow()
+            except _FenceCrossed:  # staged again: the appends past their deadline now fail
+                continue
             except Exception as exc:  # a storage fault: fail the whole batch, lose nothing acked
                 for request in batch:
                     request.error = exc
@@ -183,6 +255,7 @@ class Writer:
         position = self.next_position
         ts = utc_now()  # one commit, one instant
         dbs = self._dbs
+        self._fence_due = math.inf
         with self._env.begin(write=True) as txn:
             heads: dict[str, Head | None] = {}
 
@@ -261,6 +334,8 @@ class Writer:
             for stream, head in heads.items():
                 if head is not None:
                     txn.put(stream.encode(), encode_head(head), db=dbs.heads)
+            if self._fence_due != math.inf and time.monotonic() > self._fence_due:
+                raise _FenceCrossed  # aborts this transaction
         self.next_position = position
         return envelopes
 
@@ -274,7 +349,10 @@ class Writer:
         """Build the request's envelopes (signed later, together); all or none of them."""
         staged: list[Envelope] = []
         overlay: dict[str, Head] = {}
+        fences = self.fences
         for stream, type_, data in request.appends:
+            if fences:
+                self._check_fence(stream)
             head = overlay.get(stream) or head_of(stream)
             seq = head.seq + 1 if head else 1
             prev = head.payload_hash if head else ""
@@ -284,7 +362,17 @@ class Writer:
             staged.append(Envelope(stream, seq, payload, digest, b"", event, position))
             position += 1
             overlay[stream] = Head(seq, digest)
+        if request.seal:  # nothing staged after it may follow it into a journal
+            for stream in overlay:
+                self.fences[stream] = -math.inf
         return staged
+
+    def _check_fence(self, stream: str) -> None:
+        deadline = self.fences.get(stream)
+        if deadline is not None:
+            if time.monotonic() > deadline:
+                raise Fenced(stream)
+            self._fence_due = min(self._fence_due, deadline)
 
 
 def _fill_signatures(slots: list[tuple[list[Envelope], int]], signatures: list[bytes]) -> None:

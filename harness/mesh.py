@@ -14,7 +14,7 @@ from nacl.signing import SigningKey
 from eventstore.envelope import Event, digest_of, encode_event, sign, utc_now
 from eventstore.keys import load_or_create_key, public_key_multibase
 from eventstore.store import NewEvent
-from harness.node import free_port, write_config
+from harness.node import NodeProcess, free_port, write_config
 from node.config_load import load_config
 
 # sync settings that make a test or a bench mesh converge in seconds, not minutes
@@ -129,3 +129,27 @@ def signed_chain(
         )
         prev = "sha256:" + digest.hex()
     return out
+
+
+class Mesh:
+    """The node processes of one test or bench, stopped (SIGKILL) at the end whatever happened."""
+
+    def __init__(self, root: Path, names: list[str], **kwargs: Any) -> None:
+        self.paths = write_mesh(root, names, **kwargs)
+        self.nodes = {name: NodeProcess(path) for name, path in self.paths.items()}
+
+    def __getitem__(self, name: str) -> NodeProcess:
+        return self.nodes[name]
+
+    def start(self, *names: str) -> None:
+        for name in names or self.nodes:
+            self.nodes[name].start()
+
+    def stop_all(self) -> None:
+        for node in self.nodes.values():
+            if node.proc and node.proc.poll() is None:
+                assert node.terminate() == 0
+
+    def kill_all(self) -> None:
+        for node in self.nodes.values():
+            node.kill()

@@ -119,6 +119,7 @@ async def journal_lifecycle(app: web.Application) -> AsyncIterator[None]:
     pending = ctx.store.last_position - after
     ctx.projections.rebuild(progress.chunks(ctx.store.iter_chunks(after), pending, "rebuild"))
     ctx.store.add_commit_listener(ctx.projections.apply)
+    ctx.store.add_rewind_listener(lambda _s, _r: ctx.projections.refold(ctx.store.iter_chunks()))
     ctx.store.start()
     faults.start()
     node = ctx.config.node

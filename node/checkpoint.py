@@ -5,10 +5,12 @@ packages); the ones that grow with history are on disk and never behind the jour
 (projections/disk.py). Their state is pickled with the position it reached, the payload hash
 of the envelope at that position, and a fingerprint of their source code; a checkpoint is used
 only when all three still match, so a changed projection or a journal that does not contain
-that envelope means a fold from position 0. One is written at every clean shutdown and, while
-the node runs, every `[node] checkpoint_events` envelopes or `checkpoint_secs` seconds
-(whichever comes first, if anything changed): a node killed with -9 folds only what came after
-the newest one. The file lives in the data dir, as trusted as the journal and the node key.
+that envelope means a fold from position 0, and so does one taken before a journal was
+rewound (its position is at most the store's `rewound_at`: it may hold removed envelopes).
+One is written at every clean shutdown and, while the node runs, every
+`[node] checkpoint_events` envelopes or `checkpoint_secs` seconds (whichever comes first, if
+anything changed): a node killed with -9 folds only what came after the newest one. The file
+lives in the data dir, as trusted as the journal and the node key.
 """
 
 from __future__ import annotations
@@ -128,6 +130,9 @@ def restore(projections: Projections, store: EventStore, data_dir: Path) -> bool
             return False
         if position and (envelope is None or envelope.payload_hash != saved["payload_hash"]):
             log.warning("checkpoint does not match the journal at %d: full rebuild", position)
+            return False
+        if position and position <= store.rewound_at():
+            log.warning("a journal was rewound after the checkpoint at %d: full rebuild", position)
             return False
         for projection in projections:
             projection.__dict__.update(saved["state"][projection.name])

@@ -1,4 +1,4 @@
-"""`agent-node agents list|show|deploy|upgrade|rollback|stop|start|rm`: agents on a running node.
+"""`agent-node agents list|show|deploy|upgrade|rollback|stop|start|rm|move`: agents on a node.
 
 Calls /api/v1/agents with an admin token (list and show need `read`). `deploy` takes a
 registry reference (publish the component first) and the agent's permissions (a PUT: the whole
@@ -141,13 +141,15 @@ def _path(name: str, verb: str = "") -> str:
 
 def _row(agent: dict[str, Any]) -> dict[str, Any]:
     current = agent["current"]
+    placement = agent.get("placement") or {}
     return {
         "name": agent["name"],
         "source": agent["source"],
         "status": "stopped" if agent["stopped"] else agent["status"],
-        "revision": current["revision"],
+        "revision": current["revision"] or "-",
         "version": current["version"] or "-",
         "component": current["component"],
+        "home": placement.get("home") or "-",
     }
 
 
@@ -158,6 +160,7 @@ ROW_COLUMNS = [
     ("revision", "revision"),
     ("version", "version"),
     ("component", "component"),
+    ("runs on", "home"),
 ]
 
 
@@ -180,9 +183,43 @@ def _agent_text(agent: dict[str, Any]) -> str:
         back = agent["previous"][-1]
         lines.append(f"rollback goes to: revision {back['revision']} ({back['component']})")
     lines += [visible(line) for line in _rollout_lines(agent)]  # reasons: an agent's words
+    lines += _placement_lines(agent.get("placement"))
     history = [_history_row(entry) for entry in agent["history"]]
     lines += ["history:", table(history, HISTORY_COLUMNS)]
     return "\n".join(lines)
+
+
+MOVE_COLUMNS = [
+    ("seq", "seq"),
+    ("epoch", "epoch"),
+    ("from", "from"),
+    ("to", "to"),
+    ("reason", "reason"),
+    ("at", "at"),
+]
+
+
+def _placement_lines(placement: dict[str, Any] | None) -> list[str]:
+    """Where a placed agent runs, its lease and its moves (docs/mesh.md)."""
+    if not placement:
+        return []
+    lease = placement.get("lease")
+    if lease:
+        expires = lease.get("expires_in")
+        held = f"held by {lease['holder']}" + (
+            f", {expires:.1f} s left" if expires is not None else ""
+        )
+    else:
+        held = "held by the home (not this node)"
+    lines = [
+        f"runs on: {placement.get('home') or '-'} (epoch {placement.get('epoch', 0)})",
+        f"lease: {held}",
+        f"placement: {', '.join(placement.get('placement') or [])}",
+    ]
+    moves = placement.get("moves") or []
+    if moves:
+        lines += ["moves:", table(moves, MOVE_COLUMNS)]
+    return [visible(line) for line in lines]
 
 
 def _history_row(entry: dict[str, Any]) -> dict[str, Any]:
@@ -362,6 +399,21 @@ def _verb(method: str, verb: str) -> Any:
     return command
 
 
+def cmd_move(node: Node, args: argparse.Namespace) -> int:
+    """Ask the agent's home to hand it over to `--to`."""
+    body = {"to": args.to}
+    moved = node.call("POST", _path(args.name, "move"), json=body)
+    emit(
+        args,
+        moved,
+        lambda m: visible(
+            f"{m['agent']}: handed over to {m['to']} (epoch {m['epoch']}, "
+            f"handoff at seq {m['handoff_seq']}); drained in {m['drained_in_s']:.1f} s"
+        ),
+    )
+    return 0
+
+
 def add_agents_commands(
     sub: argparse._SubParsersAction[argparse.ArgumentParser], command: Any
 ) -> None:
@@ -413,6 +465,15 @@ def add_agents_commands(
         if verb == "rollback":
             p.add_argument("--reason", default="", help="why, for the history")
             _no_wait(p)
+    p = command(
+        agents,
+        "move",
+        cmd_move,
+        "move a placed agent to another node of its placement set (ask its home)",
+        LIFECYCLE_TIMEOUT_SECS,
+    )
+    p.add_argument("name", help="agent name")
+    p.add_argument("--to", required=True, metavar="NODE", help="the node to run it on")
 
 
 def _no_wait(parser: argparse.ArgumentParser) -> None:

@@ -161,6 +161,12 @@ class MeshSection(_Section, kw_only=True):
     ca_file: str | None = None
     # each HTTP request of a gap repair (docs/mesh.md): a peer that never answers costs this
     repair_timeout_secs: Annotated[float, msgspec.Meta(gt=0, le=300)] = 5.0
+    # placement and failover (node/placement/, docs/mesh.md "Placement and failover"): the
+    # lease of a placed agent's home, how often this node's advert is put, and how many
+    # placed agents it offers to host
+    lease_ttl_secs: Annotated[float, msgspec.Meta(ge=1, le=300)] = 10.0
+    advert_interval_secs: Annotated[float, msgspec.Meta(ge=0.1, le=60)] = 2.0
+    agent_slots: Annotated[int, msgspec.Meta(ge=0, le=100_000)] = 100
 
 
 class InferenceSection(_Section, kw_only=True):
@@ -195,6 +201,8 @@ class AgentConfig(_Section, kw_only=True):
     approval: dict[str, Any] = {}
     grants: GrantsSection = msgspec.field(default_factory=GrantsSection)
     http: HttpSection = msgspec.field(default_factory=HttpSection)
+    # node names that may host it (docs/mesh.md, "Placement and failover"); empty: this node
+    placement: list[AgentName] = []
 
     @property
     def approval_timeout_secs(self) -> int:
@@ -247,6 +255,12 @@ def check_config(config: Config, source: str) -> Iterator[str]:
         yield f"{source}: agents: the name {name!r} is used twice"
     for i, agent in enumerate(config.agents):
         yield from _check_agent(agent, f"{source}: agents[{i}]")
+        yield from placement_problems(agent.placement, config, f"{source}: agents[{i}].placement")
+        if len(set(agent.placement)) > 1 and not agent.component.startswith(REGISTRY_REFERENCE):
+            yield (
+                f"{source}: agents[{i}].placement: a placed agent's component comes from the "
+                "registry (registry:ID@VERSION), which the other nodes fetch it by"
+            )
     token_names = [t.name for t in config.auth.tokens]
     for i, token in enumerate(config.auth.tokens):
         where = f"{source}: auth.tokens[{i}]"
@@ -337,6 +351,28 @@ def _check_secret_domains(config: Config, source: str) -> Iterator[str]:
 def agent_problems(agent: AgentConfig, where: str) -> Iterator[str]:
     """Every problem of one agent entry (the API's deployments are checked the same way)."""
     return _check_agent(agent, where)
+
+
+MAX_PLACEMENT = 100
+
+
+def placement_problems(placement: list[str], config: Config, where: str) -> Iterator[str]:
+    """Why a placement set cannot be used (runtime.toml and the deploy API check the same):
+    at most MAX_PLACEMENT node names, no name twice, this node among them, and a set of more
+    than one node only with the NATS transport (the leases live there)."""
+    if not placement:
+        return
+    if len(placement) > MAX_PLACEMENT:
+        yield f"{where}: at most {MAX_PLACEMENT} node names, got {len(placement)}"
+    for name in sorted({n for n in placement if placement.count(n) > 1}):
+        yield f"{where}: the node {name!r} is named twice"
+    for name in placement:
+        if not AGENT_NAME_RE.fullmatch(name):
+            yield f"{where}: {name[:80]!r} is not a node name ({AGENT_NAME})"
+    if config.node.name not in placement:
+        yield f"{where}: must include this node ({config.node.name!r}), which deploys it"
+    if len(set(placement)) > 1 and config.mesh.transport != "nats":
+        yield f'{where}: more than one node needs [mesh] transport = "nats"'
 
 
 def _check_agent(agent: AgentConfig, where: str) -> Iterator[str]:

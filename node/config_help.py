@@ -108,6 +108,11 @@ KEYS: dict[type[msgspec.Struct], dict[str, str]] = {
         "heads_interval_secs": "How often this node's heads are published and peers' read.",
         "ca_file": "PEM CA certificate(s) https:// peers must chain to (default: the system's).",
         "repair_timeout_secs": "Deadline of one HTTP request of a gap repair from one peer.",
+        "lease_ttl_secs": "TTL of a placed agent's lease (1-300 s); its home renews it every "
+        "quarter of it and stops writing a fifth of it before it can expire.",
+        "advert_interval_secs": "How often this node puts its advert (secret domains, "
+        "capabilities, free slots); an advert lives three times this.",
+        "agent_slots": "Placed agents this node offers to host (its advert's free slots).",
     },
     c.InferenceSection: {
         "local_url": "OpenAI-compatible base URL of the local route (.../v1).",

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from aiohttp import hdrs, web
 from aiohttp.typedefs import Handler
 
+from eventstore.writer import Fenced
 from node.auth import refusal
 from node.context import CONTEXT
 from node.http import Problem, problem_for, problem_response
@@ -50,6 +51,10 @@ async def front_door(request: web.Request, handler: Handler) -> web.StreamRespon
         response = refused if refused is not None else await handler(request)
     except Problem as exc:
         response = problem_response(exc.status, exc.detail, title=exc.title, **exc.extra)
+    except Fenced as exc:  # a placed agent's journal this node may not write now (docs/mesh.md)
+        response = problem_response(
+            503, f"{exc}: the agent runs on another node now, or is moving; ask its home"
+        )
     except web.HTTPException as exc:
         answer = problem_for(exc, request)
         if answer is None:  # a redirect, or already a problem: aiohttp answers it as it is

@@ -54,6 +54,10 @@ class Projection(Protocol):
     # which the registry then prefers (one call per chunk of a replay instead of one per
     # envelope). Only for a fold that may be repeated: if it raises, the registry folds that
     # batch again through `apply`, envelope by envelope, reporting what raises.
+    # With `apply_many`, optional `rare` (event types) and `apply_rare(envelope)`: the part of
+    # the fold for those types, called envelope by envelope before the batch's `apply_many`,
+    # so that `apply_many` need not look for them in every batch (the journals' moves). It
+    # must be idempotent: `apply` (the fallback) folds those types too.
 
     def apply(self, envelope: Envelope) -> None:
         """Fold one envelope; must be deterministic and must not raise on unknown types."""
@@ -110,6 +114,10 @@ class Projections:
                 p.apply
                 for p in self._projections.values()
                 if _folds(p, event_type) and p not in self._batched
+            ) + tuple(
+                p.apply_rare  # type: ignore[attr-defined]
+                for p in self._batched
+                if event_type in getattr(p, "rare", ())
             )
             self._appliers_by_type[event_type] = appliers
         return appliers
@@ -207,6 +215,18 @@ class Projections:
         finally:
             gc.enable()
             gc.freeze()
+
+    def refold(self, chunks: Iterable[Sequence[Envelope]]) -> None:
+        """Fold again from position 0, after the journal was rewound (eventstore/rewind.py):
+        each in-memory read model is emptied in place, so whoever holds it keeps a current
+        one, then `rebuild` folds `chunks` (the whole journal). The on-disk ones were refolded
+        in the rewind's own transaction. Rare (a fork between epochs), so a full fold."""
+        for projection in self._projections.values():
+            state = type(projection)().__dict__
+            projection.__dict__.clear()
+            projection.__dict__.update(state)
+        self.position, self.last_digest = 0, b""
+        self.rebuild(chunks)
 
     def fresh(self) -> Projections:
         """Empty instances of the same projections (they take no constructor arguments)."""

@@ -59,6 +59,11 @@ PEER_KEY_PINNED = "peer.key_pinned"
 PEER_ACKED = "peer.acked"
 KEY_ROTATED = "node.key_rotated"
 NODE_RELOADED = "node.reloaded"
+# placement and failover, in the agent's own journal (docs/mesh.md, "Placement and failover")
+AGENT_PLACED = "agent.placed"
+JOURNAL_HANDOFF = "journal.handoff"
+JOURNAL_TAKEOVER = "journal.takeover"
+AGENT_MOVED_IN = "agent.moved_in"
 
 # ----------------------------------------------------------------------------- bounds
 LOG_LEVELS = ("trace", "debug", "info", "warn", "error")
@@ -412,6 +417,59 @@ class AgentRemoved(Payload):
     agent: JournalName
     reason: Text = ""
     operator: Name | None = None
+
+
+# ----------------------------------------------------------------------------- placement
+# Which nodes may host an agent and which one writes its journal now (its home), in the agent's
+# own journal, so every replica learns them with the journal itself (projections/journals.py
+# folds them; node/sync/receive.py accepts a new writer only by them).
+MAX_PLACEMENT = 100  # nodes in one placement set
+Epoch = Annotated[int, msgspec.Meta(ge=0, le=MAX_COUNT)]
+NodeName = JournalName  # a node's name is its node journal's name
+Placement = Annotated[list[NodeName], msgspec.Meta(min_length=1, max_length=MAX_PLACEMENT)]
+MoveReason = Literal["handoff", "takeover"]
+
+
+@entry
+class AgentPlaced(Payload):
+    """By the home, when a placed agent is deployed, upgraded, rolled back or its placement
+    changes: what every node of `placement` runs if it becomes the home."""
+
+    type = AGENT_PLACED
+    placement: Placement
+    definition: AgentDefinition
+    epoch: Epoch = 0
+
+
+@entry
+class JournalHandoff(Payload):
+    """By the current home, in a planned move: from the next seq on, `to` writes the journal."""
+
+    type = JOURNAL_HANDOFF
+    to: NodeName
+    epoch: Epoch
+
+
+@entry
+class JournalTakeover(Payload):
+    """By the new home, the first envelope it writes, after it won the lease of `epoch`."""
+
+    type = JOURNAL_TAKEOVER
+    epoch: Epoch
+    lease_revision: Count
+    previous_home: NodeName
+
+
+@entry
+class AgentMovedIn(Payload):
+    """By the new home once the agent runs there."""
+
+    type = AGENT_MOVED_IN
+    epoch: Epoch
+    from_node: NodeName
+    reason: MoveReason
+    open_tasks: Count = 0
+    abandoned_approvals: Count = 0
 
 
 # ----------------------------------------------------------------------------- node-level

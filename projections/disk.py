@@ -153,12 +153,17 @@ class DiskModels:
         again from position 0."""
         if txn.get(_FINGERPRINT, db=self._meta) == self.fingerprint().encode():
             return
+        self.reset(txn)
+        txn.put(_FINGERPRINT, self.fingerprint().encode(), db=self._meta)
+
+    def reset(self, txn: Txn) -> None:
+        """Empty every model (position 0): the journal was rewound, or their code changed."""
         env = self.space_env()
         for model in self._models.values():
             for name in _databases_of(txn, model.name):
                 txn.drop(env.open_db(name, txn=txn), delete=False)
         txn.put(_POSITION, u64(0), db=self._meta)
-        txn.put(_FINGERPRINT, self.fingerprint().encode(), db=self._meta)
+        self._forget_staged()
 
     def position(self, txn: Txn) -> int:
         raw = txn.get(_POSITION, db=self._meta)

@@ -23,6 +23,7 @@ from projections.keys import KeyHistory
 from projections.ownership import Owners
 from projections.packages import Registry
 from projections.peers import PeerBook
+from projections.placements import Placements
 from projections.tasks import Tasks
 
 
@@ -51,6 +52,7 @@ READ_MODELS: tuple[ReadModel, ...] = (
     ReadModel(Grants, Storage.MEMORY),
     ReadModel(PeerBook, Storage.MEMORY),
     ReadModel(DeployedAgents, Storage.MEMORY),
+    ReadModel(Placements, Storage.MEMORY),
 )
 
 

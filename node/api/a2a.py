@@ -118,11 +118,12 @@ def setup(app: web.Application) -> None:
             "a2a",
             TaskCreated,
             status=201,
-            errors=(400, 404, 409, 413, 429),
+            errors=(400, 404, 409, 413, 429, 503),
             body=NewTask,
             description="413 when the input is over 64 KiB as JSON (its event must stay "
             "replicable); 429 when the agent already has `node.max_open_tasks_per_agent` "
-            "pending or running tasks.",
+            "pending or running tasks; 503 for a placed agent when the mesh's stream did not "
+            "acknowledge the task within the agent's lease (docs/mesh.md).",
         ),
     )
     add_route(

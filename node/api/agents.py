@@ -3,16 +3,18 @@ rollback and DELETE one (node/services/deployments.py; docs/api.md, docs/operati
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 from aiohttp import web
 
 from node.auth import IDENTITY
 from node.boundedjson import loads_as
+from node.config import AGENT_NAME
 from node.context import context_of
 from node.http import Problem, json_body, json_response
 from node.mergepatch import MERGE_PATCH
+from node.placement.key import PLACEMENT
 from node.routes import Doc, add_route
 from node.runtime.agents import AGENTS
 from node.services.agentpatch import AgentPatch, patched
@@ -24,10 +26,18 @@ from node.services.deployments import (
 )
 from node.services.rollouts import ChangeView, RolloutView
 from projections import catalogue as c
-from projections.deployments import DeployedAgent, DeployedAgents, Deployment, HistoryEntry
+from projections.deployments import (
+    DeployedAgent,
+    DeployedAgents,
+    Deployment,
+    HistoryEntry,
+    component_version,
+)
+from projections.placements import Placed, Placements
 
 BASE = "/api/v1/agents"
-Status = Literal["running", "idle", "stopped", "error", "unknown"]
+# `replica`: a placed agent another node runs now (this node holds a copy of its journal)
+Status = Literal["running", "idle", "stopped", "error", "unknown", "replica"]
 
 
 class DeploymentView(msgspec.Struct, kw_only=True):
@@ -58,6 +68,38 @@ class AgentView(msgspec.Struct, kw_only=True):
     reason: str | None = None
     change: ChangeView | None = None  # a lifecycle change in progress: its step
     rollout: RolloutView | None = None  # the latest upgrade's or rollback's probation
+    placement: PlacementView | None = None  # a placed agent: where it runs, its moves
+
+
+class LeaseView(msgspec.Struct, kw_only=True):
+    holder: str
+    expires_in: float | None  # seconds, as this node's renewals keep it
+
+
+class PlacementView(msgspec.Struct, kw_only=True):
+    """Where a placed agent runs (docs/mesh.md, "Placement and failover"): the node writing
+    its journal now, in which epoch, the lease this node holds for it (None: not this node),
+    the nodes that may host it, and its moves (oldest first, the last 20)."""
+
+    home: str | None
+    epoch: int
+    lease: LeaseView | None
+    placement: list[str]
+    moves: list[dict[str, Any]]
+
+
+class MoveRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    to: Annotated[str, msgspec.Meta(pattern=AGENT_NAME)]
+
+
+class MoveView(msgspec.Struct, kw_only=True):
+    """A planned move: the handoff this node signed, and how long draining took."""
+
+    agent: str
+    to: str
+    epoch: int
+    handoff_seq: int
+    drained_in_s: float
 
 
 class AgentChange(msgspec.Struct, kw_only=True):
@@ -76,6 +118,12 @@ def _deployment(d: Deployment) -> DeploymentView:
         deployed_at=d.deployed_at,
         operator=d.operator,
     )
+
+
+def placement_view(request: web.Request, name: str) -> PlacementView | None:
+    manager = request.app.get(PLACEMENT)
+    placed = manager.view(name) if manager is not None else None
+    return msgspec.convert(placed, PlacementView) if placed is not None else None
 
 
 def view(request: web.Request, deployed: DeployedAgent) -> AgentView:
@@ -101,6 +149,31 @@ def view(request: web.Request, deployed: DeployedAgent) -> AgentView:
         reason=reason,
         change=change.view() if change is not None else None,
         rollout=rollout.view() if rollout is not None else None,
+        placement=placement_view(request, deployed.name),
+    )
+
+
+def replica_view(request: web.Request, placed: Placed) -> AgentView:
+    """A placed agent another node runs, not deployed here: what its journal says."""
+    definition = placed.definition
+    return AgentView(
+        name=placed.agent,
+        source="api",
+        status="replica",
+        stopped=False,
+        last_error=None,
+        current=DeploymentView(
+            revision=0,  # not deployed on this node
+            component=definition.component,
+            version=component_version(definition.component),
+            sha256=definition.sha256,
+            deployed_at="",
+            operator=None,
+        ),
+        definition=definition,
+        previous=[],
+        history=[],
+        placement=placement_view(request, placed.agent),
     )
 
 
@@ -122,16 +195,54 @@ def _answer(request: web.Request, message: str, status: int = 200) -> web.Respon
     return json_response(AgentChange(message=message, agent=agent), status)
 
 
+def _shown(request: web.Request, deployed: DeployedAgent) -> AgentView:
+    """A deployed agent; one that moved to another node reads as a replica here."""
+    if deployed.name in _service(request).elsewhere:
+        placed = context_of(request).projections.get(Placements).get(deployed.name)
+        if placed is not None:
+            shown = view(request, deployed)
+            shown.status = "replica"
+            return shown
+    return view(request, deployed)
+
+
 async def list_agents(request: web.Request) -> web.Response:
-    model = context_of(request).projections.get(DeployedAgents)
-    return json_response([view(request, d) for d in model.list()])
+    ctx = context_of(request)
+    model = ctx.projections.get(DeployedAgents)
+    shown = [_shown(request, d) for d in model.list()]
+    replicas = [
+        replica_view(request, p)
+        for p in ctx.projections.get(Placements).placed_on(ctx.name)
+        if model.get(p.agent) is None
+    ]
+    return json_response(sorted(shown + replicas, key=lambda a: a.name))
 
 
 async def get_agent(request: web.Request) -> web.Response:
-    deployed = context_of(request).projections.get(DeployedAgents).get(_name(request))
+    ctx = context_of(request)
+    deployed = ctx.projections.get(DeployedAgents).get(_name(request))
     if deployed is None:
+        placed = ctx.projections.get(Placements).get(_name(request))
+        if placed is not None and ctx.name in placed.placement:
+            return json_response(replica_view(request, placed))
         raise Problem(404, f"no agent {_name(request)!r} is deployed on this node")
-    return json_response(view(request, deployed))
+    return json_response(_shown(request, deployed))
+
+
+async def move(request: web.Request) -> web.Response:
+    """Hand the agent over to another node of its placement set (this node is its home)."""
+    body = await json_body(request, MoveRequest)
+    manager = request.app.get(PLACEMENT)
+    if manager is None:
+        raise Problem(409, 'moving an agent needs the NATS mesh ([mesh] transport = "nats")')
+    name = _name(request)
+    projections = context_of(request).projections
+    if projections.get(Placements).get(name) is None and not projections.get(DeployedAgents).get(
+        name
+    ):
+        raise Problem(404, f"no agent {name!r} is deployed on this node")
+    moved = await manager.move(name, body.to)
+    return json_response(msgspec.convert(moved, MoveView))
 
 
 async def deploy(request: web.Request) -> web.Response:
@@ -238,6 +349,29 @@ def setup(app: web.Application) -> None:
             "admin",
             Doc(summary, "agents", AgentChange, errors=(400, 404, 409, 503)),
         )
+    add_route(
+        app,
+        "POST",
+        BASE + "/{name}/move",
+        move,
+        "admin",
+        Doc(
+            "Move a placed agent to another node of its placement set (planned move)",
+            "agents",
+            MoveView,
+            body=MoveRequest,
+            errors=(400, 404, 409, 422, 503),
+            description=(
+                "Asked of the agent's home: it drains the agent (its run in progress ends), "
+                "appends `journal.handoff` naming the target, waits for the stream to hold it "
+                "and releases the lease; the target then takes the lease, starts the agent and "
+                "appends `agent.moved_in`. 422 when the target is not in the placement set or "
+                "lacks the agent's grant domains, 409 when this node is not the home or the "
+                "target has no fresh advert, 503 when the stream did not acknowledge the "
+                'handoff. See docs/mesh.md, "Placement and failover".'
+            ),
+        ),
+    )
     add_route(
         app,
         "DELETE",

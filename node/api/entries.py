@@ -16,6 +16,7 @@ from node.http import (
     limit_query,
     page_bytes,
 )
+from node.placement.key import PLACEMENT
 from node.routes import Doc, add_route
 from node.services.findings import NewFinding, post_finding
 from projections.entries import Finding, Findings, LogEntry, Logs
@@ -63,6 +64,9 @@ async def list_findings(request: web.Request) -> web.Response:
 async def create_finding(request: web.Request) -> web.Response:
     finding = await json_body(request, NewFinding)
     seq, hosted = await post_finding(context_of(request), finding, request[IDENTITY].name)
+    placement = request.app.get(PLACEMENT)
+    if hosted and placement is not None:  # a placed agent's write counts once the stream has it
+        await placement.confirm(finding.agent)
     return json_response(FindingCreated(seq, None if hosted else NOT_HOSTED), status=201)
 
 
@@ -106,13 +110,15 @@ def setup(app: web.Application) -> None:
             "logs",
             FindingCreated,
             status=201,
-            errors=(400, 409),
+            errors=(400, 409, 503),
             body=NewFinding,
             description="`agent` is any agent name: a hosted agent, the node itself, or "
             "what an external integration reports about (its own name, an agent hosted "
             "elsewhere). A finding about a name this node does not host is kept in the "
             "node's own journal and read back with `agent` as posted; the answer's `note` "
             "says so. The finding records the posting token's name as `posted_by`, apart "
-            "from the agent's own findings.",
+            "from the agent's own findings. About a placed agent (docs/mesh.md, \"Placement "
+            "and failover\"), the answer comes once the mesh's stream holds the finding; "
+            "503 when it did not within the agent's lease (it may be lost in a failover).",
         ),
     )

@@ -10,6 +10,7 @@ and stops every agent (blocking, so in a thread) before the journal closes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from aiohttp import web
 from node import jsonrpc as rpc
 from node.context import CONTEXT, context_of
 from node.http import Problem, json_response
+from node.placement.key import PLACEMENT
 from node.routes import Doc, Query, add_route
 from node.runtime.agents import AGENTS, Agents
 from node.runtime.capabilities import Capabilities
@@ -39,6 +41,7 @@ from node.services.grants import GRANTS, GrantService
 from node.services.registry import REGISTRY, RegistryService
 from node.services.tasks import TASKS, TaskService
 from node.streams.bus import BUS, EventBus
+from node.sync.service import SYNC
 from projections.tasks import Tasks
 
 COMPILED_DIR = "compiled"  # under data_dir: the compiled-component cache
@@ -58,6 +61,13 @@ def setup(app: web.Application) -> None:
         deployments=DeploymentService(app[CONTEXT], app[REGISTRY], app[GRANTS], app[APPROVALS]),
     )
     app[DEPLOYMENTS] = deps.deployments
+    if app[CONTEXT].config.mesh.transport == "nats":  # placed agents (node/placement/)
+        from node.placement.manager import PlacementManager  # nats-py: an optional extra
+
+        app[PLACEMENT] = PlacementManager(
+            app[CONTEXT], deps.deployments, deps.approvals, deps.registry
+        )
+        deps.tasks.confirm = app[PLACEMENT].confirm
     app.cleanup_ctx.append(lambda app: runtime_lifecycle(app, agents, deps))
     add_route(
         app,
@@ -122,9 +132,15 @@ async def runtime_lifecycle(
     config = ctx.config
     deployments = deps.deployments
     refuse_foreign(ctx, deployments.declared)
+    placement = app.get(PLACEMENT)
+    if placement is not None:  # a placed agent runs once its lease is held (manager.py)
+        placement.hold_back()
     # the agents to host: what the journal's lifecycle events say, runtime.toml's changes
     # journaled first (a conflict between the two stops the start here)
     hosted = await deployments.reconcile()
+    if placement is not None:
+        placement.hold_back()
+        hosted = deployments.hosted()
     refuse_foreign(ctx, hosted)
     config.agents = hosted
     ctx.metrics.agents_total.set(len(hosted))
@@ -182,9 +198,19 @@ async def runtime_lifecycle(
         {name: w for name, w in runtime.workers.items() if name not in suspended}
     )
     agents.startup.watch()
+    placing = None
+    nats_mesh = app[SYNC].nats
+    if placement is not None and nats_mesh is not None:
+        from node.placement.link import open_link
+
+        placing = asyncio.create_task(placement.supervise(nats_mesh, open_link), name="placement")
     try:
         yield
     finally:
+        if placing is not None:
+            placing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await placing
         await deployments.close()  # a lifecycle change in progress ends first
         await loop.run_in_executor(None, runtime.stop)
         agents.attach(None, None)

@@ -28,7 +28,7 @@ import hashlib
 import logging
 from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 import wasmtime
@@ -42,6 +42,7 @@ from node.config import (
     AgentConfig,
     ConfigError,
     agent_problems,
+    placement_problems,
 )
 from node.context import NodeContext
 from node.http import Problem
@@ -57,6 +58,7 @@ from node.services.tasks import cancellations
 from projections import catalogue as c
 from projections.deployments import NODE_STREAM, DeployedAgent, DeployedAgents
 from projections.journals import Journals
+from projections.placements import Placements
 from projections.tasks import Tasks
 
 log = logging.getLogger(__name__)
@@ -80,6 +82,9 @@ class DeployRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     approval: dict[str, Any] = {}
     grant_domains: list[str] = []
     allow_hosts: list[str] = []
+    # node names that may host it (docs/mesh.md, "Placement and failover"); None: as it is
+    # (this node alone for a new agent)
+    placement: list[str] | None = None
 
 
 class RollbackRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -163,6 +168,9 @@ class DeploymentService:
         self.drain_secs = DRAIN_SECS
         # the changes in progress and each agent's latest probation (node/services/rollouts.py)
         self.rollouts = Rollouts(ProbationSettings.of(ctx.config))
+        # placed agents deployed here that another node runs now (node/placement/manager.py)
+        self.elsewhere: set[str] = set()
+        self.placement: PlacementHooks | None = None
 
     @property
     def projection(self) -> DeployedAgents:
@@ -223,10 +231,26 @@ class DeploymentService:
                 )
         for event in events:
             await self.ctx.store.append(NODE_STREAM, *c.event_of(event))
+        for agent in self.declared:
+            await self._place_declared(agent)
         for deployed in self.projection.list():
             if deployed.source == "config" and deployed.name not in declared_names:
                 await self._remove(deployed.name, "no longer declared in runtime.toml", None)
         return self.hosted()
+
+    async def _place_declared(self, agent: AgentConfig) -> None:
+        """A runtime.toml agent whose placement set differs from its journal's: journal it
+        (`agent.placed`), where this node writes the agent's journal."""
+        deployed = self.projection.get(agent.name)
+        if deployed is None or not self._writes(agent.name):
+            return
+        wanted = placement_set(self.ctx, agent.placement or None, agent.name)
+        event = placed_event(self.ctx, agent.name, wanted, deployed.current.definition, True)
+        if event is not None:
+            await self.ctx.store.append_many([event])
+
+    def _writes(self, name: str) -> bool:
+        return self.ctx.projections.get(Journals).home_of(name) in (None, self.ctx.name)
 
     def hosted(self) -> list[AgentConfig]:
         """The agents to host, as the journal says now (declared first, in file order)."""
@@ -237,7 +261,7 @@ class DeploymentService:
             for d in self.projection.list()
             if d.source == "api"
         ]
-        return hosted
+        return [a for a in hosted if a.name not in self.elsewhere]
 
     def suspended(self) -> set[str]:
         return {d.name for d in self.projection.list() if d.suspended}
@@ -323,6 +347,7 @@ class DeploymentService:
             ):
                 return None
             target = deployed.previous[-1].revision
+            target_definition = deployed.previous[-1].definition
             await self._append(
                 c.AgentRolledBack(
                     agent=name,
@@ -332,6 +357,7 @@ class DeploymentService:
                     automatic=True,
                 )
             )
+            await self._placed(name, target_definition, self._current_placement(name))
             self._set_hosted()
             await self._follow_grants(name, f"not asked for by revision {target}")
             self._draining(change, name)
@@ -350,7 +376,28 @@ class DeploymentService:
         deployed = self.projection.get(name)
         if deployed is None:
             raise Problem(404, f"no agent {name!r} is deployed on this node")
+        self._here(name)
         return deployed
+
+    def _here(self, name: str) -> None:
+        """A placed agent is changed on its home only (409 naming it elsewhere)."""
+        if name in self.elsewhere or not self._writes(name):
+            home = self.ctx.projections.get(Journals).home_of(name)
+            raise Problem(
+                409,
+                f"agent {name!r} runs on node {home!r} now; change it there "
+                f"(`agent-node agents move {name} --to {self.ctx.name}` brings it here)",
+                home=home,
+            )
+
+    def _current_placement(self, name: str) -> tuple[str, ...]:
+        return placement_set(self.ctx, None, name)
+
+    async def _placed(self, name: str, definition: c.AgentDefinition, placement: Any) -> None:
+        """Journal `agent.placed` after a change of a placed agent (or of its placement)."""
+        event = placed_event(self.ctx, name, placement, definition, False)
+        if event is not None:
+            await self.ctx.store.append_many([event])
 
     def _only_api(self, deployed: DeployedAgent, what: str) -> None:
         if deployed.source == "config":
@@ -384,6 +431,7 @@ class DeploymentService:
         raw["name"] = name
         raw["grants"] = {"domains": raw.pop("grant_domains")}
         raw["http"] = {"allow_hosts": raw.pop("allow_hosts")}
+        raw.pop("placement")  # checked by placement_set: not an entry's key as given
         if raw["fuel_per_tick"] is None:
             del raw["fuel_per_tick"]
         try:
@@ -426,11 +474,15 @@ class DeploymentService:
             assert package is not None  # resolved above
             definition = _bounded(definition_of(agent, package.checksum))
             deployed = self.projection.get(name)
+            placement = placement_set(self.ctx, body.placement, name)
             if deployed is None:
                 async with self._changing(name, "deploy", "checking the component loads"):
-                    return 201, await self._deploy_new(name, definition, path, operator)
+                    return 201, await self._deploy_new(name, definition, path, operator, placement)
             self._only_api(deployed, "change")
+            self._here(name)
             if deployed.current.definition == definition:
+                if await self._replaced(name, definition, placement):
+                    return 200, f"agent {name!r} may now run on {', '.join(placement)}"
                 return (
                     200,
                     f"agent {name!r} already runs this deployment "
@@ -438,20 +490,50 @@ class DeploymentService:
                 )
             async with self._changing(name, "upgrade", "checking the component loads") as change:
                 return 200, await self._upgrade(
-                    deployed, definition, path, operator, runtime, change
+                    deployed, definition, path, operator, runtime, change, placement
                 )
 
+    async def _replaced(
+        self, name: str, definition: c.AgentDefinition, placement: tuple[str, ...]
+    ) -> bool:
+        """Only the placement set changed: journal it; whether it did change."""
+        event = placed_event(self.ctx, name, placement, definition, True)
+        if event is None:
+            return False
+        if len(placement) > 1 and self.placement is not None:
+            path = self.registry.resolve(definition.component)
+            await self.placement.share(name, definition, path)
+        await self.ctx.store.append_many([event])
+        return True
+
     async def _deploy_new(
-        self, name: str, definition: c.AgentDefinition, path: Path, operator: str
+        self,
+        name: str,
+        definition: c.AgentDefinition,
+        path: Path,
+        operator: str,
+        placement: tuple[str, ...] = (),
     ) -> str:
         why = await self._loads(path)
         if why is not None:
             raise Problem(422, f"agent {name!r} not deployed: {why}")
-        await self._append(
-            c.AgentDeployed(
-                agent=name, revision=1, source="api", definition=definition, operator=operator
-            )
+        deployed = NewEvent(
+            NODE_STREAM,
+            *c.event_of(
+                c.AgentDeployed(
+                    agent=name, revision=1, source="api", definition=definition, operator=operator
+                )
+            ),
         )
+        placed = placed_event(self.ctx, name, placement, definition, False)
+        if placed is not None:  # its lease first: a placed agent runs only while held
+            if self.placement is None:
+                raise Problem(503, "placement needs the NATS mesh, which is not running")
+            await self.placement.share(name, definition, path)
+            await self.placement.claim(name)
+        await self.ctx.store.append_many([deployed] + ([placed] if placed is not None else []))
+        if placed is not None and self.placement is not None:
+            self.placement.started_here(name)
         self._set_hosted()
         await self._follow_grants(name, "not asked for by revision 1")
         if self._tasks is not None:
@@ -479,6 +561,7 @@ class DeploymentService:
         operator: str,
         runtime: AgentRuntime,
         change: Change,
+        placement: tuple[str, ...] = (),
     ) -> str:
         name = deployed.name
         revision = deployed.last_revision + 1
@@ -493,7 +576,10 @@ class DeploymentService:
                 [NewEvent(NODE_STREAM, *c.event_of(e)) for e in (upgraded, rolled_back)]
             )
             raise self._failed(name, revision, previous, why)
+        if len(placement) > 1 and self.placement is not None:  # the new bytes, where needed
+            await self.placement.share(name, definition, path)
         await self._append(upgraded)
+        await self._placed(name, definition, placement or self._current_placement(name))
         self._set_hosted()
         await self._follow_grants(name, f"not asked for by revision {revision}")
         reason = f"upgraded to revision {revision}"
@@ -508,6 +594,7 @@ class DeploymentService:
         if why is None:
             return f"upgraded to revision {revision}" + self._watch(name, revision, worker)
         await self._append(self._rolled_back(name, revision, previous, why))
+        await self._placed(name, deployed.current.definition, self._current_placement(name))
         self._set_hosted()
         await self._follow_grants(name, f"not asked for by revision {previous}")
         self._draining(change, name)
@@ -562,6 +649,7 @@ class DeploymentService:
                 operator=operator,
             )
         )
+        await self._placed(name, target.definition, self._current_placement(name))
         self._set_hosted()
         await self._follow_grants(name, f"not asked for by revision {target.revision}")
         self._draining(change, name)
@@ -576,6 +664,48 @@ class DeploymentService:
         if deployed.suspended:
             return done + " (stopped: it runs once started)"
         return done + self._watch(name, target.revision, worker)
+
+    # ------------------------------------------------------------------ placed agents
+
+    async def host_placed(self, name: str, definition: c.AgentDefinition) -> None:
+        """Run here a placed agent this node became the home of (node/placement/resume.py):
+        its deployment journaled in this node's journal as the agent's journal says it (the
+        same component and definition), its open tasks queued, its instance started."""
+        async with self._lock:
+            deployed = self.projection.get(name)
+            event: c.Payload | None = None
+            if deployed is None:
+                event = c.AgentDeployed(agent=name, revision=1, source="api", definition=definition)
+            elif deployed.current.definition != definition:
+                revision = deployed.last_revision + 1
+                event = c.AgentUpgraded(
+                    agent=name, revision=revision, source=deployed.source, definition=definition
+                )
+            if event is not None:
+                await self._append(event)
+            self.elsewhere.discard(name)
+            self._set_hosted()
+            await self._follow_grants(name, "not asked for by the definition it moved with")
+            runtime = self.runtime
+            if self._tasks is not None:
+                open_tasks = self.ctx.projections.get(Tasks).open_tasks(name)
+                self._tasks.add_agent(name, ((t.id, t.from_, t.input) for t in open_tasks))
+            suspended = deployed is not None and deployed.suspended
+            if name in runtime.workers:
+                await asyncio.to_thread(
+                    runtime.replace, self._spec(name), "moved in", self.drain_secs, not suspended
+                )
+            else:
+                await asyncio.to_thread(runtime.add, self._spec(name), not suspended)
+
+    async def unhost_placed(self, name: str, reason: str, drain_secs: float) -> None:
+        """Stop running a placed agent here (it moved, or its lease is lost): its instance
+        ends (after its run in progress, up to `drain_secs`), its deployment stays."""
+        self.elsewhere.add(name)
+        runtime = self._runtime
+        if runtime is not None and name in runtime.workers:
+            await asyncio.to_thread(runtime.remove, name, reason, drain_secs)
+        self._set_hosted()
 
     async def suspend(self, name: str, operator: str) -> str:
         async with self._lock:
@@ -640,11 +770,62 @@ class DeploymentService:
         await self.grants.follow([agent], why)
 
 
+class PlacementHooks(Protocol):
+    """What a deployment of a placed agent asks of the placement manager."""
+
+    async def share(self, name: str, definition: c.AgentDefinition, path: Path) -> None:
+        """Make the component available to every node of the placement set."""
+
+    async def claim(self, name: str) -> None:
+        """Take the lease of a new placed agent (503 Problem when it cannot)."""
+
+    def started_here(self, name: str) -> None:
+        """The new placed agent runs here, under the lease `claim` took."""
+
+
+def placement_set(ctx: NodeContext, given: list[str] | None, name: str) -> tuple[str, ...]:
+    """The placement set a deployment asks for: `given` checked (422 saying what is wrong),
+    else the agent's current one from its journal, else this node alone."""
+    if given is None:
+        placed = ctx.projections.get(Placements).get(name)
+        return placed.placement if placed is not None else (ctx.name,)
+    problems = list(placement_problems(given, ctx.config, "placement"))
+    if problems:
+        raise Problem(422, "; ".join(problems))
+    return tuple(given) if given else (ctx.name,)
+
+
+def placed_event(
+    ctx: NodeContext,
+    name: str,
+    placement: tuple[str, ...],
+    definition: c.AgentDefinition,
+    only_if_moved: bool,
+) -> NewEvent | None:
+    """The `agent.placed` to journal in the agent's own journal, or None: for an agent never
+    placed on more than one node, and when neither the set nor (unless `only_if_moved`) the
+    definition changed."""
+    placement = tuple(placement) or (ctx.name,)
+    current = ctx.projections.get(Placements).get(name)
+    if current is None and len(placement) <= 1:
+        return None
+    same_set = current is not None and current.placement == placement
+    if same_set and (only_if_moved or current.definition == definition):  # type: ignore[union-attr]
+        return None
+    epoch = ctx.projections.get(Journals).epoch_of(name)
+    placed = c.AgentPlaced(placement=list(placement), definition=definition, epoch=epoch)
+    return NewEvent(name, *c.event_of(placed))
+
+
 def refuse_foreign(ctx: NodeContext, agents: Iterable[AgentConfig]) -> None:
     """A journal has one writer: an agent whose journal came from another node is not ours."""
     journals = ctx.projections.get(Journals)
+    placements = ctx.projections.get(Placements)
     for agent in agents:
         home = journals.home_of(agent.name)
+        placed = placements.get(agent.name)
+        if placed is not None and ctx.name in placed.placement:
+            continue  # placed here too: it runs where its journal and its lease say
         if home not in (None, ctx.name):
             raise ConfigError(
                 f"agents: {agent.name!r} is hosted on node {home!r} (its journal was written "

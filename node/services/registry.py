@@ -191,6 +191,38 @@ class RegistryService:
             "published_at": envelope.event.ts,
         }
 
+    async def adopt(self, reference: str, checksum: str, fetched: Path, description: str) -> Path:
+        """Publish here a component another node of its placement set published (a placed
+        agent moving in, node/placement/resume.py): `fetched` was verified against `checksum`
+        already, and the home compiled it before deploying, so it is not checked again. The
+        blob's path; a LookupError when this registry holds that version with other bytes."""
+        package_id, version = parse_reference(reference)
+        async with self._lock:
+            package = self.projection.version(package_id, version)
+            if package is not None:
+                if package.checksum != checksum:
+                    raise RegistryError(
+                        f"{package_id}@{version} is published here as {package.checksum}, "
+                        f"the agent runs {checksum}"
+                    )
+                return self.resolve(reference)
+            blob = self.blob_path(checksum)
+            if not blob.exists():
+                await asyncio.to_thread(move_durably, fetched, blob)
+            await self.ctx.store.append(
+                REGISTRY_STREAM,
+                *c.event_of(
+                    c.PackagePublished(
+                        id=package_id,
+                        version=version,
+                        description=description,
+                        checksum=checksum,
+                        wasm_size_bytes=blob.stat().st_size,
+                    )
+                ),
+            )
+            return blob
+
     def _refuse_existing(self, package_id: str, version: str) -> None:
         if self.projection.has(package_id, version):
             raise Problem(409, f"{package_id}@{version} is already published")

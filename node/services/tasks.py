@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +34,9 @@ class TaskService:
         self._finishing: set[str] = set()
         # tasks being created per agent, for the open-tasks cap
         self._creating: dict[str, int] = {}
+        # a placed agent's new task is answered once the mesh's stream holds it (503 if not in
+        # time): node/placement/manager.py sets it with the NATS transport
+        self.confirm: Callable[[str], Awaitable[None]] | None = None
 
     @property
     def projection(self) -> Tasks:
@@ -85,6 +89,8 @@ class TaskService:
                 self._creating[to] -= 1
             else:
                 del self._creating[to]
+        if self.confirm is not None:
+            await self.confirm(to)
         return {"id": task_id, "status": "pending", "created_at": envelope.event.ts}
 
     async def cancel(self, task_id: str, operator: str) -> Envelope:

@@ -13,6 +13,7 @@ import random
 import time
 
 import aiohttp
+from nats.js import JetStreamContext
 
 from node.context import NodeContext
 from node.sync.acks import AckRecorder
@@ -59,6 +60,9 @@ class NatsMesh:
         self.heads: HeadsBoard | None = None
         self.connected = False
         self.last_error = ""
+        # the live connection's JetStream context (None while away): node/placement/ uses it
+        self.js: JetStreamContext | None = None
+        self.nc: RawClient | None = None
 
     async def run(self) -> None:
         """The repair queue and the link, started again (logged, counted) if either ever
@@ -89,7 +93,7 @@ class NatsMesh:
                     log.warning("nats mesh: %s; retrying", text)
                 self.connected, self.last_error = False, text
             finally:
-                self.repair.js = None
+                self.repair.js = self.js = self.nc = None
                 if nc is not None:  # a close that hangs must not hold the mesh back
                     with contextlib.suppress(Exception):
                         await asyncio.wait_for(nc.close(), CLOSE_SECS)
@@ -114,7 +118,8 @@ class NatsMesh:
             self._ctx, nc, js, self._receiver, self.repair, self._incidents, self.metrics
         )
         self.heads = HeadsBoard(self._ctx, nc, js, kv, self._acks, self.claims, self.metrics)
-        self.repair.js = js
+        self.repair.js = self.js = js
+        self.nc = nc
         if not self.connected:
             log.info("nats mesh %s: connected", mesh.name)
         self.connected, self.last_error = True, ""

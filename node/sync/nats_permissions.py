@@ -9,7 +9,11 @@ JetStream replies. The list follows what the node (nats-py 2.16) sends:
   `$JS.API.CONSUMER.CREATE.<stream>.<consumer>` (no filter token), one filter on
   `...<consumer>.<filter>`: both are allowed, for any mesh size;
 - the stream and the heads bucket are read (info, last message by subject) and created when
-  missing (the first node creates them; an existing one is never changed).
+  missing (the first node creates them; an existing one is never changed);
+- placement (node/placement/): the leases bucket is read and written key by key (any node may
+  take any agent's lease: which node may host an agent is the journal's placement set, checked
+  by every peer), the nodes bucket read whole and written only at the node's own key, the
+  components object store read and written (chunks and metas; no purge, no delete).
 
 Generated rather than hand-kept: `agent-node mesh nats-permissions CONFIG...` prints the block.
 """
@@ -22,6 +26,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from node.config import AGENT_NAME_RE, MESH_NAME, ConfigError
+from node.placement.names import (
+    components_bucket,
+    kv_stream,
+    leases_bucket,
+    nodes_bucket,
+    object_stream,
+)
 from node.sync.nats_subjects import (
     durable_name,
     heads_bucket,
@@ -112,6 +123,7 @@ def publish_allowed(mesh: str, node: str) -> list[str]:
         f"{api}.CONSUMER.MSG.NEXT.{stream}.{consumer}",
         f"$JS.ACK.{stream}.{consumer}.>",
         *heads_follower_allowed(mesh, node),
+        *placement_allowed(mesh, node),
     ]
 
 
@@ -126,6 +138,25 @@ def heads_follower_allowed(mesh: str, node: str) -> list[str]:
         f"{api}.CONSUMER.DELETE.{kv}.{follower}",
         f"{api}.CONSUMER.MSG.NEXT.{kv}.{follower}",
     ]
+
+
+def placement_allowed(mesh: str, node: str) -> list[str]:
+    """What node/placement/ sends: KV writes are publishes on the key's subject (create and
+    compare-and-set are headers), reads are last-by-subject gets from the stream's leader."""
+    leases, nodes, components = leases_bucket(mesh), nodes_bucket(mesh), components_bucket(mesh)
+    api = "$JS.API"
+    allowed = [
+        f"$KV.{leases}.>",  # acquire, renew, release any agent's lease
+        f"$KV.{nodes}.{token(node)}",  # its own advert only
+        f"$O.{components}.>",  # components' chunks and metas
+    ]
+    for stream in (kv_stream(leases), kv_stream(nodes), object_stream(components)):
+        allowed += [
+            f"{api}.STREAM.INFO.{stream}",
+            f"{api}.STREAM.CREATE.{stream}",
+            f"{api}.STREAM.MSG.GET.{stream}",
+        ]
+    return allowed
 
 
 def subscribe_allowed(node: str) -> list[str]:
@@ -143,6 +174,7 @@ def render(mesh: str, members: list[Member]) -> str:
         "# Each node may publish envelopes only on its own subject prefix, write only its own",
         "# heads record, read the stream through its own durable consumer, and receive replies",
         "# only on its own inbox prefix ([mesh] nats_user; the node sets the prefix itself).",
+        "# Placement: any agent's lease, its own advert only, any component (by checksum).",
         "# Passwords come from nats-server's environment (the variables below, unquoted), or",
         "# write bcrypt hashes in their place (`nats server passwd`).",
         "",

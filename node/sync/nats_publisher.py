@@ -71,6 +71,10 @@ HEADER_ROOM = 512
 _encoder = msgspec.json.Encoder()
 
 
+def _unfenced(deadline: float | None, now: float) -> bool:
+    return deadline is None or now <= deadline
+
+
 def encode_envelope(envelope: Envelope) -> bytes:
     """One envelope as an HTTP push carries it (wire.encode_push, one item)."""
     return _encoder.encode(envelope.as_pushed())
@@ -160,6 +164,30 @@ class NatsPublisher:
         self._failure = ""
         self._progress = asyncio.Event()
         self._counter = 0
+        # journal → (seq, future) of writers waiting for that seq's publish ack (placed agents)
+        self._waiters: dict[str, list[tuple[int, asyncio.Future[None]]]] = {}
+
+    async def wait_published(self, journal: str, seq: int, timeout: float) -> bool:
+        """Whether the stream acknowledged `journal` through `seq` within `timeout` seconds
+        (a placed agent's write counts only once the stream holds it)."""
+        if self.cursor.acked.get(journal, 0) >= seq:
+            return True
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.setdefault(journal, []).append((seq, future))
+        try:
+            await asyncio.wait_for(future, timeout)
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            waiting = self._waiters.get(journal, [])
+            with contextlib.suppress(ValueError):
+                waiting.remove((seq, future))
+
+    def _wake(self, journal: str, acked: int) -> None:
+        for seq, future in self._waiters.get(journal, ()):
+            if seq <= acked and not future.done():
+                future.set_result(None)
 
     def reconnected(self) -> None:
         """The connection came back (maybe to a server that lost data): compare again."""
@@ -168,11 +196,19 @@ class NatsPublisher:
     def own_journals(self) -> dict[str, int]:
         journals = self._ctx.projections.get(Journals)
         me = self._ctx.name
-        return {
+        fence_of, now = self._ctx.store.fence_of, time.monotonic()  # eventstore's write fence
+        own = {
             stream: head
             for stream, head in journals.head.items()
-            if not stream.startswith("$") and journals.home.get(stream) == me
+            if not stream.startswith("$")
+            and journals.home_of(stream) == me
+            and _unfenced(fence_of(stream), now)  # a lease lost: not one more envelope
         }
+        for stream, moves in journals.moves.items():  # handed over: through the handoff
+            last = moves[-1]
+            if last["reason"] == "handoff" and last["from"] == me and stream not in own:
+                own[stream] = min(journals.head.get(stream, 0), int(last["seq"]))
+        return own
 
     async def run(self) -> None:
         self._inbox = self._nc.new_inbox() + "."
@@ -204,7 +240,7 @@ class NatsPublisher:
                 await self._compare_with_stream()
             position = store.last_position
             room = window - self._in_flight
-            work = {j: h for j, h in self.own_journals().items() if h > self._next.get(j, 0)}
+            work = {j: h for j, h in self.own_journals().items() if h > self._after(j)}
             if work and room >= min(window, max(1, window // 4)):
                 await self._publish(await asyncio.to_thread(self._read, work, room))
                 continue
@@ -344,6 +380,8 @@ class NatsPublisher:
         if acked != before:
             self.cursor.acked[journal] = acked
             self._acked_unsaved += 1
+            if journal in self._waiters:
+                self._wake(journal, acked)
         self._metrics.pending_publishes.set(self._in_flight)
 
     def _fail(self, message: _Message, why: str) -> None:
@@ -417,6 +455,7 @@ class NatsPublisher:
                 held = seq_of_msg_id((last.headers or {}).get(MSG_ID_HEADER, "")) or acked
             except NotFoundError:
                 held = acked
+            held = max(held, self._moved_in_at(journal))
             if held < acked:
                 log.warning(
                     "nats: the stream holds %s up to %d, this node had %d acknowledged; "
@@ -427,10 +466,30 @@ class NatsPublisher:
                 )
             self._next[journal] = held
 
+    def _after(self, journal: str) -> int:
+        """The seq after which `journal` is published next: a journal that moved to this node
+        (a handoff or takeover, projections/journals.py) is published from the first seq this
+        node wrote, never its earlier homes' envelopes on this node's subject."""
+        known = self._next.get(journal)
+        if known is None or journal in self._ctx.projections.get(Journals).moves:
+            start = self.cursor.acked.get(journal, 0) if known is None else known
+            moved_in = self._moved_in_at(journal)
+            known = self._next[journal] = max(start, moved_in)
+            if moved_in > self.cursor.acked.get(journal, 0):  # earlier homes' seqs: not ours
+                self.cursor.acked[journal] = moved_in
+        return known
+
+    def _moved_in_at(self, journal: str) -> int:
+        for move in reversed(self._ctx.projections.get(Journals).moves_of(journal)):
+            if move["to"] == self._ctx.name:
+                seq = int(move["seq"])
+                return seq if move["reason"] == "handoff" else seq - 1
+        return 0
+
     def _read(self, work: dict[str, int], room: int) -> list[Envelope]:
         """Up to `room` envelopes to publish next, shared between the journals with work."""
         share = max(1, room // len(work))
         out: list[Envelope] = []
         for journal in work:
-            out += self._ctx.store.read_stream(journal, self._next.get(journal, 0), share)
+            out += self._ctx.store.read_stream(journal, self._after(journal), share)
         return out

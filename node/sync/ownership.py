@@ -8,6 +8,10 @@ configured peer is that peer's node journal: only that peer may start it. Any ot
 is started by whoever signs its seq 1, provided that origin's key is pinned here (a configured
 peer); envelopes of a third node relayed by a peer are judged the same way, by their origin's
 key and the journal's home, never by who pushed them.
+
+A journal that moved (a handoff or takeover raised its epoch: docs/mesh.md, "Placement and
+failover") is this node's only while this node is its current home: once it moved away, even
+a configured agent's journal is a replica here, written by its new home.
 """
 
 from __future__ import annotations
@@ -27,14 +31,18 @@ class Ownership:
     def home_of(self, stream: str) -> str | None:
         return self._ctx.projections.get(Journals).home_of(stream)
 
-    def refuse(self, stream: str) -> str | None:
-        """Why no peer may write `stream` on this node, or None when one may."""
+    def refuse(self, stream: str, moved_to: str | None = None) -> str | None:
+        """Why no peer may write `stream` on this node, or None when one may. `moved_to`: the
+        home a move screened but not yet folded gives the journal."""
         ctx = self._ctx
         if stream == ctx.name:
             return f"{stream!r} is this node's own journal"
-        if stream in self._configured_agents():
+        journals = self._ctx.projections.get(Journals)
+        home = moved_to or journals.home_of(stream)
+        moved = moved_to is not None or journals.epoch_of(stream) > 0
+        if stream in self._configured_agents() and not (moved and home != ctx.name):
             return f"{stream!r} is an agent configured on this node"
-        if self.home_of(stream) == ctx.name:
+        if home == ctx.name:
             return f"{stream!r} is a journal this node writes"
         return None
 

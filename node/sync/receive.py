@@ -7,11 +7,24 @@ home is this node (sync/ownership.py), written by the journal's home (single wri
 known, then in the store: hash and signature, seq = head + 1, chain. Equivocation (a different
 envelope under a seq we hold) is also journaled as a critical finding, at most
 MAX_EQUIVOCATION_FINDINGS_PER_HOUR per pushing peer. docs/mesh.md states the whole trust model.
+
+A journal changes writer only by a signed event in it (docs/mesh.md, "Placement and
+failover"): a `journal.handoff` from its home, naming a node of its placement set, with a
+higher epoch; or a `journal.takeover` from a node of its placement set with a higher epoch,
+even for a journal homed here (this node then becomes a replica and blocks its own appends to
+it). Other moves are refused (BAD_HANDOFF, BAD_TAKEOVER; a refused takeover is journaled as a
+finding naming its origin). Moves screened but not yet folded into the journals projection
+(this batch, or one staged before it) count for the envelopes after them (`_Moves`). A takeover
+at a seq this node already holds (an old-epoch tail that never reached the new home) whose
+`prev` is our seq before it wins: the store rewinds the journal to that seq, the takeover is
+stored, and a critical finding carries both envelopes (`_resolve_fork`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import itertools
 import logging
 import os
 import time
@@ -23,7 +36,7 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from eventstore.envelope import Event, decode_event, digest_of
+from eventstore.envelope import SIG_PREFIX, Event, decode_event, digest_of
 from eventstore.imports import Verified, merge, verify_foreign
 from eventstore.store import ForeignEnvelope, ImportResult, ImportStatus
 from node.context import NodeContext
@@ -32,12 +45,25 @@ from node.sync.incidents import Incidents
 from node.sync.keys import PeerKeys
 from node.sync.ownership import OWN_JOURNAL, Ownership
 from node.sync.wire import MalformedEnvelope, agent_of, parse_envelope
-from projections.catalogue import CatalogueError, check_replicated
+from projections.catalogue import (
+    AGENT_PLACED,
+    JOURNAL_HANDOFF,
+    JOURNAL_TAKEOVER,
+    MAX_TEXT,
+    AgentPlaced,
+    CatalogueError,
+    JournalHandoff,
+    JournalTakeover,
+    check_replicated,
+    read,
+)
 from projections.journals import Journals
 from projections.keys import is_key_journal, key_journal
 
 NODE_LEVEL = "node_level"
 FOREIGN_WRITER = "foreign_writer"
+BAD_TAKEOVER = "bad_takeover"
+BAD_HANDOFF = "bad_handoff"
 log = logging.getLogger("agent-node.sync")
 # Concurrent import requests per push (signature checks run on that many threads).
 VERIFY_LANES = max(1, min(4, os.cpu_count() or 1))
@@ -45,6 +71,10 @@ MIN_LANE_SPLIT = 64
 # Equivocation findings journaled per pushing peer and hour; more are logged and counted only,
 # so a peer that forks journals on purpose cannot fill this node's journal with findings.
 MAX_EQUIVOCATION_FINDINGS_PER_HOUR = 10
+# a move screened but not folded this long after is forgotten (a batch commits in well under
+# a second; one whose settle never came must not decide who writes a journal for ever)
+PENDING_SECS = 60.0
+STAGED_PEER = "(stream)"  # who pushed a staged batch, as far as a fork's finding says
 
 
 class Rejection(msgspec.Struct):
@@ -70,6 +100,34 @@ class PushOutcome:
         }
 
 
+@dataclass
+class _Pending:
+    """A journal's home, epoch and placement once the moves screened for it are folded."""
+
+    home: str | None
+    epoch: int
+    placement: tuple[str, ...] | None
+    token: int  # the screening that set it (`_Screening.token`)
+    at: float  # time.monotonic() when noted
+    from_seq: int = 0  # `home` writes from this seq on; `previous` before it
+    previous: str | None = None
+
+    def writer_at(self, seq: int) -> str | None:
+        return self.home if seq >= self.from_seq else self.previous
+
+
+@dataclass
+class _Screening:
+    """One batch's screening: what it noted, for the batch and for the ones staged after."""
+
+    token: int
+    new_homes: dict[str, str] = field(default_factory=dict)  # journals this batch starts
+    moves: dict[int, tuple[str, str]] = field(default_factory=dict)  # index → (journal, home)
+    forks: list[int] = field(default_factory=list)  # indices of takeovers at a held seq
+    takeovers: int = 0  # takeovers seen, accepted or not
+    incidents: list[tuple[str, str, str]] = field(default_factory=list)  # key, title, detail
+
+
 class Staged(NamedTuple):
     """A batch screened, verified and queued for the writer (`Receiver.stage`)."""
 
@@ -91,31 +149,95 @@ class Receiver:
         self._peers = {p.name for p in ctx.config.peers}
         self._ownership = Ownership(ctx)
         self._equivocations: dict[str, deque[float]] = {}  # peer → times of its findings
+        self._pending: dict[str, _Pending] = {}  # moves screened, not yet folded
+        self._tokens = itertools.count(1)
+        self._staged: dict[int, _Screening] = {}  # id of a staged batch's future → screening
 
     async def receive(self, peer_id: str, items: Sequence[msgspec.Raw]) -> PushOutcome:
-        outcome = PushOutcome()
-        candidates, origins = self._screen(items, outcome)
+        outcome, candidates, origins, screening = await self._screen_moves(items)
         await self._keys.ensure(origins)
-        results = await self._import([item for _, item in candidates])
-        return await self._conclude(peer_id, len(items), outcome, candidates, results)
+        await self._resolve_forks(peer_id, candidates, screening)
+        try:
+            results = await self._import([item for _, item in candidates])
+        except BaseException:
+            self._forget(screening)
+            raise
+        return await self._conclude(peer_id, len(items), outcome, candidates, results, screening)
 
     async def stage(self, items: Sequence[msgspec.Raw]) -> Staged:
         """The first half of `receive`: screening and signatures, then the envelopes queued
         for the writer. Batches staged one after another commit in that order, so a caller
         may stage the next batch while the one before commits (the NATS consumer does)."""
-        outcome = PushOutcome()
-        candidates, origins = self._screen(items, outcome)
-        await self._keys.ensure(origins)
-        checked = await verify_foreign([item for _, item in candidates], self._keys.lookup)
-        stored = self._ctx.store.queue_imports(checked)
+        outcome, candidates, origins, screening = await self._screen_moves(items)
+        try:
+            await self._keys.ensure(origins)
+            await self._resolve_forks(STAGED_PEER, candidates, screening)
+            checked = await verify_foreign([item for _, item in candidates], self._keys.lookup)
+            stored = self._ctx.store.queue_imports(checked)
+        except BaseException:
+            self._forget(screening)
+            raise
+        self._staged[id(stored)] = screening
         return Staged(len(items), outcome, candidates, checked, stored)
 
     async def settle(self, peer_id: str, staged: Staged) -> PushOutcome:
         """The second half of `receive`, once the staged batch is committed."""
-        results = merge(staged.checked, await staged.stored)
+        screening = self._staged.pop(id(staged.stored), None)
+        try:
+            results = merge(staged.checked, await staged.stored)
+        except BaseException:
+            if screening is not None:
+                self._forget(screening)
+            raise
         return await self._conclude(
-            peer_id, staged.size, staged.outcome, staged.candidates, results
+            peer_id, staged.size, staged.outcome, staged.candidates, results, screening
         )
+
+    async def _screen_moves(
+        self, items: Sequence[msgspec.Raw]
+    ) -> tuple[PushOutcome, list[tuple[int, ForeignEnvelope]], set[str], _Screening]:
+        """`_screen`; a batch with a takeover is screened again once everything queued before
+        it is committed and folded, so its epoch, head and fork are judged on exact state."""
+        outcome = PushOutcome()
+        screening = _Screening(next(self._tokens))
+        candidates, origins = self._screen(items, outcome, screening)
+        if not screening.takeovers:
+            return outcome, candidates, origins, screening
+        self._forget(screening)
+        await self._ctx.store.barrier()
+        outcome, screening = PushOutcome(), _Screening(next(self._tokens))
+        candidates, origins = self._screen(items, outcome, screening)
+        if screening.forks:
+            candidates = self._old_epoch_refused(candidates, screening, outcome)
+        return outcome, candidates, origins, screening
+
+    def _old_epoch_refused(
+        self,
+        candidates: list[tuple[int, ForeignEnvelope]],
+        screening: _Screening,
+        outcome: PushOutcome,
+    ) -> list[tuple[int, ForeignEnvelope]]:
+        """A fork's old-epoch envelopes in the same batch (at or after the takeover's seq,
+        not by the new home), refused: they must not be stored again after the rewind."""
+        forks = {
+            item.stream: (item.seq, home)
+            for index, item in candidates
+            if index in screening.forks
+            for _, home in [screening.moves[index]]
+        }
+        kept: list[tuple[int, ForeignEnvelope]] = []
+        for index, item in candidates:
+            fork = forks.get(item.stream)
+            if fork is not None and item.seq >= fork[0]:
+                origin = decode_event(item.payload).origin
+                if origin != fork[1]:
+                    detail = f"old epoch: the journal's writer from seq {fork[0]} is {fork[1]!r}"
+                    outcome.rejections.append(
+                        Rejection(index, item.stream, item.seq, FOREIGN_WRITER, detail)
+                    )
+                    continue
+            kept.append((index, item))
+        return kept
 
     async def _conclude(
         self,
@@ -124,13 +246,20 @@ class Receiver:
         outcome: PushOutcome,
         candidates: list[tuple[int, ForeignEnvelope]],
         results: list[ImportResult],
+        screening: _Screening | None = None,
     ) -> PushOutcome:
         held: dict[str, int] = {}
+        if screening is not None:
+            self._forget(screening)  # committed and folded: the projection says it now
+            for key, title, detail in screening.incidents:
+                await self._report_move(peer_id, key, title, detail)
         for (index, item), result in zip(candidates, results, strict=True):
             if result.status in (ImportStatus.ACCEPTED, ImportStatus.DUPLICATE):
                 held[item.stream] = max(held.get(item.stream, 0), item.seq)
             if result.status == ImportStatus.ACCEPTED:
                 outcome.accepted += 1
+                if screening is not None and index in screening.moves:
+                    self._moved(*screening.moves[index])
                 continue
             outcome.rejections.append(
                 Rejection(index, item.stream, item.seq, result.status.value, result.detail)
@@ -149,10 +278,9 @@ class Receiver:
         return outcome
 
     def _screen(
-        self, items: Sequence[msgspec.Raw], outcome: PushOutcome
+        self, items: Sequence[msgspec.Raw], outcome: PushOutcome, screening: _Screening
     ) -> tuple[list[tuple[int, ForeignEnvelope]], set[str]]:
         """Everything that needs neither key nor head; the rest goes to the store."""
-        batch_home: dict[str, str] = {}
         candidates: list[tuple[int, ForeignEnvelope]] = []
         origins: set[str] = set()
         now = datetime.now(UTC)
@@ -170,17 +298,20 @@ class Receiver:
                 reason = ImportStatus.MALFORMED.value
                 outcome.rejections.append(Rejection(index, agent, seq, reason, str(exc)[:300]))
                 continue
-            refusal = self._refusal(item, event, now, batch_home)
+            refusal = self._refusal(index, item, event, now, screening)
             if refusal is not None:
                 reason, detail = refusal
                 outcome.rejections.append(Rejection(index, item.stream, item.seq, reason, detail))
                 continue
+            writer = self._writer_of(item, event, index, screening)
+            if writer is not None:
+                item = item._replace(writer=writer)
             origins.add(event.origin)
             candidates.append((index, item))
         return candidates, origins
 
     def _refusal(
-        self, item: ForeignEnvelope, event: Event, now: datetime, batch_home: dict[str, str]
+        self, index: int, item: ForeignEnvelope, event: Event, now: datetime, batch: _Screening
     ) -> tuple[str, str] | None:
         """(reason, detail) when the envelope's content or its journal rules it out."""
         if item.stream.startswith("$"):
@@ -194,18 +325,235 @@ class Receiver:
             check_replicated(event, now)
         except CatalogueError as exc:
             return exc.reason, exc.detail
-        refused = self._ownership.refuse(item.stream)
+        stream, journals = item.stream, self._ctx.projections.get(Journals)
+        pending = self._pending_of(stream)
+        if pending is not None:
+            home, epoch = pending.home, pending.epoch
+        else:
+            home = journals.home_of(stream) or batch.new_homes.get(stream)
+            epoch = journals.epoch_of(stream)
+        held = journals.head.get(stream, 0)
+        kind = event.type
+        if kind == JOURNAL_TAKEOVER:
+            batch.takeovers += 1
+            takeover = read(JournalTakeover, event.data)
+            if takeover is not None and takeover.epoch > epoch and stream != self._ctx.name:
+                return self._takeover(index, item, event, takeover, home, batch)
+            if item.seq > held and not (
+                takeover is not None and event.origin == home and takeover.epoch == epoch
+            ):
+                return self._bad_takeover(
+                    item, event, batch, f"its epoch does not raise the journal's epoch {epoch}"
+                )
+        refused = self._ownership.refuse(stream, pending.home if pending else None)
         if refused is not None:
             return OWN_JOURNAL, refused
-        home = self._ownership.home_of(item.stream) or batch_home.get(item.stream)
         if home is None and item.seq == 1:
-            refused = self._ownership.refuse_home(item.stream, event.origin)
+            refused = self._ownership.refuse_home(stream, event.origin)
             if refused is not None:
                 return FOREIGN_WRITER, refused
-            batch_home[item.stream] = event.origin
-        elif home is not None and event.origin != home:
-            return FOREIGN_WRITER, f"journal is written by {home!r}, envelope by {event.origin!r}"
+            batch.new_homes[stream] = event.origin
+        elif home is not None:
+            writer = home if pending is None else pending.writer_at(item.seq)
+            if item.seq <= held and epoch > 0 and pending is None:  # who wrote it in its epoch
+                writer = journals.writer_at(stream, item.seq) or event.origin
+            if event.origin != writer:
+                return (
+                    FOREIGN_WRITER,
+                    f"journal is written by {writer!r}, envelope by {event.origin!r}",
+                )
+        if item.seq > held and kind in (JOURNAL_HANDOFF, AGENT_PLACED):
+            return self._placement(index, item, event, home or event.origin, epoch, batch)
         return None
+
+    def _writer_of(
+        self, item: ForeignEnvelope, event: Event, index: int, b: _Screening
+    ) -> str | None:
+        """Who the store must find signed a screened envelope of a journal that moved (a move
+        itself: its signer, checked here; the store's own rule, the head's signer, would
+        refuse a new home's envelopes). None: a journal that never moved."""
+        if index in b.moves:
+            return event.origin
+        pending = self._pending_of(item.stream)
+        if pending is not None:
+            return pending.writer_at(item.seq)
+        journals = self._ctx.projections.get(Journals)
+        return journals.home_of(item.stream) if journals.epoch_of(item.stream) > 0 else None
+
+    def _takeover(
+        self,
+        index: int,
+        item: ForeignEnvelope,
+        event: Event,
+        takeover: JournalTakeover,
+        home: str | None,
+        batch: _Screening,
+    ) -> tuple[str, str] | None:
+        """A takeover that raises the epoch: from a node of the placement set, at the seq
+        after our head, or at a held seq whose `prev` is ours (a fork, resolved later)."""
+        stream = item.stream
+        placement = self._placement_of(stream)
+        if home is None or placement is None:
+            return self._bad_takeover(item, event, batch, "the journal was never placed")
+        if event.origin not in placement:
+            return self._bad_takeover(
+                item, event, batch, f"{event.origin!r} is not in its placement set"
+            )
+        head = self._ctx.store.head(stream)
+        if head is not None and item.seq <= head.seq:
+            before = self._ctx.store.get(stream, item.seq - 1) if item.seq > 1 else None
+            ours = before.payload_hash if before is not None else ""
+            if event.prev != ours:
+                return self._bad_takeover(
+                    item, event, batch, f"it does not follow this node's seq {item.seq - 1}"
+                )
+            batch.forks.append(index)
+        self._note(stream, event.origin, takeover.epoch, placement, batch, item.seq, home)
+        batch.moves[index] = (stream, event.origin)
+        return None
+
+    def _placement(
+        self, index: int, item: ForeignEnvelope, event: Event, home: str, epoch: int, b: _Screening
+    ) -> tuple[str, str] | None:
+        """A new placement set, or a handoff (from the home: to a node of the placement set,
+        with a higher epoch), noted for the envelopes after it."""
+        stream = item.stream
+        if event.type == AGENT_PLACED:
+            placed = read(AgentPlaced, event.data)
+            if placed is not None:
+                before = self._pending_of(stream)
+                since, previous = (before.from_seq, before.previous) if before else (0, home)
+                self._note(stream, home, epoch, tuple(placed.placement), b, since, previous)
+            return None
+        handoff = read(JournalHandoff, event.data)
+        placement = self._placement_of(stream)
+        why = None
+        if handoff is None:
+            why = "it is unreadable"
+        elif handoff.epoch <= epoch:
+            why = f"epoch {handoff.epoch} does not raise the journal's {epoch}"
+        elif placement is None or handoff.to not in placement:
+            why = f"{handoff.to!r} is not in the journal's placement set"
+        if handoff is None or why is not None:
+            detail = f"handoff of {stream} at seq {item.seq} by {event.origin!r}: {why}"
+            title = f"refused handoff of journal {stream} by node {event.origin}"
+            b.incidents.append((f"bad-handoff/{stream}/{event.origin}", title, detail))
+            return BAD_HANDOFF, detail
+        self._note(stream, handoff.to, handoff.epoch, placement, b, item.seq + 1, home)
+        b.moves[index] = (stream, handoff.to)
+        return None
+
+    def _bad_takeover(
+        self, item: ForeignEnvelope, event: Event, batch: _Screening, why: str
+    ) -> tuple[str, str]:
+        detail = f"takeover of {item.stream} at seq {item.seq} by {event.origin!r}: {why}"
+        batch.incidents.append(
+            (
+                f"bad-takeover/{item.stream}/{event.origin}",
+                f"refused takeover of journal {item.stream} by node {event.origin}",
+                detail,
+            )
+        )
+        return BAD_TAKEOVER, detail
+
+    def _placement_of(self, stream: str) -> tuple[str, ...] | None:
+        pending = self._pending_of(stream)
+        if pending is not None and pending.placement is not None:
+            return pending.placement
+        return self._ctx.projections.get(Journals).placement_of(stream)
+
+    def _note(
+        self,
+        stream: str,
+        home: str | None,
+        epoch: int,
+        placement: tuple[str, ...] | None,
+        batch: _Screening,
+        from_seq: int,
+        previous: str | None,
+    ) -> None:
+        """What the journals projection will say of `stream` once this batch is folded."""
+        self._pending[stream] = _Pending(
+            home, epoch, placement, batch.token, time.monotonic(), from_seq, previous
+        )
+
+    def _pending_of(self, stream: str) -> _Pending | None:
+        """What a screening noted for `stream`, unless its batch should long be folded (a
+        staged batch that was never settled: its caller went away)."""
+        pending = self._pending.get(stream)
+        if pending is not None and time.monotonic() - pending.at > PENDING_SECS:
+            del self._pending[stream]
+            return None
+        return pending
+
+    def _forget(self, screening: _Screening) -> None:
+        """Drop what this screening noted (its batch is folded, or failed)."""
+        for stream in [s for s, p in self._pending.items() if p.token == screening.token]:
+            del self._pending[stream]
+
+    def _moved(self, stream: str, home: str) -> None:
+        """An accepted move: this node no longer writes the journal unless it is the home
+        (a lease holder lifts the block with `EventStore.fence`)."""
+        if home != self._ctx.name:
+            self._ctx.store.block(stream)
+
+    async def _resolve_forks(
+        self, peer_id: str, candidates: list[tuple[int, ForeignEnvelope]], screening: _Screening
+    ) -> None:
+        """Each takeover at a held seq, once its signature holds: journal the fork, rewind
+        the journal to the seq before it (the takeover is then imported as the next)."""
+        for index in screening.forks:
+            item = next(item for i, item in candidates if i == index)
+            checked = await verify_foreign([item], self._keys.lookup)
+            if isinstance(checked[0], ImportResult):
+                continue  # refused by the import, as any bad signature
+            await self._resolve_fork(peer_id, item)
+
+    async def _resolve_fork(self, peer_id: str, item: ForeignEnvelope) -> None:
+        store = self._ctx.store
+        head = store.head(item.stream)
+        replaced = store.get(item.stream, item.seq)
+        if head is None or replaced is None:
+            return
+        theirs = "sha256:" + digest_of(item.payload).hex()
+        removed_range = f"{item.seq}..{head.seq}"
+        takeover = {
+            "seq": item.seq,
+            "agent": item.stream,
+            "payload": base64.b64encode(item.payload).decode(),
+            "signature": SIG_PREFIX + base64.b64encode(item.signature).decode(),
+        }
+        detail = msgspec.json.encode(
+            {
+                "journal": item.stream,
+                "removed_seqs": removed_range,
+                "pushed_by": peer_id,
+                "takeover": takeover,
+                "removed_first": replaced.as_pushed(),
+            }
+        ).decode()
+        if len(detail) > MAX_TEXT:  # too large to quote whole: their hashes say which they are
+            detail = (
+                f"journal {item.stream}: removed seqs {removed_range}; takeover {theirs}, "
+                f"removed seq {item.seq} {replaced.payload_hash} (both too large to quote)"
+            )
+        await self._incidents.report(
+            f"fork/{item.stream}/{item.seq}/{theirs}",
+            "critical",
+            f"equivocation in journal {item.stream} at seq {item.seq}: fork between epochs "
+            "resolved to the takeover",
+            detail,
+        )
+        store.block(item.stream)  # the new home writes it: nothing of ours may land after this
+        removed = await store.rewind(item.stream, item.seq - 1)
+        log.warning(
+            "journal %s rewound to seq %d for a takeover by a higher epoch: %d envelope(s) "
+            "of the old epoch removed (%s)",
+            item.stream,
+            item.seq - 1,
+            len(removed),
+            removed_range,
+        )
 
     async def _import(self, items: list[ForeignEnvelope]) -> list[ImportResult]:
         """Import in up to VERIFY_LANES concurrent requests, each holding whole journals.
@@ -258,6 +606,14 @@ class Receiver:
             f"peer {peer_id} pushed {theirs}, this node holds {ours} signed by {origin}; "
             "the pushed envelope was rejected",
         )
+
+    async def _report_move(self, peer_id: str, key: str, title: str, detail: str) -> None:
+        if self._incidents.seen(key):
+            return
+        if not self._within_budget(peer_id):
+            log.warning("%s (over the findings budget of %s; not journaled)", detail, peer_id)
+            return
+        await self._incidents.report(key, "high", title, detail)
 
     def _within_budget(self, peer_id: str) -> bool:
         """peer_id is an authenticated token name, so this dict is bounded by the config."""

@@ -6,41 +6,17 @@ import base64
 import functools
 import re
 import time
-from pathlib import Path
 
 import httpx
 import pytest
 
 from eventstore.keys import load_or_create_key
+from harness.mesh import Mesh
 from tests import polling
 from tests.support import NodeProcess, auth, run_cli
-from tests.sync_support import peer_token, prefill, signed_chain, write_mesh
+from tests.sync_support import peer_token, prefill, signed_chain
 
 pytestmark = pytest.mark.timeout(180)
-
-
-class Mesh:
-    """The node processes of one test, stopped (SIGKILL) at the end whatever happened."""
-
-    def __init__(self, root: Path, names: list[str], **kwargs) -> None:
-        self.paths = write_mesh(root, names, **kwargs)
-        self.nodes = {name: NodeProcess(path) for name, path in self.paths.items()}
-
-    def __getitem__(self, name: str) -> NodeProcess:
-        return self.nodes[name]
-
-    def start(self, *names: str) -> None:
-        for name in names or self.nodes:
-            self.nodes[name].start()
-
-    def stop_all(self) -> None:
-        for node in self.nodes.values():
-            if node.proc and node.proc.poll() is None:
-                assert node.terminate() == 0
-
-    def kill_all(self) -> None:
-        for node in self.nodes.values():
-            node.kill()
 
 
 @pytest.fixture

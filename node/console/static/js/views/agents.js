@@ -194,8 +194,50 @@ function deploymentPanel(d) {
     ),
     buttons,
     upgrade,
+    placementPanel(d),
     h("p", { id: "deploy-note", role: "status" }),
     table(["Time", "Event", "Revision", "Component", "By", "Reason"], history, "Deployment history"),
+  );
+}
+
+/** A placed agent (docs/mesh.md, "Placement and failover"): where it runs, its lease and its
+ * moves; on its home, a form to move it to another node of its placement set. */
+function placementPanel(d) {
+  const p = d.placement;
+  if (!p) return null;
+  const lease = p.lease ? `held by ${p.lease.holder}${p.lease.expires_in != null ? `, ${p.lease.expires_in.toFixed(1)} s left` : ""}` : "held by the home, not this node";
+  const targets = p.placement.filter((n) => n !== p.home);
+  const choice = h("select", { id: "move-target", "aria-label": `node to move ${d.name} to` }, ...targets.map((n) => h("option", { value: n }, n)));
+  const base = `/api/v1/agents/${encodeURIComponent(d.name)}`;
+  const form =
+    p.lease && targets.length && can("admin")
+      ? h(
+          "form",
+          {
+            class: "inline-form",
+            id: "move-form",
+            onsubmit: (event) => {
+              event.preventDefault();
+              lifecycle(d.name, `moving to ${choice.value}`, `${base}/move`, { method: "POST", body: { to: choice.value } });
+            },
+          },
+          choice,
+          h("button", { type: "submit", id: "move-button" }, "Move"),
+        )
+      : null;
+  const moves = (p.moves || []).slice().reverse().map((m) =>
+    h("tr", {}, h("td", {}, when(m.at)), h("td", {}, m.reason), h("td", {}, m.from ?? ""), h("td", {}, m.to ?? ""), h("td", {}, m.epoch), h("td", {}, m.seq)),
+  );
+  return h(
+    "section",
+    { class: "placement", id: "placement" },
+    h("dl", { class: "facts" },
+      h("dt", {}, "Runs on"), h("dd", { id: "placement-home" }, `${p.home ?? "-"} (epoch ${p.epoch})`),
+      h("dt", {}, "Lease"), h("dd", { id: "placement-lease" }, lease),
+      h("dt", {}, "May run on"), h("dd", { id: "placement-set" }, p.placement.join(", ")),
+    ),
+    form,
+    moves.length ? table(["Time", "Move", "From", "To", "Epoch", "Seq"], moves, "Moves") : null,
   );
 }
 

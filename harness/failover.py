@@ -1,0 +1,274 @@
+"""Three real nodes on a real 3-server nats-server cluster, with placed agents (issue 36).
+
+The tests and bench/failover.py share it: the mesh (harness/mesh.py's Mesh on a
+NatsCluster of harness/nats.py), the counter agent deployed on node-a with a placement
+set, and reads of what each node's copy of the agent's journal says (who wrote which tick).
+"""
+
+from __future__ import annotations
+
+import base64
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from eventstore.envelope import decode_event
+from harness.mesh import SYNC_TUNING, Mesh
+from harness.nats import NatsCluster, nats_mesh_toml
+from harness.node import PUBLISH_TOKEN, NodeProcess, auth
+from node.polling import wait_until
+
+LEASE_TTL_SECS = 3.0
+NODES = ("node-a", "node-b", "node-c")
+AGENT = "counter"
+# a secrets domain node-a and node-b serve and node-c does not (no grant domains: never chosen)
+SECRETS = '\n[secrets.payments]\napi_key = "pay-0123456789abcdef"\n'
+MAX_BODY = 200
+
+
+def failover_toml(urls: list[str], lease_ttl: float = LEASE_TTL_SECS) -> str:
+    return (
+        SYNC_TUNING
+        + SECRETS
+        + nats_mesh_toml(urls, replicas=3, heads_interval=0.3)
+        + f"lease_ttl_secs = {lease_ttl}\nadvert_interval_secs = 0.5\n"
+    )
+
+
+class FailoverMesh:
+    """The cluster and the nodes of one test; everything SIGKILLed at the end."""
+
+    def __init__(
+        self,
+        root: Path,
+        names: tuple[str, ...] = NODES,
+        *,
+        without_secrets: tuple[str, ...] = (),
+        lease_ttl: float = LEASE_TTL_SECS,
+        extra_toml: str = "",
+    ) -> None:
+        self.cluster = NatsCluster(root / "nats", 3)
+        self.mesh = Mesh(
+            root / "mesh", list(names), extra=failover_toml(self.cluster.urls, lease_ttl)
+        )
+        for name in without_secrets:
+            path = self.mesh.paths[name]
+            path.write_text(path.read_text().replace(SECRETS, "\n"))
+            self.mesh.nodes[name] = NodeProcess(path)
+        for name in names if extra_toml else ():  # tables after every other (actions, say)
+            path = self.mesh.paths[name]
+            path.write_text(path.read_text() + extra_toml)
+            self.mesh.nodes[name] = NodeProcess(path)
+        self.names = names
+
+    def __getitem__(self, name: str) -> NodeProcess:
+        return self.mesh[name]
+
+    def start(self) -> FailoverMesh:
+        self.cluster.start()
+        with ThreadPoolExecutor(len(self.names)) as pool:
+            list(pool.map(lambda n: self.mesh[n].start(60), self.names))
+        return self
+
+    def kill(self) -> None:
+        self.mesh.kill_all()
+        self.cluster.kill()
+
+    def alive(self) -> list[str]:
+        return [n for n in self.names if (p := self.mesh[n].proc) is not None and p.poll() is None]
+
+
+def publish_component(
+    node: NodeProcess, wasm: Path, package: str = AGENT, version: str = "1.0.0"
+) -> str:
+    with node.client() as client:
+        published = client.post(
+            "/api/v1/registry/packages",
+            data={"id": package, "version": version},
+            files={"wasm": ("a.wasm", wasm.read_bytes())},
+            headers=auth(PUBLISH_TOKEN),
+            timeout=120,
+        )
+    assert published.status_code == 201, published.text
+    return f"registry:{package}@{version}"
+
+
+def deploy(
+    node: NodeProcess, component: str, placement: list[str], agent: str = AGENT, **body: Any
+) -> httpx.Response:
+    with node.client() as client:
+        return client.put(
+            f"/api/v1/agents/{agent}",
+            json={"component": component, "tick_interval_ms": 200, "placement": placement, **body},
+            timeout=120,
+        )
+
+
+def agent_view(node: NodeProcess, agent: str = AGENT) -> dict[str, Any] | None:
+    try:
+        with node.client() as client:
+            r = client.get(f"/api/v1/agents/{agent}", timeout=5)
+    except httpx.HTTPError:
+        return None
+    return r.json() if r.status_code == 200 else None
+
+
+def runner(fm: FailoverMesh, among: list[str] | None = None, agent: str = AGENT) -> str | None:
+    """The node that runs the agent now, by its own word: it holds the lease and its
+    instance is up. None when none does (or more than one: never expected)."""
+    found = []
+    for name in among or fm.alive():
+        view = agent_view(fm[name], agent)
+        placement = (view or {}).get("placement") or {}
+        if view and placement.get("lease") and view["status"] in ("running", "idle"):
+            found.append(name)
+    return found[0] if len(found) == 1 else None
+
+
+def wait_runner(
+    fm: FailoverMesh, timeout: float, among: list[str] | None = None, agent: str = AGENT
+) -> str:
+    holder: list[str] = []
+
+    def found() -> bool:
+        name = runner(fm, among, agent)
+        if name is not None:
+            holder.append(name)
+        return name is not None
+
+    wait_until(found, timeout, "a node runs the agent")
+    return holder[-1]
+
+
+def events(node: NodeProcess, agent: str = AGENT) -> list[dict[str, Any]]:
+    """Every envelope of the node's copy of the agent's journal: seq, type, origin, data."""
+    out: list[dict[str, Any]] = []
+    with node.client() as client:
+        while True:
+            r = client.get(
+                "/api/v1/sync/envelopes/pushed",
+                params={"agent": agent, "since": len(out), "limit": 1000},
+            )
+            assert r.status_code == 200, r.text
+            page = r.json()["envelopes"]
+            for e in page:
+                event = decode_event(base64.b64decode(e["payload"]))
+                out.append(
+                    {
+                        "seq": e["seq"],
+                        "type": event.type,
+                        "origin": event.origin,
+                        "data": event.data,
+                        "signature": e["signature"],
+                    }
+                )
+            if len(page) < 1000:
+                return out
+
+
+def ticks(journal: list[dict[str, Any]]) -> list[tuple[int, str]]:
+    """(count, node) of each `tick N` log line of the counter, in journal order."""
+    out = []
+    for e in journal:
+        message = str(e["data"].get("message", "")) if e["type"] == "log" else ""
+        if message.startswith("tick "):
+            out.append((int(message.split()[1]), e["origin"]))
+    return out
+
+
+def counts(journal: list[dict[str, Any]]) -> list[int]:
+    """The counter's state, each value it set (`state.set` of `count`), in journal order: it
+    goes on 1, 2, 3, ... across moves. (A `tick N` log line may be missing where a home died
+    between the tick's two writes: never acknowledged, so not kept; the count itself is.)"""
+    return [
+        int(e["data"]["value"])
+        for e in journal
+        if e["type"] == "state.set" and e["data"].get("key") == "count"
+    ]
+
+
+def wait_for(check: Callable[[], Any], timeout: float, what: str) -> Any:
+    result: list[Any] = []
+
+    def done() -> bool:
+        value = check()
+        if value:
+            result.append(value)
+        return bool(value)
+
+    wait_until(done, timeout, what, retry_on=(httpx.HTTPError,))
+    return result[-1]
+
+
+def same_journals(fm: FailoverMesh, nodes: list[str], timeout: float = 30) -> list[dict[str, Any]]:
+    """Wait until every node in `nodes` holds the same agent journal; that journal."""
+
+    def same() -> list[dict[str, Any]] | None:
+        copies = [[(e["seq"], e["signature"]) for e in events(fm[n])] for n in nodes]
+        return events(fm[nodes[0]]) if all(c == copies[0] for c in copies) else None
+
+    try:
+        journal: list[dict[str, Any]] = wait_for(same, timeout, f"identical journals on {nodes}")
+        return journal
+    except Exception:
+        for n in nodes:  # what differs, for the failure's report
+            copy = events(fm[n])
+            print(n, len(copy), [(e["seq"], e["type"], e["origin"]) for e in copy[-5:]])
+        raise
+
+
+class FindingLoad:
+    """Findings about the agent posted to whichever node runs it, in a thread: each one the
+    API acknowledged (201) is counted, to be looked for in the journals afterwards."""
+
+    def __init__(self, fm: FailoverMesh) -> None:
+        self.fm = fm
+        self.acknowledged: list[str] = []
+        self.refused = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> FindingLoad:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+    def _run(self) -> None:
+        i, target = 0, None
+        while not self._stop.is_set():
+            if target is None:  # who runs it now (asked again after any refusal)
+                target = next(
+                    (
+                        n
+                        for n in self.fm.alive()
+                        if ((agent_view(self.fm[n]) or {}).get("placement") or {}).get("lease")
+                    ),
+                    None,
+                )
+                if target is None:
+                    self._stop.wait(0.05)
+                    continue
+            title = f"load {i}"
+            i += 1
+            try:
+                with self.fm[target].client() as client:
+                    r = client.post(
+                        "/api/v1/findings",
+                        json={"agent": AGENT, "severity": "low", "title": title},
+                        timeout=10,
+                    )
+            except httpx.HTTPError:
+                self.refused, target = self.refused + 1, None
+                continue
+            if r.status_code == 201 and r.json().get("note") is None:
+                self.acknowledged.append(title)
+            else:  # 503 (not acknowledged in time) or kept elsewhere: the agent moved
+                self.refused, target = self.refused + 1, None
+            self._stop.wait(0.02)

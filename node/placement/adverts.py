@@ -1,0 +1,187 @@
+"""Node adverts: what each node can host, in a key-value bucket whose keys expire.
+
+Every node puts `{node, domains, capabilities, free_slots, at}` under the hex of its name in
+`MESH_<mesh>_NODES` every `advert_interval_secs`; the bucket forgets a key three intervals after
+its last put, so `live()` sees only nodes that advertised lately (their server's clock). An
+advert is the node's claim: the generated NATS permissions let a node write only its own key,
+and what is read is checked and bounded (a record that names another node, is too large or
+holds bad names is skipped whole).
+
+What a node can serve: the secret domains of its `[secrets.<domain>]` tables that hold a value,
+or for which an `AGENT_SECRET_<DOMAIN>_...` environment variable is set (an empty table declares
+a domain served from the environment); capabilities: `http_fetch` (built in) and the names of
+its `[actions.*]`; free slots: `[mesh] agent_slots` less the placed agents it runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Annotated
+
+import msgspec
+from nats.js import JetStreamContext
+from nats.js.kv import KeyValue
+
+from node.config import AGENT_NAME_RE, ENV_SECRET_PART, Config, MeshSection
+from node.placement.buckets import last_value, open_kv
+from node.placement.names import kv_stream, nodes_bucket
+from node.sync.nats_subjects import name_of, token
+
+log = logging.getLogger("agent-node.placement")
+MAX_ADVERT_BYTES = 64 * 1024
+MAX_NAMES = 1000  # domains, capabilities
+MAX_NAME_CHARS = 1000  # as the event catalogue's names
+MAX_SLOTS = 100_000
+MAX_NODES_READ = 10_000
+ADVERT_LIVES = 3  # intervals
+BUILT_IN_CAPABILITIES = ("http_fetch",)
+Names = Annotated[
+    list[Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_NAME_CHARS)]],
+    msgspec.Meta(max_length=MAX_NAMES),
+]
+
+
+class Advert(msgspec.Struct):  # fields added later are ignored by this version
+    node: str
+    domains: Names
+    capabilities: Names
+    free_slots: Annotated[int, msgspec.Meta(ge=0, le=MAX_SLOTS)]
+    at: float  # the node's wall clock: for people, never for a decision
+
+
+_decoder = msgspec.json.Decoder(Advert)
+
+
+@dataclass(frozen=True)
+class Offer:
+    """What this node can host (from its config; see the module's doc)."""
+
+    domains: tuple[str, ...]
+    capabilities: tuple[str, ...]
+
+
+def offer_of(config: Config, environ: Mapping[str, str] | None = None) -> Offer:
+    env = os.environ if environ is None else environ
+    domains = []
+    for domain, values in config.secrets.items():
+        from_env = ENV_SECRET_PART.fullmatch(domain) is not None and any(
+            name.startswith(f"AGENT_SECRET_{domain.upper()}_") for name in env
+        )
+        if (values or from_env) and len(domain) <= MAX_NAME_CHARS:
+            domains.append(domain)
+    capabilities = sorted({*BUILT_IN_CAPABILITIES, *config.actions})
+    return Offer(tuple(sorted(domains)), tuple(capabilities))
+
+
+def checked(key: str, data: bytes) -> Advert | None:
+    """The advert under `key`, or None when it is not one to believe (see the module doc)."""
+    if len(data) > MAX_ADVERT_BYTES:
+        return None
+    try:
+        advert = _decoder.decode(data)
+        named = name_of(key)
+    except (msgspec.DecodeError, msgspec.ValidationError, ValueError, RecursionError):
+        return None
+    if advert.node != named or not AGENT_NAME_RE.fullmatch(named):
+        return None
+    return advert
+
+
+class NodeAdverts:
+    """This node's advert (`run()` puts it every interval) and the mesh's live ones."""
+
+    def __init__(
+        self, node: str, mesh: MeshSection, offer: Offer, hosting: Callable[[], int]
+    ) -> None:
+        self.node = node
+        self._mesh = mesh
+        self._bucket = nodes_bucket(mesh.name)
+        self._offer = offer
+        self._hosting = hosting  # placed agents this node runs now
+        self._js: JetStreamContext | None = None
+        self._kv: KeyValue | None = None
+        self.ttl = mesh.advert_interval_secs * ADVERT_LIVES
+        self.call_timeout = min(5.0, max(0.5, mesh.advert_interval_secs))
+
+    async def attach(self, js: JetStreamContext) -> None:
+        """Use this JetStream context (again after a reconnect); creates the bucket when
+        missing with a TTL of three intervals."""
+        self._kv, self.ttl = await open_kv(
+            js,
+            self._bucket,
+            ttl=self._mesh.advert_interval_secs * ADVERT_LIVES,
+            replicas=self._mesh.stream_replicas,
+            max_value_bytes=MAX_ADVERT_BYTES,
+            timeout=max(self.call_timeout, 5.0),
+        )
+        self._js = js
+        if self.ttl < self._mesh.advert_interval_secs * 2:
+            log.warning(
+                "placement: the nodes bucket keeps adverts %.1f s, less than two of this "
+                "node's intervals (%.1f s): its advert will flicker",
+                self.ttl,
+                self._mesh.advert_interval_secs,
+            )
+
+    def detach(self) -> None:
+        self._kv = self._js = None
+
+    def advert(self) -> Advert:
+        free = max(0, min(MAX_SLOTS, self._mesh.agent_slots - self._hosting()))
+        offer = self._offer
+        return Advert(self.node, list(offer.domains), list(offer.capabilities), free, time.time())
+
+    async def put(self) -> int:
+        """Put this node's advert now; its revision."""
+        if self._kv is None:
+            raise ConnectionError("not connected to NATS")
+        async with asyncio.timeout(self.call_timeout):
+            return await self._kv.put(token(self.node), msgspec.json.encode(self.advert()))
+
+    async def withdraw(self) -> None:
+        """Delete this node's advert (a node that stops hosting, or shuts down)."""
+        if self._kv is not None:
+            async with asyncio.timeout(self.call_timeout):
+                await self._kv.delete(token(self.node))
+
+    async def run(self) -> None:
+        """Put the advert every interval until cancelled; a failed put is retried next time."""
+        last_error = ""
+        while True:
+            try:
+                await self.put()
+                last_error = ""
+            except Exception as exc:  # the loop goes on whatever one put met
+                text = f"{type(exc).__name__}: {exc}"
+                if text != last_error:
+                    log.warning("placement: putting this node's advert failed: %s", text)
+                last_error = text
+            await asyncio.sleep(self._mesh.advert_interval_secs)
+
+    async def live(self, nodes: Iterable[str] | None = None) -> dict[str, Advert]:
+        """The fresh, valid adverts: of `nodes` (a placement set), or of every node that has
+        one (at most MAX_NODES_READ). Raises TimeoutError / nats errors when NATS does not
+        answer in time (no advert is not the same as not knowing)."""
+        js = self._js
+        if js is None:
+            raise ConnectionError("not connected to NATS")
+        if nodes is None:
+            prefix = f"$KV.{self._bucket}."
+            async with asyncio.timeout(self.call_timeout):
+                info = await js.stream_info(kv_stream(self._bucket), subjects_filter=">")
+            subjects = list(info.state.subjects or {})[:MAX_NODES_READ]
+            keys = [s.removeprefix(prefix) for s in subjects if s.startswith(prefix)]
+        else:
+            keys = [token(n) for n in nodes if AGENT_NAME_RE.fullmatch(n)]
+        found: dict[str, Advert] = {}
+        for key in keys:
+            msg = await last_value(js, self._bucket, key, self.call_timeout)
+            advert = checked(key, msg.data or b"") if msg is not None else None
+            if advert is not None:
+                found[advert.node] = advert
+        return found

@@ -1,0 +1,254 @@
+"""Agents' components by checksum, in a JetStream object store every node of a mesh can read.
+
+The bucket `MESH_<mesh>_COMPONENTS` is an object store in the layout of nats-py and the `nats`
+CLI (stream `OBJ_<bucket>`: chunks on `$O.<bucket>.C.<nuid>`, the object's meta on
+`$O.<bucket>.M.<base64url(name)>`), one object per component named by the lower-case hex of
+its sha256. The node that deploys a placed agent puts its component; a node that takes it over
+fetches it by the checksum its journal names (`agent.placed`).
+
+Anything read is a member's claim: `fetch` refuses a meta that names another object, another
+digest or a size over the bound (the registry's, `node.max_upload_mb`) before reading a chunk,
+stops at the size the meta announced, and hands over the file (renamed into place) only when
+its sha256 is the one asked for. Reads go to the stream's leader. The stream allows no purge,
+delete or roll-up (a member's `Nats-Rollup: all` would empty it): a failed put leaves its
+chunks behind, a later put of the same object adds a meta (the last one counts; `nats object
+get` reads them, `nats object put` is refused for its roll-up), and a put of what is already
+there (same name, digest and size) does nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import hashlib
+import os
+import re
+import secrets
+from datetime import UTC, datetime
+from pathlib import Path
+
+import msgspec
+from nats.errors import Error as NatsError
+from nats.js import JetStreamContext
+from nats.js.api import DiscardPolicy, StorageType, StreamConfig
+from nats.js.errors import NotFoundError
+
+from node.config import MeshSection
+from node.placement.buckets import info_or_create
+from node.placement.names import components_bucket, object_stream
+
+CHUNK_BYTES = 128 * 1024  # nats-py's and the CLI's chunk size
+MAX_META_BYTES = 64 * 1024
+SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+_NUID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+class ComponentError(Exception):
+    """The object store did not answer in time, or a put failed half-way."""
+
+
+class ComponentMissing(ComponentError):
+    """No component with this checksum in the bucket."""
+
+
+class ComponentRefused(ComponentError):
+    """What the bucket holds under this checksum is not it (or is too large): not used."""
+
+
+class ObjectOptions(msgspec.Struct, omit_defaults=True):
+    max_chunk_size: int = CHUNK_BYTES
+
+
+class ObjectRecord(msgspec.Struct, omit_defaults=True):
+    """An object's meta (the fields this node writes and reads; others are ignored)."""
+
+    name: str
+    bucket: str
+    nuid: str
+    size: int
+    chunks: int
+    digest: str
+    mtime: str = ""
+    deleted: bool = False
+    options: ObjectOptions | None = None
+
+
+_decoder = msgspec.json.Decoder(ObjectRecord)
+
+
+def digest_of(sha256: str) -> str:
+    """The object store's digest text of a sha256 given in hex."""
+    return "SHA-256=" + base64.urlsafe_b64encode(bytes.fromhex(sha256)).decode()
+
+
+def _checked_sha(sha256: str) -> str:
+    if not SHA256_HEX.fullmatch(sha256):
+        raise ValueError(f"not a sha256 in lower-case hex: {sha256[:80]!r}")
+    return sha256
+
+
+class ComponentStore:
+    def __init__(self, mesh: MeshSection, max_bytes: int, *, call_timeout: float = 10.0) -> None:
+        self._mesh = mesh
+        self.bucket = components_bucket(mesh.name)
+        self._stream = object_stream(self.bucket)
+        self.max_bytes = max_bytes  # the registry's: node.max_upload_mb << 20
+        self.call_timeout = call_timeout
+        self._js: JetStreamContext | None = None
+
+    async def attach(self, js: JetStreamContext) -> None:
+        """Use this JetStream context (again after a reconnect); creates the bucket."""
+        await info_or_create(
+            js,
+            StreamConfig(
+                name=self._stream,
+                subjects=[f"$O.{self.bucket}.C.>", f"$O.{self.bucket}.M.>"],
+                storage=StorageType.FILE,
+                num_replicas=self._mesh.stream_replicas,
+                discard=DiscardPolicy.NEW,
+                # no roll-ups (a member's `Nats-Rollup: all` would empty the bucket): an
+                # object's metas pile up, one per put, and the last one counts
+                allow_rollup_hdrs=False,
+                deny_delete=True,
+                deny_purge=True,
+                allow_direct=True,  # for the `nats` CLI; this node reads from the leader
+                max_consumers=0,
+            ),
+            max(self.call_timeout, 5.0),
+        )
+        self._js = js
+
+    def detach(self) -> None:
+        self._js = None
+
+    def _jetstream(self) -> JetStreamContext:
+        if self._js is None:
+            raise ComponentError("not connected to NATS")
+        return self._js
+
+    def _meta_subject(self, sha256: str) -> str:
+        return f"$O.{self.bucket}.M.{base64.urlsafe_b64encode(sha256.encode()).decode()}"
+
+    async def _meta(self, sha256: str) -> ObjectRecord | None:
+        """The object's meta as its stream's leader has it; None when there is none;
+        ComponentRefused when it is not the meta of this checksum within the bound."""
+        js = self._jetstream()
+        try:
+            async with asyncio.timeout(self.call_timeout):
+                msg = await js.get_msg(self._stream, subject=self._meta_subject(sha256))
+        except NotFoundError:
+            return None
+        except (TimeoutError, NatsError) as exc:
+            raise ComponentError(f"the component store did not answer: {exc!r}") from exc
+        data = msg.data or b""
+        if len(data) > MAX_META_BYTES:
+            raise ComponentRefused(f"the meta of {sha256} is {len(data)} bytes")
+        try:
+            meta = _decoder.decode(data)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise ComponentRefused(f"the meta of {sha256} is not an object's meta") from exc
+        if meta.deleted:
+            return None
+        problem = None
+        if meta.name != sha256 or meta.digest != digest_of(sha256):
+            problem = "names another object or digest"
+        elif not 0 <= meta.size <= self.max_bytes:
+            problem = f"is {meta.size} bytes, over the bound of {self.max_bytes}"
+        elif not (0 <= meta.chunks <= meta.size and (meta.chunks > 0) == (meta.size > 0)):
+            problem = f"claims {meta.chunks} chunks for {meta.size} bytes"
+        elif not _NUID.fullmatch(meta.nuid):
+            problem = "has a bad chunk subject"
+        if problem is not None:
+            raise ComponentRefused(f"the component {sha256} in the bucket {problem}")
+        return meta
+
+    async def has(self, sha256: str) -> bool:
+        """The bucket holds a sound meta for this checksum (its chunks are read by fetch)."""
+        try:
+            return await self._meta(_checked_sha(sha256)) is not None
+        except ComponentRefused:
+            return False
+
+    async def put(self, source: Path | bytes, sha256: str) -> bool:
+        """Store a component under its checksum: True when stored now, False when the bucket
+        held it already. ComponentRefused when the bytes are not `sha256` or too large."""
+        _checked_sha(sha256)
+        if isinstance(source, Path):
+            size = await asyncio.to_thread(lambda: source.stat().st_size)
+            if size > self.max_bytes:
+                raise ComponentRefused(f"{source} is {size} bytes, over {self.max_bytes}")
+            data = await asyncio.to_thread(source.read_bytes)
+        else:
+            data = source
+        if len(data) > self.max_bytes:
+            raise ComponentRefused(f"the component is {len(data)} bytes, over {self.max_bytes}")
+        if hashlib.sha256(data).hexdigest() != sha256:
+            raise ComponentRefused(f"the bytes given are not the component {sha256}")
+        if await self.has(sha256):
+            return False
+        js = self._jetstream()
+        nuid = secrets.token_hex(11)
+        chunk_subject = f"$O.{self.bucket}.C.{nuid}"
+        chunks = 0
+        meta = ObjectRecord(
+            name=sha256,
+            bucket=self.bucket,
+            nuid=nuid,
+            size=len(data),
+            chunks=-(-len(data) // CHUNK_BYTES),
+            digest=digest_of(sha256),
+            mtime=datetime.now(UTC).isoformat(),
+            options=ObjectOptions(),
+        )
+        try:
+            for start in range(0, len(data), CHUNK_BYTES):
+                async with asyncio.timeout(self.call_timeout):
+                    await js.publish(chunk_subject, data[start : start + CHUNK_BYTES])
+                chunks += 1
+            async with asyncio.timeout(self.call_timeout):
+                await js.publish(self._meta_subject(sha256), msgspec.json.encode(meta))
+        except (TimeoutError, NatsError) as exc:
+            raise ComponentError(
+                f"storing {sha256} failed after {chunks} of {meta.chunks} chunks: {exc!r}"
+            ) from exc
+        return True
+
+    async def fetch(self, sha256: str, dest: Path) -> Path:
+        """Write the component into `dest` (replaced atomically) once its sha256 and size are
+        checked; ComponentMissing, ComponentRefused or ComponentError otherwise (`dest` is
+        then left as it was)."""
+        meta = await self._meta(_checked_sha(sha256))
+        if meta is None:
+            raise ComponentMissing(f"no component {sha256} in {self.bucket}")
+        js = self._jetstream()
+        chunk_subject = f"$O.{self.bucket}.C.{meta.nuid}"
+        part = dest.with_name(f".{dest.name}.{secrets.token_hex(4)}.part")
+        hasher, size, seq = hashlib.sha256(), 0, 1
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with open(part, "wb") as out:
+                for _ in range(meta.chunks):
+                    try:
+                        async with asyncio.timeout(self.call_timeout):
+                            msg = await js.get_msg(
+                                self._stream, seq=seq, subject=chunk_subject, next=True
+                            )
+                    except NotFoundError as exc:
+                        raise ComponentRefused(f"the chunks of {sha256} are missing") from exc
+                    except (TimeoutError, NatsError) as exc:
+                        raise ComponentError(f"reading {sha256}: {exc!r}") from exc
+                    chunk = msg.data or b""
+                    size += len(chunk)
+                    if size > meta.size:
+                        raise ComponentRefused(f"the chunks of {sha256} exceed {meta.size} bytes")
+                    hasher.update(chunk)
+                    out.write(chunk)
+                    seq = (msg.seq or seq) + 1
+            if size != meta.size or hasher.hexdigest() != sha256:
+                raise ComponentRefused(f"what the bucket holds as {sha256} is not it")
+            os.replace(part, dest)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                part.unlink()
+        return dest

@@ -1,0 +1,352 @@
+"""Placed agents that outlive their node (issue 36): real node processes, a real 3-server
+nats-server cluster, a lease TTL of 3 s (harness/failover.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.failover import (
+    AGENT,
+    LEASE_TTL_SECS,
+    FailoverMesh,
+    FindingLoad,
+    agent_view,
+    counts,
+    deploy,
+    events,
+    publish_component,
+    runner,
+    same_journals,
+    ticks,
+    wait_for,
+    wait_runner,
+)
+from node.api.runtime import COMPILED_CACHE_ENV
+from tests.node.test_lifecycle_restart import cli
+from tests.runtime_support import COMPILED_CACHE
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture
+def failover(tmp_path, monkeypatch):
+    monkeypatch.setenv(COMPILED_CACHE_ENV, str(COMPILED_CACHE))
+    meshes: list[FailoverMesh] = []
+
+    def make(**kwargs) -> FailoverMesh:
+        meshes.append(FailoverMesh(tmp_path / f"f{len(meshes)}", **kwargs).start())
+        return meshes[-1]
+
+    yield make
+    for mesh in meshes:
+        mesh.kill()
+
+
+def placed_counter(fm: FailoverMesh, wasm, placement: list[str], **body) -> None:
+    component = publish_component(fm["node-a"], wasm)
+    deployed = deploy(fm["node-a"], component, placement, **body)
+    assert deployed.status_code == 201, deployed.text
+    assert wait_runner(fm, 20) == "node-a"
+
+
+def test_a_placed_agent_is_listed_on_every_node_of_its_set_and_runs_on_one(failover, built_agents):
+    fm = failover()
+    placed_counter(fm, built_agents["counter"], ["node-a", "node-b", "node-c"])
+    for name in ("node-b", "node-c"):  # replicas: where it runs, nothing written by them
+        view = wait_for(lambda n=name: agent_view(fm[n]), 20, f"{name} lists the agent")
+        assert view["status"] == "replica"
+        assert view["placement"]["home"] == "node-a"
+        assert view["placement"]["lease"] is None
+        assert view["placement"]["placement"] == ["node-a", "node-b", "node-c"]
+    home = agent_view(fm["node-a"])
+    assert home["placement"]["lease"]["holder"] == "node-a"
+    assert 0 < home["placement"]["lease"]["expires_in"] <= LEASE_TTL_SECS
+    journal = events(fm["node-a"])
+    assert journal[0]["type"] == "agent.placed" or any(e["type"] == "agent.placed" for e in journal)
+    assert {e["origin"] for e in journal} == {"node-a"}
+
+
+def stop(node) -> None:
+    with node.client() as client:
+        stopped = client.post(f"/api/v1/agents/{AGENT}/stop")
+    assert stopped.status_code == 200, stopped.text
+
+
+def finding_titles(journal: list[dict]) -> set[str]:
+    return {e["data"].get("title") for e in journal if e["type"] == "finding"}
+
+
+def test_a_planned_move_under_load_loses_nothing_and_the_counter_goes_on(failover, built_agents):
+    fm = failover()
+    placed_counter(fm, built_agents["counter"], ["node-a", "node-b", "node-c"])
+    with FindingLoad(fm) as load:
+        wait_for(lambda: len(ticks(events(fm["node-a"]))) >= 5, 20, "a few ticks on node-a")
+        moved = cli(fm["node-a"], "move", AGENT, "--to", "node-b")  # the CLI's call
+        assert moved.returncode == 0, moved.stderr
+        assert f"{AGENT}: handed over to node-b (epoch 1, handoff at seq" in moved.stdout
+        assert wait_runner(fm, 20) == "node-b"
+        wait_for(lambda: any(n == "node-b" for _, n in ticks(events(fm["node-b"]))), 20, "b ticks")
+    stop(fm["node-b"])  # a journal that stops growing, to compare copies
+    journal = same_journals(fm, ["node-a", "node-b", "node-c"])
+    counted = ticks(journal)
+    # the counter goes on where it was: 1, 2, ... without a gap or a repeat, a's then b's
+    assert [n for n, _ in counted] == list(range(1, len(counted) + 1)), counted
+    assert counts(journal) == list(range(1, len(counts(journal)) + 1))
+    origins = [o for _, o in counted]
+    assert origins == sorted(origins) and set(origins) == {"node-a", "node-b"}
+    types = [e["type"] for e in journal]
+    handoff = types.index("journal.handoff")
+    assert journal[handoff]["origin"] == "node-a"
+    assert journal[handoff]["data"] == {"to": "node-b", "epoch": 1}
+    assert {e["origin"] for e in journal[handoff + 1 :]} == {"node-b"}  # a stopped writing
+    moved_in = types.index("agent.moved_in")
+    assert journal[moved_in]["data"]["reason"] == "handoff"
+    assert not set(load.acknowledged) - finding_titles(journal)  # nothing acknowledged lost
+    assert len(load.acknowledged) > 5
+    view = agent_view(fm["node-c"])
+    assert view["placement"]["home"] == "node-b" and view["placement"]["epoch"] == 1
+    assert [m["reason"] for m in view["placement"]["moves"]] == ["handoff"]
+    assert agent_view(fm["node-a"])["status"] == "replica"
+    shown = cli(fm["node-c"], "show", AGENT)
+    assert "runs on: node-b (epoch 1)" in shown.stdout, shown.stdout
+    assert "lease: held by the home (not this node)" in shown.stdout
+    assert "handoff" in shown.stdout.split("moves:")[1]
+    listed = cli(fm["node-a"], "list")
+    assert "RUNS ON" in listed.stdout and "replica" in listed.stdout, listed.stdout
+    assert listed.stdout.splitlines()[1].split()[-1] == "node-b"
+
+
+def after_takeover(journal: list[dict]) -> tuple[int, list[dict]]:
+    """The takeover's index and the envelopes from it on."""
+    at = [i for i, e in enumerate(journal) if e["type"] == "journal.takeover"]
+    assert len(at) == 1, [
+        (e["seq"], e["type"], e["origin"]) for e in journal if "journal" in e["type"]
+    ]
+    return at[0], journal[at[0] :]
+
+
+def assert_counter_goes_on(journal: list[dict], new_home: str) -> None:
+    counted = counts(journal)
+    assert counted == list(range(1, len(counted) + 1)), counted
+    assert ticks(journal)[-1][1] == new_home
+
+
+def test_kill_9_of_the_home_moves_the_agent_within_the_lease_and_the_old_home_stays_a_replica(
+    failover, built_agents
+):
+    """node-b and node-c race for the lease: exactly one takeover is journaled, and only its
+    winner writes from it on."""
+    import time
+
+    fm = failover()
+    placed_counter(fm, built_agents["counter"], ["node-a", "node-b", "node-c"])
+    with FindingLoad(fm) as load:
+        wait_for(lambda: len(ticks(events(fm["node-a"]))) >= 5, 20, "a few ticks on node-a")
+        killed = time.monotonic()
+        fm["node-a"].kill()
+        new_home = wait_runner(fm, LEASE_TTL_SECS + 15, among=["node-b", "node-c"])
+        took = time.monotonic() - killed
+        wait_for(
+            lambda: any(n == new_home for _, n in ticks(events(fm[new_home]))), 20, "new ticks"
+        )
+    # within the lease TTL plus a few seconds (the issue's bound is 5 s; load on a shared
+    # machine gets a little more)
+    assert took < LEASE_TTL_SECS + 8, took
+    other = "node-c" if new_home == "node-b" else "node-b"
+    fm["node-a"].start(60)  # back after kill -9: learns it is not the home
+    wait_for(lambda: (agent_view(fm["node-a"]) or {}).get("status") == "replica", 30, "a replica")
+    stop(fm[new_home])
+    journal = same_journals(fm, ["node-a", new_home, other], timeout=40)
+    _, since = after_takeover(journal)
+    takeover = since[0]
+    assert takeover["origin"] == new_home
+    assert takeover["data"]["previous_home"] == "node-a"
+    epoch = takeover["data"]["epoch"]  # above every lease granted so far (the bucket's seq)
+    assert epoch >= 1
+    assert {e["origin"] for e in since} == {new_home}  # not one envelope by node-a after it
+    moved_in = next(e for e in since if e["type"] == "agent.moved_in")
+    assert moved_in["data"]["reason"] == "takeover" and moved_in["data"]["from_node"] == "node-a"
+    assert_counter_goes_on(journal, new_home)
+    assert not set(load.acknowledged) - finding_titles(journal)  # nothing acknowledged lost
+    view = agent_view(fm[other])
+    assert view["placement"]["home"] == new_home and view["placement"]["epoch"] == epoch
+    assert [m["reason"] for m in view["placement"]["moves"]] == ["takeover"]
+
+
+def test_a_home_frozen_past_its_lease_is_replaced_and_writes_nothing_after_sigcont(
+    failover, built_agents
+):
+    import signal
+    import time
+
+    fm = failover()
+    placed_counter(fm, built_agents["counter"], ["node-a", "node-b", "node-c"])
+    wait_for(lambda: len(ticks(events(fm["node-b"]))) >= 5, 20, "a few ticks on node-b")
+    fm["node-a"].proc.send_signal(signal.SIGSTOP)
+    try:
+        new_home = wait_runner(fm, LEASE_TTL_SECS + 15, among=["node-b", "node-c"])
+        wait_for(lambda: ticks(events(fm[new_home]))[-1][1] == new_home, 20, "new ticks")
+    finally:
+        fm["node-a"].proc.send_signal(signal.SIGCONT)
+    time.sleep(2 * LEASE_TTL_SECS)  # the old home wakes up with its agent still loaded
+    assert (agent_view(fm["node-a"]) or {}).get("status") == "replica"
+    stop(fm[new_home])
+    other = "node-c" if new_home == "node-b" else "node-b"
+    journal = same_journals(fm, [new_home, other, "node-a"], timeout=40)
+    _, since = after_takeover(journal)
+    assert {e["origin"] for e in since} == {new_home}
+    assert_counter_goes_on(journal, new_home)
+
+
+def test_a_node_without_the_grant_domains_never_runs_the_agent(failover, built_agents):
+    import time
+
+    fm = failover(without_secrets=("node-c",))
+    placed_counter(fm, built_agents["counter"], ["node-a", "node-c"], grant_domains=["payments"])
+    with fm["node-a"].client() as client:  # a planned move to it is refused
+        refused = client.post(f"/api/v1/agents/{AGENT}/move", json={"to": "node-c"})
+        assert refused.status_code == 422, refused.text
+        assert "payments" in refused.json()["detail"]
+        outside = client.post(f"/api/v1/agents/{AGENT}/move", json={"to": "node-b"})
+        assert outside.status_code == 422, outside.text
+        assert "not in the placement set" in outside.json()["detail"]
+    wait_for(lambda: agent_view(fm["node-c"]), 20, "node-c holds the agent's journal")
+    fm["node-a"].kill()  # nor does it take over: the agent waits for a node that can host it
+    time.sleep(LEASE_TTL_SECS + 5)
+    assert runner(fm, ["node-c"]) is None
+    assert not [e for e in events(fm["node-c"]) if e["origin"] == "node-c"]
+    view = agent_view(fm["node-c"])
+    assert view["status"] == "replica" and view["placement"]["home"] == "node-a"
+
+
+def forged_takeover(fm: FailoverMesh, forger: str, victim_copy: str) -> dict:
+    """A `journal.takeover` of the agent's journal at head + 1, validly signed by `forger`'s
+    own key (a member of the mesh that is not in the placement set)."""
+    import base64
+
+    from eventstore.envelope import Event, digest_of, encode_event, sign, utc_now
+    from eventstore.keys import load_or_create_key
+
+    with fm[victim_copy].client() as client:
+        page = client.get(
+            "/api/v1/sync/envelopes/pushed", params={"agent": AGENT, "since": 0, "limit": 1000}
+        ).json()["envelopes"]
+    head = page[-1]
+    prev = "sha256:" + digest_of(base64.b64decode(head["payload"])).hex()
+    event = Event(
+        type="journal.takeover",
+        ts=utc_now(),
+        origin=forger,
+        prev=prev,
+        data={"epoch": 1, "lease_revision": 1, "previous_home": "node-a"},
+    )
+    payload = encode_event(event)
+    key = load_or_create_key(fm[forger].config_path.parent / "data")
+    signature = sign(key, AGENT, head["seq"] + 1, digest_of(payload))
+    return {
+        "seq": head["seq"] + 1,
+        "agent": AGENT,
+        "payload": base64.b64encode(payload).decode(),
+        "signature": "ed25519:" + base64.b64encode(signature).decode(),
+    }
+
+
+def test_a_member_outside_the_placement_set_cannot_take_over(failover, built_agents):
+    from tests.sync.test_nats_mesh import publish
+
+    fm = failover()
+    placed_counter(fm, built_agents["counter"], ["node-a", "node-b"])
+    wait_for(lambda: len(ticks(events(fm["node-b"]))) >= 3, 20, "b holds a few ticks")
+    stop(fm["node-a"])  # a head that stays put, for the forged envelope to follow
+    wait_for(
+        lambda: events(fm["node-c"])[-1]["seq"] == events(fm["node-a"])[-1]["seq"], 20, "c's copy"
+    )
+    forged = forged_takeover(fm, "node-c", "node-c")
+    publish(fm.cluster.urls, "node-c", [forged])
+
+    def reported(name: str) -> bool:
+        with fm[name].client() as client:
+            found = client.get("/api/v1/findings", params={"limit": 500}).json()["findings"]
+        return any(
+            f["title"] == f"refused takeover of journal {AGENT} by node node-c" for f in found
+        )
+
+    for name in ("node-a", "node-b"):  # refused by every peer, and reported
+        wait_for(lambda n=name: reported(n), 20, f"{name} reports the forged takeover")
+        journal = events(fm[name])
+        assert not [e for e in journal if e["type"] == "journal.takeover"]
+        assert agent_view(fm[name])["placement"]["home"] == "node-a"
+    # the home dies: the other node of its set takes over, never the outsider
+    fm["node-a"].kill()
+    assert wait_runner(fm, LEASE_TTL_SECS + 15, among=["node-b"]) == "node-b"
+    journal = events(fm["node-b"])
+    _, since = after_takeover(journal)
+    assert since[0]["origin"] == "node-b" and since[0]["data"]["epoch"] >= 1
+
+
+def test_open_tasks_go_on_on_the_new_home(failover, built_agents):
+    fm = failover()
+    worker = "worker"
+    component = publish_component(fm["node-a"], built_agents["task_worker"], package=worker)
+    deployed = deploy(fm["node-a"], component, ["node-a", "node-b"], agent=worker)
+    assert deployed.status_code == 201, deployed.text
+    assert wait_runner(fm, 20, agent=worker) == "node-a"
+    with fm["node-a"].client() as client:
+        stopped = client.post(f"/api/v1/agents/{worker}/stop")  # its tasks stay queued
+        assert stopped.status_code == 200, stopped.text
+        created = client.post(
+            "/api/v1/a2a/tasks",
+            json={"from": "tester", "to": worker, "input": {"numbers": [1, 2, 3]}},
+        )
+        assert created.status_code == 201, created.text  # acknowledged: the stream holds it
+    task = created.json()["id"]
+    fm["node-a"].kill()
+    assert wait_runner(fm, LEASE_TTL_SECS + 15, among=["node-b"], agent=worker) == "node-b"
+
+    def done() -> dict | None:
+        with fm["node-b"].client() as client:
+            answer = client.get(f"/api/v1/a2a/tasks/{task}")
+        body = answer.json() if answer.status_code == 200 else {}
+        return body if body.get("status") == "completed" else None
+
+    finished = wait_for(done, 20, "the open task completed on node-b")
+    assert finished["output"] == {"sum": 6, "count": 3}
+    journal = events(fm["node-b"], worker)
+    moved_in = next(e for e in journal if e["type"] == "agent.moved_in")
+    assert moved_in["data"]["open_tasks"] == 1 and moved_in["origin"] == "node-b"
+
+
+def test_approvals_pending_on_a_lost_home_are_abandoned_and_asked_again(failover, built_agents):
+    fm = failover(extra_toml='\n[actions.spend]\nurl = "http://127.0.0.1:9/spend"\n')
+    payer = "payer"
+    component = publish_component(fm["node-a"], built_agents["payer"], package=payer)
+    deployed = deploy(
+        fm["node-a"],
+        component,
+        ["node-a", "node-b"],
+        agent=payer,
+        capabilities={"spend": True},
+        approval={"spend": True},
+    )
+    assert deployed.status_code == 201, deployed.text
+
+    def pending(node: str) -> list[dict]:
+        with fm[node].client() as client:
+            listed = client.get("/api/v1/approvals").json()
+        return [a for a in listed if a["agent"] == payer]
+
+    asked = wait_for(lambda: pending("node-a"), 20, "the payer asks on node-a")[0]
+    wait_for(lambda: pending("node-b"), 20, "node-b holds the request too")
+    fm["node-a"].kill()
+    assert wait_runner(fm, LEASE_TTL_SECS + 15, among=["node-b"], agent=payer) == "node-b"
+    again = wait_for(
+        lambda: [a for a in pending("node-b") if a["id"] != asked["id"]], 20, "asked again"
+    )
+    assert len(again) == 1
+    journal = events(fm["node-b"], payer)
+    abandoned = [e for e in journal if e["type"] == "approval.abandoned"]
+    assert [(e["data"]["id"], e["data"]["reason"], e["origin"]) for e in abandoned] == [
+        (asked["id"], "node lost", "node-b")
+    ]
+    moved_in = next(e for e in journal if e["type"] == "agent.moved_in")
+    assert moved_in["data"]["abandoned_approvals"] == 1

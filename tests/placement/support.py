@@ -1,0 +1,34 @@
+"""Placement tests' common parts: a node's real NATS connection (nats_link.connect: its inbox
+prefix, its user when given) to real nats-servers, and a mesh config for it."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+
+from nats.js import JetStreamContext
+
+from node.config import MeshSection
+from node.sync.nats_link import connect
+from tests.nats_support import member_password
+
+
+def mesh_section(urls: list[str], user: str | None = None, **keys: object) -> MeshSection:
+    credentials: dict[str, object] = {}
+    if user is not None:
+        credentials = {"nats_user": user, "nats_password": member_password(user)}
+    return MeshSection(transport="nats", nats_servers=urls, **credentials, **keys)  # type: ignore[arg-type]
+
+
+async def _nothing() -> None:
+    pass
+
+
+@contextlib.asynccontextmanager
+async def jetstream(mesh: MeshSection, node: str) -> AsyncIterator[JetStreamContext]:
+    nc = await connect(mesh, node, _nothing)
+    try:
+        yield nc.jetstream(timeout=5)
+    finally:
+        with contextlib.suppress(Exception):  # a test may have killed the server
+            await nc.close()

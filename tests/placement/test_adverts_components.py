@@ -1,0 +1,174 @@
+"""NodeAdverts and ComponentStore against a real nats-server: adverts are put, read back,
+checked, and expire; components go round by checksum, and anything else is refused."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+
+import msgspec
+import pytest
+
+from node.config_load import parse_config
+from node.placement.adverts import Advert, NodeAdverts, Offer, offer_of
+from node.placement.components import (
+    ComponentMissing,
+    ComponentRefused,
+    ComponentStore,
+    ObjectRecord,
+    digest_of,
+)
+from node.placement.names import components_bucket, nodes_bucket
+from node.sync.nats_subjects import token
+from tests.nats_support import NatsCluster
+from tests.placement.support import jetstream, mesh_section
+from tests.polling import until
+
+pytestmark = pytest.mark.timeout(120)
+INTERVAL = 0.3
+
+
+@pytest.fixture
+def one_server(tmp_path):
+    servers = NatsCluster(tmp_path / "nats", 1).start()
+    yield servers
+    servers.kill()
+
+
+def test_a_node_offers_the_domains_it_has_secrets_for_and_its_actions(tmp_path):
+    config = parse_config(
+        {
+            "node": {"name": "node-a"},
+            "secrets": {"payments": {"api_key": "k-123"}, "mail": {}, "maps": {}},
+            "actions": {"send_mail": {"url": "http://127.0.0.1:9/"}},
+        }
+    )
+    environ = {"AGENT_SECRET_MAIL_PASSWORD": "x"}  # mail from the environment; maps: nothing
+    offer = offer_of(config, environ)
+    assert offer == Offer(("mail", "payments"), ("http_fetch", "send_mail"))
+
+
+async def test_adverts_are_put_read_checked_and_expire(one_server):
+    mesh = mesh_section(one_server.urls, advert_interval_secs=INTERVAL, agent_slots=5)
+    hosting = {"node-a": 2, "node-b": 0}
+    async with jetstream(mesh, "node-a") as js_a, jetstream(mesh, "node-b") as js_b:
+        a = NodeAdverts("node-a", mesh, Offer(("payments",), ("http_fetch",)), lambda: 2)
+        b = NodeAdverts("node-b", mesh, Offer((), ("http_fetch",)), lambda: hosting["node-b"])
+        await a.attach(js_a)
+        await b.attach(js_b)
+        assert a.ttl == pytest.approx(3 * INTERVAL)
+        runners = [asyncio.create_task(x.run()) for x in (a, b)]
+        try:
+            live = await until(lambda: _both(b), 10, "both adverts")
+            assert live["node-a"].domains == ["payments"] and live["node-a"].free_slots == 3
+            assert live["node-b"].free_slots == 5
+            assert set(await a.live(["node-b", "node-z", "not a name!"])) == {"node-b"}
+            # a record naming another node, junk, or out of bounds: skipped whole
+            lies = {
+                "node-x": msgspec.json.encode(Advert("node-a", [], [], 1, 0.0)),
+                "node-y": b"{not json",
+                "node-w": msgspec.json.encode(Advert("node-w", [], [], 10**9, 0.0)),
+                "node-v": msgspec.json.encode(Advert("node-v", ["x" * 1001], [], 1, 0.0)),
+            }
+            for node, value in lies.items():
+                await js_b.publish(f"$KV.{nodes_bucket('default')}.{token(node)}", value)
+            assert set(await a.live()) == {"node-a", "node-b"}
+        finally:
+            runners[1].cancel()  # node-b stops advertising: its advert expires
+        stopped = time.monotonic()
+        await until(_without(a, "node-b"), 10, "node-b's advert gone")
+        gone_after = time.monotonic() - stopped
+        assert gone_after <= 3 * INTERVAL + 1.5, gone_after
+        assert "node-a" in await a.live()  # still put
+        runners[0].cancel()
+        await a.withdraw()
+        assert "node-a" not in await b.live()
+
+
+async def _both(adverts: NodeAdverts) -> dict[str, Advert] | None:
+    live = await adverts.live()
+    return live if {"node-a", "node-b"} <= set(live) else None
+
+
+def _without(adverts: NodeAdverts, node: str):
+    async def check() -> bool:
+        return node not in await adverts.live()
+
+    return check
+
+
+async def test_a_component_goes_round_by_its_checksum(one_server, tmp_path):
+    mesh = mesh_section(one_server.urls)
+    data = bytes(range(256)) * 2000 + b"tail"  # 512 KiB and a bit: several chunks
+    sha = hashlib.sha256(data).hexdigest()
+    source = tmp_path / "agent.wasm"
+    source.write_bytes(data)
+    async with jetstream(mesh, "node-a") as js_a, jetstream(mesh, "node-b") as js_b:
+        a, b = ComponentStore(mesh, 1 << 20), ComponentStore(mesh, 1 << 20)
+        await a.attach(js_a)
+        await b.attach(js_b)
+        assert await b.has(sha) is False
+        with pytest.raises(ComponentMissing):
+            await b.fetch(sha, tmp_path / "missing.wasm")
+        assert await a.put(source, sha) is True
+        assert await a.put(data, sha) is False  # idempotent: nothing published again
+        assert await b.has(sha) is True
+        fetched = await b.fetch(sha, tmp_path / "b" / "agent.wasm")
+        assert fetched.read_bytes() == data
+        assert not list((tmp_path / "b").glob(".*part"))
+        empty = hashlib.sha256(b"").hexdigest()
+        assert await a.put(b"", empty) is True
+        assert (await b.fetch(empty, tmp_path / "b" / "empty.wasm")).read_bytes() == b""
+
+
+async def test_a_wrong_checksum_or_an_oversized_component_is_refused(one_server, tmp_path):
+    mesh = mesh_section(one_server.urls)
+    data = b"\0asm" + b"x" * 300_000
+    sha = hashlib.sha256(data).hexdigest()
+    dest = tmp_path / "out" / "agent.wasm"
+    dest.parent.mkdir()
+    dest.write_bytes(b"the previous file")
+    async with jetstream(mesh, "node-a") as js_a, jetstream(mesh, "node-x") as js_x:
+        small = ComponentStore(mesh, 100_000)
+        store = ComponentStore(mesh, 1 << 20)
+        await small.attach(js_a)
+        await store.attach(js_a)
+        with pytest.raises(ComponentRefused, match="not the component"):
+            await store.put(data + b"!", sha)  # bytes that are not the checksum given
+        with pytest.raises(ComponentRefused, match="over 100000"):
+            await small.put(data, sha)
+        with pytest.raises(ValueError):
+            await store.fetch("../../etc/passwd", dest)
+        assert await store.put(data, sha) is True
+        with pytest.raises(ComponentRefused, match="over the bound"):
+            await small.fetch(sha, dest)  # the meta announces more than this node takes
+
+        # another member's objects: chunks that are not the checksum's, a meta that lies
+        # about the size, a meta naming another digest
+        bucket = components_bucket("default")
+
+        async def forge(name: str, chunks: list[bytes], size: int, digest: str) -> None:
+            nuid = f"forged{len(chunks)}{size}"
+            for chunk in chunks:
+                await js_x.publish(f"$O.{bucket}.C.{nuid}", chunk)
+            meta = ObjectRecord(name, bucket, nuid, size, len(chunks), digest)
+            meta_subject = store._meta_subject(name)
+            await js_x.publish(meta_subject, msgspec.json.encode(meta))
+
+        evil = b"\0asm" + b"y" * 300_000
+        await forge(sha, [evil[:200_000], evil[200_000:]], len(evil), digest_of(sha))
+        with pytest.raises(ComponentRefused, match="is not it"):
+            await store.fetch(sha, dest)
+        await forge(sha, [evil[:1000], evil[1000:]], 1000, digest_of(sha))  # more than said
+        with pytest.raises(ComponentRefused, match="exceed 1000 bytes"):
+            await store.fetch(sha, dest)
+        other = hashlib.sha256(evil).hexdigest()
+        await forge(sha, [evil], len(evil), digest_of(other))
+        with pytest.raises(ComponentRefused, match="names another"):
+            await store.fetch(sha, dest)
+        assert await store.has(sha) is False
+        assert dest.read_bytes() == b"the previous file"
+        assert not list(dest.parent.glob(".*part"))
+        assert await store.put(data, sha) is True  # a sound put replaces the forged meta
+        assert (await store.fetch(sha, dest)).read_bytes() == data

@@ -1,0 +1,306 @@
+"""Who may write a journal after it moved (docs/mesh.md, "Placement and failover"): handoffs,
+takeovers, a fork between epochs, each through a real push to one in-process node with real
+signatures (node-a under test; node-b and node-c in the agent's placement set, node-d a pinned
+peer outside it)."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import msgspec
+import pytest
+from nacl.signing import SigningKey
+
+from eventstore.envelope import Event, digest_of, encode_event, sign, utc_now
+from eventstore.keys import public_key_multibase
+from eventstore.store import Fenced
+from node import checkpoint
+from node.context import CONTEXT
+from node.sync.service import SYNC
+from projections import catalogue as c
+from projections.journals import Journals
+from tests.support import READ_TOKEN, auth, free_port, make_config
+from tests.sync_support import SYNC_TUNING, peer_token, peer_toml
+
+KEYS = {
+    name: SigningKey(bytes([n]) * 32) for n, name in enumerate(("node-b", "node-c", "node-d"), 2)
+}
+B_TOKEN = peer_token("node-b", "node-a")
+LIMITS = c.AgentLimits(tick_interval_ms=1, fuel_per_tick=1, memory_limit_mb=1, tick_timeout_ms=1)
+DEFINITION = c.AgentDefinition(component="registry:x@1", sha256="", limits=LIMITS)
+
+
+@pytest.fixture
+def config(tmp_path):
+    peers = "".join(
+        peer_toml(
+            name,
+            f"http://127.0.0.1:{free_port()}",
+            accepts=peer_token(name, "node-a"),
+            presents="unused-token-0000000000",
+            public_key=public_key_multibase(key.verify_key),
+        )
+        for name, key in KEYS.items()
+    )
+    return make_config(tmp_path, SYNC_TUNING + peers)
+
+
+class Chain:
+    """One journal's envelopes as pushed, each signed by whichever node the test says."""
+
+    def __init__(self, stream: str) -> None:
+        self.stream = stream
+        self.digests: dict[int, str] = {0: ""}
+
+    def add(self, seq: int, origin: str, payload: c.Payload | None = None, **finding) -> dict:
+        kind, data = c.event_of(payload) if payload is not None else ("finding", finding)
+        event = Event(type=kind, ts=utc_now(), origin=origin, prev=self.digests[seq - 1], data=data)
+        raw = encode_event(event)
+        digest = digest_of(raw)
+        self.digests[seq] = "sha256:" + digest.hex()
+        return {
+            "seq": seq,
+            "agent": self.stream,
+            "payload": base64.b64encode(raw).decode(),
+            "signature": "ed25519:"
+            + base64.b64encode(sign(KEYS[origin], self.stream, seq, digest)).decode(),
+        }
+
+
+def placed(*nodes: str) -> c.AgentPlaced:
+    return c.AgentPlaced(placement=list(nodes), definition=DEFINITION)
+
+
+def takeover(epoch: int, previous: str = "node-b") -> c.JournalTakeover:
+    return c.JournalTakeover(epoch=epoch, lease_revision=7, previous_home=previous)
+
+
+async def push(client, envelopes):
+    response = await client.post(
+        "/api/v1/sync/envelopes",
+        json={"peer_id": "node-b", "envelopes": envelopes},
+        headers=auth(B_TOKEN),
+    )
+    assert response.status == 200
+    return await response.json()
+
+
+def reasons(body) -> list[str]:
+    return [r["reason"] for r in body["rejections"]]
+
+
+async def findings(client, severity: str) -> list[dict]:
+    body = await (await client.get("/api/v1/findings", headers=auth(READ_TOKEN))).json()
+    return [f for f in body["findings"] if f["severity"] == severity]
+
+
+def journals(client) -> Journals:
+    return client.server.app[CONTEXT].projections.get(Journals)
+
+
+def placed_journal(*nodes: str) -> tuple[Chain, list[dict]]:
+    """`mover`, written by node-b: placed on `nodes`, then two findings."""
+    chain = Chain("mover")
+    first = [chain.add(1, "node-b", placed(*nodes))]
+    first += [chain.add(seq, "node-b", title=f"b #{seq}") for seq in (2, 3)]
+    return chain, first
+
+
+async def test_a_handoff_moves_the_writer_to_the_node_it_names(client):
+    chain, first = placed_journal("node-b", "node-c")
+    handoff = chain.add(4, "node-b", c.JournalHandoff(to="node-c", epoch=1))
+    by_c = chain.add(5, "node-c", title="c #5")
+    body = await push(client, [*first, handoff, by_c])  # one batch: the handoff counts at once
+    assert (body["accepted"], body["rejected"]) == (5, 0), body
+    j = journals(client)
+    assert (j.home_of("mover"), j.epoch_of("mover")) == ("node-c", 1)
+    assert j.placement_of("mover") == ("node-b", "node-c")
+    assert [m["to"] for m in j.moves_of("mover")] == ["node-c"]
+    # the next batch: the new home writes on, the old one no longer may
+    body = await push(client, [chain.add(6, "node-c", title="c #6")])
+    assert body["accepted"] == 1
+    late = Chain("mover")
+    late.digests[6] = chain.digests[6]
+    body = await push(client, [late.add(7, "node-b", title="b #7")])
+    assert reasons(body) == ["foreign_writer"]
+    # a copy of an envelope of the old epoch is a duplicate, not a foreign writer
+    assert reasons(await push(client, [first[1], handoff])) == ["duplicate", "duplicate"]
+
+
+async def test_a_handoff_to_an_outsider_or_not_raising_the_epoch_is_refused(client):
+    chain, first = placed_journal("node-b", "node-c")
+    assert (await push(client, first))["accepted"] == 3
+    outside = chain.add(4, "node-b", c.JournalHandoff(to="node-d", epoch=1))
+    stale = Chain("mover")
+    stale.digests = dict(chain.digests)
+    same_epoch = stale.add(4, "node-b", c.JournalHandoff(to="node-c", epoch=0))
+    body = await push(client, [outside])
+    assert reasons(body) == ["bad_handoff"] and "placement" in body["rejections"][0]["detail"]
+    assert reasons(await push(client, [same_epoch])) == ["bad_handoff"]
+    assert journals(client).home_of("mover") == "node-b"
+    (reported,) = await findings(client, "high")  # once per journal and signer
+    assert reported["title"] == "refused handoff of journal mover by node node-b"
+
+
+async def test_a_takeover_from_the_placement_set_with_a_higher_epoch_is_accepted(client):
+    chain, first = placed_journal("node-b", "node-c")
+    assert (await push(client, first))["accepted"] == 3
+    body = await push(
+        client, [chain.add(4, "node-c", takeover(1)), chain.add(5, "node-c", title="c")]
+    )
+    assert (body["accepted"], body["rejected"]) == (2, 0)
+    j = journals(client)
+    assert (j.home_of("mover"), j.epoch_of("mover")) == ("node-c", 1)
+    assert j.moves_of("mover")[0]["reason"] == "takeover"
+    # the old home's envelopes of the old epoch that come after it are refused, not stored
+    old = Chain("mover")
+    old.digests[5] = chain.digests[5]
+    assert reasons(await push(client, [old.add(6, "node-b", title="b late")])) == ["foreign_writer"]
+    assert client.server.app[CONTEXT].store.head("mover").seq == 5
+
+
+async def test_a_takeover_by_a_node_outside_the_placement_set_is_refused_and_reported_once(client):
+    chain, first = placed_journal("node-b", "node-c")
+    assert (await push(client, first))["accepted"] == 3
+    outsider = chain.add(4, "node-d", takeover(1))
+    for _ in range(2):
+        body = await push(client, [outsider])
+        assert reasons(body) == ["bad_takeover"]
+        assert "node-d" in body["rejections"][0]["detail"]
+    assert journals(client).home_of("mover") == "node-b"
+    assert client.server.app[CONTEXT].store.head("mover").seq == 3
+    reported = await findings(client, "high")
+    assert len(reported) == 1
+    assert "node-d" in reported[0]["title"] and reported[0]["agent"] == "node-a"
+
+
+async def test_a_takeover_that_does_not_raise_the_epoch_is_refused(client):
+    chain, first = placed_journal("node-b", "node-c")
+    first.append(chain.add(4, "node-c", takeover(1)))
+    assert (await push(client, first))["accepted"] == 4
+    again = chain.add(5, "node-b", takeover(1, previous="node-c"))
+    body = await push(client, [again])
+    assert reasons(body) == ["bad_takeover"]
+    assert "does not raise" in body["rejections"][0]["detail"]
+    assert journals(client).home_of("mover") == "node-c"
+    assert len(await findings(client, "high")) == 1
+
+
+async def test_a_fork_between_epochs_resolves_to_the_higher_one(client):
+    """node-b wrote seqs 4 and 5 that never reached node-c; node-c took over at seq 4."""
+    chain, first = placed_journal("node-b", "node-c")
+    tail = [chain.add(seq, "node-b", title=f"b #{seq}") for seq in (4, 5)]
+    assert (await push(client, first + tail))["accepted"] == 5
+    titles = {f["title"] for f in await findings(client, "info")}
+    assert {"b #4", "b #5"} <= titles
+    ctx = client.server.app[CONTEXT]
+    removed_first = ctx.store.get("mover", 4)
+    checkpoint.save(ctx.projections, ctx.config.data_path)
+    assert checkpoint.restore(ctx.projections.fresh(), ctx.store, ctx.config.data_path)
+    winner = Chain("mover")
+    winner.digests[3] = chain.digests[3]
+    body = await push(client, [winner.add(4, "node-c", takeover(1)), *tail])
+    assert body["accepted"] == 1
+    assert reasons(body) == ["foreign_writer", "foreign_writer"]  # the old tail, again
+    assert ctx.store.head("mover").seq == 4
+    assert ctx.store.get("mover", 4).event.type == c.JOURNAL_TAKEOVER
+    assert [e.seq for e in ctx.store.read_stream("mover")] == [1, 2, 3, 4]
+    j = journals(client)
+    assert (j.home_of("mover"), j.epoch_of("mover"), j.head["mover"]) == ("node-c", 1, 4)
+    # the read models no longer show what was removed (on disk: refolded in the rewind)
+    titles = {f["title"] for f in await findings(client, "info")}
+    assert "b #3" in titles and not {"b #4", "b #5"} & titles
+    # a checkpoint of the in-memory read models from before the rewind no longer loads
+    assert ctx.store.rewound_at() > removed_first.position
+    assert not checkpoint.restore(ctx.projections.fresh(), ctx.store, ctx.config.data_path)
+    # one critical finding, in this node's journal, carrying both envelopes
+    (critical,) = await findings(client, "critical")
+    assert critical["agent"] == "node-a" and "mover at seq 4" in critical["title"]
+    detail = json.loads(critical["detail"])
+    assert detail["removed_seqs"] == "4..5"
+    assert detail["removed_first"] == removed_first.as_pushed()
+    assert detail["takeover"] == ctx.store.get("mover", 4).as_pushed()
+    # node-c writes on from there
+    assert (await push(client, [winner.add(5, "node-c", title="c #5")]))["accepted"] == 1
+    assert ctx.projections.get(Journals).head["mover"] == 5
+
+
+async def test_a_takeover_moves_a_journal_homed_here_away_and_blocks_its_writes(client):
+    ctx = client.server.app[CONTEXT]
+    kind, data = c.event_of(placed("node-a", "node-b"))
+    await ctx.store.append("local", kind, data)
+    ours = await ctx.store.append("local", "log", {"level": "info", "message": "mine"})
+    chain = Chain("local")
+    chain.digests[2] = ours.payload_hash
+    # own journal: an ordinary envelope of node-b is refused, its takeover is not
+    assert reasons(await push(client, [chain.add(3, "node-b", title="x")])) == ["own_journal"]
+    chain = Chain("local")
+    chain.digests[2] = ours.payload_hash
+    body = await push(
+        client, [chain.add(3, "node-b", takeover(1, "node-a")), chain.add(4, "node-b", title="b")]
+    )
+    assert (body["accepted"], body["rejected"]) == (2, 0)
+    assert journals(client).home_of("local") == "node-b"
+    with pytest.raises(Fenced):
+        await ctx.store.append("local", "log", {"level": "info", "message": "too late"})
+    assert ctx.store.head("local").seq == 4
+
+
+async def test_a_handoff_staged_before_it_is_committed_counts_for_the_next_staged_batch(client):
+    """The NATS consumer stages a batch while the one before commits (Receiver.stage)."""
+    receiver = client.server.app[SYNC].receiver
+    chain, first = placed_journal("node-b", "node-c")
+    first.append(chain.add(4, "node-b", c.JournalHandoff(to="node-c", epoch=1)))
+    by_c = [chain.add(5, "node-c", title="c #5")]
+
+    def raw(envelopes):
+        return [msgspec.Raw(json.dumps(e).encode()) for e in envelopes]
+
+    staged = await receiver.stage(raw(first))
+    assert journals(client).home_of("mover") is None  # not folded yet
+    staged_next = await receiver.stage(raw(by_c))  # screened before the handoff is folded
+    outcomes = [await receiver.settle("node-b", s) for s in (staged, staged_next)]
+    assert [(o.accepted, len(o.rejections)) for o in outcomes] == [(4, 0), (1, 0)]
+    assert journals(client).home_of("mover") == "node-c"
+    assert client.server.app[CONTEXT].store.head("mover").seq == 5
+
+
+async def test_a_forged_or_unchained_takeover_at_a_held_seq_rewinds_nothing(client):
+    chain, first = placed_journal("node-b", "node-c")
+    tail = [chain.add(seq, "node-b", title=f"b #{seq}") for seq in (4, 5)]
+    assert (await push(client, first + tail))["accepted"] == 5
+    ctx = client.server.app[CONTEXT]
+    held = [e.payload for e in ctx.store.read_stream("mover")]
+    forged_chain = Chain("mover")
+    forged_chain.digests[3] = chain.digests[3]
+    forged = forged_chain.add(4, "node-c", takeover(1))
+    forged["signature"] = "ed25519:" + base64.b64encode(bytes(64)).decode()  # not node-c's
+    unchained = Chain("mover")
+    unchained.digests[3] = "sha256:" + "0" * 64  # prev is not our seq 3
+    assert reasons(await push(client, [forged])) == ["bad_signature"]
+    body = await push(client, [unchained.add(4, "node-c", takeover(1))])
+    assert reasons(body) == ["bad_takeover"] and "seq 3" in body["rejections"][0]["detail"]
+    assert [e.payload for e in ctx.store.read_stream("mover")] == held
+    assert ctx.store.rewound_at() == 0
+    assert await findings(client, "critical") == []
+    assert journals(client).home_of("mover") == "node-b"
+
+
+async def test_a_takeover_forking_a_journal_homed_here_rewinds_this_nodes_tail(client):
+    """This node was the home, wrote seq 3 that never reached node-b, and lost the lease."""
+    ctx = client.server.app[CONTEXT]
+    kind, data = c.event_of(placed("node-a", "node-b"))
+    await ctx.store.append("local", kind, data)
+    second = await ctx.store.append("local", "log", {"level": "info", "message": "2"})
+    await ctx.store.append("local", "log", {"level": "info", "message": "3, never replicated"})
+    chain = Chain("local")
+    chain.digests[2] = second.payload_hash
+    body = await push(client, [chain.add(3, "node-b", takeover(1, "node-a"))])
+    assert (body["accepted"], body["rejected"]) == (1, 0)
+    assert [e.event.origin for e in ctx.store.read_stream("local")] == ["node-a"] * 2 + ["node-b"]
+    assert journals(client).home_of("local") == "node-b"
+    (critical,) = await findings(client, "critical")
+    assert json.loads(critical["detail"])["removed_seqs"] == "3..3"
+    with pytest.raises(Fenced):
+        await ctx.store.append("local", "log", {"level": "info", "message": "4"})
