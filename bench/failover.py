@@ -47,6 +47,7 @@ from harness.failover import (  # noqa: E402
     wait_for,
     wait_runner,
 )
+from node.polling import wait_until  # noqa: E402
 
 
 def built_counter() -> Path:
@@ -62,16 +63,13 @@ def built_counter() -> Path:
 
 def first_tick_by(fm: FailoverMesh, node: str, after_seq: int, timeout: float) -> float:
     """Wait until `node`'s journal holds a tick it wrote after `after_seq`; monotonic then."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            journal = events(fm[node])
-        except Exception:
-            journal = []
-        if any(origin == node for _, origin in ticks([e for e in journal if e["seq"] > after_seq])):
-            return time.monotonic()
-        time.sleep(0.05)
-    raise TimeoutError(f"no tick by {node} within {timeout} s")
+
+    def ticked() -> bool:
+        later = [e for e in events(fm[node]) if e["seq"] > after_seq]
+        return any(origin == node for _, origin in ticks(later))
+
+    wait_until(ticked, timeout, f"a tick by {node}", interval=0.05, retry_on=(Exception,))
+    return time.monotonic()
 
 
 def written_by_non_home(journal: list[dict]) -> int:

@@ -139,6 +139,8 @@ KEYS: dict[type[msgspec.Struct], dict[str, str]] = {
         "timeout_secs: how long (default 300).",
         "grants": "Secret domains granted to the agent.",
         "http": "What http_fetch may reach.",
+        "placement": "Node names that may host the agent (with the NATS mesh; default: this "
+        "node alone). More than one makes it a placed agent that fails over (docs/mesh.md).",
     },
     c.GrantsSection: {"domains": "Secret domains the agent may read with get-secret."},
     c.HttpSection: {"allow_hosts": "host:port or host (port 443) that http_fetch may reach."},

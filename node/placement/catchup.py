@@ -16,6 +16,7 @@ from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
 from node.context import NodeContext
+from node.polling import DeadlineExceeded, until
 from node.sync.nats_subjects import MSG_ID_HEADER, seq_of_msg_id, stream_name, subject
 from projections.journals import Journals
 
@@ -46,9 +47,14 @@ async def caught_up(
     """True once the local head of `journal` reaches what the stream holds; False when
     `deadline` (time.monotonic()) passes first."""
     want = await stream_holds(js, ctx.config.mesh.name, journal, writers)
-    journals = ctx.projections.get(Journals)
-    while journals.head.get(journal, 0) < want:
-        if time.monotonic() > deadline:
-            return False
-        await asyncio.sleep(CATCH_UP_POLL_SECS)
+    heads = ctx.projections.get(Journals).head
+    try:
+        await until(
+            lambda: heads.get(journal, 0) >= want,
+            max(0.0, deadline - time.monotonic()),
+            f"{journal} caught up with the stream",
+            CATCH_UP_POLL_SECS,
+        )
+    except DeadlineExceeded:
+        return False
     return True

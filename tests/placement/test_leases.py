@@ -9,7 +9,7 @@ import time
 import msgspec
 import pytest
 
-from node.placement.leases import LeaseBook, LeaseError
+from node.placement.leases import HeldLease, LeaseBook, LeaseError
 from node.placement.names import leases_bucket
 from node.sync.nats_subjects import token
 from tests.nats_support import NatsCluster
@@ -133,9 +133,15 @@ async def test_a_stopped_renewer_stops_writing_before_the_server_lets_another_no
             a.detach()  # renews fail from now on, as with a partition
             last_renew_sent = until_before - (TTL - a.margin)
             last_refused = time.monotonic()
-            while (lease := await b.acquire("alpha", 1)) is None:
-                last_refused = time.monotonic()
-                await asyncio.sleep(0.01)
+
+            async def taken() -> HeldLease | None:
+                nonlocal last_refused
+                held = await b.acquire("alpha", 1)
+                if held is None:
+                    last_refused = time.monotonic()
+                return held
+
+            lease = await until(taken, 3 * TTL, "node-b takes the expired lease", 0.01)
             acquired = time.monotonic()
         finally:
             renewer.cancel()
