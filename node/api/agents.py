@@ -18,12 +18,8 @@ from node.placement.key import PLACEMENT
 from node.routes import Doc, add_route
 from node.runtime.agents import AGENTS
 from node.services.agentpatch import AgentPatch, patched
-from node.services.deployments import (
-    DEPLOYMENTS,
-    DeploymentService,
-    DeployRequest,
-    RollbackRequest,
-)
+from node.services.definitions import DeployRequest, RollbackRequest
+from node.services.deployments import DEPLOYMENTS, DeploymentService
 from node.services.rollouts import ChangeView, RolloutView
 from projections import catalogue as c
 from projections.deployments import (

@@ -36,7 +36,8 @@ from node.runtime.startup import StartupProgress
 from node.runtime.status import StatusView
 from node.runtime.tasks import TaskQueue
 from node.services.approvals import APPROVALS, ApprovalGate
-from node.services.deployments import DEPLOYMENTS, DeploymentService, refuse_foreign
+from node.services.definitions import refuse_foreign
+from node.services.deployments import DEPLOYMENTS, DeploymentService
 from node.services.grants import GRANTS, GrantService
 from node.services.registry import REGISTRY, RegistryService
 from node.services.tasks import TASKS, TaskService

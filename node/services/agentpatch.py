@@ -12,7 +12,7 @@ import msgspec
 
 from node.http import Problem
 from node.mergepatch import merge_patch
-from node.services.deployments import DeployRequest
+from node.services.definitions import DeployRequest
 from projections import catalogue as c
 
 

@@ -24,9 +24,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import hashlib
 import logging
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -42,7 +41,6 @@ from node.config import (
     AgentConfig,
     ConfigError,
     agent_problems,
-    placement_problems,
 )
 from node.context import NodeContext
 from node.http import Problem
@@ -50,6 +48,16 @@ from node.runtime.runtime import AgentRuntime, InstanceEnd
 from node.runtime.spec import AgentSpec, spec_from_config
 from node.runtime.tasks import TaskQueue
 from node.services.approvals import ApprovalGate
+from node.services.definitions import (
+    RESERVED_NAMES,
+    DeployRequest,
+    bounded,
+    config_of,
+    definition_of,
+    placed_event,
+    placement_set,
+    sha256_file,
+)
 from node.services.grants import GrantService
 from node.services.journal import ensure_local
 from node.services.registry import RegistryService, parse_reference
@@ -58,91 +66,25 @@ from node.services.tasks import cancellations
 from projections import catalogue as c
 from projections.deployments import NODE_STREAM, DeployedAgent, DeployedAgents
 from projections.journals import Journals
-from projections.placements import Placements
 from projections.tasks import Tasks
 
 log = logging.getLogger(__name__)
 DRAIN_SECS = 30.0  # how long a swap waits for the run in progress before stopping it
-RESERVED_NAMES = frozenset({"stream"})  # /api/v1/agents/stream is the per-agent event stream
 PROBATION_MARGIN_SECS = 30.0  # on top of the tick timeout: loading, queued tasks first
 ABANDON_WAIT_SECS = 5.0  # a change waits this long for its agent's requests to be closed
 
 
-class DeployRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """PUT /api/v1/agents/{name}: what runtime.toml's [[agents]] entry says, from the registry."""
+class PlacementHooks(Protocol):
+    """What a deployment of a placed agent asks of the placement manager."""
 
-    component: str  # registry:ID@VERSION (publish an uploaded component first)
-    description: str = ""
-    tick_interval_ms: int = 1000
-    fuel_per_tick: int | None = None  # None: the node's default budget
-    memory_limit_mb: int = 64
-    tick_timeout_ms: int = 10_000
-    mcp: bool = False
-    capabilities: dict[str, Any] = {}
-    approval: dict[str, Any] = {}
-    grant_domains: list[str] = []
-    allow_hosts: list[str] = []
-    # node names that may host it (docs/mesh.md, "Placement and failover"); None: as it is
-    # (this node alone for a new agent)
-    placement: list[str] | None = None
+    async def share(self, name: str, definition: c.AgentDefinition, path: Path) -> None:
+        """Make the component available to every node of the placement set."""
 
+    async def claim(self, name: str) -> None:
+        """Take the lease of a new placed agent (503 Problem when it cannot)."""
 
-class RollbackRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    reason: str = ""
-
-
-def definition_of(agent: AgentConfig, sha256: str) -> c.AgentDefinition:
-    return c.AgentDefinition(
-        component=agent.component,
-        sha256=sha256,
-        description=agent.description,
-        capabilities={k: bool(v) for k, v in agent.capabilities.items()},
-        approval=dict(agent.approval),
-        limits=c.AgentLimits(
-            tick_interval_ms=agent.tick_interval_ms,
-            fuel_per_tick=agent.fuel_per_tick,
-            memory_limit_mb=agent.memory_limit_mb,
-            tick_timeout_ms=agent.tick_timeout_ms,
-        ),
-        mcp=agent.mcp,
-        grant_domains=list(agent.grants.domains),
-        allow_hosts=list(agent.http.allow_hosts),
-    )
-
-
-def config_of(name: str, definition: c.AgentDefinition) -> AgentConfig:
-    """The runtime.toml entry a deployment amounts to (what the agent's host reads)."""
-    raw: dict[str, Any] = {
-        "name": name,
-        "component": definition.component,
-        "description": definition.description,
-        "tick_interval_ms": definition.limits.tick_interval_ms,
-        "fuel_per_tick": definition.limits.fuel_per_tick,
-        "memory_limit_mb": definition.limits.memory_limit_mb,
-        "tick_timeout_ms": definition.limits.tick_timeout_ms,
-        "mcp": definition.mcp,
-        "capabilities": dict(definition.capabilities),
-        "approval": dict(definition.approval),
-        "grants": {"domains": list(definition.grant_domains)},
-        "http": {"allow_hosts": list(definition.allow_hosts)},
-    }
-    return msgspec.convert(raw, AgentConfig)
-
-
-def _bounded(definition: c.AgentDefinition) -> c.AgentDefinition:
-    """The definition as the catalogue bounds it (a Struct built in code is not checked)."""
-    try:
-        return msgspec.convert(msgspec.to_builtins(definition), c.AgentDefinition)
-    except msgspec.ValidationError as exc:
-        raise Problem(400, f"invalid body: {str(exc).replace('`$.', '`')}") from None
-
-
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return f"sha256:{digest.hexdigest()}"
+    def started_here(self, name: str) -> None:
+        """The new placed agent runs here, under the lease `claim` took."""
 
 
 class DeploymentService:
@@ -191,7 +133,7 @@ class DeploymentService:
             if agent.component.startswith(REGISTRY_REFERENCE):
                 package = self.registry.projection.version(*parse_reference(agent.component))
                 return package.checksum if package is not None else ""
-            return _sha256_file(self.ctx.config.path(agent.component))
+            return sha256_file(self.ctx.config.path(agent.component))
         except (OSError, ValueError):
             return ""
 
@@ -472,7 +414,7 @@ class DeploymentService:
             ensure_local(self.ctx, name)
             package = self.registry.projection.version(*parse_reference(agent.component))
             assert package is not None  # resolved above
-            definition = _bounded(definition_of(agent, package.checksum))
+            definition = bounded(definition_of(agent, package.checksum))
             deployed = self.projection.get(name)
             placement = placement_set(self.ctx, body.placement, name)
             if deployed is None:
@@ -768,69 +710,6 @@ class DeploymentService:
         agent = self.ctx.config.agent(name)
         assert agent is not None
         await self.grants.follow([agent], why)
-
-
-class PlacementHooks(Protocol):
-    """What a deployment of a placed agent asks of the placement manager."""
-
-    async def share(self, name: str, definition: c.AgentDefinition, path: Path) -> None:
-        """Make the component available to every node of the placement set."""
-
-    async def claim(self, name: str) -> None:
-        """Take the lease of a new placed agent (503 Problem when it cannot)."""
-
-    def started_here(self, name: str) -> None:
-        """The new placed agent runs here, under the lease `claim` took."""
-
-
-def placement_set(ctx: NodeContext, given: list[str] | None, name: str) -> tuple[str, ...]:
-    """The placement set a deployment asks for: `given` checked (422 saying what is wrong),
-    else the agent's current one from its journal, else this node alone."""
-    if given is None:
-        placed = ctx.projections.get(Placements).get(name)
-        return placed.placement if placed is not None else (ctx.name,)
-    problems = list(placement_problems(given, ctx.config, "placement"))
-    if problems:
-        raise Problem(422, "; ".join(problems))
-    return tuple(given) if given else (ctx.name,)
-
-
-def placed_event(
-    ctx: NodeContext,
-    name: str,
-    placement: tuple[str, ...],
-    definition: c.AgentDefinition,
-    only_if_moved: bool,
-) -> NewEvent | None:
-    """The `agent.placed` to journal in the agent's own journal, or None: for an agent never
-    placed on more than one node, and when neither the set nor (unless `only_if_moved`) the
-    definition changed."""
-    placement = tuple(placement) or (ctx.name,)
-    current = ctx.projections.get(Placements).get(name)
-    if current is None and len(placement) <= 1:
-        return None
-    same_set = current is not None and current.placement == placement
-    if same_set and (only_if_moved or current.definition == definition):  # type: ignore[union-attr]
-        return None
-    epoch = ctx.projections.get(Journals).epoch_of(name)
-    placed = c.AgentPlaced(placement=list(placement), definition=definition, epoch=epoch)
-    return NewEvent(name, *c.event_of(placed))
-
-
-def refuse_foreign(ctx: NodeContext, agents: Iterable[AgentConfig]) -> None:
-    """A journal has one writer: an agent whose journal came from another node is not ours."""
-    journals = ctx.projections.get(Journals)
-    placements = ctx.projections.get(Placements)
-    for agent in agents:
-        home = journals.home_of(agent.name)
-        placed = placements.get(agent.name)
-        if placed is not None and ctx.name in placed.placement:
-            continue  # placed here too: it runs where its journal and its lease say
-        if home not in (None, ctx.name):
-            raise ConfigError(
-                f"agents: {agent.name!r} is hosted on node {home!r} (its journal was written "
-                "there); agent names must be unique across the mesh"
-            )
 
 
 DEPLOYMENTS = web.AppKey("deployments", DeploymentService)
