@@ -12,6 +12,7 @@ from node.auth import IDENTITY
 from node.context import CONTEXT
 from node.http import json_body, json_response
 from node.humanize import first_invisible, visible
+from node.placement.key import confirmed
 from node.routes import Doc, add_route
 from node.services.approvals import APPROVALS, ApprovalGate, Decision
 from projections.approvals import ApprovalRequest, Approvals, Group
@@ -135,21 +136,27 @@ async def list_batched(request: web.Request) -> web.Response:
 
 async def decide(request: web.Request) -> web.Response:
     body = await json_body(request, DecisionBody)
-    result = await gate_of(request).decide(
-        request.match_info["approval_id"],
+    gate, approval_id = gate_of(request), request.match_info["approval_id"]
+    asked = gate.projection.get(approval_id)
+    result = await gate.decide(
+        approval_id,
         body.decision,
         request[IDENTITY].name,
         request_hash=body.request_hash,
         reason=body.reason,
     )
+    if asked is not None:
+        await confirmed(request.app, [asked.agent])
     return json_response(result)
 
 
 async def decide_batch(request: web.Request) -> web.Response:
     body = await json_body(request, BatchBody)
-    result = await gate_of(request).decide_batch(
-        body.ids, body.decision, request[IDENTITY].name, reason=body.reason
-    )
+    gate = gate_of(request)
+    operator = request[IDENTITY].name
+    result = await gate.decide_batch(body.ids, body.decision, operator, reason=body.reason)
+    asked = (gate.projection.resolution(i) for i in result["ids"])
+    await confirmed(request.app, [r.agent for r in asked if r is not None])
     return json_response(result)
 
 

@@ -16,7 +16,7 @@ from node.http import (
     limit_query,
     page_bytes,
 )
-from node.placement.key import PLACEMENT
+from node.placement.key import confirmed
 from node.routes import Doc, add_route
 from node.services.findings import NewFinding, post_finding
 from projections.entries import Finding, Findings, LogEntry, Logs
@@ -64,9 +64,8 @@ async def list_findings(request: web.Request) -> web.Response:
 async def create_finding(request: web.Request) -> web.Response:
     finding = await json_body(request, NewFinding)
     seq, hosted = await post_finding(context_of(request), finding, request[IDENTITY].name)
-    placement = request.app.get(PLACEMENT)
-    if hosted and placement is not None:  # a placed agent's write counts once the stream has it
-        await placement.confirm(finding.agent)
+    if hosted:
+        await confirmed(request.app, [finding.agent])
     return json_response(FindingCreated(seq, None if hosted else NOT_HOSTED), status=201)
 
 

@@ -11,6 +11,7 @@ from aiohttp import web
 from node.auth import IDENTITY
 from node.context import CONTEXT
 from node.http import json_response
+from node.placement.key import confirmed
 from node.routes import Doc, add_route
 from node.services.grants import GRANTS, GrantService
 from projections.grants import Grant
@@ -33,12 +34,16 @@ async def list_grants(request: web.Request) -> web.Response:
 async def revoke(request: web.Request) -> web.Response:
     agent, domain = request.match_info["agent"], request.match_info["domain"]
     operator = request[IDENTITY].name
-    return json_response(await grants_of(request).revoke(agent, domain, operator))
+    revoked = await grants_of(request).revoke(agent, domain, operator)
+    await confirmed(request.app, [agent])
+    return json_response(revoked)
 
 
 async def restore(request: web.Request) -> web.Response:
     agent, domain = request.match_info["agent"], request.match_info["domain"]
-    return json_response(await grants_of(request).restore(agent, domain))
+    restored = await grants_of(request).restore(agent, domain)
+    await confirmed(request.app, [agent])
+    return json_response(restored)
 
 
 async def lifecycle(app: web.Application) -> AsyncIterator[None]:

@@ -96,8 +96,11 @@ class TaskService:
     async def cancel(self, task_id: str, operator: str) -> Envelope:
         """pending/running → canceled (`task.canceled`): never delivered again; a result the
         agent still reports for it is ignored, since the task is already final."""
-        self._check(task_id, ("pending", "running"), "cancel")
-        return await self._finish(task_id, c.TaskCanceled(id=task_id, operator=operator))
+        task = self._check(task_id, ("pending", "running"), "cancel")
+        envelope = await self._finish(task_id, c.TaskCanceled(id=task_id, operator=operator))
+        if self.confirm is not None:
+            await self.confirm(task.to)
+        return envelope
 
     async def start(self, task_id: str) -> Envelope:
         """pending → running; a running task is started again when it is delivered again

@@ -299,6 +299,12 @@ def test_open_tasks_go_on_on_the_new_home(failover, built_agents):
             json={"from": "tester", "to": worker, "input": {"numbers": [1, 2, 3]}},
         )
         assert created.status_code == 201, created.text  # acknowledged: the stream holds it
+        dropped = client.post(
+            "/api/v1/a2a/tasks", json={"from": "tester", "to": worker, "input": {"numbers": [4]}}
+        ).json()["id"]
+        rpc = {"jsonrpc": "2.0", "id": 1, "method": "CancelTask", "params": {"id": dropped}}
+        canceled = client.post(f"/a2a/{worker}", json=rpc).json()
+        assert "result" in canceled, canceled  # acknowledged too: the kill cannot undo it
     task = created.json()["id"]
     fm["node-a"].kill()
     assert wait_runner(fm, LEASE_TTL_SECS + 15, among=["node-b"], agent=worker) == "node-b"
@@ -311,6 +317,9 @@ def test_open_tasks_go_on_on_the_new_home(failover, built_agents):
 
     finished = wait_for(done, 20, "the open task completed on node-b")
     assert finished["output"] == {"sum": 6, "count": 3}
+    with fm["node-b"].client() as client:
+        state = client.get(f"/api/v1/a2a/tasks/{dropped}").json()
+    assert state["error"] == "canceled by admin", state  # REST shows a cancel as failed
     journal = events(fm["node-b"], worker)
     moved_in = next(e for e in journal if e["type"] == "agent.moved_in")
     assert moved_in["data"]["open_tasks"] == 1 and moved_in["origin"] == "node-b"
