@@ -65,14 +65,7 @@ class Delivery:
                 for request in batch:
                     request.finish()
 
-        loop = self.loop
-        if loop is not None and not loop.is_closed():
-            try:
-                loop.call_soon_threadsafe(run)
-                return
-            except RuntimeError:
-                pass
-        run()
+        self._on_loop(run)
 
     def deliver_rewind(self, request: Waiting, stream: str, removed: list[Envelope]) -> None:
         """From the writer thread: tell the rewind listeners on the loop, in order with the
@@ -90,6 +83,11 @@ class Delivery:
             finally:
                 request.finish()
 
+        self._on_loop(run)
+
+    def _on_loop(self, run: Callable[[], None]) -> None:
+        """Run `run` on the loop, in order with what was sent before; here when the loop is
+        gone (closing)."""
         loop = self.loop
         if loop is not None and not loop.is_closed():
             try:
