@@ -30,7 +30,7 @@ import msgspec
 from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 from nats.js.api import RawStreamMsg
-from nats.js.errors import KeyWrongLastSequenceError
+from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
 from node.config import AGENT_NAME_RE, MeshSection
@@ -173,7 +173,7 @@ class LeaseBook:
         value, sent = self._value(epoch), time.monotonic()
         try:
             async with asyncio.timeout(self.call_timeout):
-                revision = await kv.create(token(agent), value)
+                revision = await _create(kv, token(agent), value)
         except KeyWrongLastSequenceError:
             return None
         except (TimeoutError, NatsError) as exc:
@@ -368,6 +368,15 @@ class LeaseBook:
             self._changed.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), max(0.01, wake - now))
+
+
+async def _create(kv: KeyValue, key: str, value: bytes) -> int:
+    """`kv.create`, once more when the key expired between the server's refusal and the
+    client's look at why (nats-py then raises KeyNotFoundError): the key is free now."""
+    try:
+        return await kv.create(key, value)
+    except KeyNotFoundError:
+        return await kv.create(key, value)
 
 
 def _call_timeout(ttl: float) -> float:
