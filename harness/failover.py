@@ -35,7 +35,7 @@ def failover_toml(urls: list[str], lease_ttl: float = LEASE_TTL_SECS) -> str:
         SYNC_TUNING
         + SECRETS
         + nats_mesh_toml(urls, replicas=3, heads_interval=0.3)
-        + f"lease_ttl_secs = {lease_ttl}\nadvert_interval_secs = 0.5\n"
+        + f"lease_ttl_secs = {lease_ttl}\nadvert_interval_secs = 1.0\n"
     )
 
 
