@@ -29,7 +29,7 @@ pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture
-def failover(tmp_path, monkeypatch):
+def failover(request, tmp_path, monkeypatch):
     monkeypatch.setenv(COMPILED_CACHE_ENV, str(COMPILED_CACHE))
     meshes: list[FailoverMesh] = []
 
@@ -37,6 +37,7 @@ def failover(tmp_path, monkeypatch):
         meshes.append(FailoverMesh(tmp_path / f"f{len(meshes)}", **kwargs).start())
         return meshes[-1]
 
+    request.node.failover_meshes = meshes  # their logs join a failure's report (conftest.py)
     yield make
     for mesh in meshes:
         mesh.kill()
