@@ -18,6 +18,7 @@ from nats.js import JetStreamContext
 from node.context import NodeContext
 from node.sync.acks import AckRecorder
 from node.sync.incidents import Incidents
+from node.sync.loops import run_together
 from node.sync.nats_claims import ClaimBook
 from node.sync.nats_consumer import NatsConsumer
 from node.sync.nats_heads import HeadsBoard
@@ -70,9 +71,10 @@ class NatsMesh:
         good without a word."""
         while True:
             try:
-                async with asyncio.TaskGroup() as group:
-                    group.create_task(self.repair.run(), name="nats-repair-queue")
-                    group.create_task(self._connected(), name="nats-link")
+                await run_together(
+                    {"nats-repair-queue": self.repair.run(), "nats-link": self._connected()},
+                    grace=CLOSE_SECS,
+                )
             except Exception as exc:
                 self.metrics.stalls.labels("mesh").inc()
                 log.error("nats mesh stopped: %s; starting again", _describe(exc))
@@ -123,12 +125,17 @@ class NatsMesh:
         if not self.connected:
             log.info("nats mesh %s: connected", mesh.name)
         self.connected, self.last_error = True, ""
-        async with asyncio.TaskGroup() as group:
-            group.create_task(self.publisher.run(), name="nats-publish")
-            group.create_task(self.consumer.run(), name="nats-consume")
-            group.create_task(self.heads.publish(), name="nats-heads-put")
-            group.create_task(self.heads.watch(), name="nats-heads-watch")
-            group.create_task(self._repair_check(), name="nats-repair-check")
+        # not a TaskGroup: a loop that lost its one cancellation would hold the link forever
+        await run_together(
+            {
+                "nats-publish": self.publisher.run(),
+                "nats-consume": self.consumer.run(),
+                "nats-heads-put": self.heads.publish(),
+                "nats-heads-watch": self.heads.watch(),
+                "nats-repair-check": self._repair_check(),
+            },
+            grace=CLOSE_SECS,
+        )
 
     async def _repair_check(self) -> None:
         """A journal some peer (by its checked claims, nats_claims.py) holds further than this
