@@ -1,6 +1,6 @@
 """The approval gate: a gated capability waits here until an operator decides or time runs out.
 
-Everything goes through the agent's journal: `request` appends `approval.requested` and waits;
+Everything goes through the agent's journal: `ask` appends `approval.requested` and waits;
 `decide` appends `approval.decided`; a timer appends `approval.timed_out`. Waiters are released
 by a commit listener that watches for those resolutions, so a waiter learns its outcome from
 the journal, whoever wrote it. Timers are armed from the projection at start, so requests left
@@ -80,17 +80,6 @@ class ApprovalGate(ApprovalDecisions):
         self._waiters.clear()
 
     # ------------------------------------------------------------------ commands
-    async def request(
-        self,
-        agent: str,
-        capability: str,
-        request: str,
-        timeout_secs: int | None = None,
-        task_id: str | None = None,
-    ) -> Outcome:
-        """`ask`, answering the outcome only: "approve", "deny" or "timeout"."""
-        return (await self.ask(agent, capability, request, timeout_secs, task_id)).outcome
-
     async def ask(
         self,
         agent: str,
@@ -99,7 +88,8 @@ class ApprovalGate(ApprovalDecisions):
         timeout_secs: int | None = None,
         task_id: str | None = None,
     ) -> Verdict:
-        """`request`, answering with who decided and why as well (the host tells the agent).
+        """Journal `approval.requested` and wait: the outcome ("approve", "deny" or "timeout")
+        with who decided and why (the host tells the agent).
 
         `task_id` names the task whose run asks, so that canceling the task denies it.
         """
