@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 from collections.abc import Iterable
 from typing import Any, Literal, cast
 
@@ -19,15 +18,10 @@ from node.context import NodeContext
 from node.http import Problem
 from node.services.journal import ensure_local
 from projections import catalogue as c
-from projections.approvals import (
-    ApprovalRequest,
-    Approvals,
-    Outcome,
-)
+from projections.approvals import ApprovalRequest, Approvals, Outcome
 from projections.journals import Journals
 from projections.tasks import Tasks
 
-log = logging.getLogger(__name__)
 Decision = Literal["approve", "deny"]
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, Protocol
@@ -15,20 +14,14 @@ from typing import Any, Protocol
 import wasmtime
 
 from eventstore.store import NewEvent
-from node.config import (
-    AgentConfig,
-)
+from node.config import AgentConfig
 from node.context import NodeContext
 from node.http import Problem
 from node.runtime.runtime import AgentRuntime
 from node.runtime.spec import AgentSpec, spec_from_config
 from node.runtime.tasks import TaskQueue
 from node.services.approvals import ApprovalGate
-from node.services.definitions import (
-    config_of,
-    placed_event,
-    placement_set,
-)
+from node.services.definitions import config_of, placed_event, placement_set
 from node.services.grants import GrantService
 from node.services.registry import RegistryService
 from node.services.rollouts import Change, ProbationSettings, Rollouts
@@ -38,7 +31,6 @@ from projections.deployments import NODE_STREAM, DeployedAgent, DeployedAgents
 from projections.journals import Journals
 from projections.tasks import Tasks
 
-log = logging.getLogger(__name__)
 DRAIN_SECS = 30.0  # how long a swap waits for the run in progress before stopping it
 PROBATION_MARGIN_SECS = 30.0  # on top of the tick timeout: loading, queued tasks first
 ABANDON_WAIT_SECS = 5.0  # a change waits this long for its agent's requests to be closed

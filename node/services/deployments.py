@@ -31,11 +31,7 @@ from aiohttp import web
 from node.runtime.runtime import AgentRuntime, InstanceEnd
 from node.runtime.tasks import TaskQueue
 from node.services.declared_agents import DeclaredAgents
-from node.services.deployment_base import (
-    ABANDON_WAIT_SECS,
-    DRAIN_SECS,
-    PROBATION_MARGIN_SECS,
-)
+from node.services.deployment_base import ABANDON_WAIT_SECS, DRAIN_SECS, PROBATION_MARGIN_SECS
 from node.services.lifecycle import Lifecycle
 from node.services.placed_hosting import PlacedHosting
 from node.services.upgrades import Upgrades

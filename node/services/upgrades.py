@@ -6,19 +6,13 @@ fails (journaled `agent.rolled_back`, automatic).
 from __future__ import annotations
 
 import asyncio
-import logging
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
 from eventstore.store import NewEvent
-from node.config import (
-    AGENT_NAME,
-    AGENT_NAME_RE,
-    AgentConfig,
-    agent_problems,
-)
+from node.config import AGENT_NAME, AGENT_NAME_RE, AgentConfig, agent_problems
 from node.http import Problem
 from node.runtime.runtime import AgentRuntime
 from node.services.definitions import (
@@ -36,8 +30,6 @@ from node.services.rollouts import Change
 from projections import catalogue as c
 from projections.deployments import NODE_STREAM, DeployedAgent
 from projections.tasks import Tasks
-
-log = logging.getLogger(__name__)
 
 
 class Upgrades(DeploymentBase):
