@@ -86,11 +86,8 @@ def _parser() -> argparse.ArgumentParser:
     command("replay", cmd_replay, "rebuild every projection from the journal and report counts")
 
     journal = sub.add_parser("journal", help="read journals").add_subparsers(metavar="ACTION")
-    export = journal.add_parser(
-        "export",
-        help="write one journal as JSON Lines",
-        description=EXPORT_FORMAT,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    export = cli_docs.documented_parser(
+        journal, "export", "write one journal as JSON Lines", EXPORT_FORMAT
     )
     export.add_argument("--config", default="runtime.toml")
     export.add_argument("--agent", required=True, help="journal (agent) name")

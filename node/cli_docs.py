@@ -36,12 +36,21 @@ def title(path: Path) -> str:
     return first.lstrip("# ").strip()
 
 
+def documented_parser(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str, help: str, text: str
+) -> argparse.ArgumentParser:
+    """A subcommand whose --help shows `text` (its module's docstring, a format) as written."""
+    return sub.add_parser(
+        name, help=help, description=text, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+
+
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    docs = sub.add_parser(
+    docs = documented_parser(
+        sub,
         "docs",
-        help="print the documentation: writing agents, the API, configuration, deploying, ...",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "print the documentation: writing agents, the API, configuration, deploying, ...",
+        __doc__ or "",
     )
     docs.add_argument("topic", nargs="?", help="a topic (`agent-node docs` lists them)")
     docs.add_argument("--path", action="store_true", help="print where the file (or folder) is")

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from node.auth import new_token, token_digest
+from node.cli_docs import documented_parser
 from node.config import AGENT_NAME_RE, ConfigError
 from node.config_load import parse_config
 
@@ -46,11 +47,11 @@ scopes = ["admin"]
 
 
 def register(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    init = actions.add_parser(
+    init = documented_parser(
+        actions,
         "init",
-        help="write a first runtime.toml (mode 0600) and print a new admin token once",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "write a first runtime.toml (mode 0600) and print a new admin token once",
+        __doc__ or "",
     )
     init.add_argument("--config", default="runtime.toml", help="file to write (runtime.toml)")
     init.add_argument("--name", default="node-1", help="the node's name (default node-1)")

@@ -7,6 +7,7 @@ import contextlib
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable
 from pathlib import Path
 
 import httpx
@@ -22,6 +23,7 @@ from harness.node import free_port as free_port
 from harness.node import make_config as make_config
 from harness.node import tiny_component as tiny_component
 from harness.node import write_config as write_config
+from projections.approvals import Verdict
 
 
 def run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -140,3 +142,8 @@ def replicate(store, stream: str, type: str, data: dict, *, origin: str = "node-
         [ForeignEnvelope(stream, seq, payload, signature)],
         lambda name: key.verify_key if name == origin else None,
     )
+
+
+async def outcome(asking: Awaitable[Verdict]) -> str:
+    """The outcome alone of an approval gate's `ask`: "approve", "deny" or "timeout"."""
+    return (await asking).outcome

@@ -35,7 +35,8 @@ from node.protocols.a2a_model import input_from_text
 from node.protocols.follow import JournalCursor
 from node.protocols.lifecycle import StopSignal
 from node.runtime.agents import Agents
-from node.services.approvals import ApprovalGate, Decision
+from node.services.approval_decisions import Decision
+from node.services.approvals import ApprovalGate
 from node.services.tasks import TaskService
 from projections import catalogue as c
 from projections.approvals import Approvals

@@ -14,7 +14,8 @@ from node.http import json_body, json_response
 from node.humanize import first_invisible, visible
 from node.placement.key import confirmed
 from node.routes import Doc, add_route
-from node.services.approvals import APPROVALS, ApprovalGate, Decision
+from node.services.approval_decisions import Decision
+from node.services.approvals import APPROVALS, ApprovalGate
 from projections.approvals import ApprovalRequest, Approvals, Group
 
 ApprovalId = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]

@@ -27,7 +27,8 @@ from node.protocols import a2a_model as m
 from node.protocols.a2a_params import ListTasksParams, Message, SendParams
 from node.protocols.follow import JournalCursor
 from node.protocols.lifecycle import StopSignal
-from node.services.approvals import ApprovalGate, Decision
+from node.services.approval_decisions import Decision
+from node.services.approvals import ApprovalGate
 from node.services.tasks import TaskService
 from projections import catalogue as c
 from projections.approvals import Approvals

@@ -64,7 +64,7 @@ class ApprovalGate(Protocol):
         request: str,
         timeout_secs: int | None = None,
         task_id: str | None = None,
-    ) -> Verdict: ...  # `request`, with who decided and their reason
+    ) -> Verdict: ...  # the outcome, with who decided and their reason
 
 
 class Grants(Protocol):

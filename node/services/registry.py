@@ -25,6 +25,7 @@ from typing import Any
 
 from aiohttp import web
 
+from eventstore.envelope import Envelope
 from node.config import Config
 from node.context import NodeContext
 from node.files import move_durably
@@ -168,17 +169,8 @@ class RegistryService:
             try:
                 if created:
                     await loop.run_in_executor(None, move_durably, upload.path, blob)
-                envelope = await self.ctx.store.append(
-                    REGISTRY_STREAM,
-                    *c.event_of(
-                        c.PackagePublished(
-                            id=package_id,
-                            version=version,
-                            description=description,
-                            checksum=checksum,
-                            wasm_size_bytes=upload.size,
-                        )
-                    ),
+                envelope = await self._journal_published(
+                    package_id, version, description, checksum, upload.size
                 )
             except BaseException:
                 if created:
@@ -209,19 +201,23 @@ class RegistryService:
             blob = self.blob_path(checksum)
             if not blob.exists():
                 await asyncio.to_thread(move_durably, fetched, blob)
-            await self.ctx.store.append(
-                REGISTRY_STREAM,
-                *c.event_of(
-                    c.PackagePublished(
-                        id=package_id,
-                        version=version,
-                        description=description,
-                        checksum=checksum,
-                        wasm_size_bytes=blob.stat().st_size,
-                    )
-                ),
+            await self._journal_published(
+                package_id, version, description, checksum, blob.stat().st_size
             )
             return blob
+
+    async def _journal_published(
+        self, package_id: str, version: str, description: str, checksum: str, size: int
+    ) -> Envelope:
+        """Append `package.published` for a blob already in place."""
+        published = c.PackagePublished(
+            id=package_id,
+            version=version,
+            description=description,
+            checksum=checksum,
+            wasm_size_bytes=size,
+        )
+        return await self.ctx.store.append(REGISTRY_STREAM, *c.event_of(published))
 
     def _refuse_existing(self, package_id: str, version: str) -> None:
         if self.projection.has(package_id, version):

@@ -19,6 +19,7 @@ from tests.support import (
     NodeProcess,
     auth,
     make_config,
+    outcome,
     replicate,
     write_config,
 )
@@ -32,7 +33,7 @@ async def ask(client, agent="payer", capability="spend", detail="pay 10 EUR", ti
     """Start a gate request as the runtime would; returns (its task, the approval id)."""
     gate = gate_of(client)
     before = {r.id for r in gate.projection.list()}
-    task = asyncio.create_task(gate.request(agent, capability, detail, timeout))
+    task = asyncio.create_task(outcome(gate.ask(agent, capability, detail, timeout)))
     new = await until(
         lambda: {r.id for r in gate.projection.list()} - before, what="the request is pending"
     )

@@ -11,7 +11,7 @@ from node.context import CONTEXT
 from node.services.approvals import APPROVALS
 from node.services.tasks import TASKS
 from tests.polling import until
-from tests.support import PUBLISH_TOKEN, auth, make_config, replicate, tiny_component
+from tests.support import PUBLISH_TOKEN, auth, make_config, outcome, replicate, tiny_component
 
 AGENTS = """
 [[agents]]
@@ -31,7 +31,9 @@ async def test_rebuild_from_zero_equals_live_state_and_survives_a_checkpoint(
     ctx = client.app[CONTEXT]
     gate, tasks = client.app[APPROVALS], client.app[TASKS]
 
-    waiting = [asyncio.create_task(gate.request("worker", "spend", str(i), 60)) for i in range(6)]
+    waiting = [
+        asyncio.create_task(outcome(gate.ask("worker", "spend", str(i), 60))) for i in range(6)
+    ]
     await until(lambda: gate.projection.count >= 6, what="six requests are pending")
     ids = [r.id for r in gate.projection.list()]
     await gate.decide(ids[0], "approve", "alice")

@@ -11,7 +11,7 @@ from node.context import CONTEXT
 from node.services.approvals import APPROVALS, GateClosedError
 from projections.approvals import Approvals
 from tests.polling import until
-from tests.support import OPERATE_TOKEN, auth, make_config, tiny_component
+from tests.support import OPERATE_TOKEN, auth, make_config, outcome, tiny_component
 
 
 def hosting_payer(tmp_path):
@@ -36,7 +36,7 @@ def requested(ctx) -> list[str]:
 async def leave_pending(aiohttp_client, config) -> str:
     client = await aiohttp_client(build_app(config))
     gate = client.app[APPROVALS]
-    waiting = asyncio.create_task(gate.request("payer", "spend", "INV-1", 60))
+    waiting = asyncio.create_task(outcome(gate.ask("payer", "spend", "INV-1", 60)))
     await until(lambda: gate.projection.count, what="the request is pending")
     (approval_id,) = [r.id for r in gate.projection.list()]
     await client.close()  # the node stops; its agent instance is gone, the request stays
@@ -56,10 +56,10 @@ async def test_a_decision_before_the_agent_asks_again_is_not_lost(aiohttp_client
         headers=auth(OPERATE_TOKEN),
     )
     assert decided.status == 200
-    assert await gate.request("payer", "spend", "INV-1", 60) == "approve"
+    assert await outcome(gate.ask("payer", "spend", "INV-1", 60)) == "approve"
     assert requested(ctx) == [approval_id]  # no second request was journaled
     # the decision answers one request only: the next one waits for a new decision
-    again = asyncio.create_task(gate.request("payer", "spend", "INV-1", 60))
+    again = asyncio.create_task(outcome(gate.ask("payer", "spend", "INV-1", 60)))
     await until(lambda: len(requested(ctx)) >= 2, what="a second request is journaled")
     again.cancel()
 
@@ -68,7 +68,7 @@ async def test_a_request_after_the_restart_adopts_the_pending_one(aiohttp_client
     approval_id = await leave_pending(aiohttp_client, config)
     client = await aiohttp_client(build_app(config))
     ctx = client.app[CONTEXT]
-    asking = asyncio.create_task(client.app[APPROVALS].request("payer", "spend", "INV-1", 60))
+    asking = asyncio.create_task(outcome(client.app[APPROVALS].ask("payer", "spend", "INV-1", 60)))
     await asyncio.sleep(0.05)
     assert requested(ctx) == [approval_id]
     decided = await client.post(
@@ -86,7 +86,7 @@ async def test_a_request_while_the_decision_is_being_journaled_waits_for_it(aioh
     deciding = asyncio.create_task(gate.decide(approval_id, "approve", "ops"))
     await asyncio.sleep(0)  # the decision is claimed and on its way to the journal
     assert not deciding.done()
-    assert await asyncio.wait_for(gate.request("payer", "spend", "INV-1", 60), 5) == "approve"
+    assert await asyncio.wait_for(outcome(gate.ask("payer", "spend", "INV-1", 60)), 5) == "approve"
     await deciding
     assert requested(ctx) == [approval_id]  # no second request was journaled
 
@@ -96,7 +96,7 @@ async def test_a_different_request_with_the_same_start_is_not_adopted(aiohttp_cl
     client = await aiohttp_client(build_app(config))
     gate = client.app[APPROVALS]
     padding = "x" * 2000
-    waiting = asyncio.create_task(gate.request("payer", "spend", f"{padding} pay 1 EUR", 60))
+    waiting = asyncio.create_task(outcome(gate.ask("payer", "spend", f"{padding} pay 1 EUR", 60)))
     await until(lambda: gate.projection.count, what="the request is pending")
     (approval_id,) = [r.id for r in gate.projection.list()]
     await client.close()
@@ -112,7 +112,7 @@ async def test_a_different_request_with_the_same_start_is_not_adopted(aiohttp_cl
     )
     assert decided.status == 200
     asking = asyncio.create_task(
-        client.app[APPROVALS].request("payer", "spend", f"{padding} pay 9999 EUR", 60)
+        outcome(client.app[APPROVALS].ask("payer", "spend", f"{padding} pay 9999 EUR", 60))
     )
     # a new request of its own, not the approved one
     await until(lambda: len(requested(ctx)) >= 2, what="a second request is journaled")

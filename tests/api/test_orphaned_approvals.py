@@ -14,7 +14,7 @@ from node.services.approvals import APPROVALS
 from node.services.tasks import TASKS
 from tests.api.test_approvals_restart import hosting_payer, leave_pending, requested
 from tests.polling import until
-from tests.support import OPERATE_TOKEN, auth
+from tests.support import OPERATE_TOKEN, auth, outcome
 
 
 @pytest.fixture
@@ -54,7 +54,7 @@ async def test_a_decision_on_an_orphan_is_recorded_and_survives_a_restart(aiohtt
 
     again = await aiohttp_client(build_app(config))  # the recorded decision is in the journal
     ctx, gate = again.app[CONTEXT], again.app[APPROVALS]
-    assert await asyncio.wait_for(gate.request("payer", "spend", "INV-1", 60), 5) == "approve"
+    assert await asyncio.wait_for(outcome(gate.ask("payer", "spend", "INV-1", 60)), 5) == "approve"
     assert requested(ctx) == [approval_id]  # no second request: the recorded one applied
     resolution = gate.projection.resolution(approval_id)
     assert resolution is not None and (resolution.outcome, resolution.operator) == (
@@ -62,7 +62,7 @@ async def test_a_decision_on_an_orphan_is_recorded_and_survives_a_restart(aiohtt
         "operator",
     )
     # used once: the next identical request asks the operator again
-    waiting = asyncio.create_task(gate.request("payer", "spend", "INV-1", 60))
+    waiting = asyncio.create_task(outcome(gate.ask("payer", "spend", "INV-1", 60)))
     await until(lambda: len(requested(ctx)) == 2, what="a new request is journaled")
     (item,) = await listed(again)
     assert item["state"] == "pending"  # a running call waits for this one
@@ -72,7 +72,7 @@ async def test_a_decision_on_an_orphan_is_recorded_and_survives_a_restart(aiohtt
 async def test_a_decision_with_a_waiting_call_applies_now(aiohttp_client, config):
     client = await aiohttp_client(build_app(config))
     gate = client.app[APPROVALS]
-    waiting = asyncio.create_task(gate.request("payer", "spend", "INV-9", 60))
+    waiting = asyncio.create_task(outcome(gate.ask("payer", "spend", "INV-9", 60)))
     await until(lambda: gate.projection.count, what="the request is pending")
     (item,) = await listed(client)
     assert item["state"] == "pending" and item["note"] is None
@@ -87,7 +87,7 @@ async def test_asking_for_something_else_in_the_same_place_abandons_the_orphan(
     approval_id = await leave_pending(aiohttp_client, config)  # asked by a tick
     client = await aiohttp_client(build_app(config))
     gate = client.app[APPROVALS]
-    asking = asyncio.create_task(gate.request("payer", "spend", "INV-2", 60))
+    asking = asyncio.create_task(outcome(gate.ask("payer", "spend", "INV-2", 60)))
     await until(lambda: gate.projection.resolution(approval_id), what="the orphan is closed")
     resolution = gate.projection.resolution(approval_id)
     assert resolution is not None and resolution.outcome == "abandoned"
@@ -108,7 +108,7 @@ async def test_the_end_of_its_task_abandons_what_the_task_asked(aiohttp_client, 
     created = await tasks.create("boss", "payer", {"n": 1})
     await tasks.start(created["id"])
     waiting = asyncio.create_task(
-        gate.request("payer", "spend", "INV-3", 60, task_id=created["id"])
+        outcome(gate.ask("payer", "spend", "INV-3", 60, task_id=created["id"]))
     )
     await until(lambda: gate.projection.count, what="the task's request is pending")
     (approval_id,) = [r.id for r in gate.projection.list()]

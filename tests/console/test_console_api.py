@@ -13,7 +13,15 @@ from node.app import build_app
 from node.context import CONTEXT
 from node.services.approvals import APPROVALS
 from tests.polling import until
-from tests.support import ADMIN_TOKEN, OPERATE_TOKEN, READ_TOKEN, auth, make_config, replicate
+from tests.support import (
+    ADMIN_TOKEN,
+    OPERATE_TOKEN,
+    READ_TOKEN,
+    auth,
+    make_config,
+    outcome,
+    replicate,
+)
 
 
 @pytest.fixture
@@ -58,7 +66,7 @@ async def test_whoami_names_the_token_and_its_scopes(client):
 async def test_history_lists_resolutions_newest_first_with_operator(client):
     gate = client.app[APPROVALS]
     waiting = [
-        asyncio.create_task(gate.request("payer", "spend", f"pay {i}", 60)) for i in range(3)
+        asyncio.create_task(outcome(gate.ask("payer", "spend", f"pay {i}", 60))) for i in range(3)
     ]
     await until(lambda: gate.projection.count >= 3, what="three requests are pending")
     first, second, third = [r.id for r in gate.projection.list()]

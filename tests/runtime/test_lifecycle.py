@@ -28,6 +28,7 @@ from tests.support import (
     READ_TOKEN,
     auth,
     make_config,
+    outcome,
 )
 
 
@@ -325,7 +326,7 @@ async def test_stopping_an_agent_abandons_what_it_left_pending(
     client = await aiohttp_client(app)
     gate = app[APPROVALS]
     await until(lambda: journal(app, "hello", "agent.started"), what="hello runs")
-    asked = asyncio.create_task(gate.request("hello", "spend", "INV-7", 60))
+    asked = asyncio.create_task(outcome(gate.ask("hello", "spend", "INV-7", 60)))
     await until(lambda: gate.projection.count, what="the request is pending")
     (approval_id,) = [r.id for r in gate.projection.list()]
     asked.cancel()  # the call that asked is gone, as when its instance is cut off

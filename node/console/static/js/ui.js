@@ -53,6 +53,20 @@ export function h(tag, attrs = {}, ...children) {
   return el;
 }
 
+/** A form laid out in a row: `submit(form)` runs instead of the browser's own submit. */
+export function inlineForm(attrs, submit, ...children) {
+  const onsubmit = (event) => {
+    event.preventDefault();
+    submit(event.target);
+  };
+  return h("form", { class: "inline-form", ...attrs, onsubmit }, ...children);
+}
+
+/** A form's input with its label (`wide`: a field given a row's room). */
+export function field(label, input, wide = false) {
+  return h("span", { class: wide ? "field wide" : "field" }, h("label", { for: input.id }, label), input);
+}
+
 /** A button shown only when the token has `scope`. */
 export function action(scope, label, onclick, attrs = {}) {
   return can(scope) ? h("button", { type: "button", onclick, ...attrs }, label) : null;

@@ -3,7 +3,7 @@
 // admin token) and its recent logs, findings, tasks and grants.
 
 import { api, tail } from "../api.js";
-import { h, attempt, action, can, duration, bytes, table, when, fill, visible } from "../ui.js";
+import { h, attempt, action, can, duration, bytes, table, when, fill, visible, inlineForm } from "../ui.js";
 
 const POLL_MS = 2000;
 const RECENT = 20;
@@ -155,17 +155,12 @@ function deploymentPanel(d) {
   );
   const upgrade =
     api_ && can("admin")
-      ? h(
-          "form",
-          {
-            class: "inline-form",
-            id: "upgrade-form",
-            onsubmit: (event) => {
-              event.preventDefault();
-              // the current definition with the new component: permissions and limits stay
-              const { limits, sha256: _sha, ...rest } = d.definition;
-              lifecycle(d.name, "upgrading", base, { method: "PUT", body: { ...rest, ...limits, component: upgradeInput.value.trim() } });
-            },
+      ? inlineForm(
+          { id: "upgrade-form" },
+          () => {
+            // the current definition with the new component: permissions and limits stay
+            const { limits, sha256: _sha, ...rest } = d.definition;
+            lifecycle(d.name, "upgrading", base, { method: "PUT", body: { ...rest, ...limits, component: upgradeInput.value.trim() } });
           },
           upgradeInput,
           h("button", { type: "submit" }, "Upgrade"),
@@ -211,16 +206,9 @@ function placementPanel(d) {
   const base = `/api/v1/agents/${encodeURIComponent(d.name)}`;
   const form =
     p.lease && targets.length && can("admin")
-      ? h(
-          "form",
-          {
-            class: "inline-form",
-            id: "move-form",
-            onsubmit: (event) => {
-              event.preventDefault();
-              lifecycle(d.name, `moving to ${choice.value}`, `${base}/move`, { method: "POST", body: { to: choice.value } });
-            },
-          },
+      ? inlineForm(
+          { id: "move-form" },
+          () => lifecycle(d.name, `moving to ${choice.value}`, `${base}/move`, { method: "POST", body: { to: choice.value } }),
           choice,
           h("button", { type: "submit", id: "move-button" }, "Move"),
         )

@@ -1,7 +1,7 @@
 // Registry: packages and their versions; publish a component (publish scope).
 
 import { api } from "../api.js";
-import { h, can, attempt, table, when, bytes, fill, visible } from "../ui.js";
+import { h, can, attempt, table, when, bytes, fill, visible, inlineForm, field } from "../ui.js";
 
 let root = null;
 
@@ -39,37 +39,32 @@ async function load() {
 
 function publishForm() {
   if (!can("publish")) return null;
-  return h(
-    "form",
-    {
-      class: "inline-form",
-      onsubmit: (e) => {
-        e.preventDefault();
-        const form = e.target;
-        const status = form.querySelector("#publish-result");
-        const button = form.querySelector("button[type=submit]");
-        button.disabled = true;
-        status.textContent = "Publishing… (the node validates the component first)";
-        attempt("publish failed", async () => {
-          try {
-            const result = await api("/api/v1/registry/packages", { method: "POST", form: new FormData(form) });
-            form.reset();
-            status.textContent = visible(`Published ${result.id} ${result.version} (${result.checksum})`);
-            await load();
-          } catch (err) {
-            status.textContent = "";
-            throw err;
-          } finally {
-            button.disabled = false;
-          }
-        });
-      },
+  return inlineForm(
+    {},
+    (form) => {
+      const status = form.querySelector("#publish-result");
+      const button = form.querySelector("button[type=submit]");
+      button.disabled = true;
+      status.textContent = "Publishing… (the node validates the component first)";
+      attempt("publish failed", async () => {
+        try {
+          const result = await api("/api/v1/registry/packages", { method: "POST", form: new FormData(form) });
+          form.reset();
+          status.textContent = visible(`Published ${result.id} ${result.version} (${result.checksum})`);
+          await load();
+        } catch (err) {
+          status.textContent = "";
+          throw err;
+        } finally {
+          button.disabled = false;
+        }
+      });
     },
     h("h3", {}, "Publish a component"),
-    h("span", { class: "field" }, h("label", { for: "pkg-id" }, "Package id"), h("input", { id: "pkg-id", name: "id", required: true })),
-    h("span", { class: "field" }, h("label", { for: "pkg-version" }, "Version (SemVer)"), h("input", { id: "pkg-version", name: "version", required: true, placeholder: "1.0.0" })),
-    h("span", { class: "field wide" }, h("label", { for: "pkg-description" }, "Description"), h("input", { id: "pkg-description", name: "description" })),
-    h("span", { class: "field" }, h("label", { for: "pkg-wasm" }, "Component (.wasm)"), h("input", { id: "pkg-wasm", name: "wasm", type: "file", accept: ".wasm,application/wasm", required: true })),
+    field("Package id", h("input", { id: "pkg-id", name: "id", required: true })),
+    field("Version (SemVer)", h("input", { id: "pkg-version", name: "version", required: true, placeholder: "1.0.0" })),
+    field("Description", h("input", { id: "pkg-description", name: "description" }), true),
+    field("Component (.wasm)", h("input", { id: "pkg-wasm", name: "wasm", type: "file", accept: ".wasm,application/wasm", required: true })),
     h("button", { type: "submit" }, "Publish"),
     h("p", { id: "publish-result", role: "status" }),
   );

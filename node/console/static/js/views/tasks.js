@@ -1,7 +1,7 @@
 // Tasks: filter by status and agent, a task's detail with progress, output or error; cancel.
 
 import { api, cancelTask } from "../api.js";
-import { h, action, attempt, table, when, json, select, fill } from "../ui.js";
+import { h, action, attempt, table, when, json, select, fill, inlineForm, field } from "../ui.js";
 
 const STATUSES = ["", "pending", "running", "completed", "failed"];
 const filters = { status: "", agent: "" };
@@ -80,32 +80,27 @@ async function loadDetail(id) {
 function createForm() {
   if (!action("operate", "x", () => {})) return null;
   const names = agents.map((a) => a.name);
-  return h(
-    "form",
-    {
-      class: "inline-form",
-      onsubmit: (e) => {
-        e.preventDefault();
-        const form = e.target;
-        attempt("create failed", async () => {
-          let input;
-          try {
-            input = JSON.parse(form.input.value || "{}");
-          } catch (err) {
-            throw new Error(`input is not JSON: ${err.message}`);
-          }
-          const created = await api("/api/v1/a2a/tasks", {
-            method: "POST",
-            body: { from: form.from.value, to: form.to.value, input },
-          });
-          location.hash = `#/tasks/${encodeURIComponent(created.id)}`;
+  return inlineForm(
+    {},
+    (form) => {
+      attempt("create failed", async () => {
+        let input;
+        try {
+          input = JSON.parse(form.input.value || "{}");
+        } catch (err) {
+          throw new Error(`input is not JSON: ${err.message}`);
+        }
+        const created = await api("/api/v1/a2a/tasks", {
+          method: "POST",
+          body: { from: form.from.value, to: form.to.value, input },
         });
-      },
+        location.hash = `#/tasks/${encodeURIComponent(created.id)}`;
+      });
     },
     h("h3", {}, "New task"),
-    h("span", { class: "field" }, h("label", { for: "task-from" }, "From"), h("input", { id: "task-from", name: "from", value: "operator", required: true })),
-    h("span", { class: "field" }, h("label", { for: "task-to" }, "To"), h("select", { id: "task-to", name: "to" }, names.map((n) => h("option", { value: n }, n)))),
-    h("span", { class: "field wide" }, h("label", { for: "task-input" }, "Input (JSON object)"), h("textarea", { id: "task-input", name: "input", rows: 2 }, '{"numbers": [1, 2, 3]}')),
+    field("From", h("input", { id: "task-from", name: "from", value: "operator", required: true })),
+    field("To", h("select", { id: "task-to", name: "to" }, names.map((n) => h("option", { value: n }, n)))),
+    field("Input (JSON object)", h("textarea", { id: "task-input", name: "input", rows: 2 }, '{"numbers": [1, 2, 3]}'), true),
     h("button", { type: "submit" }, "Create task"),
   );
 }
