@@ -42,6 +42,9 @@ PERIODIC = {
     ),
     ("bench/hostile_load.py", "one"),  # a slow client, reconnecting until the phase ends
     ("bench/hostile_load.py", "probe_health"),  # /health sampled for the phase
+    # loops that ignore cancellation on purpose: what run_together must stop for sure
+    ("tests/sync/test_loops.py", "losing"),
+    ("tests/sync/test_loops.py", "stubborn"),
     ("node/cli_agents.py", "_await_probation"),  # prints a probation's progress as it goes
     ("node/services/rollouts.py", "_watch"),  # reads an instance's runs through its probation
     # samples every agent's status (each phase seen) until all run
