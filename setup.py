@@ -13,7 +13,7 @@ from pathlib import Path
 from setuptools import setup
 from setuptools.command.build_py import build_py
 
-# docs/ ships inside the package (node/docs/), for `agent-node docs` (node/cli_docs.py)
+# docs/ ships inside the package (node/docs/), for `agent-node docs` (node/cli/docs.py)
 DOCS = Path(__file__).resolve().parent / "docs"
 
 

@@ -34,7 +34,7 @@ from eventstore.keys import load_or_create_key
 from eventstore.store import EventStore, NewEvent
 from harness.node import ADMIN_TOKEN, NodeProcess, auth, free_port, tiny_component, write_config
 from node.app import JOURNAL_DIR
-from node.config_load import load_config
+from node.config.load import load_config
 
 CONCURRENCY = 64
 AGENTS = """

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import aiohttp
 
-from node.polling import DeadlineExceeded, wait_until
+from node.ops.polling import DeadlineExceeded, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 SIGNER = "eventstore/_sign_batch.abi3.so"  # built at install, not in git

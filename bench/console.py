@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.common import percentile  # noqa: E402
 from harness.node import ADMIN_TOKEN, NodeProcess, auth, write_config  # noqa: E402
-from node.polling import wait_until  # noqa: E402
+from node.ops.polling import wait_until  # noqa: E402
 
 OBSERVER = """
 window.latencies = [];

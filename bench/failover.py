@@ -47,7 +47,7 @@ from harness.failover import (  # noqa: E402
     wait_for,
     wait_runner,
 )
-from node.polling import wait_until  # noqa: E402
+from node.ops.polling import wait_until  # noqa: E402
 
 
 def built_counter() -> Path:

@@ -1,7 +1,7 @@
 """The cost of treating input as hostile: the bounded JSON decoder and secret redaction.
 
 (1) Decoding a POST /api/v1/findings body and a 64 KiB task input: msgspec's typed decode
-(what json_body did before) against node.boundedjson.loads_as (decode, bound check, convert),
+(what json_body did before) against node.web.boundedjson.loads_as (decode, bound check, convert),
 alternating which runs first, median of the rounds. (2) Redacting one journal event's data
 (a log line, a task output of 64 KiB) with 0 and with 10 secrets known. Prints one JSON
 object of the figures as its last line.
@@ -23,9 +23,9 @@ import msgspec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from node.boundedjson import loads_as
 from node.runtime.redact import SecretRedactor
 from node.services.findings import NewFinding
+from node.web.boundedjson import loads_as
 
 
 class NewTask(msgspec.Struct):

@@ -1,6 +1,6 @@
 """Hostile clients against a real node process on loopback: what each attack does to the node's
 memory (RssAnon, /proc/PID/status) and to /api/v1/health's latency, next to the same node
-unloaded, in the same run (node/connections.py, issue 34).
+unloaded, in the same run (node/web/connections.py, issue 34).
 
 Attacks, one after the other, each for `--secs` while health is probed (a new connection per
 probe, from 127.0.0.1, about 50 a second), RssAnon sampled every 0.2 s and the node's CPU

@@ -58,7 +58,7 @@ from bench import proc_cpu  # noqa: E402
 from harness.mesh import SYNC_TUNING, prefill, write_mesh  # noqa: E402
 from harness.nats import NatsCluster, nats_mesh_toml  # noqa: E402
 from harness.node import NodeProcess  # noqa: E402
-from node.polling import wait_until  # noqa: E402
+from node.ops.polling import wait_until  # noqa: E402
 
 TUNING = SYNC_TUNING.replace("batch_size = 200", "batch_size = 1000").replace(
     "heartbeat_secs = 0.5", "heartbeat_secs = 2"

@@ -44,7 +44,7 @@ import wasmtime
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from node.polling import until, wait_until  # noqa: E402
+from node.ops.polling import until, wait_until  # noqa: E402
 from node.runtime import AgentRuntime, AgentSpec, RuntimeOptions  # noqa: E402
 from node.runtime.bindings import make_linker  # noqa: E402
 from node.runtime.engine import AgentEngine  # noqa: E402
@@ -234,7 +234,7 @@ async def bench_approval_http(wasm: Path, cache: Path, rounds: int) -> dict[str,
     from node.api import a2a, approvals, grants
     from node.api import runtime as area
     from node.app import AREAS, build_app
-    from node.config_load import load_config
+    from node.config.load import load_config
     from node.context import CONTEXT
 
     os.environ[area.COMPILED_CACHE_ENV] = str(cache)

@@ -62,9 +62,9 @@ from bench.common import http_load, percentile, report
 from eventstore.keys import load_or_create_key
 from eventstore.store import NewEvent
 from node.app import build_app, open_store
-from node.config_load import load_config
+from node.config.load import load_config
 from node.context import CONTEXT
-from node.polling import DeadlineExceeded, wait_until
+from node.ops.polling import DeadlineExceeded, wait_until
 from projections import catalogue as c
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -40,8 +40,8 @@ from eventstore.keys import load_or_create_key  # noqa: E402
 from eventstore.store import NewEvent  # noqa: E402
 from harness.node import ADMIN_TOKEN, OPERATE_TOKEN, NodeProcess, write_config  # noqa: E402
 from node.app import open_store  # noqa: E402
-from node.config_load import load_config  # noqa: E402
-from node.polling import until  # noqa: E402
+from node.config.load import load_config  # noqa: E402
+from node.ops.polling import until  # noqa: E402
 
 
 def pct(values: list[float], p: float) -> float:

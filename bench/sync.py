@@ -50,7 +50,7 @@ from bench.proc_cpu import process_seconds  # noqa: E402
 from eventstore.envelope import digest_of, signed_bytes  # noqa: E402
 from harness.mesh import prefill, write_mesh  # noqa: E402
 from harness.node import NodeProcess  # noqa: E402
-from node.polling import wait_until  # noqa: E402
+from node.ops.polling import wait_until  # noqa: E402
 
 
 def raw_verify_rate(samples: int) -> float:

@@ -5,7 +5,7 @@ new writer's first envelope takes a seq this node already holds from the old wri
 mesh.md, "Placement and failover"). Generic all the same: the store knows nothing of epochs.
 The transaction removes the later envelopes' records, their entries in the total order and moves
 the head back, records the newest position stored (`meta` "rewound": a checkpoint of read
-models taken before it no longer fits, node/checkpoint.py), and, since the indexer folded what
+models taken before it no longer fits, node/ops/checkpoint.py), and, since the indexer folded what
 is now gone, empties the indexer and folds the whole journal into it again, so readers see the
 old state or the new, never a mix. Rare, so a full refold is the simple, certain way.
 """

@@ -20,7 +20,7 @@ from eventstore.envelope import decode_event
 from harness.mesh import SYNC_TUNING, Mesh
 from harness.nats import NatsCluster, nats_mesh_toml
 from harness.node import PUBLISH_TOKEN, NodeProcess, auth
-from node.polling import wait_until
+from node.ops.polling import wait_until
 
 LEASE_TTL_SECS = 3.0
 NODES = ("node-a", "node-b", "node-c")

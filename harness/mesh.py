@@ -15,7 +15,7 @@ from eventstore.envelope import Event, digest_of, encode_event, sign, utc_now
 from eventstore.keys import load_or_create_key, public_key_multibase
 from eventstore.store import NewEvent
 from harness.node import NodeProcess, free_port, write_config
-from node.config_load import load_config
+from node.config.load import load_config
 
 # sync settings that make a test or a bench mesh converge in seconds, not minutes
 SYNC_TUNING = """

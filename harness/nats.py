@@ -14,7 +14,7 @@ from pathlib import Path
 import nats
 
 from harness.node import free_port
-from node.polling import wait_until
+from node.ops.polling import wait_until
 
 _CLUSTERS = itertools.count()
 

@@ -16,9 +16,9 @@ from typing import Any
 
 import httpx
 
-from node.config import Config
-from node.config_load import load_config
-from node.polling import DeadlineExceeded, wait_until
+from node.config.load import load_config
+from node.config.model import Config
+from node.ops.polling import DeadlineExceeded, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent  # the checkout
 ADMIN_TOKEN = "test-admin-token-000000001"

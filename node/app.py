@@ -10,7 +10,6 @@ from nacl.signing import SigningKey
 
 from eventstore.keys import load_or_create_key
 from eventstore.store import EventStore
-from node import checkpoint, progress
 from node.api import (
     a2a,
     agents,
@@ -28,12 +27,14 @@ from node.api import (
     streams,
     sync,
 )
-from node.auth import TOKENS, TokenTable
-from node.config import Config
+from node.cli import progress
+from node.config.model import Config
 from node.context import CONTEXT, NodeContext
-from node.faults import FaultReporter
-from node.frontdoor import front_door
-from node.metrics import NodeMetrics
+from node.ops import checkpoint
+from node.ops.faults import FaultReporter
+from node.ops.metrics import NodeMetrics
+from node.web.auth import TOKENS, TokenTable
+from node.web.frontdoor import front_door
 from projections.base import Projections
 from projections.disk import DiskModels
 from projections.models import disk_models, node_projections

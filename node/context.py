@@ -10,8 +10,8 @@ from aiohttp import web
 from nacl.signing import SigningKey
 
 from eventstore.store import EventStore
-from node.config import Config
-from node.metrics import NodeMetrics
+from node.config.model import Config
+from node.ops.metrics import NodeMetrics
 from projections.base import Projections
 
 

@@ -12,15 +12,15 @@ from aiohttp import web
 from eventstore.signing import SIGNER
 from node.api.console import CONSOLE_PATH
 from node.app import build_app
-from node.config import Config, listen_address
-from node.connections import ConnectionLimits, GuardedRunner
+from node.config.model import Config, listen_address
+from node.config.reload import Reloader
 from node.context import CONTEXT
-from node.eventloop import loop_name
-from node.heap import settle_after_start
-from node.logsetup import AccessLogger, ProtocolLogger, Redactor, access_logger
-from node.reload import Reloader
+from node.ops.eventloop import loop_name
+from node.ops.heap import settle_after_start
+from node.ops.logsetup import AccessLogger, ProtocolLogger, Redactor, access_logger
 from node.runtime.agents import log_agents_starting
-from node.tls import SERVER_CONTEXT, server_context
+from node.web.connections import ConnectionLimits, GuardedRunner
+from node.web.tls import SERVER_CONTEXT, server_context
 
 log = logging.getLogger("agent-node")
 
@@ -45,7 +45,7 @@ async def serve(
     )
     await runner.setup()
     host, port = listen_address(config)
-    tls = server_context(config)  # None: plain HTTP (node/tls.py)
+    tls = server_context(config)  # None: plain HTTP (node/web/tls.py)
     if tls is not None:
         app[SERVER_CONTEXT] = tls  # SIGHUP loads a renewed certificate into it
     site = web.TCPSite(runner, host, port, ssl_context=tls)
@@ -58,7 +58,9 @@ async def serve(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    if config_path is not None:  # tokens and secrets again, without a restart (node/reload.py)
+    if (
+        config_path is not None
+    ):  # tokens and secrets again, without a restart (node/config/reload.py)
         loop.add_signal_handler(signal.SIGHUP, Reloader(app, config_path, redactor).trigger)
     scheme = "https" if tls else "http"
     log.info("node %s listening on %s://%s:%d", config.node.name, scheme, host, port)

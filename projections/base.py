@@ -1,7 +1,7 @@
 """A projection is a pure fold over envelopes in global order; the registry feeds them all.
 
 Two kinds (docs/design.md, "Projections"): the in-memory ones here, bounded by live state
-(journal heads, grants, peers, keys, packages), restored from a checkpoint (node/checkpoint.py)
+(journal heads, grants, peers, keys, packages), restored from a checkpoint (node/ops/checkpoint.py)
 and folded on the loop; and the on-disk ones (projections/disk.py), which grow with history
 and which the journal's writer folds in its own transactions. `Projections` answers `get` for
 both and folds the on-disk ones itself only in a scratch copy (`fresh`). The node feeds live

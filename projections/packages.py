@@ -16,7 +16,7 @@ from eventstore.envelope import Envelope
 from projections.catalogue import PACKAGE_PUBLISHED
 
 REGISTRY_STREAM = "$registry"
-PACKAGE_ID = r"^[a-z0-9][a-z0-9._-]{0,63}$(?!\n)"  # whole: see node.config.AGENT_NAME
+PACKAGE_ID = r"^[a-z0-9][a-z0-9._-]{0,63}$(?!\n)"  # whole: see node.config.model.AGENT_NAME
 PACKAGE_ID_RE = re.compile(PACKAGE_ID)
 _NUM = r"0|[1-9][0-9]*"
 _PRE_ID = r"0|[1-9][0-9]*|[0-9]*[a-zA-Z-][0-9a-zA-Z-]*"

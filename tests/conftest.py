@@ -8,7 +8,7 @@ from aiohttp.test_utils import TestClient
 from node.api import conformance
 from node.api.runtime import COMPILED_CACHE_ENV
 from node.app import build_app
-from node.config import Config
+from node.config.model import Config
 from tests.runtime_support import COMPILED_CACHE
 from tests.support import make_config
 

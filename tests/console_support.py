@@ -8,7 +8,7 @@ from pathlib import Path
 
 from eventstore.keys import load_or_create_key
 from node.app import open_store
-from node.config_load import load_config
+from node.config.load import load_config
 from projections.approvals import hash_request
 from tests.support import write_config
 

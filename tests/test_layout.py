@@ -29,7 +29,7 @@ def modules(root: Path = ROOT) -> dict[str, Path]:
 
 
 def _known(name: str, known: dict[str, Path]) -> str | None:
-    """The project module `name` is, or is inside (`node.config.Config` -> `node.config`)."""
+    """The project module `name` is, or is inside (`node.ops.ids.new_id` -> `node.ops.ids`)."""
     while name and name not in known:
         name = name.rpartition(".")[0]
     return name or None

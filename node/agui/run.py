@@ -13,13 +13,13 @@ from aiohttp import web
 from node.agui.events import RunEvents
 from node.agui.input import RunInput
 from node.agui.runs import AGUI_RUNS
-from node.auth import identity_of
 from node.context import context_of
-from node.http import json_body
 from node.protocols.a2a_jsonrpc import hosted_agent
 from node.protocols.lifecycle import StopSignal, revoked
 from node.streams.slots import STREAM_SLOTS
 from node.streams.sse import ClientGone, SseOut
+from node.web.auth import identity_of
+from node.web.http import json_body
 
 log = logging.getLogger(__name__)
 

@@ -26,11 +26,9 @@ from typing import Any
 from aiohttp import web
 
 from eventstore.envelope import Envelope
-from node import boundedjson
 from node.agui.events import Event, RunEvents
 from node.agui.input import ResumeEntry, RunInput, last_user_message, text_of
 from node.context import NodeContext
-from node.http import Problem
 from node.protocols.a2a_model import input_from_text
 from node.protocols.follow import JournalCursor
 from node.protocols.lifecycle import StopSignal
@@ -38,6 +36,8 @@ from node.runtime.agents import Agents
 from node.services.approval_decisions import Decision
 from node.services.approvals import ApprovalGate
 from node.services.tasks import TaskService
+from node.web import boundedjson
+from node.web.http import Problem
 from projections import catalogue as c
 from projections.approvals import Approvals
 from projections.states import ApprovalChanged, TaskChanged, TaskState

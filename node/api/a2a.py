@@ -7,10 +7,11 @@ from typing import Any, Literal
 import msgspec
 from aiohttp import web
 
-from node.auth import IDENTITY
-from node.config import AgentName
+from node.config.model import AgentName
 from node.context import CONTEXT
-from node.http import (
+from node.services.tasks import ELIDE_BYTES, TASKS, TaskQuery, TaskService
+from node.web.auth import IDENTITY
+from node.web.http import (
     MAX_LIMIT,
     NonNegative,
     Problem,
@@ -20,8 +21,7 @@ from node.http import (
     limit_query,
     page_bytes,
 )
-from node.routes import Doc, Query, add_route
-from node.services.tasks import ELIDE_BYTES, TASKS, TaskQuery, TaskService
+from node.web.routes import Doc, Query, add_route
 from projections.tasks import STATUSES, Status, Task
 
 # the response header with the cursor of the next page (absent on the last page)

@@ -8,19 +8,19 @@ from typing import Annotated, Any, Literal
 import msgspec
 from aiohttp import web
 
-from node.auth import IDENTITY
-from node.boundedjson import loads_as
-from node.config import AGENT_NAME
+from node.config.model import AGENT_NAME
 from node.context import context_of
-from node.http import Problem, json_body, json_response
-from node.mergepatch import MERGE_PATCH
 from node.placement.key import PLACEMENT
-from node.routes import Doc, add_route
 from node.runtime.agents import AGENTS
 from node.services.agentpatch import AgentPatch, patched
 from node.services.definitions import DeployRequest, RollbackRequest
 from node.services.deployments import DEPLOYMENTS, DeploymentService
+from node.services.mergepatch import MERGE_PATCH
 from node.services.rollouts import ChangeView, RolloutView
+from node.web.auth import IDENTITY
+from node.web.boundedjson import loads_as
+from node.web.http import Problem, json_body, json_response
+from node.web.routes import Doc, add_route
 from projections import catalogue as c
 from projections.deployments import (
     DeployedAgent,

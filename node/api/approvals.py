@@ -8,14 +8,14 @@ from typing import Annotated, Literal
 import msgspec
 from aiohttp import web
 
-from node.auth import IDENTITY
 from node.context import CONTEXT
-from node.http import json_body, json_response
-from node.humanize import first_invisible, visible
+from node.display.humanize import first_invisible, visible
 from node.placement.key import confirmed
-from node.routes import Doc, add_route
 from node.services.approval_decisions import Decision
 from node.services.approvals import APPROVALS, ApprovalGate
+from node.web.auth import IDENTITY
+from node.web.http import json_body, json_response
+from node.web.routes import Doc, add_route
 from projections.approvals import ApprovalRequest, Approvals, Group
 
 ApprovalId = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]

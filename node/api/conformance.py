@@ -22,8 +22,8 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from node.api.openapi import document_of, route_path
-from node.http import PROBLEM_TYPE, problem_response
-from node.routes import ROUTES
+from node.web.http import PROBLEM_TYPE, problem_response
+from node.web.routes import ROUTES
 
 log = logging.getLogger(__name__)
 ENV = "AGENT_NODE_CHECK_RESPONSES"

@@ -14,8 +14,8 @@ from aiohttp import web
 
 import node.console
 from node.console import endpoints
-from node.frontdoor import add_path_headers
-from node.routes import PUBLIC, Doc, add_route
+from node.web.frontdoor import add_path_headers
+from node.web.routes import PUBLIC, Doc, add_route
 
 STATIC_DIR = Path(node.console.__file__).parent / "static"
 CONSOLE_PATH = "/console/"

@@ -14,9 +14,9 @@ from aiohttp import web
 
 from eventstore.keys import public_key_multibase
 from node.context import NodeContext, context_of
-from node.http import json_response
-from node.routes import PUBLIC, Doc, add_route
-from node.version import __version__
+from node.ops.version import __version__
+from node.web.http import json_response
+from node.web.routes import PUBLIC, Doc, add_route
 from projections.keys import KeyHistory
 
 DID_CONTEXT = "https://www.w3.org/ns/did/v1"

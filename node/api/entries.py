@@ -5,9 +5,11 @@ from __future__ import annotations
 import msgspec
 from aiohttp import web
 
-from node.auth import IDENTITY
 from node.context import context_of
-from node.http import (
+from node.placement.key import confirmed
+from node.services.findings import NewFinding, post_finding
+from node.web.auth import IDENTITY
+from node.web.http import (
     SINCE,
     int_query,
     json_body,
@@ -16,9 +18,7 @@ from node.http import (
     limit_query,
     page_bytes,
 )
-from node.placement.key import confirmed
-from node.routes import Doc, add_route
-from node.services.findings import NewFinding, post_finding
+from node.web.routes import Doc, add_route
 from projections.entries import Finding, Findings, LogEntry, Logs
 
 

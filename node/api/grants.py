@@ -8,12 +8,12 @@ from typing import Literal
 import msgspec
 from aiohttp import web
 
-from node.auth import IDENTITY
 from node.context import CONTEXT
-from node.http import json_response
 from node.placement.key import confirmed
-from node.routes import Doc, add_route
 from node.services.grants import GRANTS, GrantService
+from node.web.auth import IDENTITY
+from node.web.http import json_response
+from node.web.routes import Doc, add_route
 from projections.grants import Grant
 
 

@@ -8,8 +8,8 @@ import msgspec
 from aiohttp import web
 
 from node.context import context_of
-from node.http import json_response
-from node.routes import PUBLIC, Doc, add_route
+from node.web.http import json_response
+from node.web.routes import PUBLIC, Doc, add_route
 
 PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 

@@ -1,7 +1,7 @@
 """GET /api/v1/openapi.json: an OpenAPI 3.1 document generated from the route table.
 
 Which paths and methods exist and who may call them come from the router; what each operation
-takes and returns comes from the `Doc` it was added with (node.routes), its schemas generated
+takes and returns comes from the `Doc` it was added with (node.web.routes), its schemas generated
 from the msgspec types named there. So the document cannot list a route that does not exist,
 miss one that does, or describe a body other than the one the code decodes.
 """
@@ -15,9 +15,9 @@ import msgspec
 from aiohttp import web
 
 from node.context import CONTEXT
-from node.http import json_response
-from node.routes import PUBLIC, ROUTES, Doc, Scopes, add_route
-from node.version import __version__
+from node.ops.version import __version__
+from node.web.http import json_response
+from node.web.routes import PUBLIC, ROUTES, Doc, Scopes, add_route
 
 OPENAPI_PATH = "/api/v1/openapi.json"
 # filled on the first request: the router is frozen by then
@@ -121,7 +121,7 @@ def _operation(doc: Doc, schemas: _Schemas) -> dict[str, Any]:
     if doc.body is not None or doc.body_content is not None:
         errors |= {400, 413}  # any body can be malformed or larger than node.max_body_kb
     if doc.body is not None:
-        errors.add(408)  # a JSON body slower than node.body_timeout_secs (node/http.py)
+        errors.add(408)  # a JSON body slower than node.body_timeout_secs (node/web/http.py)
     errors.add(500)
     for code in sorted(errors):
         responses.setdefault(str(code), {"$ref": f"#/components/responses/E{code}"})

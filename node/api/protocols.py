@@ -7,17 +7,17 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from node import jsonrpc as rpc
 from node.agui import run as agui_run
 from node.agui.runs import AGUI_RUNS, AguiRuns
 from node.context import CONTEXT
 from node.protocols import a2a_jsonrpc, lifecycle
 from node.protocols.a2a_service import A2A, A2AService
-from node.routes import PUBLIC, Doc, add_route
 from node.runtime.agents import AGENTS
 from node.services.approvals import APPROVALS
 from node.services.tasks import TASKS
 from node.streams.sse import sse_content
+from node.web import jsonrpc as rpc
+from node.web.routes import PUBLIC, Doc, add_route
 
 A2A_PATH = "/a2a/{agent}"
 AGENT_CARD_PATH = "/a2a/{agent}/.well-known/agent-card.json"

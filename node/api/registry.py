@@ -10,9 +10,9 @@ from aiohttp import BodyPartReader, web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from node.context import CONTEXT
-from node.http import Problem, json_response
-from node.routes import Doc, add_route
 from node.services.registry import REGISTRY, RegistryService, StagedUpload
+from node.web.http import Problem, json_response
+from node.web.routes import Doc, add_route
 from projections.packages import PACKAGE_ID, Package
 
 TEXT_PARTS = ("id", "version", "description")

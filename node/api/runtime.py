@@ -20,11 +20,8 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from node import jsonrpc as rpc
 from node.context import CONTEXT, context_of
-from node.http import Problem, json_response
 from node.placement.key import PLACEMENT
-from node.routes import Doc, Query, add_route
 from node.runtime.agents import AGENTS, Agents
 from node.runtime.capabilities import Capabilities
 from node.runtime.host import HostServices, JournalHost
@@ -43,6 +40,9 @@ from node.services.registry import REGISTRY, RegistryService
 from node.services.tasks import TASKS, TaskService
 from node.streams.bus import BUS, EventBus
 from node.sync.service import SYNC
+from node.web import jsonrpc as rpc
+from node.web.http import Problem, json_response
+from node.web.routes import Doc, Query, add_route
 from projections.tasks import Tasks
 
 COMPILED_DIR = "compiled"  # under data_dir: the compiled-component cache

@@ -11,14 +11,14 @@ from aiohttp import web
 
 from node.agui.stream import AguiTranslator, AguiView
 from node.context import CONTEXT, NodeContext, context_of
-from node.http import NonNegative, Problem, required_query
-from node.routes import Doc, Query, add_route
 from node.runtime.agents import AGENTS
 from node.streams.bus import BUS, Channel, ChannelAdapter, EventBus, Subscription
 from node.streams.mapping import A2AChannel, UnifiedChannel
 from node.streams.replay import backlog
 from node.streams.slots import STREAM_SLOTS, StreamSlot, StreamSlots
 from node.streams.sse import ClientGone, SseWriter, open_stream, sse_content
+from node.web.http import NonNegative, Problem, required_query
+from node.web.routes import Doc, Query, add_route
 from projections.journals import Journals
 from projections.tasks import Tasks
 

@@ -10,10 +10,14 @@ from aiohttp import web
 from eventstore.envelope import Envelope
 from eventstore.keys import verify_key_from_multibase
 from eventstore.store import EventStore
-from node.auth import IDENTITY
-from node.config import AGENT_NAME_RE, Config, ConfigError
+from node.config.model import AGENT_NAME_RE, Config, ConfigError
 from node.context import CONTEXT, context_of
-from node.http import (
+from node.sync.convergence import Convergence, convergence_report
+from node.sync.receive import Rejection
+from node.sync.service import SYNC, SyncService
+from node.sync.wire import PushedEnvelope, parse_push
+from node.web.auth import IDENTITY
+from node.web.http import (
     SINCE,
     Problem,
     int_query,
@@ -23,11 +27,7 @@ from node.http import (
     page_bytes,
     required_query,
 )
-from node.routes import Doc, Query, add_route
-from node.sync.convergence import Convergence, convergence_report
-from node.sync.receive import Rejection
-from node.sync.service import SYNC, SyncService
-from node.sync.wire import PushedEnvelope, parse_push
+from node.web.routes import Doc, Query, add_route
 from projections.journals import Journals
 from projections.keys import KEY_JOURNAL_PREFIX
 

@@ -1,6 +1,6 @@
 """`agent-node agent new|build|test|publish`: write, build, try and publish an agent.
 
-Registered on agent-node's parser by node.cli as one `agent` group; every command works on
+Registered on agent-node's parser by node.cli.main as one `agent` group; every command works on
 an agent project folder (default: the current one), see node.authoring.project.
 """
 
@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 from node.authoring import build as builder
 from node.authoring import project
 from node.authoring.project import ProjectError
-from node.client import CA_FILE_ENV, TOKEN_ENV, URL_ENV, ClientError, Node
-from node.humanize import visible, visible_lines
+from node.cli.node_api import CA_FILE_ENV, TOKEN_ENV, URL_ENV, ClientError, Node
+from node.display.humanize import visible, visible_lines
 from projections import catalogue as c
 
 if TYPE_CHECKING:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from node.client import Node
+from node.cli.node_api import Node
 
 REGISTRY_PATH = "/api/v1/registry/packages"
 

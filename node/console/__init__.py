@@ -1,0 +1,1 @@
+"""The operator console: static files served at /console/ (no build step, no CDN)."""

@@ -9,11 +9,11 @@ from typing import Literal
 import msgspec
 from aiohttp import web
 
-from node.auth import IDENTITY
 from node.context import NodeContext, context_of
-from node.http import json_response, limit_param, limit_query
-from node.routes import Doc, add_route
 from node.sync.convergence import Convergence, convergence_report
+from node.web.auth import IDENTITY
+from node.web.http import json_response, limit_param, limit_query
+from node.web.routes import Doc, add_route
 from projections.approvals import Approvals, Resolution
 from projections.catalogue import FINDING
 from projections.entries import Finding, Findings

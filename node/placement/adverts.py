@@ -27,7 +27,7 @@ import msgspec
 from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
 
-from node.config import AGENT_NAME_RE, ENV_SECRET_PART, Config, MeshSection
+from node.config.model import AGENT_NAME_RE, ENV_SECRET_PART, Config, MeshSection
 from node.placement.buckets import last_value, open_kv
 from node.placement.names import kv_stream, nodes_bucket
 from node.sync.nats_subjects import name_of, token

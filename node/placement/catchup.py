@@ -16,7 +16,7 @@ from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
 from node.context import NodeContext
-from node.polling import DeadlineExceeded, until
+from node.ops.polling import DeadlineExceeded, until
 from node.sync.nats_subjects import MSG_ID_HEADER, seq_of_msg_id, stream_name, subject
 from projections.journals import Journals
 

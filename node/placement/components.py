@@ -34,7 +34,7 @@ from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, StorageType, StreamConfig
 from nats.js.errors import NotFoundError
 
-from node.config import MeshSection
+from node.config.model import MeshSection
 from node.placement.buckets import info_or_create
 from node.placement.names import components_bucket, object_stream
 

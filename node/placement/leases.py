@@ -33,7 +33,7 @@ from nats.js.api import RawStreamMsg
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
-from node.config import AGENT_NAME_RE, MeshSection
+from node.config.model import AGENT_NAME_RE, MeshSection
 from node.placement.buckets import last_value, open_kv
 from node.placement.names import leases_bucket
 from node.sync.nats_subjects import token

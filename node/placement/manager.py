@@ -32,10 +32,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from node.context import NodeContext
-from node.http import Problem
 from node.services.approvals import ApprovalGate
 from node.services.deployments import DeploymentService
 from node.services.registry import RegistryService
+from node.web.http import Problem
 from projections import catalogue as c
 from projections.journals import Journals
 from projections.placements import Placed, Placements

@@ -16,10 +16,8 @@ from typing import Any
 
 from aiohttp import web
 
-from node import jsonrpc as rpc
-from node.auth import identity_of
 from node.context import NodeContext, context_of
-from node.http import Problem, json_response
+from node.ops.version import __version__
 from node.protocols import a2a_model as m
 from node.protocols.a2a_params import GetTaskParams, ListTasksParams, SendParams, TaskIdParams
 from node.protocols.a2a_params import decode as decode_params
@@ -27,7 +25,9 @@ from node.protocols.a2a_service import A2A, A2AService, Update
 from node.protocols.lifecycle import StopSignal, revoked
 from node.streams.slots import STREAM_SLOTS
 from node.streams.sse import ClientGone, SseOut
-from node.version import __version__
+from node.web import jsonrpc as rpc
+from node.web.auth import identity_of
+from node.web.http import Problem, json_response
 
 log = logging.getLogger(__name__)
 PROTOCOL_VERSION = "1.0"

@@ -14,9 +14,9 @@ from typing import Any
 
 import msgspec
 
-from node import boundedjson
-from node.jsonrpc import RpcError
 from node.protocols.a2a_params import Message, Part
+from node.web import boundedjson
+from node.web.jsonrpc import RpcError
 from projections.approvals import Approvals
 from projections.states import A2A_STATES, TaskState, a2a_state
 from projections.tasks import Task, Tasks

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from node.jsonrpc import INVALID_PARAMS, RpcError
+from node.web.jsonrpc import INVALID_PARAMS, RpcError
 
 T = TypeVar("T")
 

@@ -21,8 +21,6 @@ from aiohttp import web
 
 from eventstore.envelope import Envelope
 from node.context import NodeContext
-from node.http import Problem
-from node.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, RpcError
 from node.protocols import a2a_model as m
 from node.protocols.a2a_params import ListTasksParams, Message, SendParams
 from node.protocols.follow import JournalCursor
@@ -30,6 +28,8 @@ from node.protocols.lifecycle import StopSignal
 from node.services.approval_decisions import Decision
 from node.services.approvals import ApprovalGate
 from node.services.tasks import TaskService
+from node.web.http import Problem
+from node.web.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, RpcError
 from projections import catalogue as c
 from projections.approvals import Approvals
 from projections.states import ApprovalChanged, TaskChanged, TaskState, a2a_state

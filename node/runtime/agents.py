@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from node.http import Problem
 from node.runtime.mcp import McpServer
 from node.runtime.runtime import AgentRuntime
 from node.runtime.startup import StartupProgress
+from node.web.http import Problem
 
 
 class Agents:

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from node.config import ActionSection
+from node.config.model import ActionSection
 from node.runtime.hostapi import HostError
 
 MAX_BODY = 1 << 20

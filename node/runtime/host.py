@@ -7,8 +7,8 @@ that belongs on the event loop (approval waits, HTTP, inference, task creation) 
 with `run_coroutine_threadsafe`, and gives up when the agent is being stopped. Ephemeral
 stream events (tokens, run framing, tool calls) go to an `EventSink`, not the journal.
 
-Everything an agent hands over is hostile: JSON is decoded with bounds (node.boundedjson),
-payloads are capped (node.limits) with an error naming the limit, and secret values the
+Everything an agent hands over is hostile: JSON is decoded with bounds (node.web.boundedjson),
+payloads are capped (node.runtime.limits) with an error naming the limit, and secret values the
 agent has read are redacted from whatever is journaled or published (node.runtime.redact).
 """
 
@@ -26,11 +26,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeVar
 
 from eventstore.store import EventStore
-from node import boundedjson
-from node.config import AgentConfig, Config, secret_env_name
-from node.ids import new_id
-from node.limits import MAX_DETAIL, MAX_PAYLOAD_BYTES, MAX_STATE_KEY_BYTES, MAX_TEXT, over_limit
-from node.metrics import NodeMetrics
+from node.config.model import AgentConfig, Config, secret_env_name
+from node.ops.ids import new_id
+from node.ops.metrics import NodeMetrics
 from node.runtime.capabilities import Capabilities
 from node.runtime.hostapi import (
     AgentFault,
@@ -41,8 +39,16 @@ from node.runtime.hostapi import (
     exempt_from_deadline,
 )
 from node.runtime.inference import InferenceClient, parse_request
+from node.runtime.limits import (
+    MAX_DETAIL,
+    MAX_PAYLOAD_BYTES,
+    MAX_STATE_KEY_BYTES,
+    MAX_TEXT,
+    over_limit,
+)
 from node.runtime.redact import SecretRedactor
 from node.runtime.tasks import TaskQueue
+from node.web import boundedjson
 from projections import catalogue as c
 from projections.approvals import Verdict
 
@@ -118,7 +124,7 @@ def denial_message(capability: str, verdict: Verdict) -> str:
 
 
 def _reason(error: Exception) -> str:
-    detail = getattr(error, "detail", None)  # node.http.Problem
+    detail = getattr(error, "detail", None)  # node.web.http.Problem
     return str(detail or error) or type(error).__name__
 
 

@@ -20,9 +20,9 @@ from typing import Any
 import aiohttp
 from aiohttp.http_exceptions import LineTooLong
 
-from node import boundedjson
-from node.config import InferenceSection
+from node.config.model import InferenceSection
 from node.runtime.hostapi import HostError
+from node.web import boundedjson
 
 ROUTES = ("local", "cloud")
 MAX_LINE = 1 << 20  # one SSE line of the stream

@@ -14,11 +14,11 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from node import jsonrpc as rpc
-from node.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND, RpcError
+from node.ops.version import __version__
 from node.runtime.hostapi import Tool
 from node.runtime.runtime import AgentRuntime
-from node.version import __version__
+from node.web import jsonrpc as rpc
+from node.web.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND, RpcError
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """What the engine needs to know about an agent and about itself.
 
-Kept apart from node.config so the engine stays testable on its own; the node builds
+Kept apart from node.config.model so the engine stays testable on its own; the node builds
 `AgentSpec`s from runtime.toml's [[agents]].
 """
 
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from node.runtime.compiler import CompileLimits
 
 if TYPE_CHECKING:
-    from node.config import AgentConfig, Config
+    from node.config.model import AgentConfig, Config
 
 
 REGISTRY_PREFIX = "registry:"

@@ -13,7 +13,7 @@ import threading
 from collections.abc import Mapping
 from concurrent.futures import Future
 
-from node.humanize import duration
+from node.display.humanize import duration
 from node.runtime.worker import AgentWorker
 
 log = logging.getLogger("agent-node")

@@ -22,7 +22,7 @@ from typing import Any
 import wasmtime
 from wasmtime import component as cm
 
-from node.ids import new_id
+from node.ops.ids import new_id
 from node.runtime.bindings import make_linker
 from node.runtime.compiler import CompileError
 from node.runtime.engine import AgentEngine

@@ -10,9 +10,9 @@ from typing import Any
 
 import msgspec
 
-from node.http import Problem
-from node.mergepatch import merge_patch
 from node.services.definitions import DeployRequest
+from node.services.mergepatch import merge_patch
+from node.web.http import Problem
 from projections import catalogue as c
 
 

@@ -15,8 +15,8 @@ import msgspec
 from eventstore.envelope import Envelope
 from eventstore.store import NewEvent
 from node.context import NodeContext
-from node.http import Problem
 from node.services.journal import ensure_local
+from node.web.http import Problem
 from projections import catalogue as c
 from projections.approvals import ApprovalRequest, Approvals, Outcome
 from projections.journals import Journals

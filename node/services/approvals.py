@@ -30,7 +30,7 @@ from aiohttp import web
 
 from eventstore.store import NewEvent
 from node.context import NodeContext
-from node.request_summary import summary  # the one-line `detail`, from the request's shape
+from node.display.request_summary import summary  # the one-line `detail`, from the request's shape
 from node.services.approval_decisions import ApprovalDecisions
 from node.services.approval_follower import ApprovalFollower
 from node.services.approval_timeouts import ApprovalTimeouts

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from node.config import REGISTRY_REFERENCE, AgentConfig, ConfigError
+from node.config.model import REGISTRY_REFERENCE, AgentConfig, ConfigError
 from node.services.definitions import definition_of, placed_event, placement_set, sha256_file
 from node.services.deployment_base import DeploymentBase
 from node.services.registry import parse_reference

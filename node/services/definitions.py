@@ -12,9 +12,9 @@ from typing import Any
 import msgspec
 
 from eventstore.store import NewEvent
-from node.config import AgentConfig, ConfigError, placement_problems
+from node.config.model import AgentConfig, ConfigError, placement_problems
 from node.context import NodeContext
-from node.http import Problem
+from node.web.http import Problem
 from projections import catalogue as c
 from projections.journals import Journals
 from projections.placements import Placements

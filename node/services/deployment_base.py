@@ -14,9 +14,8 @@ from typing import Any, Protocol
 import wasmtime
 
 from eventstore.store import NewEvent
-from node.config import AgentConfig
+from node.config.model import AgentConfig
 from node.context import NodeContext
-from node.http import Problem
 from node.runtime.runtime import AgentRuntime
 from node.runtime.spec import AgentSpec, spec_from_config
 from node.runtime.tasks import TaskQueue
@@ -26,6 +25,7 @@ from node.services.grants import GrantService
 from node.services.registry import RegistryService
 from node.services.rollouts import Change, ProbationSettings, Rollouts
 from node.services.tasks import cancellations
+from node.web.http import Problem
 from projections import catalogue as c
 from projections.deployments import NODE_STREAM, DeployedAgent, DeployedAgents
 from projections.journals import Journals

@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from node.config import AGENT_NAME
+from node.config.model import AGENT_NAME
 from node.context import NodeContext
 from node.services.journal import ensure_local
 from projections import catalogue as c

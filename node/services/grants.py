@@ -14,10 +14,10 @@ from collections.abc import Iterable
 from aiohttp import web
 
 from eventstore.store import NewEvent
-from node.config import AgentConfig
+from node.config.model import AgentConfig
 from node.context import NodeContext
-from node.http import Problem
 from node.services.journal import ensure_local
+from node.web.http import Problem
 from projections import catalogue as c
 from projections.grants import Grants
 from projections.journals import Journals

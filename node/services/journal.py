@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from node.context import NodeContext
-from node.http import Problem
+from node.web.http import Problem
 from projections.journals import Journals
 
 

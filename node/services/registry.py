@@ -26,12 +26,12 @@ from typing import Any
 from aiohttp import web
 
 from eventstore.envelope import Envelope
-from node.config import Config
+from node.config.model import Config
 from node.context import NodeContext
-from node.files import move_durably
-from node.http import Problem
+from node.ops.files import move_durably
 from node.runtime.compiler import CompileError, Compiler
 from node.runtime.spec import compile_limits
+from node.web.http import Problem
 from projections import catalogue as c
 from projections.packages import (
     PACKAGE_ID,

@@ -24,7 +24,7 @@ from typing import Literal
 
 import msgspec
 
-from node.config import Config
+from node.config.model import Config
 from node.runtime.worker import DRAINING, AgentWorker
 
 log = logging.getLogger(__name__)

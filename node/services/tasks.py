@@ -20,9 +20,9 @@ from aiohttp import web
 from eventstore.envelope import Envelope
 from eventstore.store import NewEvent
 from node.context import NodeContext
-from node.http import Problem
-from node.limits import MAX_EVENT_BYTES, MAX_PAYLOAD_BYTES
+from node.runtime.limits import MAX_EVENT_BYTES, MAX_PAYLOAD_BYTES
 from node.services.journal import ensure_local
+from node.web.http import Problem
 from projections import catalogue as c
 from projections.tasks import Task, Tasks
 

@@ -12,8 +12,7 @@ from typing import Any
 import msgspec
 
 from eventstore.store import NewEvent
-from node.config import AGENT_NAME, AGENT_NAME_RE, AgentConfig, agent_problems
-from node.http import Problem
+from node.config.model import AGENT_NAME, AGENT_NAME_RE, AgentConfig, agent_problems
 from node.runtime.runtime import AgentRuntime
 from node.services.definitions import (
     RESERVED_NAMES,
@@ -27,6 +26,7 @@ from node.services.deployment_base import DeploymentBase
 from node.services.journal import ensure_local
 from node.services.registry import parse_reference
 from node.services.rollouts import Change
+from node.web.http import Problem
 from projections import catalogue as c
 from projections.deployments import NODE_STREAM, DeployedAgent
 from projections.tasks import Tasks

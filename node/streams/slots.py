@@ -19,10 +19,10 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from node.auth import IDENTITY, TOKEN_DIGEST, TOKENS, TokenTable
-from node.config import NodeSection
-from node.http import PROBLEM_TYPE
-from node.routes import Scopes, scopes_of
+from node.config.model import NodeSection
+from node.web.auth import IDENTITY, TOKEN_DIGEST, TOKENS, TokenTable
+from node.web.http import PROBLEM_TYPE
+from node.web.routes import Scopes, scopes_of
 
 log = logging.getLogger(__name__)
 # what a refused client is told to wait: a stream slot frees when some client leaves, a replay

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 from aiohttp import web
 
-from node.logsetup import stream_headers
+from node.ops.logsetup import stream_headers
 from node.streams.frames import Item
 
 if TYPE_CHECKING:

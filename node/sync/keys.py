@@ -20,7 +20,7 @@ from nacl.signing import VerifyKey
 from eventstore.keychain import KeyChain, RetiredKey
 from eventstore.keys import verify_key_from_multibase
 from eventstore.store import EventStore
-from node.config import Peer
+from node.config.model import Peer
 from node.context import NodeContext
 from node.sync.incidents import Incidents
 from node.sync.wire import MAX_DID_BYTES, read_capped

@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 import msgspec
 
-from node.files import write_atomically
+from node.ops.files import write_atomically
 
 log = logging.getLogger("agent-node.sync")
 

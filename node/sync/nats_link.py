@@ -15,7 +15,7 @@ from nats.js.api import DiscardPolicy, StorageType, StreamConfig
 from nats.js.errors import NotFoundError
 from nats.js.kv import KeyValue
 
-from node.config import MeshSection
+from node.config.model import MeshSection
 from node.sync.nats_raw import RawClient
 from node.sync.nats_subjects import all_subjects, heads_bucket, inbox_prefix, stream_name
 

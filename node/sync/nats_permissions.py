@@ -25,7 +25,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from node.config import AGENT_NAME_RE, MESH_NAME, ConfigError
+from node.config.model import AGENT_NAME_RE, MESH_NAME, ConfigError
 from node.placement.names import (
     components_bucket,
     kv_stream,

@@ -44,7 +44,7 @@ from nats.js.errors import NotFoundError
 
 from eventstore.envelope import Envelope
 from node.context import NodeContext
-from node.files import write_atomically
+from node.ops.files import write_atomically
 from node.sync.incidents import Incidents
 from node.sync.nats_metrics import NatsMetrics
 from node.sync.nats_raw import STATUS_PREFIX, RawClient, hpub_frame

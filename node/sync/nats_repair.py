@@ -15,7 +15,7 @@ import logging
 import aiohttp
 import msgspec
 
-from node.config import Peer
+from node.config.model import Peer
 from node.context import NodeContext
 from node.sync.receive import Receiver
 from node.sync.wire import MAX_REPLY_BYTES, read_capped

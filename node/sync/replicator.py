@@ -21,7 +21,7 @@ from typing import NamedTuple
 import aiohttp
 
 from eventstore.envelope import Envelope
-from node.config import Peer
+from node.config.model import Peer
 from node.context import NodeContext
 from node.sync.acks import AckRecorder
 from node.sync.keys import PeerKeys

@@ -16,7 +16,7 @@ from node.sync.incidents import Incidents
 from node.sync.keys import PeerKeys
 from node.sync.receive import Receiver
 from node.sync.replicator import Replicator
-from node.tls import peer_context
+from node.web.tls import peer_context
 from projections.peers import PeerBook
 
 if TYPE_CHECKING:

@@ -11,8 +11,8 @@ import msgspec
 
 from eventstore.envelope import Envelope, parse_signature
 from eventstore.store import ForeignEnvelope
-from node.config import AGENT_NAME_RE
-from node.http import MAX_LIMIT, Problem
+from node.config.model import AGENT_NAME_RE
+from node.web.http import MAX_LIMIT, Problem
 from projections.keys import KEY_JOURNAL_PREFIX
 
 MAX_SEQ = 2**63 - 1

@@ -9,7 +9,7 @@ import pytest
 
 from node.api.runtime import COMPILED_CACHE_ENV
 from node.app import build_app
-from node.mergepatch import merge_patch
+from node.services.mergepatch import merge_patch
 from tests.runtime.test_lifecycle import publish, put
 from tests.runtime_support import COMPILED_CACHE
 from tests.support import ADMIN_TOKEN, OPERATE_TOKEN, auth, make_config

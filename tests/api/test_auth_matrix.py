@@ -1,4 +1,4 @@
-"""The auth matrix, generated from the route table (node/routes.py), so a route added later is
+"""The auth matrix, generated from the route table (node/web/routes.py), so a route added later is
 covered without touching this file: every protected route refuses no token and an unknown token
 with 401 + WWW-Authenticate, and every token whose scopes miss the route's (and are not admin)
 with 403; every PUBLIC route answers without a token."""
@@ -12,8 +12,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 
 from node.api.openapi import route_path
-from node.config import Config
-from node.routes import PUBLIC, ROUTES
+from node.config.model import Config
+from node.web.routes import PUBLIC, ROUTES
 from tests.support import OPERATE_TOKEN, PUBLISH_TOKEN, READ_TOKEN, auth, make_config
 
 SYNC_TOKEN = "test-sync-token-000000001"

@@ -9,7 +9,7 @@ from eventstore.keys import public_key_multibase, verify_key_from_multibase
 from node.api.discovery import did_web
 from node.app import build_app
 from node.context import CONTEXT
-from node.version import __version__
+from node.ops.version import __version__
 from tests.support import make_config, tiny_component
 
 AGENTS = """

@@ -1,4 +1,4 @@
-from node.metrics import NodeMetrics
+from node.ops.metrics import NodeMetrics
 from tests.support import READ_TOKEN, auth
 
 FAMILIES = {

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from node import boundedjson
+from node.web import boundedjson
 from tests.runtime.test_runtime_node import agent_toml, start_node
 from tests.support import ADMIN_TOKEN, OPERATE_TOKEN, READ_TOKEN, auth
 

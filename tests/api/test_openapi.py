@@ -10,7 +10,7 @@ from openapi_spec_validator import validate
 from node.api import conformance
 from node.api.openapi import registered_operations
 from node.context import CONTEXT
-from node.routes import PUBLIC
+from node.web.routes import PUBLIC
 from tests.support import auth
 
 

@@ -9,7 +9,7 @@ import wasmtime
 from aiohttp import FormData
 
 from node.app import build_app
-from node.config_load import load_config
+from node.config.load import load_config
 from node.context import CONTEXT
 from node.services.registry import REGISTRY, RegistryError, registry_root
 from projections.packages import is_semver, semver_key

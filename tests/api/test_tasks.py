@@ -9,8 +9,8 @@ import pytest
 
 from node.app import build_app
 from node.context import CONTEXT
-from node.http import Problem
 from node.services.tasks import TASKS
+from node.web.http import Problem
 from projections.tasks import Tasks
 from tests.support import (
     OPERATE_TOKEN,

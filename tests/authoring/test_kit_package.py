@@ -56,7 +56,7 @@ def test_a_wheel_carries_the_wit_and_the_templates_and_agent_new_works_from_it(t
     code = (
         "import sys, node\n"
         f"assert node.__file__.startswith({str(target)!r}), node.__file__\n"
-        "from node.cli import main\n"
+        "from node.cli.main import main\n"
         "sys.exit(main(['agent', 'new', 'from-wheel', '--lang', sys.argv[1]]))\n"
     )
     # -S: no .pth files, so the dev install's editable finder cannot supply `node`

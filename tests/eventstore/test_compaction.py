@@ -13,7 +13,7 @@ import pytest
 from eventstore.audit import verify_journals
 from eventstore.compaction import WORK_DIR, compact
 from eventstore.store import EventStore, NewEvent, StoreAlreadyOpenError
-from node.polling import wait_until
+from node.ops.polling import wait_until
 from tests.eventstore.support import KEY
 from tests.support import ROOT
 

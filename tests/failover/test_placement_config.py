@@ -1,11 +1,11 @@
-"""A placement set in runtime.toml is checked like the deploy API's (node/config.py)."""
+"""A placement set in runtime.toml is checked like the deploy API's (node/config/model.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from node.config import ConfigError
-from node.config_load import load_config
+from node.config.load import load_config
+from node.config.model import ConfigError
 from tests.support import write_config
 
 NATS = '\n[mesh]\ntransport = "nats"\nnats_servers = ["nats://127.0.0.1:4222"]\n'

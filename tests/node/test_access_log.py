@@ -8,7 +8,7 @@ import logging
 import re
 import socket
 
-from node.logsetup import Redactor, _TextFormatter
+from node.ops.logsetup import Redactor, _TextFormatter
 from tests.support import ADMIN_TOKEN, NodeProcess, write_config
 
 FORGED = '2026-01-01 00:00:00,000 INFO agent-node.access: 10.0.0.1 "POST /api/v1/approvals"'

@@ -2,9 +2,9 @@
 
 import pickle
 
-from node import checkpoint
 from node.app import build_app
 from node.context import CONTEXT
+from node.ops import checkpoint
 from tests.support import OPERATE_TOKEN, auth
 
 

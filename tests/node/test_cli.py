@@ -10,8 +10,8 @@ import lmdb
 from eventstore.keys import load_or_create_key
 from eventstore.writer_lock import WriterLock
 from node.app import open_store
-from node.config_load import load_config
-from node.version import __version__
+from node.config.load import load_config
+from node.ops.version import __version__
 from tests.support import run_cli, write_config
 
 
@@ -58,7 +58,7 @@ def test_token_new_prints_a_working_config_entry(tmp_path):
     token = result.stdout.splitlines()[0].removeprefix("token: ")
     entry = "\n".join(result.stdout.splitlines()[2:])
     config = load_config(write_config(tmp_path, entry))
-    from node.auth import TokenTable
+    from node.web.auth import TokenTable
 
     identity = TokenTable(config.auth).identify(token)
     assert identity.name == "carol" and identity.scopes == {"read", "operate"}
@@ -196,7 +196,7 @@ def test_audit_verify_of_an_unknown_journal_says_so(tmp_path):
 
 
 def test_every_subcommand_help_says_what_it_does():
-    from node.cli import _parser, subcommands
+    from node.cli.main import _parser, subcommands
 
     seen = []
     for name, parser, listed in subcommands(_parser()):

@@ -19,7 +19,7 @@ import zipfile
 import httpx
 import msgspec
 
-from node.config_help import undescribed
+from node.config.help import undescribed
 from tests.node.test_cli import seed_journal
 from tests.support import ROOT, NodeProcess, free_port, logs_on_failure, run_cli, write_config
 

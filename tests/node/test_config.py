@@ -2,8 +2,8 @@
 
 import pytest
 
-from node.config import ConfigError
-from node.config_load import load_config
+from node.config.load import load_config
+from node.config.model import ConfigError
 from tests.support import run_cli, write_config
 
 

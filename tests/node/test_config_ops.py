@@ -8,8 +8,8 @@ import httpx
 import jsonschema
 import pytest
 
-from node.config import ConfigError
-from node.config_load import load_config
+from node.config.load import load_config
+from node.config.model import ConfigError
 from tests.polling import wait_until
 from tests.support import ADMIN_TOKEN, ROOT, NodeProcess, auth, run_cli, write_config
 

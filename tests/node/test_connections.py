@@ -1,4 +1,4 @@
-"""Hostile connections against a real node process with a lowered fd limit (node/connections.py):
+"""Hostile connections against a real node with a lowered fd limit (node/web/connections.py):
 slow and silent clients are closed within the header deadline and never starve the health
 check; a client past its address's cap gets a 503; a client that never reads is dropped."""
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from node.connections import connection_cap
+from node.web.connections import connection_cap
 from tests.polling import wait_until
 from tests.support import (
     OPERATE_TOKEN,

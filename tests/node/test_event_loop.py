@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from node.heap import YOUNG_THRESHOLD, settle_after_start
+from node.ops.heap import YOUNG_THRESHOLD, settle_after_start
 from tests.support import ROOT, NodeProcess, auth, logs_on_failure, write_config
 
 
@@ -36,7 +36,7 @@ def test_the_node_serves_writes_on_the_loop_it_was_given(tmp_path, choice, loop)
 def test_a_node_told_to_use_uvloop_where_it_cannot_import_says_so(tmp_path):
     path = config_with_loop(tmp_path, "uvloop")
     blocked = (
-        "import sys; sys.modules['uvloop'] = None; from node.cli import main; "
+        "import sys; sys.modules['uvloop'] = None; from node.cli.main import main; "
         f"sys.argv = ['agent-node', 'run', '--config', {str(path)!r}]; sys.exit(main())"
     )
     done = subprocess.run(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 import tomllib
 
-from node.exposure import EXAMPLE_TOKENS
+from node.config.exposure import EXAMPLE_TOKENS
 from tests.support import ROOT, NodeProcess, free_port, run_cli, write_config
 
 TOKEN_FILE_ENTRY = """

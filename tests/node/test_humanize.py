@@ -2,7 +2,7 @@
 
 import pytest
 
-from node.humanize import duration, size
+from node.display.humanize import duration, size
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,7 @@ import logging
 
 import httpx
 
-from node.logsetup import ContextFilter, Redactor, _json_formatter, _TextFormatter
+from node.ops.logsetup import ContextFilter, Redactor, _json_formatter, _TextFormatter
 from tests.polling import wait_until
 from tests.support import ADMIN_TOKEN, READ_TOKEN, NodeProcess, auth, free_port, write_config
 

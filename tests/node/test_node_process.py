@@ -114,7 +114,7 @@ def append_while_stopped(config_path, stream: str, kind: str, data: dict) -> Non
     """One event straight into a stopped node's journal (state that moved on meanwhile)."""
     from eventstore.keys import load_or_create_key
     from node.app import open_store
-    from node.config_load import load_config
+    from node.config.load import load_config
 
     config = load_config(config_path)
 

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from node.polling import DeadlineExceeded, until, wait_until
+from node.ops.polling import DeadlineExceeded, until, wait_until
 from tests.support import ROOT
 
 # Loops that sleep on purpose and are not waits for a condition: each runs until its owner
 # stops it (a periodic job, a retry with backoff, `logs --follow`).
 PERIODIC = {
-    ("node/cli_client.py", "command"),  # logs/findings --follow
+    ("node/cli/client.py", "command"),  # logs/findings --follow
     ("node/services/approval_timeouts.py", "_flush_due"),  # retries journaling timeouts
     ("node/sync/acks.py", "run"),
     ("node/sync/replicator.py", "run"),
@@ -45,7 +45,7 @@ PERIODIC = {
     # loops that ignore cancellation on purpose: what run_together must stop for sure
     ("tests/sync/test_loops.py", "losing"),
     ("tests/sync/test_loops.py", "stubborn"),
-    ("node/cli_agents.py", "_await_probation"),  # prints a probation's progress as it goes
+    ("node/cli/agents.py", "_await_probation"),  # prints a probation's progress as it goes
     ("node/services/rollouts.py", "_watch"),  # reads an instance's runs through its probation
     # samples every agent's status (each phase seen) until all run
     (
@@ -116,11 +116,11 @@ def test_no_hand_written_poll_loop_remains():
     for folder in ("node", "eventstore", "projections", "harness", "tests", "bench"):
         for path in sorted((ROOT / folder).rglob("*.py")):
             relative = path.relative_to(ROOT).as_posix()
-            if relative == "node/polling.py" or "node_modules" in path.parts:
+            if relative == "node/ops/polling.py" or "node_modules" in path.parts:
                 continue
             for function, line in sleeping_loops(path):
                 if (relative, function) not in PERIODIC:
                     offenders.append(f"{relative}:{line} in {function}")
-    assert not offenders, "use node.polling (until / wait_until) instead of:\n" + "\n".join(
+    assert not offenders, "use node.ops.polling (until / wait_until) instead of:\n" + "\n".join(
         sorted(set(offenders))
     )

@@ -17,7 +17,7 @@ import httpx
 from eventstore.keys import load_or_create_key
 from eventstore.store import NewEvent
 from node.app import open_store
-from node.config_load import load_config
+from node.config.load import load_config
 from tests.support import ROOT, run_cli, write_config
 
 JOURNALS, PER_JOURNAL = 3, 200

@@ -15,9 +15,9 @@ from pathlib import Path
 
 from eventstore.keys import load_or_create_key
 from eventstore.store import EventStore, NewEvent
-from node import checkpoint
 from node.app import JOURNAL_DIR
-from node.config_load import load_config
+from node.config.load import load_config
+from node.ops import checkpoint
 from tests.polling import wait_until
 from tests.support import NodeProcess, run_cli, write_config
 

@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from node.cli_config import check_file
+from node.cli.config import check_file
 from tests.polling import wait_until
 from tests.support import ADMIN_TOKEN, ROOT, NodeProcess, free_port, run_cli, write_config
 from tests.sync_support import SYNC_TUNING, peer_token, peer_toml

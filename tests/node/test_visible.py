@@ -10,8 +10,8 @@ import unicodedata
 
 import pytest
 
-from node.humanize import first_invisible, visible, visible_lines
-from node.request_summary import summary
+from node.display.humanize import first_invisible, visible, visible_lines
+from node.display.request_summary import summary
 
 INVISIBLE_CATEGORIES = {"Cc", "Cf", "Cs", "Zl", "Zp"}
 

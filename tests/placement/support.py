@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 from nats.js import JetStreamContext
 
-from node.config import MeshSection
+from node.config.model import MeshSection
 from node.sync.nats_link import connect
 from tests.nats_support import member_password
 

@@ -10,7 +10,7 @@ import time
 import msgspec
 import pytest
 
-from node.config_load import parse_config
+from node.config.load import parse_config
 from node.placement.adverts import Advert, NodeAdverts, Offer, offer_of
 from node.placement.components import (
     ComponentMissing,

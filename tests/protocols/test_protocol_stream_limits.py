@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from node.reload import Reloader
+from node.config.reload import Reloader
 from node.streams.slots import STREAM_SLOTS
 from tests.polling import until
 from tests.protocol_support import agent_toml, cashier_toml, start_node, started

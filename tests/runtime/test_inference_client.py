@@ -9,7 +9,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from node.config import InferenceSection
+from node.config.model import InferenceSection
 from node.runtime.hostapi import HostError
 from node.runtime.inference import MAX_LINE, InferenceClient
 

@@ -12,7 +12,7 @@ from aiohttp import FormData
 
 from node.api.runtime import COMPILED_CACHE_ENV
 from node.app import build_app
-from node.config import ConfigError
+from node.config.model import ConfigError
 from node.context import CONTEXT
 from node.runtime.agents import AGENTS
 from node.services.approvals import APPROVALS

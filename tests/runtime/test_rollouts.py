@@ -16,7 +16,7 @@ import time
 import pytest
 
 from node.app import build_app
-from node.config_load import load_config
+from node.config.load import load_config
 from node.runtime.agents import AGENTS
 from node.services.approvals import APPROVALS
 from tests.polling import until
@@ -236,7 +236,7 @@ async def _is(value, expected) -> bool:
 
 
 def test_the_probation_keys_are_checked(tmp_path):
-    from node.config import ConfigError
+    from node.config.model import ConfigError
 
     path = write_config(tmp_path)
     path.write_text(path.read_text().replace("[node]\n", "[node]\nprobation_ticks = 0\n", 1))

@@ -109,7 +109,7 @@ async def test_status_reports_every_agent_with_measured_figures(
 
     one = await client.get("/api/v1/status?agent=trap", headers=auth(READ_TOKEN))
     (trap,) = await one.json()
-    # no fuel_per_tick in its config: the default budget (node.limits), never unlimited
+    # no fuel_per_tick in its config: the default budget (node.runtime.limits), never unlimited
     assert trap["name"] == "trap" and trap["memory_profile"]["fuel_remaining"] == 2_000_000_000
     missing = await client.get("/api/v1/status?agent=nope", headers=auth(READ_TOKEN))
     assert missing.status == 404

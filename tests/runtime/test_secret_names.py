@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from node.config import ConfigError, secret_env_name
-from node.config_load import parse_config
+from node.config.load import parse_config
+from node.config.model import ConfigError, secret_env_name
 
 
 def config(domains_a: list[str], domains_b: list[str], secrets: dict | None = None):

@@ -9,11 +9,11 @@ import socket
 import pytest
 
 from eventstore.store import NewEvent
+from node.config.reload import Reloader
 from node.context import CONTEXT
-from node.http import PROBLEM_TYPE
-from node.reload import Reloader
 from node.streams.bus import BUS
 from node.streams.slots import RETRY_AFTER_SECS, STREAM_SLOTS
+from node.web.http import PROBLEM_TYPE
 from tests.polling import until
 from tests.support import ADMIN_TOKEN, READ_TOKEN, SseStream, auth, make_config
 

@@ -15,8 +15,8 @@ from nacl.signing import SigningKey
 from eventstore.envelope import Event, digest_of, encode_event, sign, utc_now
 from eventstore.keys import public_key_multibase
 from eventstore.store import Fenced
-from node import checkpoint
 from node.context import CONTEXT
+from node.ops import checkpoint
 from node.sync.service import SYNC
 from projections import catalogue as c
 from projections.journals import Journals

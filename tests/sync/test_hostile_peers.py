@@ -19,7 +19,7 @@ from eventstore.envelope import Event, digest_of, encode_event, sign, utc_now
 from eventstore.keys import public_key_multibase
 from eventstore.store import ForeignEnvelope
 from node.app import open_store
-from node.config_load import load_config
+from node.config.load import load_config
 from node.streams.mapping import UNIFIED_NAMES
 from tests.support import READ_TOKEN, NodeProcess, free_port, tiny_component, write_config
 from tests.sync_support import SYNC_TUNING, peer_token, peer_toml, prefill

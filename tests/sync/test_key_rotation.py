@@ -14,8 +14,8 @@ from eventstore.keychain import KeyChain, RetiredKey
 from eventstore.keys import KEY_FILE, load_key, public_key_multibase, write_key
 from eventstore.store import EventStore, ForeignEnvelope, ImportStatus
 from node.app import open_store
-from node.config_load import load_config
-from node.keyrotate import PENDING_KEY_FILE
+from node.cli.keyrotate import PENDING_KEY_FILE
+from node.config.load import load_config
 from node.sync.keys import chain_of
 from projections.keys import KEY_ROTATED, KeyHistory
 from tests.support import run_cli, write_config

@@ -12,9 +12,9 @@ from aiohttp import web
 from nacl.signing import SigningKey
 
 from eventstore.keys import public_key_multibase
-from node import polling
 from node.app import build_app
 from node.context import CONTEXT
+from node.ops import polling
 from node.sync.keys import fetch_did_keys
 from node.sync.service import SYNC
 from node.sync.wire import MAX_DID_BYTES, MAX_REPLY_BYTES

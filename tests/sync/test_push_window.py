@@ -22,9 +22,9 @@ from aiohttp import web
 
 from eventstore.keys import load_or_create_key, public_key_multibase
 from eventstore.store import NewEvent
-from node import polling
 from node.app import build_app
 from node.context import CONTEXT
+from node.ops import polling
 from node.sync.service import SYNC
 from tests.support import READ_TOKEN, NodeProcess, auth, make_config, write_config
 from tests.sync_support import SYNC_TUNING, peer_token, peer_toml

@@ -12,7 +12,7 @@ from eventstore.envelope import digest_of
 from eventstore.keys import public_key_multibase
 from node.app import build_app
 from node.context import CONTEXT
-from node.keyring import key_resolver
+from node.sync.keyring import key_resolver
 from node.sync.service import SYNC
 from projections.entries import Findings
 from projections.peers import PeerBook
@@ -284,7 +284,7 @@ async def test_a_changed_configured_key_is_refused_with_a_finding(aiohttp_client
 
 
 async def test_a_config_key_that_is_not_multibase_stops_the_node(tmp_path):
-    from node.config import ConfigError
+    from node.config.model import ConfigError
 
     bad = make_config(
         tmp_path,
@@ -318,7 +318,7 @@ async def test_a_node_refuses_to_host_an_agent_whose_journal_is_homed_elsewhere(
     tmp_path, aiohttp_client
 ):
     from node.app import build_app
-    from node.config import ConfigError
+    from node.config.model import ConfigError
     from node.context import CONTEXT
     from tests.support import make_config, replicate, tiny_component
 

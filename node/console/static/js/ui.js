@@ -12,7 +12,7 @@ export function can(scope) {
 // Characters a browser does not show as themselves: controls (C0, DEL, C1), format characters
 // (bidi overrides and isolates such as U+202E, which make "\u202eevorppa" read "approve"; zero-
 // width spaces and joiners; tag characters), lone surrogates, line and paragraph separators.
-// The same set node/humanize.py escapes for the CLI.
+// The same set node/display/humanize.py escapes for the CLI.
 const INVISIBLE = /[\p{Cc}\p{Cf}\p{Cs}\p{Zl}\p{Zp}]/gu;
 const INVISIBLE_BUT_LINES = /(?![\n\t])[\p{Cc}\p{Cf}\p{Cs}\p{Zl}\p{Zp}]/gu;
 const SHORT_ESCAPES = { "\n": "\\n", "\r": "\\r", "\t": "\\t" };

@@ -1,5 +1,5 @@
 """A running node's API as the command line calls it, shared by every client command
-(cli_client.py, cli_agents.py, authoring/): `Node` (one node, one token), `ClientError` (what
+(client.py, agents.py, authoring/): `Node` (one node, one token), `ClientError` (what
 went wrong, as the node said it), and the printing of answers (`table`, `emit`).
 """
 
@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from node.humanize import visible, visible_lines
+from node.display.humanize import visible, visible_lines
 
 if TYPE_CHECKING:
     import httpx
@@ -40,7 +40,7 @@ class Node:
     ) -> None:
         import httpx  # here, not at the top: `agent-node run` should not pay for importing it
 
-        from node.tls import client_context
+        from node.web.tls import client_context
 
         self.url = url.rstrip("/")
         ca_file = ca_file or os.environ.get(CA_FILE_ENV) or None  # else the system's trust

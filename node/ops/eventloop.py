@@ -11,7 +11,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Literal
 
-from node.config import ConfigError
+from node.config.model import ConfigError
 
 EventLoopChoice = Literal["auto", "uvloop", "asyncio"]
 LoopFactory = Callable[[], asyncio.AbstractEventLoop]

@@ -19,8 +19,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from node.cli_agents import add_agents_commands
-from node.client import (
+from node.cli.agents import add_agents_commands
+from node.cli.node_api import (
     CA_FILE_ENV,
     DEFAULT_URL,
     TOKEN_ENV,
@@ -32,8 +32,8 @@ from node.client import (
     segment,
     table,
 )
-from node.humanize import duration, size, visible, visible_lines
-from node.request_summary import summary
+from node.display.humanize import duration, size, visible, visible_lines
+from node.display.request_summary import summary
 
 FOLLOW_INTERVAL_SECS = 1.0
 PAGE = 1000  # the API's largest `limit`
@@ -396,7 +396,7 @@ def add_client_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
         p.add_argument("--agent", help="only this agent's")
         p.add_argument("--follow", "-f", action="store_true", help="keep printing new ones")
 
-    add_agents_commands(sub, command)  # `agents ...`: the same registrar (cli_agents.py)
+    add_agents_commands(sub, command)  # `agents ...`: the same registrar (agents.py)
 
 
 def _non_negative(text: str) -> int:

@@ -1,9 +1,9 @@
 """TLS: the node's own listener (`[node] tls_cert_file`, `tls_key_file`) and the trust used
 for HTTPS to peers (`[mesh] ca_file`) and by the CLI (`--ca-file`, AGENT_NODE_CA_FILE).
 
-SIGHUP reads the certificate and key again (a renewal; node/reload.py). Without a certificate
+SIGHUP reads the certificate and key again (a renewal; node/config/reload.py). Without a certificate
 the node serves plain HTTP: fine on 127.0.0.1 or behind a TLS proxy
-(docs/deploy.md), a warning anywhere else (node/exposure.py).
+(docs/deploy.md), a warning anywhere else (node/config/exposure.py).
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from node.filemodes import exposure
+from node.ops.filemodes import exposure
 
 if TYPE_CHECKING:
-    from node.config import Config
+    from node.config.model import Config
 
 
 # the listener's context, kept so that SIGHUP can load a renewed certificate into it

@@ -24,11 +24,11 @@ from nacl.signing import SigningKey
 from eventstore.durable import fsync_path
 from eventstore.keys import KEY_FILE, KeyFileError, load_key, public_key_multibase, write_key
 from eventstore.store import EventStore, StoreAlreadyOpenError
-from node.config import Config
-from node.config_load import load_config
-from node.filemodes import make_private
-from node.files import move_durably
-from node.humanize import visible, visible_lines
+from node.config.load import load_config
+from node.config.model import Config
+from node.display.humanize import visible, visible_lines
+from node.ops.filemodes import make_private
+from node.ops.files import move_durably
 from projections.catalogue import KeyRotated, event_of
 from projections.keys import KeyHistory, key_journal
 

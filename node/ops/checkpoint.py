@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from eventstore.store import EventStore
-from node.files import write_atomically
+from node.ops.files import write_atomically
 from projections.base import Projections
 
 log = logging.getLogger(__name__)

@@ -17,10 +17,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from node.filemodes import exposure
+from node.ops.filemodes import exposure
 
 if TYPE_CHECKING:
-    from node.config import Config
+    from node.config.model import Config
 
 # The tokens shipped in examples/ and the docs: anyone may know them. A test keeps this list
 # in step with examples/*.toml.

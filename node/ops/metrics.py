@@ -13,9 +13,9 @@ from prometheus_client import (
     generate_latest,
 )
 
-from node.version import __version__, build_commit
+from node.ops.version import __version__, build_commit
 
-# what aiohttp's parser raises for the requests it refuses most (node/logsetup.py ProtocolLogger)
+# what aiohttp's parser raises for the requests it refuses most (ops/logsetup.py ProtocolLogger)
 MALFORMED_KINDS = ("BadHttpMessage", "BadHttpMethod", "LineTooLong", "InvalidHeader")
 
 disable_created_metrics()  # type: ignore[no-untyped-call]  # prometheus-client has no hint

@@ -19,15 +19,20 @@ from eventstore.audit import verify_journals
 from eventstore.envelope import Envelope
 from eventstore.keys import KEY_FILE, KeyFileError, load_or_create_key, public_key_multibase
 from eventstore.store import EventStore
-from node import cli_config, cli_docs, cli_mesh, exposure, keyrotate, logsetup, progress
 from node.authoring import cli as authoring
-from node.cli_client import add_client_commands
-from node.config import SCOPES, Config, ConfigError
-from node.config_load import load_config
-from node.filemodes import make_private
-from node.humanize import duration, visible
-from node.keyring import key_resolver
-from node.version import __version__
+from node.cli import config as cli_config
+from node.cli import docs as cli_docs
+from node.cli import keyrotate, progress
+from node.cli import mesh as cli_mesh
+from node.cli.client import add_client_commands
+from node.config import exposure
+from node.config.load import load_config
+from node.config.model import SCOPES, Config, ConfigError
+from node.display.humanize import duration, visible
+from node.ops import logsetup
+from node.ops.filemodes import make_private
+from node.ops.version import __version__
+from node.sync.keyring import key_resolver
 
 EPILOG = "documentation: `agent-node docs` (topics), e.g. `agent-node docs agents`"
 
@@ -80,9 +85,9 @@ def _parser() -> argparse.ArgumentParser:
     verify.add_argument("--agent", help="only this journal")
     verify.set_defaults(func=cmd_audit_verify)
 
-    cli_config.register(sub)  # config check, config schema (node/cli_config.py)
-    keyrotate.register(sub)  # key rotate (node/keyrotate.py)
-    cli_mesh.register(sub)  # mesh nats-permissions (node/cli_mesh.py)
+    cli_config.register(sub)  # config check, config schema (node/cli/config.py)
+    keyrotate.register(sub)  # key rotate (node/cli/keyrotate.py)
+    cli_mesh.register(sub)  # mesh nats-permissions (node/cli/mesh.py)
     command("replay", cmd_replay, "rebuild every projection from the journal and report counts")
 
     journal = sub.add_parser("journal", help="read journals").add_subparsers(metavar="ACTION")
@@ -142,7 +147,7 @@ def _describe(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from node.eventloop import loop_factory
+    from node.ops.eventloop import loop_factory
     from node.server import serve
 
     config = load_config(args.config)
@@ -150,7 +155,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     redactor = logsetup.configure_logging(
         args.log_level, args.log_format, logsetup.Redactor(logsetup.secrets_of(config))
     )
-    make_private(config.data_path)  # before anything is written (node/filemodes.py)
+    make_private(config.data_path)  # before anything is written (node/ops/filemodes.py)
     exposure.warn_at_start(config, Path(args.config))
     keyrotate.check_no_pending_rotation(config)
     keyrotate.check_key_matches_journal(config)
@@ -196,7 +201,7 @@ def cmd_keygen(args: argparse.Namespace) -> int:
 
 
 def cmd_token_new(args: argparse.Namespace) -> int:
-    from node.auth import new_token, token_digest
+    from node.web.auth import new_token, token_digest
 
     scopes = [s for value in args.scopes for s in value.split(",") if s]
     unknown = [s for s in scopes if s not in SCOPES]

@@ -33,7 +33,7 @@ from typing import Any, cast
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
-from node.config import Config
+from node.config.model import Config
 
 log = logging.getLogger(__name__)
 # what the node keeps of its fd limit for itself: LMDB, logs, peers, compiles, agents' files

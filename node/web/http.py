@@ -10,9 +10,9 @@ from typing import Annotated, Any, TypeVar
 import msgspec
 from aiohttp import web
 
-from node.boundedjson import JsonBoundsError, loads_as
 from node.context import CONTEXT, NodeContext
-from node.routes import Query
+from node.web.boundedjson import JsonBoundsError, loads_as
+from node.web.routes import Query
 
 T = TypeVar("T")
 NonNegative = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
@@ -132,7 +132,7 @@ def required_query(request: web.Request, name: str) -> str:
 
 
 async def json_body(request: web.Request, kind: type[T]) -> T:
-    """Decode (bounded: node.boundedjson) and validate; msgspec's message names the bad field."""
+    """Decode (bounded: web/boundedjson.py) and validate; msgspec's message names the bad field."""
     body = await read_body(request)
     if not body:
         raise Problem(400, "the request needs a JSON body")

@@ -9,8 +9,8 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from node.filemodes import exposure
-from node.limits import DEFAULT_FUEL_PER_TICK
+from node.ops.filemodes import exposure
+from node.runtime.limits import DEFAULT_FUEL_PER_TICK
 from projections.catalogue import MAX_APPROVAL_TIMEOUT_SECS
 from projections.packages import is_semver
 
@@ -69,18 +69,18 @@ class NodeSection(_Section, kw_only=True):
     compile_memory_mb: Annotated[int, msgspec.Meta(ge=256)] = 4096
     max_body_kb: PositiveInt = 1024
     map_size_mb: PositiveInt = 64
-    # the in-memory read models' checkpoint (node/checkpoint.py): every so many envelopes or
+    # the in-memory read models' checkpoint (node/ops/checkpoint.py): every so many envelopes or
     # seconds, whichever comes first; a start after kill -9 folds at most about that much
     checkpoint_events: PositiveInt = 20_000
     checkpoint_secs: Annotated[float, msgspec.Meta(gt=0)] = 60.0
-    # the asyncio event loop that serves (node/eventloop.py): uvloop where installed
+    # the asyncio event loop that serves (node/ops/eventloop.py): uvloop where installed
     event_loop: Literal["auto", "uvloop", "asyncio"] = "auto"
-    # HTTPS on `listen` (node/tls.py): a PEM certificate (chain) and its unencrypted key
+    # HTTPS on `listen` (node/web/tls.py): a PEM certificate (chain) and its unencrypted key
     tls_cert_file: str | None = None
     tls_key_file: str | None = None
-    # hostile clients (node/connections.py): a request's headers within so long of the accept,
+    # hostile clients (node/web/connections.py): a request's headers within so long of the accept,
     # an idle keep-alive connection closed after so long, a client that stops reading a
-    # response dropped after so long, a JSON body within so long (node/http.py), and
+    # response dropped after so long, a JSON body within so long (node/web/http.py), and
     # connection caps (0: from the fd limit)
     header_timeout_secs: Annotated[float, msgspec.Meta(gt=0)] = 10.0
     keepalive_timeout_secs: Annotated[float, msgspec.Meta(gt=0)] = 20.0
@@ -104,7 +104,7 @@ class TokenEntry(_Section, kw_only=True):
     name: AgentName
     token: str | None = None
     token_sha256: Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{64}$(?!\n)")] | None = None
-    token_file: str | None = None  # read at start and on SIGHUP (node/secretfiles.py)
+    token_file: str | None = None  # read at start and on SIGHUP (node/config/secretfiles.py)
     scopes: list[Scope]
 
 
@@ -156,7 +156,7 @@ class MeshSection(_Section, kw_only=True):
     publish_window: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 1000
     fetch_batch: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 1000
     heads_interval_secs: Annotated[float, msgspec.Meta(gt=0)] = 0.5
-    # PEM CA certificate(s) that HTTPS peers' certificates must chain to (node/tls.py);
+    # PEM CA certificate(s) that HTTPS peers' certificates must chain to (node/web/tls.py);
     # without it, the system's trust store
     ca_file: str | None = None
     # each HTTP request of a gap repair (docs/mesh.md): a peer that never answers costs this
@@ -248,7 +248,7 @@ class Config(_Section, kw_only=True):
 
 
 def check_config(config: Config, source: str) -> Iterator[str]:
-    """The problems of a converted config that the config alone shows (config_load.py adds
+    """The problems of a converted config that the config alone shows (load.py adds
     those of the files it names: `*_file` secrets, TLS certificates)."""
     names = [a.name for a in config.agents]
     for name in {n for n in names if names.count(n) > 1}:

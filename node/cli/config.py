@@ -19,11 +19,12 @@ from typing import Any
 
 import msgspec
 
-from node import config_help, config_init
-from node.config import Config
-from node.config_load import config_problems
-from node.exposure import config_file_problem, public_warnings
-from node.humanize import visible
+from node.cli import config_init
+from node.config import help as config_help
+from node.config.exposure import config_file_problem, public_warnings
+from node.config.load import config_problems
+from node.config.model import Config
+from node.display.humanize import visible
 
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 _INTERNAL_FIELDS = ("base_dir",)  # set by the loader, never written in a file
@@ -42,7 +43,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     check.set_defaults(func=cmd_config_check)
     schema = actions.add_parser("schema", help="print the config's JSON Schema (for editors)")
     schema.set_defaults(func=cmd_config_schema)
-    config_init.register(actions)  # config init (node/config_init.py)
+    config_init.register(actions)  # config init (node/cli/config_init.py)
 
 
 def cmd_config_check(args: argparse.Namespace) -> int:
@@ -61,7 +62,7 @@ def cmd_config_check(args: argparse.Namespace) -> int:
 
 
 def exposure_warnings(path: Path) -> list[str]:
-    """What the node would warn about at start (node/exposure.py), also beside problems;
+    """What the node would warn about at start (node/config/exposure.py), also beside problems;
     none when the config does not even convert."""
     try:
         raw = tomllib.loads(path.read_text())
@@ -203,5 +204,5 @@ def config_schema() -> dict[str, Any]:
     for name in _INTERNAL_FIELDS:
         root["properties"].pop(name, None)
     root["title"] = "agent-node runtime.toml"
-    config_help.describe(schema)  # what each key means (node/config_help.py)
+    config_help.describe(schema)  # what each key means (node/config/help.py)
     return {"$schema": SCHEMA_DIALECT, **schema}

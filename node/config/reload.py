@@ -24,15 +24,15 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from node.auth import TOKENS
-from node.config import AgentConfig, Config, ConfigError
-from node.config_load import load_config
+from node.config.load import load_config
+from node.config.model import AgentConfig, Config, ConfigError
 from node.context import CONTEXT
-from node.logsetup import Redactor, secrets_of
+from node.ops.logsetup import Redactor, secrets_of
 from node.services.deployments import DEPLOYMENTS
 from node.streams.slots import STREAM_SLOTS
 from node.sync.service import SYNC
-from node.tls import SERVER_CONTEXT, reload_certificate
+from node.web.auth import TOKENS
+from node.web.tls import SERVER_CONTEXT, reload_certificate
 from projections import catalogue as c
 
 log = logging.getLogger("agent-node")
@@ -97,7 +97,7 @@ class Reloader:
         return True
 
     async def _reload_certificate(self, running: Config) -> None:
-        """The running listener's certificate and key, read again (node/tls.py)."""
+        """The running listener's certificate and key, read again (node/web/tls.py)."""
         context = self._app.get(SERVER_CONTEXT)
         if context is None:
             return

@@ -1,6 +1,6 @@
 """What every key of runtime.toml means, in one place: `config schema` puts these into its JSON
 Schema (`description`), so an editor shows them, and tests/node/test_config_init.py checks that
-every field of node/config.py's structs has one (a new key without a line here fails it).
+every field of node/config/model.py's structs has one (a new key without a line here fails it).
 
 docs/configuration.md says the same at more length; keep the two in step.
 """
@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from node import config as c
+from node.config import model as c
 
 KEYS: dict[type[msgspec.Struct], dict[str, str]] = {
     c.Config: {

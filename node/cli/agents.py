@@ -16,8 +16,10 @@ import threading
 import time
 from typing import Any
 
-from node.client import ClientError, Node, emit, segment, table
-from node.humanize import visible  # what agents and clients wrote, on one line, shown as it is
+from node.cli.node_api import ClientError, Node, emit, segment, table
+from node.display.humanize import (
+    visible,  # what agents and clients wrote, on one line, shown as it is
+)
 
 # an upgrade drains the old instance (up to 30 s) and waits for the new one's first tick
 LIFECYCLE_TIMEOUT_SECS = 180.0

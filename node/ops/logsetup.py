@@ -25,10 +25,10 @@ from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 from aiohttp.http_exceptions import HttpProcessingError
 
-from node.auth import identity_of
-from node.config import Config
-from node.humanize import visible
-from node.ids import new_id
+from node.config.model import Config
+from node.display.humanize import visible
+from node.ops.ids import new_id
+from node.web.auth import identity_of
 
 LogFormat = Literal["text", "json"]
 LEVELS = ("debug", "info", "warning", "error", "critical")

@@ -16,10 +16,10 @@ from aiohttp import hdrs, web
 from aiohttp.typedefs import Handler
 
 from eventstore.writer import Fenced
-from node.auth import refusal
 from node.context import CONTEXT
-from node.http import Problem, problem_for, problem_response
-from node.logsetup import REQUEST_ID_HEADER, enter_request, leave_request
+from node.ops.logsetup import REQUEST_ID_HEADER, enter_request, leave_request
+from node.web.auth import refusal
+from node.web.http import Problem, problem_for, problem_response
 
 log = logging.getLogger(__name__)
 

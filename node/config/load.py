@@ -1,9 +1,9 @@
-"""Reading runtime.toml: the file parsed, converted to the `Config` of node/config.py and
+"""Reading runtime.toml: the file parsed, converted to the `Config` of node/config/model.py and
 checked, every problem a `ConfigError` naming the file and the key.
 
-Apart from node/config.py because the checks of the files a config names (the `*_file`
+Apart from node/config/model.py because the checks of the files a config names (the `*_file`
 secrets, the TLS certificate and key, what listening on a public address exposes) live with
-the code that uses those files (secretfiles.py, tls.py, exposure.py), which reads the `Config`.
+the code that uses those files (secretfiles.py, web/tls.py, exposure.py), which reads the `Config`.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from typing import Any
 
 import msgspec
 
-from node.config import Config, ConfigError, check_config
-from node.exposure import public_problems
-from node.secretfiles import read_secret_files
-from node.tls import tls_problems
+from node.config.exposure import public_problems
+from node.config.model import Config, ConfigError, check_config
+from node.config.secretfiles import read_secret_files
+from node.web.tls import tls_problems
 
 
 def load_config(path: str | Path) -> Config:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from node.config import AGENT_NAME_RE, ConfigError
+from node.config.model import AGENT_NAME_RE, ConfigError
 from node.sync.nats_permissions import Member, check_members, members_of, render
 
 

@@ -7,7 +7,7 @@ from nacl.signing import SigningKey, VerifyKey
 from eventstore.keychain import KeyChain
 from eventstore.keys import verify_key_from_multibase
 from eventstore.store import EventStore, KeyLookup
-from node.config import Config
+from node.config.model import Config
 from node.sync.keys import ChainCache, chain_of, pinned_keys
 from projections.keys import KEY_JOURNAL_PREFIX, KeyHistory
 

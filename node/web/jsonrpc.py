@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from node.boundedjson import JsonBoundsError, loads
+from node.web.boundedjson import JsonBoundsError, loads
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600

@@ -13,10 +13,10 @@ import os
 import sys
 from pathlib import Path
 
-from node.auth import new_token, token_digest
-from node.cli_docs import documented_parser
-from node.config import AGENT_NAME_RE, ConfigError
-from node.config_load import parse_config
+from node.cli.docs import documented_parser
+from node.config.load import parse_config
+from node.config.model import AGENT_NAME_RE, ConfigError
+from node.web.auth import new_token, token_digest
 
 TEMPLATE = """\
 # runtime.toml of agent-node, made by `agent-node config init`.

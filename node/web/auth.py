@@ -9,9 +9,9 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from node.config import AuthSection
-from node.http import problem_response
-from node.routes import PUBLIC, Scopes, scopes_of
+from node.config.model import AuthSection
+from node.web.http import problem_response
+from node.web.routes import PUBLIC, Scopes, scopes_of
 
 
 @dataclass(frozen=True, slots=True)

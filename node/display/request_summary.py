@@ -14,7 +14,7 @@ import json
 import re
 from typing import Any
 
-from node.limits import MAX_DETAIL
+from node.runtime.limits import MAX_DETAIL
 
 KEY_WIDTH = 40  # a key longer than this is elided in the middle
 VALUE_WIDTH = 80  # so is a value's JSON text

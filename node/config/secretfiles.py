@@ -12,10 +12,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from node.filemodes import exposure
+from node.ops.filemodes import exposure
 
 if TYPE_CHECKING:
-    from node.config import Config
+    from node.config.model import Config
 
 FILE_SUFFIX = "_file"
 MAX_SECRET_FILE_BYTES = 64 * 1024

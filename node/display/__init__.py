@@ -1,0 +1,1 @@
+"""Text for people: durations, sizes, control characters made visible, approval summaries."""
