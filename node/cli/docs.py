@@ -11,8 +11,9 @@ import argparse
 import sys
 from pathlib import Path
 
-PACKAGED = Path(__file__).resolve().parent / "docs"  # in a wheel (setup.py copies docs/ here)
-CHECKOUT = Path(__file__).resolve().parent.parent / "docs"  # a checkout, an editable install
+NODE_PACKAGE = Path(__file__).resolve().parent.parent  # node/ (this is node/cli/docs.py)
+PACKAGED = NODE_PACKAGE / "docs"  # in a wheel (setup.py copies docs/ here)
+CHECKOUT = NODE_PACKAGE.parent / "docs"  # a checkout, an editable install
 
 
 def docs_dir() -> Path | None:
