@@ -115,10 +115,14 @@ class NatsCluster:
         async def check() -> bool:
             for url in self.urls:
                 nc = await nats.connect(
-                    url, connect_timeout=1, allow_reconnect=False, error_cb=_quiet
+                    url,
+                    connect_timeout=1,
+                    allow_reconnect=False,
+                    reconnect_time_wait=0.05,
+                    error_cb=_quiet,
                 )
                 try:
-                    await nc.jetstream().account_info()
+                    await nc.jetstream(timeout=0.25).account_info()
                 finally:
                     await nc.close()
             return True

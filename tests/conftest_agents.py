@@ -28,6 +28,12 @@ _built: dict[str, Path] = {}
 def pytest_sessionstart(session: pytest.Session) -> None:
     """Build and compile the agents before the first test runs, so that their cost (minutes on a
     fresh machine, instant once cached) counts against no test's timeout."""
+    prepare()
+
+
+def prepare() -> None:
+    """Also run alone (`python -m tests.conftest_agents`): scripts/test does, once, before its
+    two shards start, so that they do not both compile every agent at the same time."""
     run = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "build-agents"), "--json"],
         capture_output=True,
@@ -69,3 +75,7 @@ def precompile(components: Iterable[Path]) -> None:
                     print(problem, file=sys.stderr)
     finally:
         engine.close()
+
+
+if __name__ == "__main__":
+    prepare()

@@ -187,6 +187,9 @@ class HttpSection(_Section, kw_only=True):
     allow_hosts: list[str] = []
 
 
+RUN_LIMITS = ("tick_interval_ms", "fuel_per_tick", "memory_limit_mb", "tick_timeout_ms")
+
+
 class AgentConfig(_Section, kw_only=True):
     name: AgentName
     component: str
@@ -211,6 +214,11 @@ class AgentConfig(_Section, kw_only=True):
 
     def is_gated(self, capability: str) -> bool:
         return capability != "timeout_secs" and self.approval.get(capability) is True
+
+    def limits(self) -> dict[str, int]:
+        """The limits of each run, by the names the engine's `AgentSpec` and the journal's
+        `AgentLimits` give them too."""
+        return {name: getattr(self, name) for name in RUN_LIMITS}
 
 
 class ActionSection(_Section, kw_only=True):

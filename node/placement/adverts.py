@@ -29,8 +29,7 @@ from nats.js.kv import KeyValue
 
 from node.config.model import AGENT_NAME_RE, ENV_SECRET_PART, Config, MeshSection
 from node.placement.buckets import last_value, open_kv
-from node.placement.names import kv_stream, nodes_bucket
-from node.sync.nats_subjects import name_of, token
+from node.sync.nats_subjects import Bucket, bucket_name, kv_stream, name_of, token
 
 log = logging.getLogger("agent-node.placement")
 MAX_ADVERT_BYTES = 64 * 1024
@@ -100,7 +99,7 @@ class NodeAdverts:
     ) -> None:
         self.node = node
         self._mesh = mesh
-        self._bucket = nodes_bucket(mesh.name)
+        self._bucket = bucket_name(mesh.name, Bucket.NODES)
         self._offer = offer
         self._hosting = hosting  # placed agents this node runs now
         self._js: JetStreamContext | None = None

@@ -36,7 +36,7 @@ from nats.js.errors import NotFoundError
 
 from node.config.model import MeshSection
 from node.placement.buckets import info_or_create
-from node.placement.names import components_bucket, object_stream
+from node.sync.nats_subjects import Bucket, bucket_name, object_stream
 
 CHUNK_BYTES = 128 * 1024  # nats-py's and the CLI's chunk size
 MAX_META_BYTES = 64 * 1024
@@ -91,7 +91,7 @@ def _checked_sha(sha256: str) -> str:
 class ComponentStore:
     def __init__(self, mesh: MeshSection, max_bytes: int, *, call_timeout: float = 10.0) -> None:
         self._mesh = mesh
-        self.bucket = components_bucket(mesh.name)
+        self.bucket = bucket_name(mesh.name, Bucket.COMPONENTS)
         self._stream = object_stream(self.bucket)
         self.max_bytes = max_bytes  # the registry's: node.max_upload_mb << 20
         self.call_timeout = call_timeout

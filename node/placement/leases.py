@@ -35,8 +35,7 @@ from nats.js.kv import KeyValue
 
 from node.config.model import AGENT_NAME_RE, MeshSection
 from node.placement.buckets import last_value, open_kv
-from node.placement.names import leases_bucket
-from node.sync.nats_subjects import token
+from node.sync.nats_subjects import Bucket, bucket_name, token
 
 log = logging.getLogger("agent-node.placement")
 
@@ -107,7 +106,7 @@ class LeaseBook:
     ) -> None:
         self.node = node
         self._mesh = mesh
-        self._bucket = leases_bucket(mesh.name)
+        self._bucket = bucket_name(mesh.name, Bucket.LEASES)
         self._fence = fence
         self._on_lost = on_lost
         self._kv: KeyValue | None = None

@@ -276,9 +276,9 @@ class PlacementManager:
         A takeover's epoch is higher still, so two nodes that each took the journal over
         after a home they did not know of (the first died before its takeover reached the
         stream) never sign the same epoch: the later one wins the fork everywhere."""
-        from node.placement.names import kv_stream, leases_bucket
+        from node.sync.nats_subjects import Bucket, bucket_name, kv_stream
 
-        stream = kv_stream(leases_bucket(self.ctx.config.mesh.name))
+        stream = kv_stream(bucket_name(self.ctx.config.mesh.name, Bucket.LEASES))
         info = await asyncio.wait_for(link.js.stream_info(stream), CATCH_UP_SECS)
         return int(info.state.last_seq)
 

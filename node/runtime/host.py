@@ -30,14 +30,7 @@ from node.config.model import AgentConfig, Config, secret_env_name
 from node.ops.ids import new_id
 from node.ops.metrics import NodeMetrics
 from node.runtime.capabilities import Capabilities
-from node.runtime.hostapi import (
-    AgentFault,
-    HostError,
-    Run,
-    RunResult,
-    Task,
-    exempt_from_deadline,
-)
+from node.runtime.hostapi import AgentFault, HostError, Run, RunResult, Task, exempt_from_deadline
 from node.runtime.inference import InferenceClient, parse_request
 from node.runtime.limits import (
     MAX_DETAIL,

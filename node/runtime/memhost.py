@@ -15,14 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from node.runtime.hostapi import (
-    AgentFault,
-    HostError,
-    Run,
-    RunResult,
-    Task,
-    exempt_from_deadline,
-)
+from node.runtime.hostapi import AgentFault, HostError, Run, RunResult, Task, exempt_from_deadline
 from projections import catalogue as c
 
 Decide = Callable[[str, str], str]  # (capability, request) -> "approve" | "deny" | "timeout"

@@ -48,15 +48,7 @@ def spec_from_config(agent: AgentConfig, config: Config) -> AgentSpec:
     component: Path | str = agent.component
     if not agent.component.startswith(REGISTRY_PREFIX):
         component = config.path(agent.component)
-    return AgentSpec(
-        name=agent.name,
-        component=component,
-        tick_interval_ms=agent.tick_interval_ms,
-        fuel_per_tick=agent.fuel_per_tick,
-        memory_limit_mb=agent.memory_limit_mb,
-        tick_timeout_ms=agent.tick_timeout_ms,
-        mcp=agent.mcp,
-    )
+    return AgentSpec(name=agent.name, component=component, mcp=agent.mcp, **agent.limits())
 
 
 def compile_limits(config: Config) -> CompileLimits:

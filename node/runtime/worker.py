@@ -76,23 +76,18 @@ def run_tick(instance: AgentInstance) -> None:
         raise AgentFaultError(AgentFault("err", f"tick returned err: {err}"))
 
 
+@dataclass(eq=False)
 class AgentWorker:
-    def __init__(
-        self,
-        spec: AgentSpec,
-        engine: AgentEngine,
-        host: AgentHost,
-        hooks: AgentHooks,
-        options: RuntimeOptions,
-        stopping: threading.Event | None = None,
-        resolve: Resolver | None = None,
-    ) -> None:
-        self.spec = spec
-        self.resolve = resolve
-        self.engine = engine
-        self.host = host
-        self.hooks = hooks
-        self.options = options
+    spec: AgentSpec
+    engine: AgentEngine
+    host: AgentHost
+    hooks: AgentHooks
+    options: RuntimeOptions
+    stopping: threading.Event = field(default_factory=threading.Event)
+    resolve: Resolver | None = None
+
+    def __post_init__(self) -> None:
+        spec, options = self.spec, self.options
         self.meter = MemoryMeter()
         assert options.output_dir is not None, "AgentRuntime gives each worker an output_dir"
         self.output = OutputCapture(
@@ -102,7 +97,6 @@ class AgentWorker:
             options.max_output_lines_per_run,
             options.max_output_bytes_per_run,
         )
-        self.stopping = stopping or threading.Event()
         self.load_seconds: float | None = None  # time of the last component load
         self.load_cache_hit: bool | None = None
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()

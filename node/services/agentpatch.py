@@ -36,14 +36,10 @@ class AgentPatch(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 def request_of(definition: c.AgentDefinition) -> dict[str, Any]:
     """The PUT body that deploys `definition` as it is (the target a patch applies to)."""
-    limits = definition.limits
     return {
         "component": definition.component,
         "description": definition.description,
-        "tick_interval_ms": limits.tick_interval_ms,
-        "fuel_per_tick": limits.fuel_per_tick,
-        "memory_limit_mb": limits.memory_limit_mb,
-        "tick_timeout_ms": limits.tick_timeout_ms,
+        **msgspec.structs.asdict(definition.limits),
         "mcp": definition.mcp,
         "capabilities": dict(definition.capabilities),
         "approval": dict(definition.approval),

@@ -23,7 +23,7 @@ from node.services.approvals import ApprovalGate
 from node.services.definitions import config_of, placed_event, placement_set
 from node.services.grants import GrantService
 from node.services.registry import RegistryService
-from node.services.rollouts import Change, ProbationSettings, Rollouts
+from node.services.rollouts import Change, Rollouts
 from node.services.tasks import cancellations
 from node.web.http import Problem
 from projections import catalogue as c
@@ -74,7 +74,7 @@ class DeploymentBase:
         self._closed = False
         self.drain_secs = DRAIN_SECS
         # the changes in progress and each agent's latest probation (node/services/rollouts.py)
-        self.rollouts = Rollouts(ProbationSettings.of(ctx.config))
+        self.rollouts = Rollouts(ctx.config.node)
         # placed agents deployed here that another node runs now (node/placement/manager.py)
         self.elsewhere: set[str] = set()
         self.placement: PlacementHooks | None = None

@@ -24,7 +24,7 @@ from typing import Literal
 
 import msgspec
 
-from node.config.model import Config
+from node.config.model import NodeSection
 from node.runtime.worker import DRAINING, AgentWorker
 
 log = logging.getLogger(__name__)
@@ -56,18 +56,6 @@ class RolloutView(msgspec.Struct, kw_only=True, omit_defaults=True):
     rolled_back_to: int | None = None
 
 
-@dataclass(frozen=True)
-class ProbationSettings:
-    ticks: int
-    secs: float
-    max_faults: int
-
-    @classmethod
-    def of(cls, config: Config) -> ProbationSettings:
-        node = config.node
-        return cls(node.probation_ticks, node.probation_secs, node.probation_max_faults)
-
-
 @dataclass
 class Change:
     action: str
@@ -97,7 +85,7 @@ class Rollout:
     agent: str
     revision: int
     worker: AgentWorker
-    settings: ProbationSettings
+    settings: NodeSection
     state: RolloutState = "probation"
     reason: str | None = None
     rolled_back_to: int | None = None
@@ -113,11 +101,11 @@ class Rollout:
             revision=self.revision,
             state=self.state,
             good_runs=self.good_runs,
-            ticks_needed=self.settings.ticks,
+            ticks_needed=self.settings.probation_ticks,
             faults=self.faults,
-            max_faults=self.settings.max_faults,
+            max_faults=self.settings.probation_max_faults,
             seconds=round(end - self.started, 1),
-            window_secs=self.settings.secs,
+            window_secs=self.settings.probation_secs,
             reason=self.reason,
             rolled_back_to=self.rolled_back_to,
         )
@@ -130,26 +118,27 @@ class Rollout:
         """Update the counters; why the rollout failed (faults over the limit), else None."""
         status = self.worker.status()
         self.good_runs, self.faults = status.good_runs, status.faults
-        if self.faults > self.settings.max_faults:
+        if self.faults > self.settings.probation_max_faults:
             last = f"; last error: {status.last_error}" if status.last_error else ""
             return (
                 f"{self.faults} fault(s) in its first {time.monotonic() - self.started:.1f} s "
-                f"of probation (at most {self.settings.max_faults} allowed){last}"
+                f"of probation (at most {self.settings.probation_max_faults} allowed){last}"
             )
         return None
 
     @property
     def passed(self) -> bool:
         return (
-            self.good_runs >= self.settings.ticks
-            or time.monotonic() - self.started >= self.settings.secs
+            self.good_runs >= self.settings.probation_ticks
+            or time.monotonic() - self.started >= self.settings.probation_secs
         )
 
 
 class Rollouts:
     """The changes in progress and the latest rollout of each agent (in memory)."""
 
-    def __init__(self, settings: ProbationSettings) -> None:
+    def __init__(self, settings: NodeSection) -> None:
+        """`settings`: [node]'s probation_ticks, probation_secs and probation_max_faults."""
         self.settings = settings
         self.changes: dict[str, Change] = {}
         self.latest: dict[str, Rollout] = {}

@@ -269,8 +269,9 @@ class Upgrades(DeploymentBase):
         self.rollouts.watch(name, revision, worker, self._probation_failed)
         settings = self.rollouts.settings
         return (
-            f"; on probation for {settings.ticks} good run(s) or {settings.secs:g} s "
-            f"(more than {settings.max_faults} fault(s) roll it back)"
+            f"; on probation for {settings.probation_ticks} good run(s) or "
+            f"{settings.probation_secs:g} s (more than {settings.probation_max_faults} fault(s) "
+            "roll it back)"
         )
 
     async def _probation_failed(self, name: str, revision: int, why: str) -> int | None:

@@ -27,17 +27,14 @@ from collections import deque
 from typing import TYPE_CHECKING, NamedTuple
 
 import msgspec
-from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
 from eventstore.imports import allowed_cpus
-from node.context import NodeContext
-from node.sync.incidents import Incidents
 from node.sync.nats_envelopes import envelopes_of
 from node.sync.nats_gaps import GAP, STREAM_PEER, Hold
-from node.sync.nats_metrics import NatsMetrics
-from node.sync.nats_raw import Delivered, RawClient, RawPull
+from node.sync.nats_link import Link, OnLink
+from node.sync.nats_raw import Delivered, RawPull
 from node.sync.nats_subjects import (
     all_subjects,
     durable_name,
@@ -102,25 +99,13 @@ def lanes_of(journals: list[bytes]) -> list[list[int]]:
     return [sorted(lane) for lane in lanes if lane]
 
 
-class NatsConsumer:
-    def __init__(
-        self,
-        ctx: NodeContext,
-        nc: RawClient,
-        js: JetStreamContext,
-        receiver: Receiver,
-        repair: RepairQueue,
-        incidents: Incidents,
-        metrics: NatsMetrics,
-    ) -> None:
-        self._incidents = incidents
+class NatsConsumer(OnLink):
+    def __init__(self, link: Link, receiver: Receiver, repair: RepairQueue) -> None:
+        super().__init__(link)
+        ctx = link.ctx
         self._budget: dict[str, deque[float]] = {}  # publisher → times of its findings
-        self._ctx = ctx
-        self._nc = nc
-        self._js = js
         self._receiver = receiver
         self._repair = repair
-        self._metrics = metrics
         self._mesh = ctx.config.mesh
         self._stream = stream_name(self._mesh.name)
         self._durable = durable_name(ctx.name)

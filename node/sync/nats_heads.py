@@ -28,20 +28,20 @@ import logging
 import time
 
 import msgspec
-from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 from nats.js.kv import KeyValue
 
-from node.context import NodeContext
 from node.sync.acks import AckRecorder
 from node.sync.nats_claims import ClaimBook
-from node.sync.nats_metrics import NatsMetrics
-from node.sync.nats_raw import Delivered, RawClient, RawPull
+from node.sync.nats_link import Link, OnLink
+from node.sync.nats_raw import Delivered, RawPull
 from node.sync.nats_subjects import (
-    heads_bucket,
+    Bucket,
+    bucket_name,
     heads_consumer_name,
-    heads_subject,
+    kv_stream,
+    kv_subject,
     name_of,
     token,
 )
@@ -76,28 +76,17 @@ class HeadsRecord(msgspec.Struct):
 _decoder = msgspec.json.Decoder(HeadsRecord)
 
 
-class HeadsBoard:
-    def __init__(
-        self,
-        ctx: NodeContext,
-        nc: RawClient,
-        js: JetStreamContext,
-        kv: KeyValue,
-        acks: AckRecorder,
-        claims: ClaimBook,
-        metrics: NatsMetrics,
-    ) -> None:
-        self._ctx = ctx
-        self._nc = nc
-        self._js = js
+class HeadsBoard(OnLink):
+    def __init__(self, link: Link, kv: KeyValue, acks: AckRecorder, claims: ClaimBook) -> None:
+        super().__init__(link)
+        ctx = link.ctx
         self._kv = kv
         self._mesh = ctx.config.mesh.name
-        self._stream = f"KV_{heads_bucket(self._mesh)}"
+        self._stream = kv_stream(bucket_name(self._mesh, Bucket.HEADS))
         self._consumer = heads_consumer_name(ctx.name)
         self._acks = acks
         self._peers = {p.name for p in ctx.config.peers}
         self._claims = claims
-        self._metrics = metrics
         # configured peer's key → (its record's revision, the record; None: ignored)
         self._decoded: dict[str, tuple[int, HeadsRecord | None]] = {}
         self._pull: RawPull | None = None
@@ -201,7 +190,9 @@ class HeadsBoard:
         stands elsewhere in the stream: deleted first)."""
         with contextlib.suppress(NotFoundError):
             await self._js.delete_consumer(self._stream, self._consumer)
-        filters = sorted(heads_subject(self._mesh, p) for p in self._peers)
+        filters = sorted(
+            kv_subject(bucket_name(self._mesh, Bucket.HEADS), token(p)) for p in self._peers
+        )
         one = len(filters) == 1  # nats-py sends a single filter in the request's subject
         await self._js.add_consumer(
             self._stream,

@@ -1,4 +1,5 @@
-"""The connection to a NATS cluster and the mesh's stream and heads bucket on it.
+"""The connection to a NATS cluster, the mesh's stream and heads bucket on it, and `Link`: what
+every loop on one connection shares.
 
 Credentials (user/password, a creds file or an nkey seed file) go to the client only; they are
 never logged (errors are logged by type and message, which nats-py writes without them).
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from nats.js import JetStreamContext
@@ -16,11 +18,33 @@ from nats.js.errors import NotFoundError
 from nats.js.kv import KeyValue
 
 from node.config.model import MeshSection
+from node.context import NodeContext
+from node.sync.incidents import Incidents
+from node.sync.nats_metrics import NatsMetrics
 from node.sync.nats_raw import RawClient
-from node.sync.nats_subjects import all_subjects, heads_bucket, inbox_prefix, stream_name
+from node.sync.nats_subjects import Bucket, all_subjects, bucket_name, inbox_prefix, stream_name
 
 log = logging.getLogger("agent-node.sync")
 DUPLICATE_WINDOW_SECS = 120.0
+
+
+@dataclass(frozen=True)
+class Link:
+    """One live connection and the node's parts its loops (publisher, consumer, heads) use."""
+
+    ctx: NodeContext
+    nc: RawClient
+    js: JetStreamContext
+    metrics: NatsMetrics
+    incidents: Incidents
+
+
+class OnLink:
+    """A loop of one connection (nats_mesh.py starts a new one on every connect)."""
+
+    def __init__(self, link: Link) -> None:
+        self._ctx, self._nc, self._js = link.ctx, link.nc, link.js
+        self._metrics, self._incidents = link.metrics, link.incidents
 
 
 async def connect(
@@ -86,7 +110,7 @@ async def ensure_stream(js: JetStreamContext, mesh: MeshSection) -> None:
 
 
 async def heads_kv(js: JetStreamContext, mesh: MeshSection) -> KeyValue:
-    bucket = heads_bucket(mesh.name)
+    bucket = bucket_name(mesh.name, Bucket.HEADS)
     try:
         return await js.key_value(bucket)
     except NotFoundError:

@@ -22,7 +22,7 @@ from node.sync.loops import run_together
 from node.sync.nats_claims import ClaimBook
 from node.sync.nats_consumer import NatsConsumer
 from node.sync.nats_heads import HeadsBoard
-from node.sync.nats_link import connect, ensure_stream, heads_kv
+from node.sync.nats_link import Link, connect, ensure_stream, heads_kv
 from node.sync.nats_metrics import NatsMetrics
 from node.sync.nats_publisher import NatsPublisher
 from node.sync.nats_raw import RawClient
@@ -115,11 +115,10 @@ class NatsMesh:
         mesh = self._ctx.config.mesh
         await ensure_stream(js, mesh)
         kv = await heads_kv(js, mesh)
-        self.publisher = NatsPublisher(self._ctx, nc, js, self.metrics, self._incidents)
-        self.consumer = NatsConsumer(
-            self._ctx, nc, js, self._receiver, self.repair, self._incidents, self.metrics
-        )
-        self.heads = HeadsBoard(self._ctx, nc, js, kv, self._acks, self.claims, self.metrics)
+        link = Link(self._ctx, nc, js, self.metrics, self._incidents)
+        self.publisher = NatsPublisher(link)
+        self.consumer = NatsConsumer(link, self._receiver, self.repair)
+        self.heads = HeadsBoard(link, kv, self._acks, self.claims)
         self.repair.js = self.js = js
         self.nc = nc
         if not self.connected:

@@ -26,19 +26,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from node.config.model import AGENT_NAME_RE, MESH_NAME, ConfigError
-from node.placement.names import (
-    components_bucket,
-    kv_stream,
-    leases_bucket,
-    nodes_bucket,
-    object_stream,
-)
 from node.sync.nats_subjects import (
+    Bucket,
+    bucket_name,
     durable_name,
-    heads_bucket,
     heads_consumer_name,
     inbox_prefix,
+    kv_stream,
     node_subjects,
+    object_stream,
     stream_name,
     token,
 )
@@ -103,7 +99,11 @@ def check_members(members: list[Member]) -> None:
 
 
 def publish_allowed(mesh: str, node: str) -> list[str]:
-    stream, bucket, consumer = stream_name(mesh), heads_bucket(mesh), durable_name(node)
+    stream, bucket, consumer = (
+        stream_name(mesh),
+        bucket_name(mesh, Bucket.HEADS),
+        durable_name(node),
+    )
     api = "$JS.API"
     return [
         node_subjects(mesh, node),  # its own envelopes only
@@ -130,7 +130,7 @@ def publish_allowed(mesh: str, node: str) -> list[str]:
 def heads_follower_allowed(mesh: str, node: str) -> list[str]:
     """Its own consumer of the heads bucket's stream (nats_heads.py follows peers' records):
     created afresh (one filter in the subject, or several), deleted, pulled."""
-    kv, follower = f"KV_{heads_bucket(mesh)}", heads_consumer_name(node)
+    kv, follower = kv_stream(bucket_name(mesh, Bucket.HEADS)), heads_consumer_name(node)
     api = "$JS.API"
     return [
         f"{api}.CONSUMER.CREATE.{kv}.{follower}",
@@ -143,7 +143,11 @@ def heads_follower_allowed(mesh: str, node: str) -> list[str]:
 def placement_allowed(mesh: str, node: str) -> list[str]:
     """What node/placement/ sends: KV writes are publishes on the key's subject (create and
     compare-and-set are headers), reads are last-by-subject gets from the stream's leader."""
-    leases, nodes, components = leases_bucket(mesh), nodes_bucket(mesh), components_bucket(mesh)
+    leases, nodes, components = (
+        bucket_name(mesh, Bucket.LEASES),
+        bucket_name(mesh, Bucket.NODES),
+        bucket_name(mesh, Bucket.COMPONENTS),
+    )
     api = "$JS.API"
     allowed = [
         f"$KV.{leases}.>",  # acquire, renew, release any agent's lease

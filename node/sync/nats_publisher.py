@@ -39,15 +39,12 @@ from pathlib import Path
 
 import msgspec
 from nats.errors import MaxPayloadError
-from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
 from eventstore.envelope import Envelope
-from node.context import NodeContext
 from node.ops.files import write_atomically
-from node.sync.incidents import Incidents
-from node.sync.nats_metrics import NatsMetrics
-from node.sync.nats_raw import STATUS_PREFIX, RawClient, hpub_frame
+from node.sync.nats_link import Link, OnLink
+from node.sync.nats_raw import STATUS_PREFIX, hpub_frame
 from node.sync.nats_subjects import (
     MSG_ID_HEADER,
     msg_id,
@@ -130,20 +127,10 @@ class _Message:
         return self.last - self.first + 1
 
 
-class NatsPublisher:
-    def __init__(
-        self,
-        ctx: NodeContext,
-        nc: RawClient,
-        js: JetStreamContext,
-        metrics: NatsMetrics,
-        incidents: Incidents,
-    ) -> None:
-        self._ctx = ctx
-        self._nc = nc
-        self._js = js
-        self._metrics = metrics
-        self._incidents = incidents
+class NatsPublisher(OnLink):
+    def __init__(self, link: Link) -> None:
+        super().__init__(link)
+        ctx = link.ctx
         self._mesh = ctx.config.mesh
         self._stream = stream_name(self._mesh.name)
         self.cursor = Cursor(ctx.config.data_path / CURSOR_FILE)

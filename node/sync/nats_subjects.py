@@ -7,11 +7,24 @@ written into a subject as the lower-case hex of its UTF-8 bytes: reversible, and
     mesh.<mesh>.env.<hex(node)>.<hex(journal)>
 
 so a node's NATS user can be allowed to publish on `mesh.<mesh>.env.<hex(node)>.>` only.
+
+The mesh's stream is `MESH_<mesh>`, each of its buckets `MESH_<mesh>_<BUCKET>`; NATS keeps a
+key-value bucket in the stream `KV_<bucket>` (a key's subject `$KV.<bucket>.<key>`) and an
+object store in `OBJ_<bucket>`.
 """
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 MSG_ID_HEADER = "Nats-Msg-Id"
+
+
+class Bucket(StrEnum):
+    HEADS = "HEADS"  # key-value: each node's heads record (key: hex of the node's name)
+    LEASES = "LEASES"  # key-value: the agents' leases (key: hex of the agent's name)
+    NODES = "NODES"  # key-value: the nodes' adverts (key: hex of the node's name)
+    COMPONENTS = "COMPONENTS"  # object store: the agents' components (object: sha256 hex)
 
 
 def token(name: str) -> str:
@@ -27,8 +40,20 @@ def stream_name(mesh: str) -> str:
     return f"MESH_{mesh}"
 
 
-def heads_bucket(mesh: str) -> str:
-    return f"MESH_{mesh}_HEADS"
+def bucket_name(mesh: str, bucket: Bucket) -> str:
+    return f"{stream_name(mesh)}_{bucket}"
+
+
+def kv_stream(bucket: str) -> str:
+    return f"KV_{bucket}"
+
+
+def kv_subject(bucket: str, key: str) -> str:
+    return f"$KV.{bucket}.{key}"
+
+
+def object_stream(bucket: str) -> str:
+    return f"OBJ_{bucket}"
 
 
 def all_subjects(mesh: str) -> str:
@@ -59,17 +84,13 @@ def parse_subject(mesh: str, text: str) -> tuple[str, str] | None:
 
 
 def durable_name(node: str) -> str:
+    """The node's consumer of the mesh's stream."""
     return f"node-{token(node)}"
 
 
 def heads_consumer_name(node: str) -> str:
     """The node's consumer of the heads bucket's stream (nats_heads.py): its peers' records."""
     return f"heads-{token(node)}"
-
-
-def heads_subject(mesh: str, node: str) -> str:
-    """The subject of `node`'s record in the heads bucket's stream."""
-    return f"$KV.{heads_bucket(mesh)}.{token(node)}"
 
 
 def msg_id(origin: str, journal: str, first: int, last: int) -> str:

@@ -19,8 +19,7 @@ from node.placement.components import (
     ObjectRecord,
     digest_of,
 )
-from node.placement.names import components_bucket, nodes_bucket
-from node.sync.nats_subjects import token
+from node.sync.nats_subjects import Bucket, bucket_name, kv_subject, token
 from tests.nats_support import NatsCluster
 from tests.placement.support import jetstream, mesh_section
 from tests.polling import until
@@ -72,7 +71,9 @@ async def test_adverts_are_put_read_checked_and_expire(one_server):
                 "node-v": msgspec.json.encode(Advert("node-v", ["x" * 1001], [], 1, 0.0)),
             }
             for node, value in lies.items():
-                await js_b.publish(f"$KV.{nodes_bucket('default')}.{token(node)}", value)
+                await js_b.publish(
+                    kv_subject(bucket_name("default", Bucket.NODES), token(node)), value
+                )
             assert set(await a.live()) == {"node-a", "node-b"}
         finally:
             runners[1].cancel()  # node-b stops advertising: its advert expires
@@ -146,7 +147,7 @@ async def test_a_wrong_checksum_or_an_oversized_component_is_refused(one_server,
 
         # another member's objects: chunks that are not the checksum's, a meta that lies
         # about the size, a meta naming another digest
-        bucket = components_bucket("default")
+        bucket = bucket_name("default", Bucket.COMPONENTS)
 
         async def forge(name: str, chunks: list[bytes], size: int, digest: str) -> None:
             nuid = f"forged{len(chunks)}{size}"

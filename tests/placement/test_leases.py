@@ -10,8 +10,7 @@ import msgspec
 import pytest
 
 from node.placement.leases import HeldLease, LeaseBook, LeaseError
-from node.placement.names import leases_bucket
-from node.sync.nats_subjects import token
+from node.sync.nats_subjects import Bucket, bucket_name, kv_stream, kv_subject, token
 from tests.nats_support import NatsCluster
 from tests.placement.support import jetstream, mesh_section
 from tests.polling import until
@@ -190,7 +189,7 @@ async def test_a_lease_written_by_someone_else_is_lost_at_the_next_renew(one_ser
         await a.attach(js_a)
         assert await a.acquire("alpha", 0) is not None
         junk = b'{"holder": "node-x"'
-        await js_x.publish(f"$KV.{leases_bucket('default')}.{token('alpha')}", junk)
+        await js_x.publish(kv_subject(bucket_name("default", Bucket.LEASES), token("alpha")), junk)
         assert await a.renew("alpha") is False
         assert [(agent, reason) for agent, reason, _ in hooks.lost] == [("alpha", "taken")]
         assert hooks.fences[-1] == ("alpha", 0.0)
@@ -249,7 +248,7 @@ async def test_a_lease_outlives_the_kill_of_its_buckets_leader_on_a_3_server_clu
         assert await a.acquire("alpha", 0) is not None
         renewer = asyncio.create_task(a.run())
         try:
-            info = await js_b.stream_info(f"KV_{leases_bucket('default')}")
+            info = await js_b.stream_info(kv_stream(bucket_name("default", Bucket.LEASES)))
             leader = next(s for s in three_servers.servers if s.name == info.cluster.leader)
             leader.kill()
             killed, revision = time.monotonic(), a.held()["alpha"].revision

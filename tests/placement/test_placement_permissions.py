@@ -15,8 +15,7 @@ from nats.js.errors import APIError, NoStreamResponseError
 from node.placement.adverts import NodeAdverts, Offer
 from node.placement.components import ComponentStore
 from node.placement.leases import LeaseBook
-from node.placement.names import leases_bucket, nodes_bucket
-from node.sync.nats_subjects import token
+from node.sync.nats_subjects import Bucket, bucket_name, kv_subject, token
 from tests.nats_support import MeshUsers
 from tests.placement.support import jetstream, mesh_section
 
@@ -72,10 +71,12 @@ async def test_each_nodes_user_can_lease_advertise_and_share_components(users, t
         # refused: node-a writing node-b's advert; a roll-up that would wipe the leases
         js_strict = js_a._nc.jetstream(timeout=1)
         with pytest.raises((nats.errors.TimeoutError, NoStreamResponseError)):
-            await js_strict.publish(f"$KV.{nodes_bucket('default')}.{token('node-b')}", b"{}")
+            await js_strict.publish(
+                kv_subject(bucket_name("default", Bucket.NODES), token("node-b")), b"{}"
+            )
         with pytest.raises(APIError):
             await js_strict.publish(
-                f"$KV.{leases_bucket('default')}.{token('beta')}",
+                kv_subject(bucket_name("default", Bucket.LEASES), token("beta")),
                 b"{}",
                 headers={"Nats-Rollup": "all"},
             )

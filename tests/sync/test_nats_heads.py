@@ -13,7 +13,7 @@ import nats
 import pytest
 
 from node.sync.nats_permissions import Member, render
-from node.sync.nats_subjects import heads_bucket, heads_consumer_name
+from node.sync.nats_subjects import Bucket, bucket_name, heads_consumer_name, kv_stream
 from tests.nats_support import MeshUsers, NatsCluster, use_nats_user
 from tests.support import NodeProcess, logs_on_failure
 from tests.sync import test_nats_mesh
@@ -31,7 +31,7 @@ pytestmark = pytest.mark.timeout(240)
 cluster_factory = test_nats_mesh.cluster_factory
 nats_mesh = test_nats_mesh.nats_mesh
 NAMES = ["node-a", "node-b", "node-c"]
-HEADS_STREAM = f"KV_{heads_bucket('default')}"
+HEADS_STREAM = kv_stream(bucket_name("default", Bucket.HEADS))
 
 
 def metric(node: NodeProcess, name: str) -> float:
