@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import sys
+from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -55,10 +56,22 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     test.add_argument("--wasm", help="run this component instead of the project's build")
     test.add_argument("--no-build", action="store_true", help="never build first")
     test.add_argument("--ticks", type=_positive, default=1, help="ticks to run (default 1)")
-    test.add_argument("--input", help="a task's input (JSON), handled after the ticks")
+    # the flags that make the run's harness.Plan have its fields' names as their dest
+    test.add_argument(
+        "--input",
+        dest="task_input",
+        metavar="INPUT",
+        help="a task's input (JSON), handled after the ticks",
+    )
     test.add_argument("--from", dest="task_from", default="operator", help="the task's sender")
     test.add_argument("--tool", help="an MCP tool to call last")
-    test.add_argument("--arguments", default="{}", help="the tool's arguments (JSON)")
+    test.add_argument(
+        "--arguments",
+        dest="tool_arguments",
+        metavar="ARGUMENTS",
+        default="{}",
+        help="the tool's arguments (JSON)",
+    )
     test.add_argument(
         "--capability",
         action="append",
@@ -84,9 +97,25 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--state", action="append", default=[], metavar="KEY=VALUE", help="initial state"
     )
     test.add_argument("--infer-reply", default="ok", help="what inference answers")
-    test.add_argument("--fuel", type=_positive, help="fuel per call (default the node's)")
-    test.add_argument("--timeout-ms", type=_positive, default=10_000, help="time per call")
-    test.add_argument("--memory-mb", type=_positive, help="linear memory limit")
+    fuel_help = "fuel per call (default the node's)"
+    test.add_argument(
+        "--fuel", dest="fuel_per_tick", metavar="FUEL", type=_positive, help=fuel_help
+    )
+    test.add_argument(
+        "--timeout-ms",
+        dest="tick_timeout_ms",
+        metavar="TIMEOUT_MS",
+        type=_positive,
+        default=10_000,
+        help="time per call",
+    )
+    test.add_argument(
+        "--memory-mb",
+        dest="memory_limit_mb",
+        metavar="MEMORY_MB",
+        type=_positive,
+        help="linear memory limit",
+    )
     test.add_argument("--json", action="store_true", help="the report as JSON")
 
     pub = action("publish", cmd_publish, "upload the built agent to a node's registry")
@@ -161,9 +190,9 @@ def cmd_test(args: argparse.Namespace) -> int:
 
     logging.getLogger("node.runtime").setLevel(logging.ERROR)  # faults are in the report
     fakes = _fakes(args)
-    if args.input is not None:
-        _check_json("--input", args.input, want_object=True)
-    _check_json("--arguments", args.arguments, want_object=True)
+    if args.task_input is not None:
+        _check_json("--input", args.task_input, want_object=True)
+    _check_json("--arguments", args.tool_arguments, want_object=True)
     if args.wasm:
         component, name = Path(args.wasm), Path(args.wasm).stem
         if not component.is_file():
@@ -176,16 +205,8 @@ def cmd_test(args: argparse.Namespace) -> int:
             builder.build(target)
         elif not component.exists():
             raise ProjectError(f"{component} does not exist: run `agent-node agent build`")
-    plan = harness.Plan(
-        ticks=args.ticks,
-        task_input=args.input,
-        task_from=args.task_from,
-        tool=args.tool,
-        tool_arguments=args.arguments,
-        fuel_per_tick=args.fuel,
-        tick_timeout_ms=args.timeout_ms,
-        memory_limit_mb=args.memory_mb,
-    )
+    given = vars(args)
+    plan = harness.Plan(**{f.name: given[f.name] for f in fields(harness.Plan) if f.name in given})
     report = harness.run(component.resolve(), name, fakes, plan, _compiled_cache())
     if args.json:
         print(json.dumps(report, indent=2))
