@@ -109,21 +109,34 @@ class NatsCluster:
         return self
 
     def ready(self) -> bool:
-        """JetStream answers on every server (in a cluster: a meta leader was elected)."""
+        """JetStream answers on every server; in a cluster, a stream replicated on every server
+        takes a publish through each of them. (A meta leader needs two servers of three: the
+        third may not be routed yet, and a bucket created then refuses its first writes.)"""
         import asyncio
 
+        probe = f"ready.{os.getpid()}"
+
         async def check() -> bool:
-            for url in self.urls:
-                nc = await nats.connect(
-                    url,
-                    connect_timeout=1,
-                    allow_reconnect=False,
-                    reconnect_time_wait=0.05,
-                    error_cb=_quiet,
-                )
-                try:
+            clients: list[nats.NATS] = []
+            try:
+                for url in self.urls:
+                    nc = await nats.connect(
+                        url,
+                        connect_timeout=1,
+                        allow_reconnect=False,
+                        reconnect_time_wait=0.05,
+                        error_cb=_quiet,
+                    )
+                    clients.append(nc)
                     await nc.jetstream(timeout=0.25).account_info()
-                finally:
+                if len(clients) > 1:
+                    js = clients[0].jetstream(timeout=2)
+                    await js.add_stream(name="READY", subjects=[probe], num_replicas=len(clients))
+                    for nc in clients:
+                        await nc.jetstream(timeout=1).publish(probe, b"")
+                    await js.delete_stream("READY")
+            finally:
+                for nc in clients:
                     await nc.close()
             return True
 

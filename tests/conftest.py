@@ -6,9 +6,9 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from node.api import conformance
-from node.api.runtime import COMPILED_CACHE_ENV
 from node.app import build_app
 from node.config.model import Config
+from node.runtime.compiled_cache import COMPILED_CACHE_ENV
 from tests.runtime_support import COMPILED_CACHE
 from tests.support import make_config
 

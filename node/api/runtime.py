@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -24,6 +22,7 @@ from node.context import CONTEXT, context_of
 from node.placement.key import PLACEMENT
 from node.runtime.agents import AGENTS, Agents
 from node.runtime.capabilities import Capabilities
+from node.runtime.compiled_cache import compiled_cache_dir
 from node.runtime.host import HostServices, JournalHost
 from node.runtime.inference import InferenceClient
 from node.runtime.mcp import McpServer
@@ -45,9 +44,6 @@ from node.web.http import Problem, json_response
 from node.web.routes import Doc, Query, add_route
 from projections.tasks import Tasks
 
-COMPILED_DIR = "compiled"  # under data_dir: the compiled-component cache
-# Another folder for that cache, e.g. one shared by several nodes (or test runs) on a host.
-COMPILED_CACHE_ENV = "AGENT_NODE_COMPILED_CACHE"
 OUTPUT_DIR = "agent-output"  # under data_dir: agents' stdout/stderr files while they run
 
 
@@ -226,11 +222,6 @@ class BusSink:
 
     def publish(self, agent: str, event: str, data: dict[str, Any]) -> None:
         self.bus.publish_threadsafe(event, data, agent=agent)
-
-
-def compiled_cache_dir(data_path: Path) -> Path:
-    override = os.environ.get(COMPILED_CACHE_ENV)
-    return Path(override) if override else data_path / COMPILED_DIR
 
 
 async def status(request: web.Request) -> web.Response:

@@ -97,9 +97,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--state", action="append", default=[], metavar="KEY=VALUE", help="initial state"
     )
     test.add_argument("--infer-reply", default="ok", help="what inference answers")
-    fuel_help = "fuel per call (default the node's)"
     test.add_argument(
-        "--fuel", dest="fuel_per_tick", metavar="FUEL", type=_positive, help=fuel_help
+        "--fuel",
+        dest="fuel_per_tick",
+        metavar="FUEL",
+        type=_positive,
+        help="fuel per call (default the node's)",
     )
     test.add_argument(
         "--timeout-ms",

@@ -20,18 +20,17 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from importlib.metadata import version
 from pathlib import Path
 
 import wasmtime
 from wasmtime import component as cm
 
+from node.runtime.compiled_cache import artifact_path
 from node.runtime.compiler import CompileError, CompileLimits, Compiler
-from node.runtime.engine_settings import SETTINGS, engine_config
+from node.runtime.engine_settings import engine_config
 
 log = logging.getLogger(__name__)
 
-WASMTIME_VERSION = version("wasmtime")
 _PARTIAL = ".compiling-"  # artifacts being written by a compile child
 _PARTIAL_STALE_SECS = 24 * 3600  # older ones were left by a killed node (others may be live)
 
@@ -111,10 +110,7 @@ class AgentEngine:
         return LoadedComponent(component, sha, hit, time.perf_counter() - start)
 
     def _cache_path(self, sha: str) -> Path | None:
-        if self.cache_dir is None:
-            return None
-        tag = hashlib.sha256(SETTINGS.encode()).hexdigest()[:8]
-        return self.cache_dir / f"{sha}-wasmtime{WASMTIME_VERSION}-{tag}.cwasm"
+        return None if self.cache_dir is None else artifact_path(self.cache_dir, sha)
 
     def _from_cache(self, sha: str) -> cm.Component | None:
         path = self._cache_path(sha)

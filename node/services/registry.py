@@ -29,6 +29,7 @@ from eventstore.envelope import Envelope
 from node.config.model import Config
 from node.context import NodeContext
 from node.ops.files import move_durably
+from node.runtime.compiled_cache import artifact_path, compiled_cache_dir
 from node.runtime.compiler import CompileError, Compiler
 from node.runtime.spec import compile_limits
 from node.web.http import Problem
@@ -159,8 +160,11 @@ class RegistryService:
         self._refuse_existing(package_id, version)
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, upload.finish)
-        await loop.run_in_executor(self._checks, self._validate, upload.path)
         digest = upload.hex_digest
+        # these exact bytes compiled on this node once (with the full settings, stricter than
+        # the check): no compile child for them again
+        if not artifact_path(compiled_cache_dir(self.ctx.config.data_path), digest).exists():
+            await loop.run_in_executor(self._checks, self._validate, upload.path)
         checksum = f"sha256:{digest}"
         async with self._lock:
             self._refuse_existing(package_id, version)

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from node.api.runtime import COMPILED_CACHE_ENV
 from node.app import build_app
+from node.runtime.compiled_cache import COMPILED_CACHE_ENV
 from node.services.mergepatch import merge_patch
 from tests.runtime.test_lifecycle import publish, put
 from tests.runtime_support import COMPILED_CACHE

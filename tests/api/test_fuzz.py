@@ -30,9 +30,9 @@ import schemathesis
 from schemathesis import checks
 
 from node.api.openapi import build_document
-from node.api.runtime import COMPILED_CACHE_ENV
 from node.app import build_app
 from node.context import CONTEXT
+from node.runtime.compiled_cache import COMPILED_CACHE_ENV
 from tests.runtime_support import COMPILED_CACHE
 from tests.support import ADMIN_TOKEN, NodeProcess, make_config, write_config
 

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from node.api.runtime import COMPILED_CACHE_ENV
+from node.runtime.compiled_cache import COMPILED_CACHE_ENV
 from tests.authoring.kit_support import agent
 from tests.polling import wait_until
 from tests.runtime_support import COMPILED_CACHE

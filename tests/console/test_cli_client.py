@@ -25,7 +25,7 @@ from tests.support import (
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory, built_agents):
-    from node.api.runtime import COMPILED_CACHE_ENV
+    from node.runtime.compiled_cache import COMPILED_CACHE_ENV
     from tests.runtime_support import COMPILED_CACHE
 
     os.environ[COMPILED_CACHE_ENV] = str(COMPILED_CACHE)

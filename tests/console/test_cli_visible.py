@@ -28,7 +28,7 @@ PADDED_REQUEST = json.dumps({"memo": "\x1b[2J" + "pad " * 300, "amount": 90000, 
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory, built_agents):
-    from node.api.runtime import COMPILED_CACHE_ENV
+    from node.runtime.compiled_cache import COMPILED_CACHE_ENV
     from tests.runtime_support import COMPILED_CACHE
 
     os.environ[COMPILED_CACHE_ENV] = str(COMPILED_CACHE)

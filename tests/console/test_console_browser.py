@@ -34,7 +34,7 @@ INVISIBLE = ("\x1b", "\r", "\x9b", "\u202e", "\u200b")
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory, built_agents) -> Iterator[NodeProcess]:
-    from node.api.runtime import COMPILED_CACHE_ENV
+    from node.runtime.compiled_cache import COMPILED_CACHE_ENV
     from tests.runtime_support import COMPILED_CACHE
 
     os.environ[COMPILED_CACHE_ENV] = str(COMPILED_CACHE)

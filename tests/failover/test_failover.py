@@ -21,7 +21,7 @@ from harness.failover import (
     wait_for,
     wait_runner,
 )
-from node.api.runtime import COMPILED_CACHE_ENV
+from node.runtime.compiled_cache import COMPILED_CACHE_ENV
 from tests.node.test_lifecycle_restart import cli
 from tests.runtime_support import COMPILED_CACHE
 

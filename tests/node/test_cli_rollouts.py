@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import httpx
 
-from node.api.runtime import COMPILED_CACHE_ENV
+from node.runtime.compiled_cache import COMPILED_CACHE_ENV
 from tests.node.test_lifecycle_restart import cli
 from tests.polling import wait_until
 from tests.runtime_support import COMPILED_CACHE

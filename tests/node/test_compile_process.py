@@ -10,8 +10,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from node.api.runtime import COMPILED_CACHE_ENV
+from node.runtime.compiled_cache import COMPILED_CACHE_ENV
 from tests.polling import wait_until
+from tests.runtime_support import COMPILED_CACHE
 from tests.support import PUBLISH_TOKEN, NodeProcess, auth, logs_on_failure, write_config
 
 # Two cold compiles of Python-built agents: a minute on a quiet 2-core machine, more when shared.
@@ -132,8 +133,9 @@ component = "{broken}"
 
 
 def test_an_upload_the_compiler_cannot_handle_is_a_problem_and_the_node_serves_on(
-    tmp_path, built_agents
+    tmp_path, built_agents, monkeypatch
 ):
+    monkeypatch.setenv(COMPILED_CACHE_ENV, str(tmp_path / "compiled"))  # nothing compiled yet
     path = write_config(tmp_path)
     # the compile child gets 256 MiB of address space: too little for an 18 MB component
     path.write_text(path.read_text().replace("data_dir = ", "compile_memory_mb = 256\ndata_dir = "))
@@ -165,3 +167,26 @@ def test_an_upload_the_compiler_cannot_handle_is_a_problem_and_the_node_serves_o
             package = client.get("/api/v1/registry/packages/probe").json()
         assert package["versions"] == ["1.0.2"], package
         publisher.close()
+
+
+def test_an_upload_of_bytes_this_node_has_compiled_needs_no_compile_check(
+    tmp_path, built_agents, monkeypatch
+):
+    """The session's cache holds hello compiled (tests/conftest_agents.py): an upload of those
+    bytes is taken without a compile child, so even a compile limit too small for it does not
+    refuse it; bytes never compiled here are still checked."""
+    monkeypatch.setenv(COMPILED_CACHE_ENV, str(COMPILED_CACHE))
+    path = write_config(tmp_path)
+    path.write_text(path.read_text().replace("data_dir = ", "compile_memory_mb = 256\ndata_dir = "))
+    node = NodeProcess(path)
+    with logs_on_failure(node.log_path), node:
+        publisher = httpx.Client(base_url=node.url, headers=auth(PUBLISH_TOKEN), timeout=300)
+        form = {"id": "probe", "version": "1.0.0", "description": "compiled here before"}
+        wasm = built_agents["hello"].read_bytes()
+        known = publisher.post("/api/v1/registry/packages", data=form, files={"wasm": wasm})
+        assert known.status_code == 201, known.text
+        form["version"] = "1.0.1"
+        refused = publisher.post(
+            "/api/v1/registry/packages", data=form, files={"wasm": BROKEN_COMPONENT}
+        )
+        assert refused.status_code == 400, refused.text

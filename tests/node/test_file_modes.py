@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 
-from node.api.runtime import COMPILED_CACHE_ENV, COMPILED_DIR
+from node.runtime.compiled_cache import COMPILED_CACHE_ENV, COMPILED_DIR
 from tests.polling import wait_until
 from tests.runtime_support import COMPILED_CACHE
 from tests.support import (

@@ -9,7 +9,7 @@ import os
 
 import httpx
 
-from node.api.runtime import COMPILED_CACHE_ENV
+from node.runtime.compiled_cache import COMPILED_CACHE_ENV
 from tests.polling import wait_until
 from tests.runtime_support import COMPILED_CACHE
 from tests.support import (

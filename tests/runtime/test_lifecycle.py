@@ -10,11 +10,11 @@ import asyncio
 import pytest
 from aiohttp import FormData
 
-from node.api.runtime import COMPILED_CACHE_ENV
 from node.app import build_app
 from node.config.model import ConfigError
 from node.context import CONTEXT
 from node.runtime.agents import AGENTS
+from node.runtime.compiled_cache import COMPILED_CACHE_ENV
 from node.services.approvals import APPROVALS
 from node.services.deployments import DEPLOYMENTS
 from projections.grants import Grants

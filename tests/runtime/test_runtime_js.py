@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from node.api.runtime import COMPILED_CACHE_ENV
+from node.runtime.compiled_cache import COMPILED_CACHE_ENV
 from tests.polling import until
 from tests.runtime.test_runtime_node import agent_toml, journal, start_node
 from tests.runtime_support import COMPILED_CACHE

@@ -10,7 +10,7 @@ import time
 import httpx
 import pytest
 
-from node.api.runtime import COMPILED_CACHE_ENV
+from node.runtime.compiled_cache import COMPILED_CACHE_ENV
 from node.runtime.compiler import default_parallelism
 from tests.polling import wait_until
 from tests.runtime.test_runtime_node import agent_toml
