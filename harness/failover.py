@@ -100,12 +100,25 @@ def publish_component(
 def deploy(
     node: NodeProcess, component: str, placement: list[str], agent: str = AGENT, **body: Any
 ) -> httpx.Response:
-    with node.client() as client:
-        return client.put(
-            f"/api/v1/agents/{agent}",
-            json={"component": component, "tick_interval_ms": 200, "placement": placement, **body},
-            timeout=120,
-        )
+    """The PUT's answer; asked again while the node's NATS link is still coming up (a 503 that
+    says so), for up to 30 s, as a script deploying right after a start would."""
+    answers: list[httpx.Response] = []
+
+    def answered() -> bool:
+        with node.client() as client:
+            answers.append(
+                client.put(
+                    f"/api/v1/agents/{agent}",
+                    json={"component": component, "tick_interval_ms": 200, "placement": placement}
+                    | body,
+                    timeout=120,
+                )
+            )
+        last = answers[-1]
+        return not (last.status_code == 503 and "not connected" in last.text)
+
+    wait_until(answered, 30, f"{node.config.node.name} takes the deploy (its NATS link up)", 0.2)
+    return answers[-1]
 
 
 def agent_view(node: NodeProcess, agent: str = AGENT) -> dict[str, Any] | None:
