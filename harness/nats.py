@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import nats
@@ -88,6 +89,9 @@ class NatsServer:
             self.proc.wait(10)
 
 
+CLUSTER_SETTLE_SECS = 2.0
+
+
 class NatsCluster:
     """1 server, or 3 routed into one JetStream cluster; killed (SIGKILL) at the end."""
 
@@ -103,9 +107,15 @@ class NatsCluster:
         self.urls = [s.url for s in self.servers]
 
     def start(self, timeout: float = 30) -> NatsCluster:
+        started = time.monotonic()
         for server in self.servers:
             server.start()
         wait_until(self.ready, timeout, "the NATS cluster has JetStream", retry_on=(Exception,))
+        if len(self.servers) > 1:
+            # a cluster younger than about 2 s can still refuse a new replicated stream ("no
+            # suitable peers for placement, peer offline") after the probe went through: seen
+            # in a CI run; 2 s is what every earlier run waited
+            time.sleep(max(0.0, started + CLUSTER_SETTLE_SECS - time.monotonic()))
         return self
 
     def ready(self) -> bool:
