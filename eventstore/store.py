@@ -230,9 +230,9 @@ class EventStore:
         return future
 
     def append_sealing(self, stream: str, type: str, data: dict[str, Any]) -> Awaitable[Envelope]:
-        """Append one event as the last this node writes to `stream`: the writer blocks the
-        stream (as `block` does) as soon as this event is staged, so no append queued after it
-        can follow it, whatever its caller checked before. `fence` lifts it."""
+        """Append one event as the last this node writes to `stream`: the writer disowns the
+        stream (as `disown` does) as soon as this event is staged, so no append queued after
+        it can follow it, whatever its caller checked before. `own` lifts it."""
         events = (NewEvent(stream, type, data),)
         self._check_streams(events)
         future: asyncio.Future[Envelope] = asyncio.get_running_loop().create_future()
@@ -260,7 +260,10 @@ class EventStore:
     def fence(self, stream: str, deadline: float | None) -> None:
         """Let this store append to `stream` only until `deadline` (`time.monotonic()`
         seconds); later appends fail with `Fenced`, including ones queued before it. None
-        lifts the fence; a new deadline replaces the old. Imports are never fenced."""
+        lifts the fence; a new deadline replaces the old. A disowned stream stays refused
+        whatever the deadline. Imports are never fenced."""
+        if stream in self._writer.disowned:
+            return
         if deadline is None:
             self._writer.fences.pop(stream, None)
         else:
@@ -269,6 +272,20 @@ class EventStore:
     def block(self, stream: str) -> None:
         """Refuse every append to `stream` until `fence(stream, ...)` says otherwise."""
         self.fence(stream, -math.inf)
+
+    def disown(self, stream: str) -> None:
+        """`stream` is written elsewhere now: refuse every append to it (queued ones too)
+        until `own(stream)`; no `fence` lifts it. Why a caller disowns a stream is its own
+        business (a journal another node writes, for the placement layer)."""
+        self._writer.disowned.add(stream)
+        self._writer.fences[stream] = -math.inf
+
+    def own(self, stream: str) -> None:
+        """Undo `disown`: the stream stays blocked until `fence` gives it a deadline."""
+        self._writer.disowned.discard(stream)
+
+    def disowned(self, stream: str) -> bool:
+        return stream in self._writer.disowned
 
     def fence_of(self, stream: str) -> float | None:
         """The deadline of the stream's fence (-inf when blocked), or None when unfenced."""

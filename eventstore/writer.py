@@ -135,6 +135,8 @@ class Writer:
         # journal → deadline (monotonic seconds) after which its appends fail; set and lifted
         # from other threads (single dict operations, atomic under the GIL)
         self.fences: dict[str, float] = {}
+        # journals written elsewhere now: refused whatever a fence says (store.py `disown`)
+        self.disowned: set[str] = set()
         self.rewinds_pending = 0  # rewind requests queued: only then are batches split
         self.deliver_rewind: Callable[[Request, str, list[Envelope]], None] | None = None
         self._fence_due = math.inf  # the earliest deadline of a fenced append being staged
@@ -364,6 +366,7 @@ class Writer:
             overlay[stream] = Head(seq, digest)
         if request.seal:  # nothing staged after it may follow it into a journal
             for stream in overlay:
+                self.disowned.add(stream)
                 self.fences[stream] = -math.inf
         return staged
 

@@ -18,7 +18,7 @@ import httpx
 
 from eventstore.envelope import decode_event
 from harness.mesh import SYNC_TUNING, Mesh
-from harness.nats import NatsCluster, nats_mesh_toml
+from harness.nats import MeshUsers, NatsCluster, nats_mesh_toml, use_nats_user
 from harness.node import PUBLISH_TOKEN, NodeProcess, auth
 from node.ops.polling import wait_until
 
@@ -30,17 +30,34 @@ SECRETS = '\n[secrets.payments]\napi_key = "pay-0123456789abcdef"\n'
 MAX_BODY = 200
 
 
-def failover_toml(urls: list[str], lease_ttl: float = LEASE_TTL_SECS) -> str:
+def hosting_toml(grants: bool = True) -> str:
+    """Every node's consent to host the agents the tests and the bench place (docs/mesh.md,
+    "Consent"): the counter (with the payments domain where the node serves it), the task
+    worker, and the payer with its gated `spend`."""
+    domains = '[hosting.grants]\ndomains = ["payments"]\n' if grants else ""
+    return (
+        f'\n[[hosting]]\nagent = "{AGENT}"\n{domains}'
+        '\n[[hosting]]\nagent = "worker"\n'
+        '\n[[hosting]]\nagent = "payer"\n[hosting.capabilities]\nspend = true\n'
+        "[hosting.approval]\nspend = true\n"
+    )
+
+
+def failover_toml(urls: list[str], lease_ttl: float = LEASE_TTL_SECS, replicas: int = 3) -> str:
     return (
         SYNC_TUNING
         + SECRETS
-        + nats_mesh_toml(urls, replicas=3, heads_interval=0.3)
+        + nats_mesh_toml(urls, replicas=replicas, heads_interval=0.3)
         + f"lease_ttl_secs = {lease_ttl}\nadvert_interval_secs = 1.0\n"
     )
 
 
 class FailoverMesh:
-    """The cluster and the nodes of one test; everything SIGKILLed at the end."""
+    """The cluster and the nodes of one test; everything SIGKILLed at the end.
+
+    `members`: one nats-server with the mesh's generated permissions, each node on its own
+    NATS user (as a real mesh runs; docs/mesh.md "Generated permissions"), instead of an open
+    3-server cluster. `without_consent`: nodes whose operator consents to host nothing."""
 
     def __init__(
         self,
@@ -48,20 +65,27 @@ class FailoverMesh:
         names: tuple[str, ...] = NODES,
         *,
         without_secrets: tuple[str, ...] = (),
+        without_consent: tuple[str, ...] = (),
         lease_ttl: float = LEASE_TTL_SECS,
         extra_toml: str = "",
+        members: bool = False,
     ) -> None:
-        self.cluster = NatsCluster(root / "nats", 3)
+        self.users = MeshUsers(root / "users", list(names)) if members else None
+        self.cluster = self.users.cluster if self.users else NatsCluster(root / "nats", 3)
         self.mesh = Mesh(
-            root / "mesh", list(names), extra=failover_toml(self.cluster.urls, lease_ttl)
+            root / "mesh",
+            list(names),
+            extra=failover_toml(self.cluster.urls, lease_ttl, 1 if members else 3),
         )
-        for name in without_secrets:
+        for name in names:  # tables after every other (consent, actions)
             path = self.mesh.paths[name]
-            path.write_text(path.read_text().replace(SECRETS, "\n"))
-            self.mesh.nodes[name] = NodeProcess(path)
-        for name in names if extra_toml else ():  # tables after every other (actions, say)
-            path = self.mesh.paths[name]
-            path.write_text(path.read_text() + extra_toml)
+            text = path.read_text()
+            if name in without_secrets:
+                text = text.replace(SECRETS, "\n")
+            consent = hosting_toml(name not in without_secrets)
+            path.write_text(text + (consent if name not in without_consent else "") + extra_toml)
+            if members:
+                use_nats_user(path, name)
             self.mesh.nodes[name] = NodeProcess(path)
         self.names = names
 
@@ -69,14 +93,20 @@ class FailoverMesh:
         return self.mesh[name]
 
     def start(self) -> FailoverMesh:
-        self.cluster.start()
+        if self.users is not None:
+            self.users.start()
+        else:
+            self.cluster.start()
         with ThreadPoolExecutor(len(self.names)) as pool:
             list(pool.map(lambda n: self.mesh[n].start(60), self.names))
         return self
 
     def kill(self) -> None:
         self.mesh.kill_all()
-        self.cluster.kill()
+        if self.users is not None:
+            self.users.kill()
+        else:
+            self.cluster.kill()
 
     def alive(self) -> list[str]:
         return [n for n in self.names if (p := self.mesh[n].proc) is not None and p.poll() is None]

@@ -129,6 +129,15 @@ class Journals:
             writer = move["to"]
         return writer
 
+    def writers_from(self, stream: str, seq: int) -> set[str]:
+        """Every node that wrote (or writes) `stream` from `seq` on: whoever wrote `seq` and
+        each node a later move made its writer."""
+        writers = {w for w in (self.writer_at(stream, seq),) if w is not None}
+        for move in self.moves.get(stream, ()):
+            if move["seq"] + (1 if move["reason"] == "handoff" else 0) > seq:
+                writers.add(move["to"])
+        return writers
+
     def _first_of(self, moves: list[dict[str, Any]], stream: str) -> str | None:
         """The writer before the oldest kept move, if the history still starts at epoch 1."""
         return moves[0]["from"] if moves[0]["epoch"] == 1 else None

@@ -62,7 +62,7 @@ def setup(app: web.Application) -> None:
         from node.placement.manager import PlacementManager  # nats-py: an optional extra
 
         app[PLACEMENT] = PlacementManager(
-            app[CONTEXT], deps.deployments, deps.approvals, deps.registry
+            app[CONTEXT], deps.deployments, deps.approvals, deps.registry, app[SYNC]
         )
         deps.tasks.confirm = app[PLACEMENT].confirm
     app.cleanup_ctx.append(lambda app: runtime_lifecycle(app, agents, deps))

@@ -22,6 +22,9 @@ KEYS: dict[type[msgspec.Struct], dict[str, str]] = {
         "mesh": "How envelopes travel between nodes: HTTP pushes or a NATS JetStream stream.",
         "inference": "The OpenAI-compatible endpoints agents' inference calls go to.",
         "agents": "The agents this node hosts, each a WebAssembly component.",
+        "hosting": "Placed agents of other nodes this node consents to host when they fail over "
+        "or move here, and what they may have here (docs/mesh.md, \"Consent\"); without an "
+        "entry it keeps their journals and never runs them.",
         "actions": "Capability name to the URL an approved action is POSTed to.",
         "secrets": "Secret domain to {key: value} (or key_file: path); agents read them "
         "with get-secret while granted the domain. Never journaled or logged.",
@@ -141,6 +144,23 @@ KEYS: dict[type[msgspec.Struct], dict[str, str]] = {
         "http": "What http_fetch may reach.",
         "placement": "Node names that may host the agent (with the NATS mesh; default: this "
         "node alone). More than one makes it a placed agent that fails over (docs/mesh.md).",
+    },
+    c.HostingConfig: {
+        "agent": "The placed agent's name.",
+        "components": "sha256:<hex> of the components it may run here; empty: any that "
+        "passes this node's compile check.",
+        "capabilities": "Capability name to true: what it may invoke here (a definition asking "
+        "for more gets not-permitted).",
+        "approval": "Capability name to true: gated here whatever its definition says; "
+        "timeout_secs caps the wait.",
+        "grants": "Secret domains it may read here; this node takes it only when these cover "
+        "every domain its definition asks for.",
+        "http": "What http_fetch may reach here (intersected with its definition's).",
+        "mcp": "Expose its tools here when its definition does.",
+        "fuel_per_tick": "Most fuel per call here.",
+        "memory_limit_mb": "Most linear memory here.",
+        "tick_timeout_ms": "Longest wall-clock time per call here.",
+        "tick_interval_ms": "Shortest time between ticks here.",
     },
     c.GrantsSection: {"domains": "Secret domains the agent may read with get-secret."},
     c.HttpSection: {"allow_hosts": "host:port or host (port 443) that http_fetch may reach."},

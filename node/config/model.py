@@ -221,6 +221,28 @@ class AgentConfig(_Section, kw_only=True):
         return {name: getattr(self, name) for name in RUN_LIMITS}
 
 
+class HostingConfig(_Section, kw_only=True):
+    """This node's consent to host a placed agent that another node deployed, and what the
+    agent may have here (docs/mesh.md, "Consent"): a replicated definition may ask for less,
+    never more. Without an entry (or an [[agents]] entry, or an operator's deploy here) this
+    node keeps a copy of the agent's journal and never runs it."""
+
+    agent: AgentName
+    # sha256:<hex> of the components it may run; empty: any that passes this node's checks
+    components: list[Annotated[str, msgspec.Meta(pattern=r"^sha256:[0-9a-f]{64}$(?!\n)")]] = []
+    capabilities: dict[str, bool] = {}  # what it may use here; false or absent: not-permitted
+    # capability → gated here whatever the definition says, plus `timeout_secs`
+    approval: dict[str, Any] = {}
+    grants: GrantsSection = msgspec.field(default_factory=GrantsSection)
+    http: HttpSection = msgspec.field(default_factory=HttpSection)
+    mcp: bool = False
+    # the most a run may take here (and the shortest interval between ticks)
+    fuel_per_tick: PositiveInt = DEFAULT_FUEL_PER_TICK
+    memory_limit_mb: PositiveInt = 64
+    tick_timeout_ms: PositiveInt = 10_000
+    tick_interval_ms: PositiveInt = 100
+
+
 class ActionSection(_Section, kw_only=True):
     url: str
     timeout_secs: Annotated[float, msgspec.Meta(gt=0)] = 10.0
@@ -234,6 +256,8 @@ class Config(_Section, kw_only=True):
     mesh: MeshSection = msgspec.field(default_factory=MeshSection)
     inference: InferenceSection = msgspec.field(default_factory=InferenceSection)
     agents: list[AgentConfig] = []
+    # placed agents of other nodes this node consents to host (node/placement/consent.py)
+    hosting: list[HostingConfig] = []
     actions: dict[str, ActionSection] = {}
     secrets: dict[str, dict[str, Any]] = {}
     # Where the file was read from; relative paths in it are relative to its folder.
@@ -269,6 +293,7 @@ def check_config(config: Config, source: str) -> Iterator[str]:
                 f"{source}: agents[{i}].placement: a placed agent's component comes from the "
                 "registry (registry:ID@VERSION), which the other nodes fetch it by"
             )
+    yield from _check_hosting(config, source)
     token_names = [t.name for t in config.auth.tokens]
     for i, token in enumerate(config.auth.tokens):
         where = f"{source}: auth.tokens[{i}]"
@@ -304,6 +329,34 @@ def check_config(config: Config, source: str) -> Iterator[str]:
             f"{source}: node.public_url: must start with http:// or https:// and a host, "
             f"got {public_url!r}"
         )
+
+
+def _check_hosting(config: Config, source: str) -> Iterator[str]:
+    names = [h.agent for h in config.hosting]
+    for i, hosting in enumerate(config.hosting):
+        where = f"{source}: hosting[{i}]"
+        if names.count(hosting.agent) > 1:
+            yield f"{where}.agent: {hosting.agent!r} is named twice"
+        if config.agent(hosting.agent) is not None:
+            yield (
+                f"{where}.agent: {hosting.agent!r} is declared in [[agents]] too, which is "
+                "this node's consent already"
+            )
+        for key, value in hosting.approval.items():
+            if key == "timeout_secs":
+                if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                    yield f"{where}.approval.timeout_secs: expected a positive integer"
+            elif not isinstance(value, bool):
+                yield f"{where}.approval.{key}: expected true or false"
+        if config.hosting and config.mesh.transport != "nats":
+            yield f'{where}: hosting placed agents needs [mesh] transport = "nats"'
+            return
+        unserved = [d for d in hosting.grants.domains if d not in config.secrets]
+        if unserved:
+            yield (
+                f"{where}.grants.domains: {unserved} have no [secrets.<domain>] table here "
+                "(an empty one serves a domain from the environment)"
+            )
 
 
 def _check_mesh(config: Config, where: str) -> Iterator[str]:

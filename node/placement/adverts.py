@@ -1,16 +1,22 @@
-"""Node adverts: what each node can host, in a key-value bucket whose keys expire.
+"""Node adverts: which placed agents each node is ready to host, in a key-value bucket whose
+keys expire.
 
-Every node puts `{node, domains, capabilities, free_slots, at}` under the hex of its name in
+Every node puts `{node, hosts, free_slots, at}` under the hex of its name in
 `MESH_<mesh>_NODES` every `advert_interval_secs`; the bucket forgets a key three intervals after
 its last put, so `live()` sees only nodes that advertised lately (their server's clock). An
 advert is the node's claim: the generated NATS permissions let a node write only its own key,
 and what is read is checked and bounded (a record that names another node, is too large or
 holds bad names is skipped whole).
 
-What a node can serve: the secret domains of its `[secrets.<domain>]` tables that hold a value,
-or for which an `AGENT_SECRET_<DOMAIN>_...` environment variable is set (an empty table declares
-a domain served from the environment); capabilities: `http_fetch` (built in) and the names of
-its `[actions.*]`; free slots: `[mesh] agent_slots` less the placed agents it runs.
+`hosts` names the placed agents this node would take over or accept in a move now: its
+operator consents (node/placement/consent.py), it serves their grant domains, and their
+component is fetched and compiled here (node/placement/prepare.py). That is all placement needs
+to know, so an advert says nothing more of the node (not its secret domains, not its actions).
+`free_slots`: `[mesh] agent_slots` less the placed agents it runs.
+
+What a node can serve (`served_domains`): the secret domains of its `[secrets.<domain>]` tables
+that hold a value, or for which an `AGENT_SECRET_<DOMAIN>_...` environment variable is set (an
+empty table declares a domain served from the environment).
 """
 
 from __future__ import annotations
@@ -20,7 +26,6 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from typing import Annotated
 
 import msgspec
@@ -28,7 +33,7 @@ from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
 
 from node.config.model import AGENT_NAME_RE, ENV_SECRET_PART, Config, MeshSection
-from node.placement.buckets import last_value, open_kv
+from node.placement.buckets import BucketRules, last_value, open_kv
 from node.sync.nats_subjects import Bucket, bucket_name, kv_stream, name_of, token
 
 log = logging.getLogger("agent-node.placement")
@@ -38,7 +43,6 @@ MAX_NAME_CHARS = 1000  # as the event catalogue's names
 MAX_SLOTS = 100_000
 MAX_NODES_READ = 10_000
 ADVERT_LIVES = 3  # intervals
-BUILT_IN_CAPABILITIES = ("http_fetch",)
 Names = Annotated[
     list[Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_NAME_CHARS)]],
     msgspec.Meta(max_length=MAX_NAMES),
@@ -47,24 +51,16 @@ Names = Annotated[
 
 class Advert(msgspec.Struct):  # fields added later are ignored by this version
     node: str
-    domains: Names
-    capabilities: Names
-    free_slots: Annotated[int, msgspec.Meta(ge=0, le=MAX_SLOTS)]
-    at: float  # the node's wall clock: for people, never for a decision
+    hosts: Names = []
+    free_slots: Annotated[int, msgspec.Meta(ge=0, le=MAX_SLOTS)] = 0
+    at: float = 0.0  # the node's wall clock: for people, never for a decision
 
 
 _decoder = msgspec.json.Decoder(Advert)
 
 
-@dataclass(frozen=True)
-class Offer:
-    """What this node can host (from its config; see the module's doc)."""
-
-    domains: tuple[str, ...]
-    capabilities: tuple[str, ...]
-
-
-def offer_of(config: Config, environ: Mapping[str, str] | None = None) -> Offer:
+def served_domains(config: Config, environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """The secret domains this node can serve (see the module's doc)."""
     env = os.environ if environ is None else environ
     domains = []
     for domain, values in config.secrets.items():
@@ -73,8 +69,7 @@ def offer_of(config: Config, environ: Mapping[str, str] | None = None) -> Offer:
         )
         if (values or from_env) and len(domain) <= MAX_NAME_CHARS:
             domains.append(domain)
-    capabilities = sorted({*BUILT_IN_CAPABILITIES, *config.actions})
-    return Offer(tuple(sorted(domains)), tuple(capabilities))
+    return tuple(sorted(domains))
 
 
 def checked(key: str, data: bytes) -> Advert | None:
@@ -95,12 +90,16 @@ class NodeAdverts:
     """This node's advert (`run()` puts it every interval) and the mesh's live ones."""
 
     def __init__(
-        self, node: str, mesh: MeshSection, offer: Offer, hosting: Callable[[], int]
+        self,
+        node: str,
+        mesh: MeshSection,
+        hosts: Callable[[], list[str]],
+        hosting: Callable[[], int],
     ) -> None:
         self.node = node
         self._mesh = mesh
         self._bucket = bucket_name(mesh.name, Bucket.NODES)
-        self._offer = offer
+        self._hosts = hosts  # the placed agents this node is ready to host now
         self._hosting = hosting  # placed agents this node runs now
         self._js: JetStreamContext | None = None
         self._kv: KeyValue | None = None
@@ -109,31 +108,28 @@ class NodeAdverts:
 
     async def attach(self, js: JetStreamContext) -> None:
         """Use this JetStream context (again after a reconnect); creates the bucket when
-        missing with a TTL of three intervals."""
+        missing with a TTL of three intervals; BucketError when the one found keeps adverts
+        less than two of this node's intervals (its advert would flicker) or over a minute."""
+        interval = self._mesh.advert_interval_secs
         self._kv, self.ttl = await open_kv(
             js,
             self._bucket,
-            ttl=self._mesh.advert_interval_secs * ADVERT_LIVES,
+            # another node's interval may differ; a bucket that keeps adverts for an hour
+            # would show dead nodes as live
+            BucketRules(interval * ADVERT_LIVES, (interval * 2, max(60.0, interval * 10))),
             replicas=self._mesh.stream_replicas,
             max_value_bytes=MAX_ADVERT_BYTES,
             timeout=max(self.call_timeout, 5.0),
         )
         self._js = js
-        if self.ttl < self._mesh.advert_interval_secs * 2:
-            log.warning(
-                "placement: the nodes bucket keeps adverts %.1f s, less than two of this "
-                "node's intervals (%.1f s): its advert will flicker",
-                self.ttl,
-                self._mesh.advert_interval_secs,
-            )
 
     def detach(self) -> None:
         self._kv = self._js = None
 
     def advert(self) -> Advert:
         free = max(0, min(MAX_SLOTS, self._mesh.agent_slots - self._hosting()))
-        offer = self._offer
-        return Advert(self.node, list(offer.domains), list(offer.capabilities), free, time.time())
+        hosts = [name for name in self._hosts() if len(name) <= MAX_NAME_CHARS][:MAX_NAMES]
+        return Advert(self.node, hosts, free, time.time())
 
     async def put(self) -> int:
         """Put this node's advert now; its revision."""

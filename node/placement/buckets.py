@@ -5,14 +5,18 @@ bucket is the stream `KV_<bucket>` on `$KV.<bucket>.>`), created here rather tha
 that what matters is fixed: per-message TTLs are not allowed (a member cannot stretch a key's
 life past the bucket's TTL), nor roll-ups (a member's `Nats-Rollup: all` would empty the
 bucket) nor purges; deletes are markers; reads go to the stream's leader (a direct get may be
-answered by a replica that fell behind). A bucket that exists is used as it is: its TTL,
-not this node's config, is what the callers compute with.
+answered by a replica that fell behind). A bucket that exists was made by whoever came first
+(an operator, an older version, or a member of the mesh): it is used only when its settings
+are the ones above and its TTL lies in the range this node's config allows (`BucketRules`),
+else `BucketError` says what differs (a member that creates the leases bucket with a TTL of a
+year must not make every lease last a year).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 
 from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, RawStreamMsg, StorageType, StreamConfig, StreamInfo
@@ -28,20 +32,29 @@ KV_DELETE_HEADER = "KV-Operation"
 
 
 class BucketError(Exception):
-    """A bucket that cannot be used as it is (no TTL where one is needed, not a KV bucket)."""
+    """A bucket that cannot be used as it is: its settings are not the ones this node needs."""
+
+
+@dataclass(frozen=True)
+class BucketRules:
+    """What this node creates a bucket with (`ttl`), and the TTLs it accepts in one it finds."""
+
+    ttl: float
+    ttl_range: tuple[float, float]
 
 
 async def open_kv(
     js: JetStreamContext,
     bucket: str,
+    rules: BucketRules,
     *,
-    ttl: float,
     replicas: int,
     max_value_bytes: int,
     timeout: float,
 ) -> tuple[KeyValue, float]:
-    """The bucket (created with `ttl` when missing) and its TTL as the server keeps it."""
-    stream = kv_stream(bucket)
+    """The bucket (created by `rules` when missing) and its TTL as the server keeps it;
+    BucketError when the one found has other settings."""
+    ttl, stream = rules.ttl, kv_stream(bucket)
     async with asyncio.timeout(timeout):
         info = await _info_or_create(
             js,
@@ -62,29 +75,54 @@ async def open_kv(
                 storage=StorageType.FILE,
             ),
         )
-    if info.config.max_msgs_per_subject < 1:
-        raise BucketError(f"{stream} is not a key-value bucket")
-    loose = [
-        what
-        for what, allowed in (
-            ("roll-ups", info.config.allow_rollup_hdrs),
-            ("per-message TTLs", info.config.allow_msg_ttl),
-            ("purges", not info.config.deny_purge),
-        )
-        if allowed
-    ]
-    if loose:  # made by someone else (the operator, an older version, a member): left alone
-        log.warning(
-            "placement: %s allows %s: a member could empty it or keep keys past its TTL; "
-            'recreate it (docs/mesh.md, "Placement and failover")',
-            stream,
-            ", ".join(loose),
-        )
-    kept = info.config.max_age or 0.0
-    if kept <= 0:
-        raise BucketError(f"{stream} keeps its keys forever (no max age): it cannot hold leases")
+    check_settings(stream, info, rules.ttl_range, max_value_bytes)
+    kept = float(info.config.max_age or 0.0)
     kv = KeyValue(name=bucket, stream=stream, pre=f"$KV.{bucket}.", js=js, direct=False)
     return kv, float(kept)
+
+
+def check_settings(
+    stream: str,
+    info: StreamInfo,
+    ttl_range: tuple[float, float] | None,
+    max_value_bytes: int | None,
+) -> None:
+    """BucketError naming what differs from the settings this node creates the bucket with
+    (a member could have made it first), so that nothing written there lives past its TTL,
+    is swept by a roll-up or a purge, or is deleted other than by a marker."""
+    config = info.config
+    wrong = [
+        what
+        for what, bad in (
+            ("it allows roll-ups", config.allow_rollup_hdrs),
+            ("it allows per-message TTLs", config.allow_msg_ttl),
+            ("it allows purges", not config.deny_purge),
+            ("it allows deleting messages", not config.deny_delete),
+            (
+                f"it keeps {config.max_msgs_per_subject} messages per key, not 1",
+                ttl_range is not None and config.max_msgs_per_subject != 1,
+            ),
+            (
+                f"its messages may be {config.max_msg_size} bytes, over {max_value_bytes}",
+                max_value_bytes is not None
+                and (config.max_msg_size or -1) not in range(1, max_value_bytes + 1),
+            ),
+        )
+        if bad
+    ]
+    if ttl_range is not None:
+        kept = float(config.max_age or 0.0)
+        low, high = ttl_range
+        if not low <= kept <= high:
+            forever = "for ever" if kept <= 0 else f"{kept:g} s"
+            wrong.append(f"it keeps keys {forever}, not {low:g}-{high:g} s")
+    if wrong:
+        raise BucketError(
+            f"{stream} is not usable: {'; '.join(wrong)}. It was made by someone other than "
+            "this version of agent-node with this config (an operator, or a member of the "
+            f"mesh): delete it (`nats stream rm {stream}`) and the nodes make it again "
+            '(docs/mesh.md, "Placement and failover")'
+        )
 
 
 async def info_or_create(js: JetStreamContext, config: StreamConfig, timeout: float) -> StreamInfo:

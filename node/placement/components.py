@@ -9,11 +9,14 @@ fetches it by the checksum its journal names (`agent.placed`).
 Anything read is a member's claim: `fetch` refuses a meta that names another object, another
 digest or a size over the bound (the registry's, `node.max_upload_mb`) before reading a chunk,
 stops at the size the meta announced, and hands over the file (renamed into place) only when
-its sha256 is the one asked for. Reads go to the stream's leader. The stream allows no purge,
-delete or roll-up (a member's `Nats-Rollup: all` would empty it): a failed put leaves its
-chunks behind, a later put of the same object adds a meta (the last one counts; `nats object
-get` reads them, `nats object put` is refused for its roll-up), and a put of what is already
-there (same name, digest and size) does nothing.
+its sha256 is the one asked for. A meta whose chunks are not those bytes (a member's forgery)
+does not hide the component: `fetch` goes back through the object's earlier metas (up to
+MAX_METAS_TRIED) to a sound one, and `put` checks the latest meta against the bytes before it
+skips the upload, so a re-put heals a forged meta for good. Reads go to the stream's leader.
+The stream allows no purge, delete or roll-up (a member's `Nats-Rollup: all` would empty it):
+a failed put leaves its chunks behind, a later put of the same object adds a meta (the last
+one counts for the `nats` CLI), and a put of what is already there (its latest meta sound and
+its chunks these bytes) does nothing.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import hashlib
 import os
 import re
 import secrets
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -35,12 +39,13 @@ from nats.js.api import DiscardPolicy, StorageType, StreamConfig
 from nats.js.errors import NotFoundError
 
 from node.config.model import MeshSection
-from node.placement.buckets import info_or_create
+from node.placement.buckets import check_settings, info_or_create
 from node.sync.nats_subjects import Bucket, bucket_name, object_stream
 
 CHUNK_BYTES = 128 * 1024  # nats-py's and the CLI's chunk size
 MAX_META_BYTES = 64 * 1024
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+MAX_METAS_TRIED = 8  # a fetch goes back this many metas of an object for a sound one
 _NUID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
@@ -98,8 +103,9 @@ class ComponentStore:
         self._js: JetStreamContext | None = None
 
     async def attach(self, js: JetStreamContext) -> None:
-        """Use this JetStream context (again after a reconnect); creates the bucket."""
-        await info_or_create(
+        """Use this JetStream context (again after a reconnect); creates the bucket, or checks
+        the one found keeps what is put there (BucketError otherwise)."""
+        info = await info_or_create(
             js,
             StreamConfig(
                 name=self._stream,
@@ -117,6 +123,7 @@ class ComponentStore:
             ),
             max(self.call_timeout, 5.0),
         )
+        check_settings(self._stream, info, None, None)
         self._js = js
 
     def detach(self) -> None:
@@ -130,18 +137,43 @@ class ComponentStore:
     def _meta_subject(self, sha256: str) -> str:
         return f"$O.{self.bucket}.M.{base64.urlsafe_b64encode(sha256.encode()).decode()}"
 
-    async def _meta(self, sha256: str) -> ObjectRecord | None:
-        """The object's meta as its stream's leader has it; None when there is none;
-        ComponentRefused when it is not the meta of this checksum within the bound."""
-        js = self._jetstream()
+    async def _meta_msg(self, sha256: str, before: int | None) -> tuple[bytes, int] | None:
+        """The data and stream sequence of the object's last meta (before stream sequence
+        `before`, if given), or None when there is none."""
+        js, subject = self._jetstream(), self._meta_subject(sha256)
         try:
             async with asyncio.timeout(self.call_timeout):
-                msg = await js.get_msg(self._stream, subject=self._meta_subject(sha256))
+                if before is None:
+                    msg = await js.get_msg(self._stream, subject=subject)
+                    return msg.data or b"", msg.seq or 0
+                return await self._last_before(js, subject, before)
         except NotFoundError:
             return None
         except (TimeoutError, NatsError) as exc:
             raise ComponentError(f"the component store did not answer: {exc!r}") from exc
-        data = msg.data or b""
+
+    async def _last_before(
+        self, js: JetStreamContext, subject: str, before: int
+    ) -> tuple[bytes, int] | None:
+        """The last message on `subject` with a stream sequence below `before`: a binary
+        search with next-by-subject reads (JetStream has no previous-by-subject)."""
+        low, high, found = 1, before - 1, None
+        while low <= high:
+            middle = (low + high) // 2
+            try:
+                msg = await js.get_msg(self._stream, seq=middle, subject=subject, next=True)
+            except NotFoundError:
+                msg = None
+            if msg is None or (msg.seq or 0) >= before:
+                high = middle - 1
+            else:
+                found = msg
+                low = (msg.seq or middle) + 1
+        return (found.data or b"", found.seq or 0) if found is not None else None
+
+    def _checked_meta(self, sha256: str, data: bytes) -> ObjectRecord | None:
+        """The meta in `data`; None when deleted; ComponentRefused when it is not the meta
+        of this checksum within the bound."""
         if len(data) > MAX_META_BYTES:
             raise ComponentRefused(f"the meta of {sha256} is {len(data)} bytes")
         try:
@@ -164,11 +196,18 @@ class ComponentStore:
         return meta
 
     async def has(self, sha256: str) -> bool:
-        """The bucket holds a sound meta for this checksum (its chunks are read by fetch)."""
+        """The bucket's latest meta for this checksum is sound and its chunks are the bytes."""
+        found = await self._meta_msg(_checked_sha(sha256), None)
+        if found is None:
+            return False
         try:
-            return await self._meta(_checked_sha(sha256)) is not None
+            meta = self._checked_meta(sha256, found[0])
+            if meta is None:
+                return False
+            await self._read_chunks(sha256, meta, None)
         except ComponentRefused:
             return False
+        return True
 
     async def put(self, source: Path | bytes, sha256: str) -> bool:
         """Store a component under its checksum: True when stored now, False when the bucket
@@ -216,39 +255,63 @@ class ComponentStore:
 
     async def fetch(self, sha256: str, dest: Path) -> Path:
         """Write the component into `dest` (replaced atomically) once its sha256 and size are
-        checked; ComponentMissing, ComponentRefused or ComponentError otherwise (`dest` is
-        then left as it was)."""
-        meta = await self._meta(_checked_sha(sha256))
-        if meta is None:
-            raise ComponentMissing(f"no component {sha256} in {self.bucket}")
-        js = self._jetstream()
-        chunk_subject = f"$O.{self.bucket}.C.{meta.nuid}"
+        checked, from the latest sound meta (up to MAX_METAS_TRIED back); ComponentMissing,
+        ComponentRefused (naming what was wrong with the newest) or ComponentError otherwise
+        (`dest` is then left as it was)."""
+        _checked_sha(sha256)
+        before: int | None = None
+        first_refusal: ComponentRefused | None = None
+        for _ in range(MAX_METAS_TRIED):
+            found = await self._meta_msg(sha256, before)
+            if found is None:
+                break
+            data, before = found
+            try:
+                meta = self._checked_meta(sha256, data)
+                if meta is None:
+                    break
+                return await self._fetch_from(sha256, meta, dest)
+            except ComponentRefused as exc:
+                first_refusal = first_refusal or exc
+        if first_refusal is not None:
+            raise first_refusal
+        raise ComponentMissing(f"no component {sha256} in {self.bucket}")
+
+    async def _fetch_from(self, sha256: str, meta: ObjectRecord, dest: Path) -> Path:
         part = dest.with_name(f".{dest.name}.{secrets.token_hex(4)}.part")
-        hasher, size, seq = hashlib.sha256(), 0, 1
         dest.parent.mkdir(parents=True, exist_ok=True)
         try:
             with open(part, "wb") as out:
-                for _ in range(meta.chunks):
-                    try:
-                        async with asyncio.timeout(self.call_timeout):
-                            msg = await js.get_msg(
-                                self._stream, seq=seq, subject=chunk_subject, next=True
-                            )
-                    except NotFoundError as exc:
-                        raise ComponentRefused(f"the chunks of {sha256} are missing") from exc
-                    except (TimeoutError, NatsError) as exc:
-                        raise ComponentError(f"reading {sha256}: {exc!r}") from exc
-                    chunk = msg.data or b""
-                    size += len(chunk)
-                    if size > meta.size:
-                        raise ComponentRefused(f"the chunks of {sha256} exceed {meta.size} bytes")
-                    hasher.update(chunk)
-                    out.write(chunk)
-                    seq = (msg.seq or seq) + 1
-            if size != meta.size or hasher.hexdigest() != sha256:
-                raise ComponentRefused(f"what the bucket holds as {sha256} is not it")
+                await self._read_chunks(sha256, meta, out.write)
             os.replace(part, dest)
         finally:
             with contextlib.suppress(FileNotFoundError):
                 part.unlink()
         return dest
+
+    async def _read_chunks(
+        self, sha256: str, meta: ObjectRecord, write: Callable[[bytes], object] | None
+    ) -> None:
+        """Read the meta's chunks in order (to `write`, if given); ComponentRefused unless
+        they are exactly the component's bytes."""
+        js = self._jetstream()
+        chunk_subject = f"$O.{self.bucket}.C.{meta.nuid}"
+        hasher, size, seq = hashlib.sha256(), 0, 1
+        for _ in range(meta.chunks):
+            try:
+                async with asyncio.timeout(self.call_timeout):
+                    msg = await js.get_msg(self._stream, seq=seq, subject=chunk_subject, next=True)
+            except NotFoundError as exc:
+                raise ComponentRefused(f"the chunks of {sha256} are missing") from exc
+            except (TimeoutError, NatsError) as exc:
+                raise ComponentError(f"reading {sha256}: {exc!r}") from exc
+            chunk = msg.data or b""
+            size += len(chunk)
+            if size > meta.size:
+                raise ComponentRefused(f"the chunks of {sha256} exceed {meta.size} bytes")
+            hasher.update(chunk)
+            if write is not None:
+                write(chunk)
+            seq = (msg.seq or seq) + 1
+        if size != meta.size or hasher.hexdigest() != sha256:
+            raise ComponentRefused(f"what the bucket holds as {sha256} is not it")

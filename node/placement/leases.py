@@ -1,59 +1,78 @@
-"""Leases: which node is a placed agent's home now, in a key-value bucket with a TTL.
+"""Leases: each node's signed, expiring claim to be a placed agent's home, under its own key.
 
-The bucket `MESH_<mesh>_LEASES` keeps one key per agent (hex of its name) whose value is
-`{holder, epoch, renewed_at}`; the server forgets a key `lease_ttl_secs` after its last write.
-Acquiring is a create (refused while anyone holds the key), renewing an update with the last
-revision (compare-and-set: refused once anyone else wrote the key), releasing a delete with
-the last revision. So at most one node holds a key at a time, as the server sees it.
+The bucket `MESH_<mesh>_LEASES` keeps one key per (agent, node): `<hex(agent)>.<hex(node)>`,
+whose value is that node's record `{agent, holder, epoch, renewed_at}` signed by its node key.
+The server forgets a key `lease_ttl_secs` after its last write. The generated NATS permissions
+let a node write only the keys ending in its own name (node/sync/nats_permissions.py), and a
+reader believes a record only when its key, its holder and its signature (the holder's pinned
+node key) agree, so no member can write, delete or hold another node's lease: what a member
+writes under its own name is its own claim, judged by the journal's placement set and home
+(node/placement/manager.py, docs/mesh.md "Leases").
 
-The holder must stop writing before the server can let another node take the key: for each
-held lease it keeps `valid_until = monotonic() when the acquire/renew request was sent + ttl -
-margin` (margin: a fifth of the TTL). The server stamps the write when it receives it, after
-that moment, and keeps it for `ttl` of its own clock; so while the two clocks run at rates that
-agree within margin/ttl (20 %), the lease cannot expire on the server before `valid_until`
-passes here. Wall clocks need not agree (docs/mesh.md, "Leases"). After every acquire and
-successful renew the book hands `valid_until` to the `fence` hook (the journal store's write
-fence: no write commits past it), and when a lease is lost (taken, gone, or `valid_until`
+A node holds a lease by writing its record and renewing it (compare-and-set on its own key)
+every quarter of the TTL. It must stop writing before the server can forget the key: for each
+held lease it keeps `valid_until = monotonic() when the write was sent + ttl - margin`
+(margin: a fifth of the TTL). The server stamps the write when it receives it, after that
+moment, and keeps it for `ttl` of its own clock; so while the two clocks run at rates that
+agree within margin/ttl (20 %), the key cannot expire on the server before `valid_until` passes
+here. After every write the book hands `valid_until` to the `fence` hook (the journal store's
+write fence: no write commits past it); when a lease is lost (the key gone, or `valid_until`
 passed without a renew) it fences the journal for good (deadline 0) and calls `on_lost`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import msgspec
+from nacl.exceptions import BadSignatureError
+from nacl.signing import SigningKey, VerifyKey
 from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 from nats.js.api import RawStreamMsg
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
+from eventstore.keychain import KeyChain
 from node.config.model import AGENT_NAME_RE, MeshSection
-from node.placement.buckets import last_value, open_kv
+from node.placement.buckets import BucketRules, last_value, open_kv
 from node.sync.nats_subjects import Bucket, bucket_name, token
 
 log = logging.getLogger("agent-node.placement")
 
 Fence = Callable[[str, float | None], None]  # (journal, monotonic deadline; None lifts it)
-OnLost = Callable[[str, str], None]  # (agent, reason: "taken" | "expired" | "unrenewed")
+OnLost = Callable[[str, str], None]  # (agent, reason: "expired" | "unrenewed")
+OnJunk = Callable[[str, str, str], None]  # (agent, node whose key it is, what is wrong)
+KeyLookup = Callable[[str], VerifyKey | KeyChain | None]
 MAX_LEASE_BYTES = 1024
 MARGIN_SHARE = 0.2  # of the TTL: valid_until is this much before the earliest server expiry
 RENEW_SHARE = 0.25  # renew every quarter of the TTL
-UNSURE_KEPT = 8  # renew requests whose answer never came, kept to recognise their write
+UNSURE_KEPT = 8  # writes whose answer never came, kept to recognise them
+SIGNED_PREFIX = b"agent-runtime/lease/v1\0"
+SIG_PREFIX = "ed25519:"
 
 
 class LeaseRecord(msgspec.Struct):  # fields added later are ignored by this version
+    agent: str
     holder: str
     epoch: int
     renewed_at: float  # the holder's wall clock: for people, never for a decision
 
 
-_decoder = msgspec.json.Decoder(LeaseRecord)
+class SignedLease(msgspec.Struct):
+    record: str  # the record's JSON, exactly the bytes signed
+    signature: str  # "ed25519:" + base64 of the signature of SIGNED_PREFIX + record
+
+
+_signed_decoder = msgspec.json.Decoder(SignedLease)
+_record_decoder = msgspec.json.Decoder(LeaseRecord)
 
 
 class LeaseError(Exception):
@@ -62,14 +81,13 @@ class LeaseError(Exception):
 
 @dataclass(frozen=True)
 class LeaseView:
-    """A lease as read from the bucket. `holder` "" and `epoch` -1: a value that is no lease
-    record (a member's junk); it still holds the key until the bucket forgets it."""
+    """A node's lease record as read from the bucket and checked."""
 
     agent: str
     holder: str
     epoch: int
     renewed_at: float
-    revision: int
+    revision: int  # the stream sequence of the write: lower was written first
     expires_in: float  # about: the server's stamp of the last write + ttl - this wall clock
 
 
@@ -80,9 +98,46 @@ class HeldLease:
     revision: int
     valid_until: float  # time.monotonic(): no write of the agent's journal may commit after it
     next_renew: float = 0.0
-    # (value, monotonic when sent) of renews whose answer never came: one may have been written
+    # (value, monotonic when sent) of writes whose answer never came: one may have been written
     unsure: list[tuple[bytes, float]] = field(default_factory=list)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+def lease_key(agent: str, node: str) -> str:
+    return f"{token(agent)}.{token(node)}"
+
+
+def sign_record(key: SigningKey, record: LeaseRecord) -> bytes:
+    raw = msgspec.json.encode(record)
+    signature = key.sign(SIGNED_PREFIX + raw).signature
+    signed = SignedLease(raw.decode(), SIG_PREFIX + base64.b64encode(signature).decode())
+    return msgspec.json.encode(signed)
+
+
+def check_record(data: bytes, agent: str, node: str, lookup: KeyLookup) -> LeaseRecord | str:
+    """The record under `node`'s key for `agent`, or why it is not one to believe."""
+    if len(data) > MAX_LEASE_BYTES:
+        return f"{len(data)} bytes, over {MAX_LEASE_BYTES}"
+    try:
+        signed = _signed_decoder.decode(data)
+        raw = signed.record.encode()
+        record = _record_decoder.decode(raw)
+        if not signed.signature.startswith(SIG_PREFIX):
+            raise ValueError("not an ed25519 signature")
+        signature = base64.b64decode(signed.signature.removeprefix(SIG_PREFIX), validate=True)
+    except (msgspec.DecodeError, msgspec.ValidationError, ValueError, binascii.Error):
+        return "not a signed lease record"
+    if (record.agent, record.holder) != (agent, node) or record.epoch < 0:
+        return f"a record of {record.holder[:80]!r} for {record.agent[:80]!r} under its key"
+    found = lookup(node)
+    verify_key = found.current if isinstance(found, KeyChain) else found
+    if verify_key is None:
+        return "no pinned key for its node"
+    try:
+        verify_key.verify(SIGNED_PREFIX + raw, signature)
+    except (BadSignatureError, ValueError):
+        return "its signature does not verify with its node's key"
+    return record
 
 
 def _noop_fence(_journal: str, _deadline: float | None) -> None:
@@ -93,22 +148,32 @@ def _noop_lost(_agent: str, _reason: str) -> None:
     pass
 
 
+def _noop_junk(_agent: str, _node: str, _why: str) -> None:
+    pass
+
+
 class LeaseBook:
-    """The leases this node holds, renewed by `run()`; `acquire`, `release`, `holder`."""
+    """This node's leases (`acquire`, renewed by `run()`, `release`) and others' (`peek`)."""
 
     def __init__(
         self,
         node: str,
         mesh: MeshSection,
+        key: SigningKey,
+        lookup: KeyLookup,
         *,
         fence: Fence = _noop_fence,
         on_lost: OnLost = _noop_lost,
+        on_junk: OnJunk = _noop_junk,
     ) -> None:
         self.node = node
         self._mesh = mesh
+        self._key = key
+        self._lookup = lookup
         self._bucket = bucket_name(mesh.name, Bucket.LEASES)
         self._fence = fence
         self._on_lost = on_lost
+        self._on_junk = on_junk
         self._kv: KeyValue | None = None
         self._js: JetStreamContext | None = None
         self.ttl = mesh.lease_ttl_secs
@@ -122,24 +187,18 @@ class LeaseBook:
 
     async def attach(self, js: JetStreamContext) -> None:
         """Use this JetStream context (again after a reconnect); creates the bucket when
-        missing. The bucket's own TTL (its first creator's) is the one computed with."""
-        kv, ttl = await open_kv(
+        missing. One made by someone else must keep keys exactly this node's TTL (else
+        BucketError: the timing every node relies on would not hold)."""
+        ttl = self._mesh.lease_ttl_secs
+        kv, _ = await open_kv(
             js,
             self._bucket,
-            ttl=self._mesh.lease_ttl_secs,
+            BucketRules(ttl=ttl, ttl_range=(ttl * 0.99, ttl * 1.01)),
             replicas=self._mesh.stream_replicas,
             max_value_bytes=MAX_LEASE_BYTES,
             timeout=max(self.call_timeout, 5.0),
         )
-        if ttl != self._mesh.lease_ttl_secs:
-            log.warning(
-                "placement: the leases bucket keeps keys %.1f s, not lease_ttl_secs %.1f s; "
-                "using the bucket's",
-                ttl,
-                self._mesh.lease_ttl_secs,
-            )
-        self.ttl, self._kv, self._js = ttl, kv, js
-        self.call_timeout = _call_timeout(ttl)
+        self._kv, self._js = kv, js
 
     def detach(self) -> None:
         """The connection is gone: renews fail until `attach`, so leases run out."""
@@ -152,63 +211,67 @@ class LeaseBook:
         lease = self._held.get(agent)
         return lease.valid_until if lease is not None else None
 
-    def _value(self, epoch: int) -> bytes:
-        return msgspec.json.encode(LeaseRecord(self.node, epoch, time.time()))
+    def holds(self, agent: str, epoch: int | None = None) -> bool:
+        """This node holds a lease of `agent` (at `epoch`) valid now."""
+        lease = self._held.get(agent)
+        return (
+            lease is not None
+            and lease.valid_until > time.monotonic()
+            and (epoch is None or lease.epoch == epoch)
+        )
+
+    def _value(self, agent: str, epoch: int) -> bytes:
+        return sign_record(self._key, LeaseRecord(agent, self.node, epoch, time.time()))
 
     def _kv_or_fail(self) -> KeyValue:
         if self._kv is None:
             raise LeaseError("not connected to NATS")
         return self._kv
 
-    async def acquire(self, agent: str, epoch: int) -> HeldLease | None:
-        """Take the agent's lease for `epoch` if nobody holds it: the lease, or None when it is
-        held (by anyone, this node included; a lease this book holds already is returned as
-        it is). LeaseError when the bucket did not answer."""
+    async def acquire(self, agent: str, epoch: int) -> HeldLease:
+        """Write this node's lease of `agent` at `epoch` (a new home's first write, or a claim
+        of a takeover: which node is home is the journal's, not the bucket's). Returns the
+        held lease; LeaseError when the bucket did not answer."""
         if not AGENT_NAME_RE.fullmatch(agent) or epoch < 0:
             raise ValueError(f"not an agent name and epoch: {agent[:80]!r}, {epoch}")
-        if agent in self._held:
-            return self._held[agent]
+        held = self._held.get(agent)
+        if held is not None and held.epoch == epoch:
+            return held
         kv = self._kv_or_fail()
-        value, sent = self._value(epoch), time.monotonic()
+        key = lease_key(agent, self.node)
+        value, sent = self._value(agent, epoch), time.monotonic()
         try:
             async with asyncio.timeout(self.call_timeout):
-                revision = await _create(kv, token(agent), value)
-        except KeyWrongLastSequenceError:
-            return None
+                mine = await self._read(agent, self.node)
+                if mine is None:
+                    revision = await _create(kv, key, value)
+                else:  # ours from before (a restart, an earlier epoch): carried on
+                    revision = await kv.update(key, value, last=mine.seq)
         except (TimeoutError, NatsError) as exc:
-            # the create may have been written and its answer lost: ours if the value is
-            msg = await self._read(agent, exc)
-            if msg is None:  # free, yet the create was not answered: nothing is known
-                raise LeaseError(f"acquiring the lease of {agent}: {_describe(exc)}") from exc
-            if msg.data != value:
-                return None
+            msg = await self._read(agent, self.node, exc)  # the write may have gone through
+            if msg is None or msg.data != value:
+                raise LeaseError(f"writing the lease of {agent}: {_describe(exc)}") from exc
             revision = msg.seq or 0
         lease = HeldLease(agent, epoch, revision, sent + self.ttl - self.margin)
         lease.next_renew = sent + self.ttl * RENEW_SHARE
         if lease.valid_until <= time.monotonic():  # the answer came too late to be of use
             self._held[agent] = lease
             await self.release(agent)
-            raise LeaseError(f"the lease of {agent} was granted too late to be used")
+            raise LeaseError(f"the lease of {agent} was written too late to be used")
         self._held[agent] = lease
         self._fence(agent, lease.valid_until)
         self._changed.set()
         return lease
 
-    async def _written(
-        self, agent: str, candidates: list[tuple[bytes, float]], cause: BaseException
-    ) -> int | None:
-        """The revision of the key when its value is one of ours (a write whose answer was
-        lost), None when the key holds something else; LeaseError when unreadable."""
-        msg = await self._read(agent, cause)
-        if msg is None or not any(msg.data == value for value, _ in candidates):
-            return None
-        return msg.seq
-
-    async def _read(self, agent: str, cause: BaseException | None = None) -> RawStreamMsg | None:
+    async def _read(
+        self, agent: str, node: str, cause: BaseException | None = None
+    ) -> RawStreamMsg | None:
         if self._js is None:
             raise LeaseError("not connected to NATS")
         try:
-            return await last_value(self._js, self._bucket, token(agent), self.call_timeout)
+            return await last_value(
+                self._js, self._bucket, lease_key(agent, node), self.call_timeout
+            )
         except (TimeoutError, NatsError) as exc:
             raise LeaseError(f"the leases bucket did not answer: {_describe(exc)}") from (
                 cause or exc
@@ -227,25 +290,26 @@ class LeaseBook:
 
     async def _renew(self, lease: HeldLease) -> bool:
         agent = lease.agent
-        value, sent = self._value(lease.epoch), time.monotonic()
+        value, sent = self._value(agent, lease.epoch), time.monotonic()
         retry = sent + min(0.5, self.ttl / 20)
         try:
             kv = self._kv_or_fail()
             async with asyncio.timeout(self.call_timeout):
-                revision = await kv.update(token(agent), value, last=lease.revision)
+                revision = await kv.update(lease_key(agent, self.node), value, last=lease.revision)
         except KeyWrongLastSequenceError:
+            # only this node writes its key: either a write whose answer was lost went
+            # through, or the server forgot the key (it expired: the lease is gone)
             try:
-                msg = await self._read(agent)
+                msg = await self._read(agent, self.node)
             except LeaseError:
                 lease.next_renew = retry
                 return False
             mine = [s for v, s in lease.unsure if msg is not None and msg.data == v]
             if msg is None or not mine:
-                self._lose(lease, "taken" if msg is not None else "expired")
+                self._lose(lease, "expired")
                 return False
             if self._held.get(agent) is not lease:
                 return False
-            # a renew whose answer was lost was written: carry on from it
             lease.revision, lease.unsure = msg.seq or 0, []
             self._extend(lease, mine[0])
             lease.next_renew = time.monotonic()  # renew again at once
@@ -258,10 +322,10 @@ class LeaseBook:
             return False
         if self._held.get(agent) is not lease:
             # lost meanwhile (valid_until passed): the journal stays fenced; the key is
-            # given back rather than left to block a takeover for a whole TTL
+            # deleted rather than left to look like a live home for a whole TTL
             with contextlib.suppress(TimeoutError, NatsError):
                 async with asyncio.timeout(self.call_timeout):
-                    await kv.delete(token(agent), last=revision)
+                    await kv.delete(lease_key(agent, self.node), last=revision)
             return False
         lease.revision, lease.unsure = revision, []
         self._extend(lease, sent)
@@ -289,9 +353,9 @@ class LeaseBook:
             log.exception("placement: on_lost(%s) failed", lease.agent)
 
     async def release(self, agent: str) -> bool:
-        """Give the lease up (after a handoff): the journal is fenced first, then the key
-        deleted with the last revision. True when deleted; False when it was not ours any
-        more (the key expires by itself). LeaseError when the bucket did not answer."""
+        """Give the lease up (a handoff, a lost claim, the journal moved away): the journal is
+        fenced first, then this node's key deleted. True when deleted; False when it held
+        none. LeaseError when the bucket did not answer (the key then expires by itself)."""
         lease = self._held.get(agent)
         if lease is None:
             return False
@@ -301,40 +365,36 @@ class LeaseBook:
             self._fence(agent, 0.0)
             try:
                 kv = self._kv_or_fail()
-                try:
-                    async with asyncio.timeout(self.call_timeout):
-                        await kv.delete(token(agent), last=lease.revision)
-                    return True
-                except KeyWrongLastSequenceError:
-                    revision = await self._written(agent, lease.unsure, KeyError(agent))
-                    if revision is None:
-                        return False
-                    async with asyncio.timeout(self.call_timeout):
-                        await kv.delete(token(agent), last=revision)
-                    return True
+                async with asyncio.timeout(self.call_timeout):
+                    await kv.delete(lease_key(agent, self.node))
+                return True
             except (TimeoutError, NatsError) as exc:
                 raise LeaseError(f"releasing the lease of {agent}: {_describe(exc)}") from exc
 
-    async def holder(self, agent: str) -> LeaseView | None:
-        """The agent's lease as the bucket's leader has it, or None when nobody holds it."""
-        msg = await self._read(agent)
+    async def peek(self, agent: str, node: str) -> LeaseView | None:
+        """`node`'s lease of `agent` as the bucket's leader has it, when it holds one that is
+        believed (signed by `node`, for `agent`); junk is reported (`on_junk`) and ignored."""
+        msg = await self._read(agent, node)
         if msg is None:
             return None
         data = msg.data or b""
-        record = None
-        if len(data) <= MAX_LEASE_BYTES:
-            with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):
-                record = _decoder.decode(data)
-        if record is not None and not (
-            AGENT_NAME_RE.fullmatch(record.holder) and record.epoch >= 0
-        ):
-            record = None
+        checked = check_record(data, agent, node, self._lookup)
+        if isinstance(checked, str):
+            self._on_junk(agent, node, checked)
+            return None
         stamped = msg.time.timestamp() if msg.time is not None else time.time()
         expires_in = min(self.ttl, max(0.0, stamped + self.ttl - time.time()))
-        if record is None:
-            return LeaseView(agent, "", -1, 0.0, msg.seq or 0, expires_in)
         return LeaseView(
-            agent, record.holder, record.epoch, record.renewed_at, msg.seq or 0, expires_in
+            agent, checked.holder, checked.epoch, checked.renewed_at, msg.seq or 0, expires_in
+        )
+
+    async def contenders(self, agent: str, nodes: Iterable[str], epoch: int) -> list[LeaseView]:
+        """The believed leases of `agent` at `epoch` of `nodes`, first written first: of
+        nodes claiming the same takeover, the one whose record came first wins."""
+        found = [await self.peek(agent, node) for node in nodes]
+        return sorted(
+            (view for view in found if view is not None and view.epoch == epoch),
+            key=lambda view: view.revision,
         )
 
     async def _renew_logged(self, agent: str) -> None:

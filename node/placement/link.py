@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from nats.js import JetStreamContext
 
-from node.placement.adverts import NodeAdverts, offer_of
+from node.placement.adverts import NodeAdverts
 from node.placement.components import ComponentStore
 
 if TYPE_CHECKING:
@@ -20,7 +20,7 @@ async def open_link(manager: PlacementManager, js: JetStreamContext, publisher: 
 
     ctx = manager.ctx
     mesh = ctx.config.mesh
-    adverts = NodeAdverts(ctx.name, mesh, offer_of(ctx.config), lambda: len(manager.running))
+    adverts = NodeAdverts(ctx.name, mesh, manager.ready_to_host, lambda: len(manager.running))
     components = ComponentStore(mesh, ctx.config.node.max_upload_mb << 20)
     await adverts.attach(js)
     await components.attach(js)

@@ -1,29 +1,39 @@
-"""Who runs each placed agent: the node its journal names as home, holding its lease.
+"""Who runs each placed agent: the node its journal names as home, holding its lease there.
 
-A placed agent (its placement set names more than one node, projections/placements.py) runs
-on one node of the set, its home, only while that node holds the agent's lease (LeaseBook,
-part B). Every node of the set runs this manager's loop on its NATS connection:
+A placed agent (its placement set names more than one node, projections/placements.py) runs on
+one node of the set, its home, only while that node holds its lease (node/placement/leases.py:
+a signed record under the node's own key, renewed every quarter of the TTL; the journal's write
+fence follows it). Every node of the set runs this manager's loop on its NATS connection:
 
-- the journal names this node as home (a new agent, a start, a reconnect, a handoff naming
-  it): it waits until its copy of the journal holds what the stream holds, takes the lease at
-  the journal's epoch and starts the agent (and, after a move, says so: `agent.moved_in`);
-  a lease someone else holds leaves it a replica (a node back after kill -9 or SIGSTOP);
-- another node is home and its lease is gone: a node that can host the agent (every grant
-  domain among its secrets) waits until its copy holds what the stream holds, takes the lease
-  at epoch + 1 (create-only: one node wins), appends `journal.takeover`, closes the lost
-  home's pending approvals ("node lost"), starts the same definition (its component fetched
-  by sha256) with its open tasks, and appends `agent.moved_in`;
-- its lease is lost (a renew failed, its validity passed): the agent stops here at once; the
-  store's fence (part A) already refuses its writes.
+- whether it may host the agent at all is its own operator's (consent.py): without consent it
+  keeps a replica of the journal and never runs it; with consent the agent runs here with the
+  definition bounded by it, and its component is fetched and compiled ahead of need
+  (prepare.py), so a takeover never waits for a compile;
+- the journal names this node as home (a new agent, a restart, a handoff naming it): once its
+  copy holds what the stream holds and no other node wrote after this node's tenure began, it
+  owns the journal again, takes its lease and starts the agent (after a move, `agent.moved_in`);
+- another node is home and its lease is gone (no live record at the journal's epoch: it died,
+  froze or lost NATS): a node that may host the agent claims the next epoch (its own lease
+  record at epoch + 1) and, when its claim is the first one written (the lowest revision among
+  the set's records at that epoch), catches up with the stream, appends `journal.takeover`,
+  closes the lost home's pending approvals ("node lost"), starts the agent with its open tasks
+  and appends `agent.moved_in`. A claim that came first but led to no takeover within a TTL is
+  ignored from then on (and reported), so a member cannot hold an agent down by claiming;
+- the journal names another node while the agent runs here (a takeover or handoff received):
+  it stops at once, the journal stays disowned (no local append, whatever a renewal says) and
+  its lease is given up; a lost lease stops it too (its writes are fenced already).
 
-A planned move (`move`) drains the agent, appends `journal.handoff` on the home, waits for its
-publish ack and releases the lease; the target then finds itself home (first case above).
+A planned move (`move`) drains the agent, appends `journal.handoff` (disowning the journal),
+waits for its publish ack and releases the lease; the target then finds itself home. The node
+that handed an agent over never takes it back by itself unless the target took it and then
+lapsed, or never took it for HANDOFF_RETURN_TTLS lease TTLs.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -31,12 +41,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from eventstore.writer import Fenced
 from node.context import NodeContext
+from node.placement.adverts import served_domains
+from node.placement.buckets import BucketError
+from node.placement.consent import Consent, consent_of
+from node.placement.judge import TakeoverJudge
+from node.placement.leases import LeaseBook, LeaseError
+from node.placement.prepare import Preparer
 from node.services.approvals import ApprovalGate
 from node.services.deployments import DeploymentService
 from node.services.registry import RegistryService
 from node.web.http import Problem
 from projections import catalogue as c
+from projections.deployments import DeployedAgents
 from projections.journals import Journals
 from projections.placements import Placed, Placements
 from projections.tasks import Tasks
@@ -46,14 +64,14 @@ if TYPE_CHECKING:  # nats-py is an optional extra: imported where the NATS mesh 
 
     from node.placement.adverts import NodeAdverts
     from node.placement.components import ComponentStore
-
-from eventstore.writer import Fenced
-from node.placement.leases import LeaseBook, LeaseError
+    from node.sync.service import SyncService
 
 log = logging.getLogger("agent-node.placement")
 CATCH_UP_SECS = 10.0  # how long a node waits for its copy before it gives up a turn
 MOVE_ACK_SECS = 10.0  # the handoff's publish ack
 NODE_LOST = "node lost"
+HANDOFF_RETURN_TTLS = 3  # the old home waits this many TTLs for a target that never took it
+SHARE_CHECK_SECS = 60.0  # the home checks the mesh still serves its agents' components
 
 
 @dataclass
@@ -70,6 +88,15 @@ class Link:
 LinkOpener = Callable[["PlacementManager", "JetStreamContext", Any], Awaitable[Link]]
 
 
+@dataclass
+class _Claims:
+    """What this node saw of other nodes' claims to one agent's next epoch."""
+
+    epoch: int
+    first_seen: dict[str, float] = field(default_factory=dict)  # node → when it led
+    ignored: set[str] = field(default_factory=set)  # led for a TTL without taking over
+
+
 class PlacementManager:
     def __init__(
         self,
@@ -77,73 +104,142 @@ class PlacementManager:
         deployments: DeploymentService,
         approvals: ApprovalGate,
         registry: RegistryService,
+        sync: SyncService,
     ) -> None:
         self.ctx = ctx
         self.deployments = deployments
         self.approvals = approvals
         self.registry = registry
+        self.sync = sync
         self.link: Link | None = None
-        # the journal's write fence follows each lease (eventstore: Store.fence)
-        self._sealed: set[str] = set()  # handed over: blocked whatever the lease says
         self.leases = LeaseBook(
-            ctx.name, ctx.config.mesh, fence=self._fence, on_lost=self.lease_lost
+            ctx.name,
+            ctx.config.mesh,
+            ctx.key,
+            sync.keys.lookup,
+            fence=ctx.store.fence,
+            on_lost=self.lease_lost,
+            on_junk=self._junk,
         )
+        self.judge = TakeoverJudge(ctx, self.leases, lambda: self.link.js if self.link else None)
+        self.prepare = Preparer(registry, self._engine)
         self.running: set[str] = set()  # placed agents this node runs under its lease
         self._busy: set[str] = set()  # agents a takeover, start or move is working on
-        self._absent_since: dict[str, float] = {}  # agent → when its lease was seen gone
+        self._gone_since: dict[str, float] = {}  # agent → when its home's lease was seen gone
+        self._seen_live: dict[str, int] = {}  # agent → epoch its home's lease was last seen at
+        self._handed: dict[str, tuple[int, float]] = {}  # agent → (epoch, when) we handed over
+        self._claims: dict[str, _Claims] = {}
+        self._refused: dict[str, str] = {}  # agent → why this node does not host it (logged once)
+        self._shared_at: dict[str, float] = {}
+        self._background: set[asyncio.Task[None]] = set()
+        self.unusable = ""  # why a placement bucket cannot be used (BucketError), if one cannot
         mesh = ctx.config.mesh
         self.check_secs = min(1.0, mesh.lease_ttl_secs / 4)
         deployments.placement = self
+        sync.receiver.judge = self.judge
+        sync.receiver.on_moved = self.moved_away
+
+    def _in_background(self, work: Awaitable[None]) -> None:
+        """Run `work` after this call returns (a callback cannot await): kept referenced
+        until done, its failure logged."""
+
+        async def logged() -> None:
+            try:
+                await work
+            except Exception:
+                log.exception("placement: background work failed")
+
+        task = asyncio.get_running_loop().create_task(logged())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def _engine(self) -> Any:
+        """The runtime's engine (None while the runtime is not running)."""
+        try:
+            return self.deployments.runtime.engine
+        except Problem:
+            return None
 
     # ------------------------------------------------------------------ reads
     @property
     def placements(self) -> Placements:
         return self.ctx.projections.get(Placements)
 
+    @property
+    def journals(self) -> Journals:
+        return self.ctx.projections.get(Journals)
+
     def hold_back(self) -> None:
-        """At start: no placed agent runs before this node holds its lease."""
+        """At start: no placed agent runs before this node holds its lease, and a journal
+        homed elsewhere is disowned here."""
         for placed in self.placements.placed_on(self.ctx.name):
-            if placed.agent not in self.running:
-                self.deployments.elsewhere.add(placed.agent)
+            if placed.agent in self.running:
+                continue
+            self.deployments.elsewhere.add(placed.agent)
+            if self.journals.home_of(placed.agent) in (None, self.ctx.name):
                 self.ctx.store.block(placed.agent)  # until its lease is held here
+            else:
+                self.ctx.store.disown(placed.agent)
 
     def view(self, agent: str) -> dict[str, Any] | None:
         """Where a placed agent runs: home, epoch, lease, placement and its moves."""
         placed = self.placements.get(agent)
         if placed is None:
             return None
-        journals = self.ctx.projections.get(Journals)
         valid_until = self.leases.valid_until(agent)
         expires = max(0.0, valid_until - time.monotonic()) if valid_until is not None else None
         return {
-            "home": journals.home_of(agent),
-            "epoch": journals.epoch_of(agent),
+            "home": self.journals.home_of(agent),
+            "epoch": self.journals.epoch_of(agent),
             "lease": {"holder": self.ctx.name, "expires_in": expires}
             if agent in self.running
             else None,
             "placement": list(placed.placement),
-            "moves": journals.moves_of(agent),
+            "moves": self.journals.moves_of(agent),
         }
 
-    def _fence(self, journal: str, deadline: float | None) -> None:
-        """The lease's write fence, except for a journal this node handed over: a renew
-        between the handoff and the release must not lift its block."""
-        if journal not in self._sealed:
-            self.ctx.store.fence(journal, deadline)
+    # ------------------------------------------------------------------ consent
+    def consent(self, agent: str) -> Consent | None:
+        deployed = self.ctx.projections.get(DeployedAgents).get(agent)
+        return consent_of(self.ctx.config, self.deployments.declared, deployed, agent)
+
+    def refusal(self, placed: Placed) -> str | None:
+        """Why this node may not host `placed` (None: it may, once its component is ready)."""
+        consent = self.consent(placed.agent)
+        if consent is None:
+            return (
+                "its operator gave no consent (no [[hosting]] entry, [[agents]] entry or "
+                "deployment of it here)"
+            )
+        return consent.refusal(placed.definition, served_domains(self.ctx.config))
+
+    def definition_here(self, placed: Placed) -> c.AgentDefinition:
+        """What the agent runs with here: its definition bounded by this node's consent."""
+        consent = self.consent(placed.agent)
+        assert consent is not None, placed.agent
+        return consent.bound(placed.definition)
+
+    def ready_to_host(self) -> list[str]:
+        """The placed agents this node would take over or accept in a move now (its advert)."""
+        return sorted(
+            placed.agent
+            for placed in self.placements.placed_on(self.ctx.name)
+            if self.refusal(placed) is None and self.prepare.ready(placed.definition)
+        )
 
     # ------------------------------------------------------------------ deployments' hooks
     async def share(self, name: str, definition: c.AgentDefinition, path: Path) -> None:
         link = self._linked()
         await link.components.put(path, definition.sha256.removeprefix("sha256:"))
+        self._shared_at[name] = time.monotonic()
 
     async def claim(self, name: str) -> None:
+        """The lease of a new placed agent, deployed here at epoch 0."""
         self._linked()
         try:
-            if await self.leases.acquire(name, 0) is None:
-                holder = await self.leases.holder(name)
-                raise Problem(
-                    409, f"agent {name!r} is leased by {holder.holder if holder else '?'}"
-                )
+            self.ctx.store.own(name)
+            lease = await self.leases.acquire(name, 0)
+            self.ctx.store.fence(name, lease.valid_until)
         except LeaseError as exc:
             raise Problem(503, f"the lease of {name!r} could not be taken: {exc}") from None
 
@@ -175,8 +271,17 @@ class PlacementManager:
 
     def _linked(self) -> Link:
         if self.link is None:
+            if self.unusable:
+                raise Problem(503, f"placement cannot run: {self.unusable}")
             raise Problem(503, "placement needs the NATS mesh, which is not connected")
         return self.link
+
+    async def _cannot_run(self, why: str) -> None:
+        """A placement bucket this node must not use: said loudly, once per reason."""
+        key = f"placement-bucket/{hashlib.sha256(why.encode()).hexdigest()[:16]}"
+        if not self.sync.incidents.seen(key):
+            log.error("placement cannot run: %s", why)
+            await self.sync.incidents.report(key, "critical", "placement cannot run", why)
 
     # ------------------------------------------------------------------ the loop
     async def supervise(self, mesh: Any, open_link: LinkOpener) -> None:
@@ -201,18 +306,25 @@ class PlacementManager:
         try:
             await self.leases.attach(js)
             link = await open_link(self, js, mesh.publisher)
+        except BucketError as exc:  # tried again: an operator may delete the bucket
+            self.unusable = str(exc)
+            await self._cannot_run(self.unusable)
+            await asyncio.sleep(max(self.check_secs, 5.0))
+            return
         except Exception as exc:  # the next connection tries again
             log.warning("placement: %s: %s", type(exc).__name__, exc)
-            await asyncio.sleep(self.check_secs)
+            await asyncio.sleep(max(self.check_secs, 2.0))
             return
+        self.unusable = ""
         serving = asyncio.create_task(self.serve(link), name="placement")
+        preparing = asyncio.create_task(self.prepare.run(link.components), name="preparing")
         try:
             while mesh.js is js and not serving.done():
                 await asyncio.sleep(self.check_secs)
         finally:
-            for task in (serving, *link.tasks):
+            for task in (serving, preparing, *link.tasks):
                 task.cancel()
-            for task in (serving, *link.tasks):
+            for task in (serving, preparing, *link.tasks):
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
         if serving.done() and not serving.cancelled() and serving.exception():
@@ -223,7 +335,9 @@ class PlacementManager:
         self.link = link
         try:
             while True:
-                for placed in self.placements.placed_on(self.ctx.name):
+                placed_here = self.placements.placed_on(self.ctx.name)
+                self.prepare.forget({p.definition.sha256 for p in placed_here})
+                for placed in placed_here:
                     if placed.agent not in self._busy:
                         await self._consider(link, placed)
                 await asyncio.sleep(self.check_secs)
@@ -232,15 +346,29 @@ class PlacementManager:
 
     async def _consider(self, link: Link, placed: Placed) -> None:
         agent = placed.agent
+        home = self.journals.home_of(agent)
         if agent in self.running:
+            if home not in (None, self.ctx.name):
+                self.moved_away(agent, str(home))
+            elif time.monotonic() - self._shared_at.get(agent, 0.0) > SHARE_CHECK_SECS:
+                await self._keep_shared(link, placed)
             return
-        home = self.ctx.projections.get(Journals).home_of(agent)
+        why = self.refusal(placed)
+        if why is not None:
+            if self._refused.get(agent) != why:
+                log.info("placed agent %s is not hosted here: %s", agent, why)
+                self._refused[agent] = why
+            return
+        self._refused.pop(agent, None)
+        self.prepare.want(placed.definition)
+        if not self.prepare.ready(placed.definition):
+            return
         self._busy.add(agent)
         try:
             if home in (None, self.ctx.name):
                 await self._become_home(link, placed)
-            elif self._can_host(placed) and await self._lease_gone(placed):
-                await self._take_over(link, placed, str(home))
+            else:
+                await self._maybe_take_over(link, placed, str(home))
         except Problem as exc:
             log.warning("placement of %s: %s", agent, exc.detail)
         except (LeaseError, TimeoutError, Fenced) as exc:
@@ -250,86 +378,180 @@ class PlacementManager:
         finally:
             self._busy.discard(agent)
 
-    async def _lease_gone(self, placed: Placed) -> bool:
-        """Nobody holds the lease, and a node a handoff named had its chance: for a whole TTL
-        after the lease was first seen gone (it takes the lease right after the handoff)."""
-        agent = placed.agent
-        if await self.leases.holder(agent) is not None:
-            self._absent_since.pop(agent, None)
-            return False
-        since = self._absent_since.setdefault(agent, time.monotonic())
-        moves = self.ctx.projections.get(Journals).moves_of(agent)
-        handed = bool(moves) and moves[-1]["reason"] == "handoff"
-        if handed and placed.moved_in_epoch < int(moves[-1]["epoch"]):
-            return time.monotonic() - since >= self.leases.ttl
-        return True
+    async def _keep_shared(self, link: Link, placed: Placed) -> None:
+        """The component of an agent this node runs stays fetchable by the set: a member's
+        forged meta is healed by putting it again."""
+        self._shared_at[placed.agent] = time.monotonic()
+        try:
+            path = self.registry.resolve(placed.definition.component)
+            if await link.components.put(path, placed.definition.sha256.removeprefix("sha256:")):
+                log.warning(
+                    "placement: the mesh did not serve the component of %s soundly; put again",
+                    placed.agent,
+                )
+        except Exception as exc:  # tried again next time
+            log.info("placement: checking the component of %s: %s", placed.agent, exc)
 
-    def _can_host(self, placed: Placed) -> bool:
-        """Every grant domain of the agent is one this node has secrets for."""
-        return set(placed.definition.grant_domains) <= set(self.ctx.config.secrets)
+    def _junk(self, agent: str, node: str, why: str) -> None:
+        """A record under a member's lease key that is not one: it counts as no lease."""
+        key = f"junk-lease/{agent}/{node}"
+        if not self.sync.incidents.seen(key):
+            self._in_background(
+                self.sync.incidents.report(
+                    key,
+                    "medium",
+                    f"junk under node {node}'s lease key for agent {agent}",
+                    f"the leases bucket holds, under {node}'s key for {agent}, {why}; "
+                    "it is ignored (it counts as no lease)",
+                )
+            )
 
-    def _epoch(self, agent: str) -> int:
-        return self.ctx.projections.get(Journals).epoch_of(agent)
-
-    async def _lease_floor(self, link: Link) -> int:
-        """The leases bucket's last sequence: above the epoch of every lease granted so far.
-        A takeover's epoch is higher still, so two nodes that each took the journal over
-        after a home they did not know of (the first died before its takeover reached the
-        stream) never sign the same epoch: the later one wins the fork everywhere."""
-        from node.sync.nats_subjects import Bucket, bucket_name, kv_stream
-
-        stream = kv_stream(bucket_name(self.ctx.config.mesh.name, Bucket.LEASES))
-        info = await asyncio.wait_for(link.js.stream_info(stream), CATCH_UP_SECS)
-        return int(info.state.last_seq)
-
+    # ------------------------------------------------------------------ home
     async def _caught_up(self, link: Link, placed: Placed) -> bool:
         from node.placement.catchup import caught_up
 
         deadline = time.monotonic() + CATCH_UP_SECS
         return await caught_up(self.ctx, link.js, placed.agent, placed.placement, deadline)
 
+    async def _others_wrote_since(self, link: Link, placed: Placed, seq: int) -> int:
+        """The highest seq of the journal another node of the set put in the stream, when it
+        is `seq` or later (0: none): this node's copy from `seq` on is not the journal."""
+        from node.placement.catchup import stream_holds
+
+        others = [n for n in placed.placement if n != self.ctx.name]
+        held = await stream_holds(link.js, self.ctx.config.mesh.name, placed.agent, others)
+        return held if held >= seq else 0
+
+    def _tenure_start(self, agent: str) -> int:
+        """The first seq this node writes as the journal's home in its current epoch."""
+        moves = self.journals.moves_of(agent)
+        if not moves or moves[-1]["to"] != self.ctx.name:
+            return 1
+        move = moves[-1]
+        return int(move["seq"]) + (1 if move["reason"] == "handoff" else 0)
+
     async def _become_home(self, link: Link, placed: Placed) -> None:
-        """The journal names this node: run the agent once the lease is ours."""
-        agent, epoch = placed.agent, self._epoch(placed.agent)
+        """The journal names this node: run the agent once its copy is the journal's and the
+        lease is held."""
+        agent, epoch = placed.agent, self.journals.epoch_of(placed.agent)
         if not await self._caught_up(link, placed):
             log.info("agent %s: this node's copy is behind the stream; not starting yet", agent)
             return
-        if self.ctx.projections.get(Journals).home_of(agent) not in (None, self.ctx.name):
+        if self.journals.home_of(agent) not in (None, self.ctx.name):
             return  # a takeover arrived while catching up
-        self._sealed.discard(agent)  # handed back to this node: its lease fences it again
-        if await self.leases.acquire(agent, epoch) is None:
-            log.info("agent %s: its lease is held by another node; staying a replica", agent)
-            return  # held: by the node that took over (its takeover is on its way), or ours
+        newer = await self._others_wrote_since(link, placed, self._tenure_start(agent))
+        if newer:
+            log.warning(
+                "agent %s: another node wrote its seq %d after this node's tenure began: this "
+                "copy is not the journal; staying a replica until the takeover reaches it",
+                agent,
+                newer,
+            )
+            return
+        self.ctx.store.own(agent)
+        lease = await self.leases.acquire(agent, epoch)
+        self.ctx.store.fence(agent, lease.valid_until)
         await self._start(link, placed)
         if epoch > 0 and placed.moved_in_epoch < epoch:
             await self._moved_in(agent, epoch, "handoff")
 
-    async def _take_over(self, link: Link, placed: Placed, previous: str) -> None:
-        agent = placed.agent
+    # ------------------------------------------------------------------ takeover
+    async def _home_live(self, agent: str, home: str, epoch: int) -> bool:
+        view = await self.leases.peek(agent, home)
+        if view is not None and view.epoch == epoch:
+            self._seen_live[agent] = epoch
+            self._gone_since.pop(agent, None)
+            return True
+        return False
+
+    def _grace_over(self, agent: str, home: str, epoch: int) -> bool:
+        """Whether the home's lease has been gone long enough: at once when it was seen live
+        at this epoch (it lapsed) or the last move was a takeover; a TTL after a handoff (its
+        target takes the lease right after it), HANDOFF_RETURN_TTLS for the node that
+        handed it over."""
+        since = self._gone_since.setdefault(agent, time.monotonic())
+        if self._seen_live.get(agent) == epoch:
+            return True
+        moves = self.journals.moves_of(agent)
+        if not moves or moves[-1]["reason"] != "handoff":
+            return True
+        ttls = HANDOFF_RETURN_TTLS if self._handed.get(agent, (-1,))[0] == epoch else 1
+        return time.monotonic() - since >= ttls * self.leases.ttl
+
+    async def _maybe_take_over(self, link: Link, placed: Placed, home: str) -> None:
+        agent, epoch = placed.agent, self.journals.epoch_of(placed.agent)
+        if await self._home_live(agent, home, epoch) or not self._grace_over(agent, home, epoch):
+            return
+        others = [n for n in placed.placement if n not in (home, self.ctx.name)]
+        leader = await self._claim_leader(agent, others, epoch + 1)
+        if leader is not None:
+            return  # another node claimed it first: its takeover is on its way
         if not await self._caught_up(link, placed):
             return
-        # what the stream held may change the picture: a handoff published before the lease
-        # was released (its target has its turn first), or a takeover by another node
         fresh = self.placements.get(agent)
-        home = self.ctx.projections.get(Journals).home_of(agent)
-        if fresh is None or home != previous or not await self._lease_gone(fresh):
+        if (
+            fresh is None
+            or self.journals.home_of(agent) != home
+            or self.journals.epoch_of(agent) != epoch
+        ):
+            return  # the stream held a move: look again next time
+        placed = fresh
+        held = self.ctx.store.head(agent)
+        if await self._others_wrote_since(link, placed, (held.seq if held else 0) + 1):
+            return  # something newer is in the stream: catch up first
+        lease = await self.leases.acquire(agent, epoch + 1)
+        leader = await self._claim_leader(agent, others, epoch + 1)
+        mine = await self.leases.peek(agent, self.ctx.name)
+        if leader is not None and (mine is None or leader.revision < mine.revision):
+            await self.leases.release(agent)
             return
-        placed, epoch = fresh, max(self._epoch(agent), await self._lease_floor(link)) + 1
-        self._sealed.discard(agent)  # this node handed it over once: its lease fences it again
-        lease = await self.leases.acquire(agent, epoch)
-        if lease is None:
-            return  # another node of the set won
-        revision = lease.revision
-        log.warning("agent %s: lease of %s expired; taking over (epoch %d)", agent, previous, epoch)
+        await self._take_over(link, placed, home, epoch + 1, lease.revision)
+
+    async def _claim_leader(self, agent: str, others: list[str], epoch: int) -> Any:
+        """The first live claim of `agent`'s epoch by another node of the set, unless that
+        node led for a whole TTL without taking over (then it is ignored, and reported)."""
+        claims = self._claims.get(agent)
+        if claims is None or claims.epoch != epoch:
+            claims = self._claims[agent] = _Claims(epoch)
+        contenders = await self.leases.contenders(agent, others, epoch)
+        now = time.monotonic()
+        for view in contenders:
+            if view.holder in claims.ignored:
+                continue
+            led = claims.first_seen.setdefault(view.holder, now)
+            if now - led < self.leases.ttl:
+                return view
+            claims.ignored.add(view.holder)
+            await self.sync.incidents.report(
+                f"stalled-claim/{agent}/{epoch}/{view.holder}",
+                "high",
+                f"node {view.holder} claimed agent {agent} and did not take it over",
+                f"{view.holder}'s lease record of {agent} at epoch {epoch} came first, yet no "
+                f"takeover followed within {self.leases.ttl:g} s; it is ignored from now on",
+            )
+        return None
+
+    async def _take_over(
+        self, link: Link, placed: Placed, previous: str, epoch: int, revision: int
+    ) -> None:
+        agent = placed.agent
+        log.warning("agent %s: lease of %s gone; taking over (epoch %d)", agent, previous, epoch)
+        self.ctx.store.own(agent)
+        self.ctx.store.fence(agent, self.leases.valid_until(agent) or 0.0)
         takeover = c.JournalTakeover(epoch=epoch, lease_revision=revision, previous_home=previous)
-        await self.ctx.store.append(agent, *c.event_of(takeover))
+        try:
+            await self.ctx.store.append(agent, *c.event_of(takeover))
+        except BaseException:
+            self.ctx.store.disown(agent)
+            with contextlib.suppress(LeaseError, TimeoutError):
+                await self.leases.release(agent)
+            raise
         abandoned = await self.approvals.abandon_agent(agent, NODE_LOST)
         await self._start(link, placed)
         await self._moved_in(agent, epoch, "takeover", previous, len(abandoned))
 
     async def _start(self, link: Link, placed: Placed) -> None:
-        """Run the agent here under the lease just taken; if it cannot start (its component
-        missing or refused, the registry holding other bytes under its version), the lease is
+        """Run the agent here under the lease just taken; if it cannot start, the lease is
         given back at once so that another node of the set can take it."""
         try:
             await self._run_here(link, placed)
@@ -340,30 +562,17 @@ class PlacementManager:
 
     async def _run_here(self, link: Link, placed: Placed) -> None:
         definition = placed.definition
+        path = self.registry.resolve(definition.component)  # prepared: in the registry
         try:
-            path = self.registry.resolve(definition.component)
-        except LookupError:
-            await self._fetch(link, placed)
-        else:  # the home shares what it runs (a runtime.toml agent's component, say)
-            try:
-                await self.share(placed.agent, definition, path)
-            except Exception as exc:  # the agent runs; a takeover would lack its component
-                log.warning("agent %s: its component is not shared: %s", placed.agent, exc)
-        await self.deployments.host_placed(placed.agent, definition)
+            await self.share(placed.agent, definition, path)
+        except Exception as exc:  # the agent runs; a takeover would lack its component
+            log.warning("agent %s: its component is not shared: %s", placed.agent, exc)
+        await self.deployments.host_placed(placed.agent, self.definition_here(placed))
         self.running.add(placed.agent)
-        log.info("agent %s runs here (epoch %d)", placed.agent, self._epoch(placed.agent))
-
-    async def _fetch(self, link: Link, placed: Placed) -> None:
-        """The component by its sha256 (verified by ComponentStore), into the registry."""
-        definition = placed.definition
-        tmp = self.registry.tmp / f"fetch-{definition.sha256.removeprefix('sha256:')}"
-        try:
-            fetched = await link.components.fetch(definition.sha256.removeprefix("sha256:"), tmp)
-            await self.registry.adopt(
-                definition.component, definition.sha256, fetched, definition.description
-            )
-        finally:
-            tmp.unlink(missing_ok=True)
+        self._gone_since.pop(placed.agent, None)
+        log.info(
+            "agent %s runs here (epoch %d)", placed.agent, self.journals.epoch_of(placed.agent)
+        )
 
     async def _moved_in(
         self,
@@ -374,7 +583,7 @@ class PlacementManager:
         abandoned: int = 0,
     ) -> None:
         open_tasks = len(self.ctx.projections.get(Tasks).open_tasks(agent))
-        moves = self.ctx.projections.get(Journals).moves_of(agent)
+        moves = self.journals.moves_of(agent)
         if not from_node and moves:
             from_node = str(moves[-1]["from"])
         moved_in = c.AgentMovedIn(
@@ -386,13 +595,29 @@ class PlacementManager:
         )
         await self.ctx.store.append(agent, *c.event_of(moved_in))
 
-    # ------------------------------------------------------------------ lease lost
+    # ------------------------------------------------------------------ stopping here
+    def moved_away(self, agent: str, home: str) -> None:
+        """The journal names another home (a move received): stop writing it at once, stop
+        the agent, give the lease up. The store refuses its appends already (disowned)."""
+        self.ctx.store.disown(agent)
+        self.deployments.elsewhere.add(agent)
+        if agent not in self.running and agent not in self.leases.held():
+            return
+        self.running.discard(agent)
+        log.warning("agent %s: its journal moved to %s; stopped here", agent, home)
+        self._in_background(self._give_up(agent, f"moved to {home}"))
+
+    async def _give_up(self, agent: str, reason: str) -> None:
+        with contextlib.suppress(LeaseError, TimeoutError):
+            await self.leases.release(agent)
+        await self.deployments.unhost_placed(agent, reason, 0.0)
+
     def lease_lost(self, agent: str, reason: str) -> None:
         """LeaseBook's callback: stop the agent here now (its writes are fenced already)."""
         if agent in self.running:
             self.running.discard(agent)
             log.error("agent %s: lease lost (%s); stopped here", agent, reason)
-            asyncio.get_running_loop().create_task(
+            self._in_background(
                 self.deployments.unhost_placed(agent, f"lease lost ({reason})", 0.0)
             )
 
@@ -403,14 +628,16 @@ class PlacementManager:
         placed = self.placements.get(agent)
         if placed is None or len(placed.placement) < 2:
             raise Problem(409, f"agent {agent!r} is not placed on more than one node")
-        home = self.ctx.projections.get(Journals).home_of(agent)
+        home = self.journals.home_of(agent)
         if home != self.ctx.name or agent not in self.running:
             raise Problem(409, f"agent {agent!r} runs on node {home!r}; ask it to move it")
         if to == self.ctx.name:
             raise Problem(409, f"agent {agent!r} runs on {to!r} already")
         if to not in placed.placement:
             raise Problem(
-                422, f"node {to!r} is not in the placement set of {agent!r}: {placed.placement}"
+                422,
+                f"node {to!r} is not in the placement set of {agent!r}: "
+                f"{', '.join(placed.placement)}",
             )
         try:
             adverts = await link.adverts.live([to])
@@ -418,10 +645,12 @@ class PlacementManager:
             raise Problem(503, f"the nodes' adverts could not be read: {exc}") from None
         if to not in adverts:
             raise Problem(409, f"node {to!r} has no fresh advert: it is not connected")
-        missing = set(placed.definition.grant_domains) - set(adverts[to].domains)
-        if missing:
+        if agent not in adverts[to].hosts:
             raise Problem(
-                422, f"node {to!r} lacks the grant domains of {agent!r}: {sorted(missing)}"
+                422,
+                f"node {to!r} is not ready to host {agent!r}: its operator gave no consent, "
+                "it lacks the agent's grant domains, or its component is not compiled there "
+                "yet (see that node's log)",
             )
         if agent in self._busy:
             raise Problem(409, f"agent {agent!r} is being moved or started already")
@@ -433,18 +662,19 @@ class PlacementManager:
 
     async def _hand_off(self, link: Link, agent: str, to: str) -> dict[str, Any]:
         started = time.monotonic()
-        epoch = self._epoch(agent) + 1
+        epoch = self.journals.epoch_of(agent) + 1
         self.running.discard(agent)
         await self.deployments.unhost_placed(agent, f"moved to {to}", self.deployments.drain_secs)
-        self._sealed.add(agent)
-        # the last envelope this node writes: a finding or task queued behind it is refused
+        # the last envelope this node writes (the store disowns the journal as it stages it):
+        # a finding or task queued behind it is refused
         envelope = await self.ctx.store.append_sealing(
             agent, *c.event_of(c.JournalHandoff(to=to, epoch=epoch))
         )
+        self._handed[agent] = (epoch, time.monotonic())
         published = await link.publisher.wait_published(agent, envelope.seq, MOVE_ACK_SECS)
         # released either way: this node wrote its last envelope; if the stream never gets
         # the handoff, a node of the set takes over once the lease is gone (a fork that the
-        # takeover's higher epoch resolves on this node)
+        # takeover resolves on this node)
         await self.leases.release(agent)
         if not published:
             raise Problem(

@@ -109,6 +109,22 @@ class AgentEngine:
             self._components[sha] = component
         return LoadedComponent(component, sha, hit, time.perf_counter() - start)
 
+    def prepare(self, path: Path) -> bool:
+        """Compile the component at `path` into the disk cache unless it is there (or loaded)
+        already, without keeping it in memory: a node that may host a placed agent on a
+        takeover has it ready to load in milliseconds (node/placement/prepare.py). True when it
+        compiled now. Blocking; raises CompileError as `load` does."""
+        wasm = path.read_bytes()
+        sha = hashlib.sha256(wasm).hexdigest()
+        with self._lock:
+            key_lock = self._key_locks.setdefault(sha, threading.Lock())
+        with key_lock:
+            cached = self._cache_path(sha)
+            if sha in self._components or (cached is not None and cached.exists()):
+                return False
+            self._compile(sha, wasm, _quiet)
+            return True
+
     def _cache_path(self, sha: str) -> Path | None:
         return None if self.cache_dir is None else artifact_path(self.cache_dir, sha)
 

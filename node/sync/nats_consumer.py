@@ -54,8 +54,9 @@ if TYPE_CHECKING:
     from node.sync.nats_repair_queue import RepairQueue
 
 log = logging.getLogger("agent-node.sync")
-# rejections that are part of normal operation (redeliveries, repaired gaps), or reported
-# already (equivocation: receive.py journals a critical finding)
+# rejections that are part of normal operation (redeliveries, repaired gaps, among them a
+# takeover that could not be judged yet), or reported already (equivocation: receive.py
+# journals a critical finding)
 UNREMARKABLE = frozenset({GAP, "duplicate", "equivocation"})
 MAX_REJECTION_FINDINGS_PER_HOUR = 10
 UNKNOWN_PUBLISHER = "(nats)"

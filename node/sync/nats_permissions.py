@@ -10,10 +10,11 @@ JetStream replies. The list follows what the node (nats-py 2.16) sends:
   `...<consumer>.<filter>`: both are allowed, for any mesh size;
 - the stream and the heads bucket are read (info, last message by subject) and created when
   missing (the first node creates them; an existing one is never changed);
-- placement (node/placement/): the leases bucket is read and written key by key (any node may
-  take any agent's lease: which node may host an agent is the journal's placement set, checked
-  by every peer), the nodes bucket read whole and written only at the node's own key, the
-  components object store read and written (chunks and metas; no purge, no delete).
+- placement (node/placement/): the leases bucket is read whole and written only under the
+  node's own name (`<hex(agent)>.<hex(node)>`: no member can write, delete or hold another
+  node's lease), the nodes bucket read whole and written only at the node's own key, the
+  components object store read and written (chunks and metas; no purge, no delete: a forged
+  meta is healed by the next put, node/placement/components.py).
 
 Generated rather than hand-kept: `agent-node mesh nats-permissions CONFIG...` prints the block.
 """
@@ -150,7 +151,7 @@ def placement_allowed(mesh: str, node: str) -> list[str]:
     )
     api = "$JS.API"
     allowed = [
-        f"$KV.{leases}.>",  # acquire, renew, release any agent's lease
+        f"$KV.{leases}.*.{token(node)}",  # its own lease of any agent only
         f"$KV.{nodes}.{token(node)}",  # its own advert only
         f"$O.{components}.>",  # components' chunks and metas
     ]
@@ -178,7 +179,7 @@ def render(mesh: str, members: list[Member]) -> str:
         "# Each node may publish envelopes only on its own subject prefix, write only its own",
         "# heads record, read the stream through its own durable consumer, and receive replies",
         "# only on its own inbox prefix ([mesh] nats_user; the node sets the prefix itself).",
-        "# Placement: any agent's lease, its own advert only, any component (by checksum).",
+        "# Placement: its own lease records and advert only, any component (by checksum).",
         "# Passwords come from nats-server's environment (the variables below, unquoted), or",
         "# write bcrypt hashes in their place (`nats server passwd`).",
         "",

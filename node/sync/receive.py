@@ -9,15 +9,19 @@ envelope under a seq we hold) is also journaled as a critical finding, at most
 MAX_EQUIVOCATION_FINDINGS_PER_HOUR per pushing peer. docs/mesh.md states the whole trust model.
 
 A journal changes writer only by a signed event in it (docs/mesh.md, "Placement and
-failover"): a `journal.handoff` from its home, naming a node of its placement set, with a
-higher epoch; or a `journal.takeover` from a node of its placement set with a higher epoch,
-even for a journal homed here (this node then becomes a replica and blocks its own appends to
-it). Other moves are refused (BAD_HANDOFF, BAD_TAKEOVER; a refused takeover is journaled as a
-finding naming its origin). Moves screened but not yet folded into the journals projection
-(this batch, or one staged before it) count for the envelopes after them (`_Moves`). A takeover
-at a seq this node already holds (an old-epoch tail that never reached the new home) whose
-`prev` is our seq before it wins: the store rewinds the journal to that seq, the takeover is
-stored, and a critical finding carries both envelopes (`_resolve_fork`).
+failover"): a `journal.handoff` from its home, naming a node of its placement set, at the
+epoch after the journal's; or a `journal.takeover` from a node of its placement set at the
+epoch after the journal's, that the placement layer's judge (`judge`, node/placement/judge.py)
+finds sound against the mesh: the home's lease lapsed, nothing the stream acknowledged
+overtaken or erased. That holds even for a journal homed here: this node then becomes a
+replica, disowns the journal in its store (no local append, whatever a lease renewal says)
+and tells the placement layer (`on_moved`), which stops the agent. Other moves are refused
+(BAD_HANDOFF, BAD_TAKEOVER; a refused move is journaled as a finding naming its signer). Moves
+screened but not yet folded into the journals projection (this batch, or one staged before it)
+count for the envelopes after them (`_Pending`). A takeover at a seq this node already holds
+(an old-epoch tail that never reached the new home) whose `prev` is our seq before it wins once
+judged: the store rewinds the journal to that seq, the takeover is stored, and a critical
+finding carries both envelopes (`_resolve_fork`).
 """
 
 from __future__ import annotations
@@ -29,10 +33,10 @@ import logging
 import os
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import msgspec
 
@@ -75,6 +79,36 @@ MAX_EQUIVOCATION_FINDINGS_PER_HOUR = 10
 # a second; one whose settle never came must not decide who writes a journal for ever)
 PENDING_SECS = 60.0
 STAGED_PEER = "(stream)"  # who pushed a staged batch, as far as a fork's finding says
+UNJUDGED = "takeover_unverified"  # the judge could not look (no NATS link, no answer)
+GAP = ImportStatus.GAP.value
+
+
+@dataclass(frozen=True)
+class TakeoverClaim:
+    """A takeover the envelope's own checks let through, for the judge to look at."""
+
+    stream: str
+    seq: int
+    origin: str  # its signer: the would-be home
+    epoch: int  # the epoch it claims
+    previous_home: str
+    previous_epoch: int
+    held: int  # this node's head of the journal (seq <= held: a fork)
+    ts: str
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Why a takeover is refused; `report`: journal a finding naming its signer (else the
+    refusal is for now: nothing could be checked)."""
+
+    reason: str
+    detail: str
+    report: bool = True
+
+
+class TakeoverJudge(Protocol):
+    async def judge(self, claim: TakeoverClaim) -> Verdict | None: ...
 
 
 class Rejection(msgspec.Struct):
@@ -125,6 +159,9 @@ class _Screening:
     moves: dict[int, tuple[str, str]] = field(default_factory=dict)  # index → (journal, home)
     forks: list[int] = field(default_factory=list)  # indices of takeovers at a held seq
     takeovers: int = 0  # takeovers seen, accepted or not
+    # takeovers that passed the envelope's own checks, for the judge: index → claim
+    claims: dict[int, TakeoverClaim] = field(default_factory=dict)
+    verdicts: dict[int, Verdict] = field(default_factory=dict)  # the judge's refusals
     incidents: list[tuple[str, str, str]] = field(default_factory=list)  # key, title, detail
 
 
@@ -152,6 +189,12 @@ class Receiver:
         self._pending: dict[str, _Pending] = {}  # moves screened, not yet folded
         self._tokens = itertools.count(1)
         self._staged: dict[int, _Screening] = {}  # id of a staged batch's future → screening
+        # the placement layer: judges takeovers, hears of journals that moved away
+        self.judge: TakeoverJudge | None = None
+        # journal → seq of a takeover that could not be judged yet: it and what follows it
+        # are gaps (repaired, so judged again, later), not envelopes of the old writer
+        self._unjudged: dict[str, int] = {}
+        self.on_moved: Callable[[str, str], None] | None = None
 
     async def receive(self, peer_id: str, items: Sequence[msgspec.Raw]) -> PushOutcome:
         outcome, candidates, origins, screening = await self._screen_moves(items)
@@ -197,7 +240,8 @@ class Receiver:
         self, items: Sequence[msgspec.Raw]
     ) -> tuple[PushOutcome, list[tuple[int, ForeignEnvelope]], set[str], _Screening]:
         """`_screen`; a batch with a takeover is screened again once everything queued before
-        it is committed and folded, so its epoch, head and fork are judged on exact state."""
+        it is committed and folded, so its epoch, head and fork are judged on exact state,
+        and its takeovers are judged against the mesh (`judge`) before a final screening."""
         outcome = PushOutcome()
         screening = _Screening(next(self._tokens))
         candidates, origins = self._screen(items, outcome, screening)
@@ -207,9 +251,25 @@ class Receiver:
         await self._ctx.store.barrier()
         outcome, screening = PushOutcome(), _Screening(next(self._tokens))
         candidates, origins = self._screen(items, outcome, screening)
+        if screening.claims:
+            verdicts = await self._judged(screening.claims)
+            self._forget(screening)
+            outcome, screening = PushOutcome(), _Screening(next(self._tokens), verdicts=verdicts)
+            candidates, origins = self._screen(items, outcome, screening)
         if screening.forks:
             candidates = self._old_epoch_refused(candidates, screening, outcome)
         return outcome, candidates, origins, screening
+
+    async def _judged(self, claims: dict[int, TakeoverClaim]) -> dict[int, Verdict]:
+        judge, verdicts = self.judge, {}
+        for index, claim in claims.items():
+            if judge is None:
+                verdict: Verdict | None = Verdict(UNJUDGED, "placement is not running", False)
+            else:
+                verdict = await judge.judge(claim)
+            if verdict is not None:
+                verdicts[index] = verdict
+        return verdicts
 
     def _old_epoch_refused(
         self,
@@ -326,6 +386,9 @@ class Receiver:
         except CatalogueError as exc:
             return exc.reason, exc.detail
         stream, journals = item.stream, self._ctx.projections.get(Journals)
+        unjudged = self._unjudged.get(stream)
+        if unjudged is not None and item.seq > unjudged:
+            return GAP, f"after the takeover at seq {unjudged}, not judged yet"
         pending = self._pending_of(stream)
         if pending is not None:
             home, epoch = pending.home, pending.epoch
@@ -338,7 +401,11 @@ class Receiver:
             batch.takeovers += 1
             takeover = read(JournalTakeover, event.data)
             if takeover is not None and takeover.epoch > epoch and stream != self._ctx.name:
-                return self._takeover(index, item, event, takeover, home, batch)
+                if takeover.epoch != epoch + 1:  # epochs never run ahead (no exhaustion)
+                    return self._bad_takeover(
+                        item, event, batch, f"its epoch {takeover.epoch} is not {epoch + 1}"
+                    )
+                return self._takeover(index, item, event, takeover, home, epoch, batch)
             if item.seq > held and not (
                 takeover is not None and event.origin == home and takeover.epoch == epoch
             ):
@@ -387,10 +454,12 @@ class Receiver:
         event: Event,
         takeover: JournalTakeover,
         home: str | None,
+        epoch: int,
         batch: _Screening,
     ) -> tuple[str, str] | None:
-        """A takeover that raises the epoch: from a node of the placement set, at the seq
-        after our head, or at a held seq whose `prev` is ours (a fork, resolved later)."""
+        """A takeover at the next epoch: from a node of the placement set other than its
+        home, at the seq after our head, or at a held seq whose `prev` is ours (a fork,
+        resolved later); then judged against the mesh (`judge`)."""
         stream = item.stream
         placement = self._placement_of(stream)
         if home is None or placement is None:
@@ -399,14 +468,28 @@ class Receiver:
             return self._bad_takeover(
                 item, event, batch, f"{event.origin!r} is not in its placement set"
             )
+        if event.origin == home:
+            return self._bad_takeover(item, event, batch, f"{home!r} is its home already")
         head = self._ctx.store.head(stream)
-        if head is not None and item.seq <= head.seq:
+        held = head.seq if head is not None else 0
+        if item.seq <= held:
             before = self._ctx.store.get(stream, item.seq - 1) if item.seq > 1 else None
             ours = before.payload_hash if before is not None else ""
             if event.prev != ours:
                 return self._bad_takeover(
                     item, event, batch, f"it does not follow this node's seq {item.seq - 1}"
                 )
+        verdict = batch.verdicts.get(index)
+        if verdict is not None:
+            if verdict.report:
+                self._unjudged.pop(stream, None)
+                return self._bad_takeover(item, event, batch, verdict.detail)
+            self._unjudged[stream] = item.seq
+            return GAP, f"takeover of {stream} at seq {item.seq} not judged yet: {verdict.detail}"
+        batch.claims[index] = TakeoverClaim(
+            stream, item.seq, event.origin, takeover.epoch, home, epoch, held, event.ts
+        )
+        if item.seq <= held:
             batch.forks.append(index)
         self._note(stream, event.origin, takeover.epoch, placement, batch, item.seq, home)
         batch.moves[index] = (stream, event.origin)
@@ -430,8 +513,8 @@ class Receiver:
         why = None
         if handoff is None:
             why = "it is unreadable"
-        elif handoff.epoch <= epoch:
-            why = f"epoch {handoff.epoch} does not raise the journal's {epoch}"
+        elif handoff.epoch != epoch + 1:
+            why = f"its epoch {handoff.epoch} is not {epoch + 1}"
         elif placement is None or handoff.to not in placement:
             why = f"{handoff.to!r} is not in the journal's placement set"
         if handoff is None or why is not None:
@@ -493,9 +576,15 @@ class Receiver:
 
     def _moved(self, stream: str, home: str) -> None:
         """An accepted move: this node no longer writes the journal unless it is the home
-        (a lease holder lifts the block with `EventStore.fence`)."""
+        (the placement layer owns it again once it holds its lease here)."""
+        self._unjudged.pop(stream, None)
         if home != self._ctx.name:
-            self._ctx.store.block(stream)
+            self._ctx.store.disown(stream)
+            if self.on_moved is not None:
+                try:
+                    self.on_moved(stream, home)
+                except Exception:  # the store refuses its appends all the same
+                    log.exception("the placement layer failed to hear that %s moved", stream)
 
     async def _resolve_forks(
         self, peer_id: str, candidates: list[tuple[int, ForeignEnvelope]], screening: _Screening
@@ -544,7 +633,7 @@ class Receiver:
             "resolved to the takeover",
             detail,
         )
-        store.block(item.stream)  # the new home writes it: nothing of ours may land after this
+        store.disown(item.stream)  # the new home writes it: nothing of ours may land after this
         removed = await store.rewind(item.stream, item.seq - 1)
         log.warning(
             "journal %s rewound to seq %d for a takeover by a higher epoch: %d envelope(s) "

@@ -23,9 +23,27 @@ async def test_nothing_queued_after_a_sealing_append_follows_it(store):
     assert other.seq == 1
 
 
-async def test_a_sealed_journal_opens_again_only_by_a_fence(store):
+async def test_a_sealed_journal_opens_again_only_once_owned_and_fenced(store):
     await store.append_sealing("alpha", "note", {})
+    assert store.disowned("alpha")
+    store.fence("alpha", None)  # a lease renewal: it does not lift a seal
     with pytest.raises(Fenced):
         await store.append("alpha", "note", {})
+    store.own("alpha")
+    with pytest.raises(Fenced):  # owned, but blocked until a fence says how long
+        await store.append("alpha", "note", {})
     store.fence("alpha", None)
+    assert (await store.append("alpha", "note", {})).seq == 2
+
+
+async def test_a_disowned_journal_refuses_appends_whatever_a_fence_says(store):
+    """A journal another node writes now (node/placement/): no renewal's fence lifts it."""
+    await store.append("alpha", "note", {})
+    store.disown("alpha")
+    store.fence("alpha", 1e18)
+    with pytest.raises(Fenced):
+        await store.append("alpha", "note", {})
+    assert store.head("alpha").seq == 1
+    store.own("alpha")
+    store.fence("alpha", 1e18)
     assert (await store.append("alpha", "note", {})).seq == 2

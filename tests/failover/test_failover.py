@@ -207,7 +207,7 @@ def test_a_node_without_the_grant_domains_never_runs_the_agent(failover, built_a
     with fm["node-a"].client() as client:  # a planned move to it is refused
         refused = client.post(f"/api/v1/agents/{AGENT}/move", json={"to": "node-c"})
         assert refused.status_code == 422, refused.text
-        assert "payments" in refused.json()["detail"]
+        assert "not ready to host" in refused.json()["detail"]
         outside = client.post(f"/api/v1/agents/{AGENT}/move", json={"to": "node-b"})
         assert outside.status_code == 422, outside.text
         assert "not in the placement set" in outside.json()["detail"]

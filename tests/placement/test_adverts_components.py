@@ -1,5 +1,6 @@
 """NodeAdverts and ComponentStore against a real nats-server: adverts are put, read back,
-checked, and expire; components go round by checksum, and anything else is refused."""
+checked, and expire; components go round by checksum, anything else is refused, and a
+member's forged metas hide nothing."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ import msgspec
 import pytest
 
 from node.config.load import parse_config
-from node.placement.adverts import Advert, NodeAdverts, Offer, offer_of
+from node.placement.adverts import Advert, NodeAdverts, served_domains
 from node.placement.components import (
+    MAX_METAS_TRIED,
     ComponentMissing,
     ComponentRefused,
     ComponentStore,
@@ -35,7 +37,7 @@ def one_server(tmp_path):
     servers.kill()
 
 
-def test_a_node_offers_the_domains_it_has_secrets_for_and_its_actions(tmp_path):
+def test_a_node_serves_the_domains_it_has_secrets_for(tmp_path):
     config = parse_config(
         {
             "node": {"name": "node-a"},
@@ -44,31 +46,31 @@ def test_a_node_offers_the_domains_it_has_secrets_for_and_its_actions(tmp_path):
         }
     )
     environ = {"AGENT_SECRET_MAIL_PASSWORD": "x"}  # mail from the environment; maps: nothing
-    offer = offer_of(config, environ)
-    assert offer == Offer(("mail", "payments"), ("http_fetch", "send_mail"))
+    assert served_domains(config, environ) == ("mail", "payments")
 
 
 async def test_adverts_are_put_read_checked_and_expire(one_server):
     mesh = mesh_section(one_server.urls, advert_interval_secs=INTERVAL, agent_slots=5)
     hosting = {"node-a": 2, "node-b": 0}
     async with jetstream(mesh, "node-a") as js_a, jetstream(mesh, "node-b") as js_b:
-        a = NodeAdverts("node-a", mesh, Offer(("payments",), ("http_fetch",)), lambda: 2)
-        b = NodeAdverts("node-b", mesh, Offer((), ("http_fetch",)), lambda: hosting["node-b"])
+        a = NodeAdverts("node-a", mesh, lambda: ["payer"], lambda: 2)
+        b = NodeAdverts("node-b", mesh, list, lambda: hosting["node-b"])
         await a.attach(js_a)
         await b.attach(js_b)
         assert a.ttl == pytest.approx(3 * INTERVAL)
         runners = [asyncio.create_task(x.run()) for x in (a, b)]
         try:
             live = await until(lambda: _both(b), 10, "both adverts")
-            assert live["node-a"].domains == ["payments"] and live["node-a"].free_slots == 3
+            assert live["node-a"].hosts == ["payer"] and live["node-a"].free_slots == 3
+            assert live["node-b"].hosts == []
             assert live["node-b"].free_slots == 5
             assert set(await a.live(["node-b", "node-z", "not a name!"])) == {"node-b"}
             # a record naming another node, junk, or out of bounds: skipped whole
             lies = {
-                "node-x": msgspec.json.encode(Advert("node-a", [], [], 1, 0.0)),
+                "node-x": msgspec.json.encode(Advert("node-a", [], 1, 0.0)),
                 "node-y": b"{not json",
-                "node-w": msgspec.json.encode(Advert("node-w", [], [], 10**9, 0.0)),
-                "node-v": msgspec.json.encode(Advert("node-v", ["x" * 1001], [], 1, 0.0)),
+                "node-w": msgspec.json.encode(Advert("node-w", [], 10**9, 0.0)),
+                "node-v": msgspec.json.encode(Advert("node-v", ["x" * 1001], 1, 0.0)),
             }
             for node, value in lies.items():
                 await js_b.publish(
@@ -141,35 +143,47 @@ async def test_a_wrong_checksum_or_an_oversized_component_is_refused(one_server,
             await small.put(data, sha)
         with pytest.raises(ValueError):
             await store.fetch("../../etc/passwd", dest)
-        assert await store.put(data, sha) is True
-        with pytest.raises(ComponentRefused, match="over the bound"):
-            await small.fetch(sha, dest)  # the meta announces more than this node takes
 
         # another member's objects: chunks that are not the checksum's, a meta that lies
         # about the size, a meta naming another digest
         bucket = bucket_name("default", Bucket.COMPONENTS)
+        forged = 0
 
         async def forge(name: str, chunks: list[bytes], size: int, digest: str) -> None:
-            nuid = f"forged{len(chunks)}{size}"
+            nonlocal forged
+            forged += 1
+            nuid = f"forged{forged}"
             for chunk in chunks:
                 await js_x.publish(f"$O.{bucket}.C.{nuid}", chunk)
             meta = ObjectRecord(name, bucket, nuid, size, len(chunks), digest)
-            meta_subject = store._meta_subject(name)
-            await js_x.publish(meta_subject, msgspec.json.encode(meta))
+            await js_x.publish(store._meta_subject(name), msgspec.json.encode(meta))
 
         evil = b"\0asm" + b"y" * 300_000
-        await forge(sha, [evil[:200_000], evil[200_000:]], len(evil), digest_of(sha))
-        with pytest.raises(ComponentRefused, match="is not it"):
-            await store.fetch(sha, dest)
-        await forge(sha, [evil[:1000], evil[1000:]], 1000, digest_of(sha))  # more than said
-        with pytest.raises(ComponentRefused, match="exceed 1000 bytes"):
-            await store.fetch(sha, dest)
         other = hashlib.sha256(evil).hexdigest()
+        await forge(sha, [evil[:200_000], evil[200_000:]], len(evil), digest_of(sha))
+        with pytest.raises(ComponentRefused, match="is not it"):  # nothing sound to fall back on
+            await store.fetch(sha, dest)
+        assert await store.put(data, sha) is True
+        with pytest.raises(ComponentRefused, match="over the bound"):
+            await small.fetch(sha, dest)  # the meta announces more than this node takes
+
+        # forged metas over a sound one hide nothing: a fetch goes back to the sound one
+        await forge(sha, [evil[:200_000], evil[200_000:]], len(evil), digest_of(sha))
+        await forge(sha, [evil[:1000], evil[1000:]], 1000, digest_of(sha))  # more than said
         await forge(sha, [evil], len(evil), digest_of(other))
+        assert (await store.fetch(sha, dest)).read_bytes() == data
+        assert await store.has(sha) is False  # the latest meta is not sound: a put heals it
+        assert await store.put(data, sha) is True
+        assert await store.has(sha) is True
+        assert await store.put(data, sha) is False  # healed: nothing published again
+
+        # past MAX_METAS_TRIED forged metas, the fetch gives up naming the newest's fault,
+        # until the next sound put
+        for _ in range(MAX_METAS_TRIED):
+            await forge(sha, [evil], len(evil), digest_of(other))
         with pytest.raises(ComponentRefused, match="names another"):
             await store.fetch(sha, dest)
-        assert await store.has(sha) is False
-        assert dest.read_bytes() == b"the previous file"
+        assert dest.read_bytes() == data  # left as the last sound fetch wrote it
         assert not list(dest.parent.glob(".*part"))
-        assert await store.put(data, sha) is True  # a sound put replaces the forged meta
+        assert await store.put(data, sha) is True
         assert (await store.fetch(sha, dest)).read_bytes() == data

@@ -1,5 +1,7 @@
-"""LeaseBook against real nats-servers: one holder at a time, renewals, expiry, self-fencing
-before the server can let another node in, release, and a lease lost with its server."""
+"""LeaseBook against real nats-servers: signed records under each node's own key, claims
+ordered by who wrote first, renewals, expiry, self-fencing before the server forgets the key,
+release, junk ignored and reported, a bucket made with other settings refused, and a lease lost
+with its server."""
 
 from __future__ import annotations
 
@@ -8,9 +10,12 @@ import time
 
 import msgspec
 import pytest
+from nacl.signing import SigningKey
+from nats.js.api import StreamConfig
 
-from node.placement.leases import HeldLease, LeaseBook, LeaseError
-from node.sync.nats_subjects import Bucket, bucket_name, kv_stream, kv_subject, token
+from node.placement.buckets import BucketError
+from node.placement.leases import LeaseBook, LeaseError, LeaseRecord, lease_key, sign_record
+from node.sync.nats_subjects import Bucket, bucket_name, kv_stream, kv_subject
 from tests.nats_support import NatsCluster
 from tests.placement.support import jetstream, mesh_section
 from tests.polling import until
@@ -25,6 +30,7 @@ class Hooks:
     def __init__(self) -> None:
         self.fences: list[tuple[str, float | None]] = []
         self.lost: list[tuple[str, str, float]] = []
+        self.junk: list[tuple[str, str, str]] = []
 
     def fence(self, journal: str, deadline: float | None) -> None:
         self.fences.append((journal, deadline))
@@ -32,10 +38,30 @@ class Hooks:
     def on_lost(self, agent: str, reason: str) -> None:
         self.lost.append((agent, reason, time.monotonic()))
 
+    def on_junk(self, agent: str, node: str, why: str) -> None:
+        self.junk.append((agent, node, why))
+
+
+KEYS = {name: SigningKey(bytes([i + 1]) * 32) for i, name in enumerate(["node-a", "node-b"])}
+KEYS["node-x"] = SigningKey(b"x" * 32)
+
+
+def lookup(node: str):
+    key = KEYS.get(node)
+    return key.verify_key if key is not None else None
+
 
 def book(node: str, mesh, hooks: Hooks | None = None) -> LeaseBook:
     hooks = hooks or Hooks()
-    return LeaseBook(node, mesh, fence=hooks.fence, on_lost=hooks.on_lost)
+    return LeaseBook(
+        node,
+        mesh,
+        KEYS[node],
+        lookup,
+        fence=hooks.fence,
+        on_lost=hooks.on_lost,
+        on_junk=hooks.on_junk,
+    )
 
 
 @pytest.fixture
@@ -52,9 +78,11 @@ def three_servers(tmp_path):
     servers.kill()
 
 
-async def test_two_nodes_race_for_a_lease_on_a_3_server_cluster_and_exactly_one_wins(
+async def test_two_nodes_claiming_an_epoch_agree_which_claim_came_first_on_3_servers(
     three_servers,
 ):
+    """Each node writes only its own record; both read the same order (the stream's), so of
+    two nodes racing for a takeover exactly one sees its own claim first."""
     servers = three_servers
     mesh = mesh_section(servers.urls, lease_ttl_secs=TTL, stream_replicas=3)
     async with jetstream(mesh, "node-a") as js_a, jetstream(mesh, "node-b") as js_b:
@@ -63,17 +91,18 @@ async def test_two_nodes_race_for_a_lease_on_a_3_server_cluster_and_exactly_one_
         await b.attach(js_b)
         for round_ in range(5):
             agent = f"agent-{round_}"
-            won = await asyncio.gather(a.acquire(agent, 1), b.acquire(agent, 1))
-            assert sum(lease is not None for lease in won) == 1, won
-            winner = "node-a" if won[0] is not None else "node-b"
-            view = await b.holder(agent)
-            assert view is not None and (view.holder, view.epoch) == (winner, 1)
-            assert view.revision == next(x for x in won if x is not None).revision
-            assert 0 < view.expires_in <= TTL
-        # a third try by the loser, and by the winner itself, is refused while it is held
-        assert await a.acquire("agent-0", 2) is (a.held().get("agent-0"))
-        loser = b if "agent-0" in a.held() else a
-        assert await loser.acquire("agent-0", 2) is None
+            await asyncio.gather(a.acquire(agent, 1), b.acquire(agent, 1))
+            seen_a = await a.contenders(agent, ["node-a", "node-b"], 1)
+            seen_b = await b.contenders(agent, ["node-a", "node-b"], 1)
+            assert [v.holder for v in seen_a] == [v.holder for v in seen_b]
+            assert {v.holder for v in seen_a} == {"node-a", "node-b"}
+            first = seen_a[0]
+            held = (a if first.holder == "node-a" else b).held()[agent]
+            assert first.revision == held.revision
+            assert 0 < first.expires_in <= TTL
+            assert await a.contenders(agent, ["node-a", "node-b"], 2) == []  # other epochs
+        # a second acquire at the same epoch is the lease held, not a new write
+        assert await a.acquire("agent-0", 1) is a.held()["agent-0"]
 
 
 async def test_renewing_keeps_the_lease_and_moves_valid_until(one_server):
@@ -92,7 +121,8 @@ async def test_renewing_keeps_the_lease_and_moves_valid_until(one_server):
         try:
             started = time.monotonic()
             while time.monotonic() - started < 3 * TTL:  # three TTLs: it would have expired
-                assert await b.acquire("alpha", 1) is None
+                view = await b.peek("alpha", "node-a")
+                assert view is not None and (view.holder, view.epoch) == ("node-a", 0)
                 assert a.valid_until("alpha") > time.monotonic()
                 await asyncio.sleep(0.2)
         finally:
@@ -131,34 +161,33 @@ async def test_a_stopped_renewer_stops_writing_before_the_server_lets_another_no
             until_before = a.valid_until("alpha")
             a.detach()  # renews fail from now on, as with a partition
             last_renew_sent = until_before - (TTL - a.margin)
-            last_refused = time.monotonic()
+            last_seen = time.monotonic()
 
-            async def taken() -> HeldLease | None:
-                nonlocal last_refused
-                held = await b.acquire("alpha", 1)
-                if held is None:
-                    last_refused = time.monotonic()
-                return held
+            async def gone() -> bool:
+                nonlocal last_seen
+                if await b.peek("alpha", "node-a") is not None:
+                    last_seen = time.monotonic()
+                    return False
+                return True
 
-            lease = await until(taken, 3 * TTL, "node-b takes the expired lease", 0.01)
-            acquired = time.monotonic()
+            await until(gone, 3 * TTL, "node-b sees node-a's lease gone", 0.01)
+            noticed = time.monotonic()
         finally:
             renewer.cancel()
-    assert lease.epoch == 1
     assert [(agent, reason) for agent, reason, _ in hooks.lost] == [("alpha", "unrenewed")]
     lost_at = hooks.lost[0][2]
     assert hooks.fences[-1] == ("alpha", 0.0)
-    # the order: a's valid_until, a's loss, then the server's expiry (after b's last refusal)
-    assert until_before <= lost_at < last_refused < acquired
-    assert acquired - last_renew_sent <= TTL + 1.0  # expired within the TTL (+ polling)
+    # the order: a's valid_until, a's loss, then the server's expiry (after b last saw it)
+    assert until_before <= lost_at < last_seen < noticed
+    assert noticed - last_renew_sent <= TTL + 1.0  # expired within the TTL (+ polling)
     print(
-        f"{size} server(s): valid_until → server expiry ≥ {last_refused - until_before:.3f} s "
-        f"(margin {a.margin:.2f} s); expiry {acquired - last_renew_sent:.3f} s after the "
+        f"{size} server(s): valid_until → server expiry ≥ {last_seen - until_before:.3f} s "
+        f"(margin {a.margin:.2f} s); expiry {noticed - last_renew_sent:.3f} s after the "
         f"last renew was sent (ttl {TTL} s)"
     )
 
 
-async def test_release_then_another_node_acquires_at_once(one_server):
+async def test_release_deletes_the_record_at_once(one_server):
     servers = one_server
     mesh = mesh_section(servers.urls, lease_ttl_secs=TTL)
     hooks = Hooks()
@@ -166,36 +195,64 @@ async def test_release_then_another_node_acquires_at_once(one_server):
         a, b = book("node-a", mesh, hooks), book("node-b", mesh)
         await a.attach(js_a)
         await b.attach(js_b)
-        assert await a.acquire("alpha", 0) is not None
-        assert await b.acquire("alpha", 1) is None
+        await a.acquire("alpha", 0)
+        assert (await b.peek("alpha", "node-a")) is not None
         assert await a.release("alpha") is True
         assert hooks.fences[-1] == ("alpha", 0.0) and "alpha" not in a.held()
-        assert await a.holder("alpha") is None
-        lease = await b.acquire("alpha", 1)  # over the delete marker
-        assert lease is not None
-        view = await a.holder("alpha")
-        assert view is not None and (view.holder, view.epoch) == ("node-b", 1)
-        assert await a.release("alpha") is False  # not a's to release
+        assert await b.peek("alpha", "node-a") is None  # no TTL to wait for
+        assert await a.release("alpha") is False  # nothing held
+        lease = await a.acquire("alpha", 1)  # over its own delete marker
+        assert (await b.peek("alpha", "node-a")).epoch == 1 == lease.epoch
 
 
-async def test_a_lease_written_by_someone_else_is_lost_at_the_next_renew(one_server):
-    """Another writer (a member that does not play by the rules) overwrote the key: the
-    compare-and-set fails, and the lease is dropped and fenced at once, not at valid_until."""
+async def test_junk_or_a_forged_record_under_a_key_counts_as_no_lease_and_is_reported(one_server):
+    """What a member writes under its own key that is not its signed record (junk, a record
+    naming another node, another agent, or signed by another key) is no lease, and said so."""
     servers = one_server
     mesh = mesh_section(servers.urls, lease_ttl_secs=TTL)
     hooks = Hooks()
+    bucket = bucket_name("default", Bucket.LEASES)
     async with jetstream(mesh, "node-a") as js_a, jetstream(mesh, "node-x") as js_x:
         a = book("node-a", mesh, hooks)
         await a.attach(js_a)
-        assert await a.acquire("alpha", 0) is not None
-        junk = b'{"holder": "node-x"'
-        await js_x.publish(kv_subject(bucket_name("default", Bucket.LEASES), token("alpha")), junk)
-        assert await a.renew("alpha") is False
-        assert [(agent, reason) for agent, reason, _ in hooks.lost] == [("alpha", "taken")]
-        assert hooks.fences[-1] == ("alpha", 0.0)
-        view = await a.holder("alpha")  # junk is shown as no holder, yet holds the key
-        assert view is not None and (view.holder, view.epoch) == ("", -1)
-        assert await a.acquire("alpha", 1) is None
+        await a.acquire("alpha", 0)
+        forged = [
+            b'{"holder": "node-x"',
+            sign_record(KEYS["node-x"], LeaseRecord("alpha", "node-a", 5, 0.0)),  # names a
+            sign_record(KEYS["node-x"], LeaseRecord("beta", "node-x", 5, 0.0)),  # other agent
+            sign_record(KEYS["node-a"], LeaseRecord("alpha", "node-x", 5, 0.0)),  # a's key
+        ]
+        for junk in forged:
+            await js_x.publish(kv_subject(bucket, lease_key("alpha", "node-x")), junk)
+            assert await a.peek("alpha", "node-x") is None
+        assert [(agent, node) for agent, node, _ in hooks.junk] == [("alpha", "node-x")] * 4
+        assert await a.contenders("alpha", ["node-a", "node-x"], 5) == []
+        good = sign_record(KEYS["node-x"], LeaseRecord("alpha", "node-x", 5, 0.0))
+        await js_x.publish(kv_subject(bucket, lease_key("alpha", "node-x")), good)
+        assert (await a.peek("alpha", "node-x")).epoch == 5
+        assert await a.renew("alpha") is True  # a's own record is untouched by any of it
+        assert hooks.lost == []
+
+
+async def test_a_bucket_made_by_someone_else_with_another_ttl_is_refused(one_server):
+    """A member that creates the leases bucket first with a TTL of a year does not make every
+    lease last a year: the bucket is not used, and the error says what to do."""
+    mesh = mesh_section(one_server.urls, lease_ttl_secs=TTL)
+    bucket = bucket_name("default", Bucket.LEASES)
+    async with jetstream(mesh, "node-x") as js_x, jetstream(mesh, "node-a") as js_a:
+        await js_x.add_stream(
+            StreamConfig(
+                name=kv_stream(bucket),
+                subjects=[f"$KV.{bucket}.>"],
+                max_age=365 * 86400.0,
+                max_msgs_per_subject=1,
+                deny_delete=True,
+                deny_purge=True,
+                allow_rollup_hdrs=False,
+            )
+        )
+        with pytest.raises(BucketError, match=r"keeps keys 3\.1536e\+07 s, not 1\.98-2\.02 s"):
+            await book("node-a", mesh).attach(js_a)
 
 
 async def test_the_lease_is_lost_and_fenced_when_the_server_goes_away(one_server):
@@ -220,16 +277,15 @@ async def test_the_lease_is_lost_and_fenced_when_the_server_goes_away(one_server
         assert hooks.fences[-1] == ("alpha", 0.0)
         assert a.held() == {}
         with pytest.raises(LeaseError):
-            await a.holder("alpha")
+            await a.peek("alpha", "node-a")
 
 
-def test_lease_records_are_small_json():
-    from node.placement.leases import LeaseRecord
-
-    record = msgspec.json.decode(
-        msgspec.json.encode(LeaseRecord("node-a", 3, 1.5)), type=LeaseRecord
-    )
-    assert (record.holder, record.epoch) == ("node-a", 3)
+def test_lease_records_are_small_signed_json():
+    value = sign_record(KEYS["node-a"], LeaseRecord("alpha", "node-a", 3, 1.5))
+    assert len(value) < 400
+    decoded = msgspec.json.decode(value)
+    assert decoded["signature"].startswith("ed25519:")
+    assert msgspec.json.decode(decoded["record"])["epoch"] == 3
 
 
 async def test_a_lease_outlives_the_kill_of_its_buckets_leader_on_a_3_server_cluster(
@@ -258,7 +314,7 @@ async def test_a_lease_outlives_the_kill_of_its_buckets_leader_on_a_3_server_clu
                 "renewals with the new leader",
             )
             print(f"renewing again {time.monotonic() - killed:.2f} s after the leader's kill")
-            assert await b.acquire("alpha", 1) is None
+            assert (await b.peek("alpha", "node-a")).epoch == 0
         finally:
             renewer.cancel()
     assert hooks.lost == []
@@ -288,5 +344,5 @@ async def test_a_renew_written_but_unanswered_is_recognised_and_the_lease_kept(o
 
 
 async def _revision(book_: LeaseBook, agent: str, revision: int) -> bool:
-    view = await book_.holder(agent)
+    view = await book_.peek(agent, book_.node)
     return view is not None and view.revision == revision

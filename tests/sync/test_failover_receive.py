@@ -1,14 +1,18 @@
 """Who may write a journal after it moved (docs/mesh.md, "Placement and failover"): handoffs,
 takeovers, a fork between epochs, each through a real push to one in-process node with real
 signatures (node-a under test; node-b and node-c in the agent's placement set, node-d a pinned
-peer outside it)."""
+peer outside it). node-a is on a real nats-server (its own mesh name per test): a takeover is
+judged against the mesh's leases bucket and stream (node/placement/judge.py), which the tests
+write as node-b would."""
 
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 
 import msgspec
+import nats
 import pytest
 from nacl.signing import SigningKey
 
@@ -17,9 +21,14 @@ from eventstore.keys import public_key_multibase
 from eventstore.store import Fenced
 from node.context import CONTEXT
 from node.ops import checkpoint
+from node.placement.key import PLACEMENT
+from node.placement.leases import LeaseRecord, lease_key, sign_record
+from node.sync.nats_subjects import MSG_ID_HEADER, Bucket, bucket_name, msg_id, subject
 from node.sync.service import SYNC
 from projections import catalogue as c
 from projections.journals import Journals
+from tests.nats_support import NatsServer, nats_mesh_toml
+from tests.polling import until
 from tests.support import READ_TOKEN, auth, free_port, make_config
 from tests.sync_support import SYNC_TUNING, peer_token, peer_toml
 
@@ -31,8 +40,24 @@ LIMITS = c.AgentLimits(tick_interval_ms=1, fuel_per_tick=1, memory_limit_mb=1, t
 DEFINITION = c.AgentDefinition(component="registry:x@1", sha256="", limits=LIMITS)
 
 
+MESHES = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def nats_server(tmp_path_factory):
+    server = NatsServer(tmp_path_factory.mktemp("nats"), "n0").start()
+    yield server
+    server.kill()
+
+
 @pytest.fixture
-def config(tmp_path):
+def mesh_name():
+    return f"recv{next(MESHES)}"
+
+
+@pytest.fixture
+def config(tmp_path, nats_server, mesh_name):
+    mesh = nats_mesh_toml([nats_server.url]) + f'name = "{mesh_name}"\n'
     peers = "".join(
         peer_toml(
             name,
@@ -43,7 +68,58 @@ def config(tmp_path):
         )
         for name, key in KEYS.items()
     )
-    return make_config(tmp_path, SYNC_TUNING + peers)
+    return make_config(tmp_path, SYNC_TUNING + mesh + peers)
+
+
+@pytest.fixture
+async def client(aiohttp_client, config):
+    """node-a, once its placement layer is linked to the mesh (its judge can look)."""
+    from node.app import build_app
+
+    test_client = await aiohttp_client(build_app(config))
+    manager = test_client.server.app[PLACEMENT]
+    await until(lambda: manager.link is not None, 20, "the placement layer linked")
+    return test_client
+
+
+class MeshAsNodeB:
+    """What node-b puts in the mesh's buckets and stream (the test holds no NATS user: the
+    server has no permissions here)."""
+
+    def __init__(self, url: str, mesh: str) -> None:
+        self.url, self.mesh = url, mesh
+
+    async def lease(self, agent: str, epoch: int | None) -> None:
+        """node-b's signed lease record of `agent` at `epoch` (None: deleted)."""
+        nc = await nats.connect(self.url)
+        try:
+            kv = await nc.jetstream().key_value(bucket_name(self.mesh, Bucket.LEASES))
+            key = lease_key(agent, "node-b")
+            if epoch is None:
+                await kv.delete(key)
+            else:
+                record = LeaseRecord(agent, "node-b", epoch, 0.0)
+                await kv.put(key, sign_record(KEYS["node-b"], record))
+        finally:
+            await nc.close()
+
+    async def published(self, envelopes: list[dict]) -> None:
+        """node-b's envelopes in the stream, as its publisher puts them (one message)."""
+        nc = await nats.connect(self.url)
+        try:
+            agent, first, last = envelopes[0]["agent"], envelopes[0]["seq"], envelopes[-1]["seq"]
+            await nc.jetstream().publish(
+                subject(self.mesh, "node-b", agent),
+                json.dumps(envelopes).encode(),
+                headers={MSG_ID_HEADER: msg_id("node-b", agent, first, last)},
+            )
+        finally:
+            await nc.close()
+
+
+@pytest.fixture
+def mesh(nats_server, mesh_name) -> MeshAsNodeB:
+    return MeshAsNodeB(nats_server.url, mesh_name)
 
 
 class Chain:
@@ -175,6 +251,85 @@ async def test_a_takeover_by_a_node_outside_the_placement_set_is_refused_and_rep
     assert "node-d" in reported[0]["title"] and reported[0]["agent"] == "node-a"
 
 
+async def test_a_takeover_that_skips_epochs_is_refused(client):
+    """Epochs go up by one: a takeover at 2**53 would leave no epoch for the next one."""
+    chain, first = placed_journal("node-b", "node-c")
+    assert (await push(client, first))["accepted"] == 3
+    body = await push(client, [chain.add(4, "node-c", takeover(2**53))])
+    assert reasons(body) == ["bad_takeover"]
+    assert f"epoch {2**53} is not 1" in body["rejections"][0]["detail"]
+    assert journals(client).epoch_of("mover") == 0
+
+
+async def test_a_takeover_while_the_home_holds_a_live_lease_is_refused_and_reported(client, mesh):
+    """A member of the set cannot take over an agent whose home is alive: node-b's signed lease
+    record at the journal's epoch is there. Once it is gone, the same takeover stands."""
+    chain, first = placed_journal("node-b", "node-c")
+    assert (await push(client, first))["accepted"] == 3
+    await mesh.lease("mover", 0)
+    forged = chain.add(4, "node-c", takeover(1))
+    body = await push(client, [forged])
+    assert reasons(body) == ["bad_takeover"]
+    assert "holds a live lease at epoch 0" in body["rejections"][0]["detail"]
+    (reported,) = await findings(client, "high")
+    assert reported["title"] == "refused takeover of journal mover by node node-c"
+    assert journals(client).home_of("mover") == "node-b"
+    await mesh.lease("mover", None)  # node-b died: its lease is gone
+    assert (await push(client, [forged]))["accepted"] == 1
+    assert journals(client).home_of("mover") == "node-c"
+
+
+async def test_a_deep_takeover_erasing_what_the_stream_holds_is_refused(client, mesh):
+    """node-c, a member of the set, signs a takeover at seq 2: it would rewind seqs 2-5 that
+    node-b published to the stream (acknowledged). Refused, reported naming node-c, nothing
+    removed."""
+    chain, first = placed_journal("node-b", "node-c")
+    tail = [chain.add(seq, "node-b", title=f"b #{seq}") for seq in (4, 5)]
+    assert (await push(client, first + tail))["accepted"] == 5
+    await mesh.published(first + tail)
+    ctx = client.server.app[CONTEXT]
+    deep = Chain("mover")
+    deep.digests[1] = chain.digests[1]
+    body = await push(client, [deep.add(2, "node-c", takeover(1))])
+    assert reasons(body) == ["bad_takeover"]
+    assert "the stream holds seq 5 of it from 'node-b'" in body["rejections"][0]["detail"]
+    assert [e.seq for e in ctx.store.read_stream("mover")] == [1, 2, 3, 4, 5]
+    assert ctx.store.rewound_at() == 0
+    assert await findings(client, "critical") == []
+    (reported,) = await findings(client, "high")
+    assert "node-c" in reported["title"]
+
+
+async def test_a_fork_over_a_tail_older_than_a_lease_is_refused(client):
+    """An honest old home writes past the stream only until its lease runs out: a takeover
+    forking a tail begun long before it is refused, whatever the stream holds."""
+    chain, first = placed_journal("node-b", "node-c")
+    assert (await push(client, first))["accepted"] == 3
+    ancient = Event(
+        type="finding",
+        ts="2020-01-01T00:00:00Z",
+        origin="node-b",
+        prev=chain.digests[3],
+        data={"severity": "info", "title": "old", "detail": ""},
+    )
+    raw = encode_event(ancient)
+    digest = digest_of(raw)
+    tail = {
+        "seq": 4,
+        "agent": "mover",
+        "payload": base64.b64encode(raw).decode(),
+        "signature": "ed25519:"
+        + base64.b64encode(sign(KEYS["node-b"], "mover", 4, digest)).decode(),
+    }
+    assert (await push(client, [tail]))["accepted"] == 1
+    body = await push(client, [chain.add(4, "node-c", takeover(1))])
+    assert reasons(body) == ["bad_takeover"]
+    assert (
+        "an old home writes past the stream for at most a lease" in body["rejections"][0]["detail"]
+    )
+    assert client.server.app[CONTEXT].store.head("mover").seq == 4
+
+
 async def test_a_takeover_that_does_not_raise_the_epoch_is_refused(client):
     chain, first = placed_journal("node-b", "node-c")
     first.append(chain.add(4, "node-c", takeover(1)))
@@ -288,12 +443,13 @@ async def test_a_forged_or_unchained_takeover_at_a_held_seq_rewinds_nothing(clie
 
 
 async def test_a_takeover_forking_a_journal_homed_here_rewinds_this_nodes_tail(client):
-    """This node was the home, wrote seq 3 that never reached node-b, and lost the lease."""
+    """This node was the home, wrote seq 3 that never reached node-b nor the stream (its last
+    write: the publisher publishes nothing of a fenced journal), and lost the lease."""
     ctx = client.server.app[CONTEXT]
     kind, data = c.event_of(placed("node-a", "node-b"))
     await ctx.store.append("local", kind, data)
     second = await ctx.store.append("local", "log", {"level": "info", "message": "2"})
-    await ctx.store.append("local", "log", {"level": "info", "message": "3, never replicated"})
+    await ctx.store.append_sealing("local", "log", {"level": "info", "message": "3, unpublished"})
     chain = Chain("local")
     chain.digests[2] = second.payload_hash
     body = await push(client, [chain.add(3, "node-b", takeover(1, "node-a"))])

@@ -1,0 +1,159 @@
+"""Consent: whether this node hosts a placed agent another node deployed, and with what.
+
+A placed agent's definition (its latest `agent.placed`) was written by whichever node was its
+home: a member of the mesh, a stranger with a key. It decides nothing here by itself. This node
+hosts an agent only when its own operator said so, in one of three ways (the first found):
+
+- a `[[hosting]]` entry naming the agent (runtime.toml, docs/configuration.md);
+- an `[[agents]]` entry of that name (this node declares it);
+- a deployment of that name by an operator of this node (its API, journaled with the
+  operator's name in `$node`): the latest such definition is the consent.
+
+What the agent gets here is the definition bounded by the consent (`bound`): a capability only
+when both enable it, gated when either gates it, grant domains and allowed hosts both name,
+the smaller of each run limit, MCP only when both allow it. A node is eligible to host it
+(`refusal` says why not) only when every grant domain the definition asks for is consented
+and served here (a secret the agent cannot read would fail it), and its component is one the
+consent allows. The component itself passes this node's own compile check before it runs
+(node/placement/prepare.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from node.config.model import AgentConfig, Config, HostingConfig
+from projections import catalogue as c
+from projections.deployments import DeployedAgent
+
+
+@dataclass(frozen=True)
+class Consent:
+    """What this node's operator allows a placed agent here."""
+
+    source: str  # "hosting" | "agents" | "deployed": where it was said (for people)
+    capabilities: frozenset[str]  # enabled
+    gated: frozenset[str]
+    timeout_secs: int | None
+    grant_domains: frozenset[str]
+    allow_hosts: frozenset[str]
+    mcp: bool
+    limits: c.AgentLimits  # caps (tick_interval_ms: a floor)
+    components: frozenset[str]  # sha256:... allowed; empty: any
+
+    @classmethod
+    def of_hosting(cls, entry: HostingConfig) -> Consent:
+        timeout = entry.approval.get("timeout_secs")
+        return cls(
+            source="hosting",
+            capabilities=frozenset(k for k, v in entry.capabilities.items() if v is True),
+            gated=frozenset(k for k, v in entry.approval.items() if v is True),
+            timeout_secs=int(timeout) if isinstance(timeout, int) else None,
+            grant_domains=frozenset(entry.grants.domains),
+            allow_hosts=frozenset(entry.http.allow_hosts),
+            mcp=entry.mcp,
+            limits=c.AgentLimits(
+                tick_interval_ms=entry.tick_interval_ms,
+                fuel_per_tick=entry.fuel_per_tick,
+                memory_limit_mb=entry.memory_limit_mb,
+                tick_timeout_ms=entry.tick_timeout_ms,
+            ),
+            components=frozenset(entry.components),
+        )
+
+    @classmethod
+    def of_definition(cls, source: str, definition: c.AgentDefinition) -> Consent:
+        timeout = definition.approval.get("timeout_secs")
+        return cls(
+            source=source,
+            capabilities=frozenset(k for k, v in definition.capabilities.items() if v),
+            gated=frozenset(k for k, v in definition.approval.items() if v is True),
+            timeout_secs=timeout if isinstance(timeout, int) and timeout is not True else None,
+            grant_domains=frozenset(definition.grant_domains),
+            allow_hosts=frozenset(definition.allow_hosts),
+            mcp=definition.mcp,
+            limits=definition.limits,
+            components=frozenset(),
+        )
+
+    def bound(self, definition: c.AgentDefinition) -> c.AgentDefinition:
+        """The definition as it runs here: never more than this consent allows."""
+        capabilities = {
+            k: bool(v) and k in self.capabilities for k, v in definition.capabilities.items()
+        }
+        approval: dict[str, bool | int] = {
+            k: True
+            for k in sorted({k for k, v in definition.approval.items() if v is True} | self.gated)
+            if k != "timeout_secs"
+        }
+        timeouts = [
+            t
+            for t in (definition.approval.get("timeout_secs"), self.timeout_secs)
+            if isinstance(t, int) and not isinstance(t, bool)
+        ]
+        if timeouts:
+            approval["timeout_secs"] = min(timeouts)
+        asked, cap = definition.limits, self.limits
+        limits = c.AgentLimits(
+            tick_interval_ms=max(asked.tick_interval_ms, cap.tick_interval_ms),
+            fuel_per_tick=min(asked.fuel_per_tick, cap.fuel_per_tick),
+            memory_limit_mb=min(asked.memory_limit_mb, cap.memory_limit_mb),
+            tick_timeout_ms=min(asked.tick_timeout_ms, cap.tick_timeout_ms),
+        )
+        return c.AgentDefinition(
+            component=definition.component,
+            sha256=definition.sha256,
+            description=definition.description,
+            capabilities=capabilities,
+            approval=approval,
+            limits=limits,
+            mcp=definition.mcp and self.mcp,
+            grant_domains=[d for d in definition.grant_domains if d in self.grant_domains],
+            allow_hosts=[h for h in definition.allow_hosts if h in self.allow_hosts],
+        )
+
+    def refusal(self, definition: c.AgentDefinition, served: Iterable[str]) -> str | None:
+        """Why this node may not host `definition` (None: it may)."""
+        if self.components and definition.sha256 not in self.components:
+            return f"its component {definition.sha256} is not one this node allows"
+        asked = set(definition.grant_domains)
+        unconsented = sorted(asked - self.grant_domains)
+        if unconsented:
+            return f"it asks for grant domains this node does not grant it: {unconsented}"
+        unserved = sorted(asked - set(served))
+        if unserved:
+            return f"this node has no secrets for its grant domains {unserved}"
+        return None
+
+
+def operator_definition(deployed: DeployedAgent | None) -> c.AgentDefinition | None:
+    """The latest definition an operator of this node deployed (not one a placement moved
+    here: those are journaled without an operator)."""
+    if deployed is None:
+        return None
+    for deployment in (deployed.current, *reversed(deployed.previous)):
+        if deployment.operator:
+            return deployment.definition
+    return None
+
+
+def consent_of(
+    config: Config,
+    declared: Iterable[AgentConfig],
+    deployed: DeployedAgent | None,
+    agent: str,
+) -> Consent | None:
+    """This node's consent to host `agent`, or None when its operator never gave one."""
+    for entry in config.hosting:
+        if entry.agent == agent:
+            return Consent.of_hosting(entry)
+    from node.services.definitions import definition_of  # services import placement lazily
+
+    for declared_agent in declared:
+        if declared_agent.name == agent:
+            return Consent.of_definition("agents", definition_of(declared_agent, ""))
+    definition = operator_definition(deployed)
+    if definition is not None:
+        return Consent.of_definition("deployed", definition)
+    return None

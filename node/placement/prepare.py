@@ -1,0 +1,148 @@
+"""Components made ready before they are needed: a node that may host a placed agent fetches
+and compiles its component as soon as it learns of the placement (and of each upgrade), so a
+takeover or a move finds it compiled: failover does not wait for a compile (seconds to tens of
+seconds for a Python-built component).
+
+One preparation runs at a time (a compile takes a core); a failed one (the component missing
+from the mesh's store, refused by this node's compile check or limits, a registry that holds
+other bytes under its version) is tried again after a backoff that doubles up to
+MAX_BACKOFF_SECS, and a node never claims an agent whose component is not ready here
+(node/placement/manager.py): a broken component cannot make it take over again and again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from node.runtime.compiler import CompileError
+from node.services.registry import RegistryError, RegistryService
+from projections import catalogue as c
+
+if TYPE_CHECKING:
+    from node.placement.components import ComponentStore
+    from node.runtime.engine import AgentEngine
+
+log = logging.getLogger("agent-node.placement")
+FIRST_BACKOFF_SECS = 1.0
+MAX_BACKOFF_SECS = 300.0
+
+
+@dataclass
+class _State:
+    ready: bool = False
+    failures: int = 0
+    next_try: float = 0.0
+    error: str = ""
+
+
+class Preparer:
+    def __init__(self, registry: RegistryService, engine: Callable[[], AgentEngine | None]) -> None:
+        self._registry = registry
+        self._engine = engine
+        self._states: dict[str, _State] = {}
+        self._queue: dict[str, c.AgentDefinition] = {}  # sha256 → a definition naming it
+        self._wake = asyncio.Event()
+
+    def ready(self, definition: c.AgentDefinition) -> bool:
+        state = self._states.get(definition.sha256)
+        return state is not None and state.ready
+
+    def error(self, definition: c.AgentDefinition) -> str:
+        state = self._states.get(definition.sha256)
+        return state.error if state is not None else ""
+
+    def want(self, definition: c.AgentDefinition) -> None:
+        """Make this definition's component ready here (in the background)."""
+        state = self._states.setdefault(definition.sha256, _State())
+        if not state.ready and definition.sha256 not in self._queue:
+            self._queue[definition.sha256] = definition
+            self._wake.set()
+
+    def forget(self, keep: set[str]) -> None:
+        """Drop what is known of components no placed agent here names any more."""
+        for sha in [s for s in self._states if s not in keep]:
+            del self._states[sha]
+            self._queue.pop(sha, None)
+
+    async def run(self, components: ComponentStore) -> None:
+        """Prepare what is wanted, one at a time, until cancelled."""
+        while True:
+            now = time.monotonic()
+            due = [
+                definition
+                for sha, definition in self._queue.items()
+                if self._states.setdefault(sha, _State()).next_try <= now
+            ]
+            if not due:
+                self._wake.clear()
+                waits = [self._states[sha].next_try - now for sha in self._queue]
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), min(waits, default=60.0))
+                continue
+            definition = due[0]
+            await self._prepare(components, definition)
+            if self._states[definition.sha256].ready:
+                self._queue.pop(definition.sha256, None)
+
+    async def _prepare(self, components: ComponentStore, definition: c.AgentDefinition) -> None:
+        state = self._states[definition.sha256]
+        started = time.monotonic()
+        try:
+            path = await self._fetched(components, definition)
+            engine = self._engine()
+            if engine is None:
+                raise CompileError("the agent runtime is not running", "crashed")
+            compiled = await asyncio.to_thread(engine.prepare, path)
+        except Exception as exc:  # each kind below is one a component can cause
+            error = _describe(exc)
+            state.failures += 1
+            backoff = min(MAX_BACKOFF_SECS, FIRST_BACKOFF_SECS * 2 ** (state.failures - 1))
+            state.next_try = time.monotonic() + backoff * random.uniform(0.8, 1.2)
+            if error != state.error:
+                log.warning(
+                    "placement: component %s (%s) is not ready here: %s; trying again in %.0f s",
+                    definition.component,
+                    definition.sha256,
+                    error,
+                    backoff,
+                )
+            state.error = error
+            return
+        state.ready, state.failures, state.error = True, 0, ""
+        if compiled:
+            log.info(
+                "placement: component %s compiled ahead of a takeover in %.1f s",
+                definition.component,
+                time.monotonic() - started,
+            )
+
+    async def _fetched(self, components: ComponentStore, definition: c.AgentDefinition) -> Path:
+        """The component's path in this node's registry, fetched from the mesh (by sha256,
+        verified) when this registry does not hold it."""
+        try:
+            return self._registry.resolve(definition.component)
+        except LookupError:
+            pass
+        sha = definition.sha256.removeprefix("sha256:")
+        tmp = self._registry.tmp / f"fetch-{sha}"
+        try:
+            fetched = await components.fetch(sha, tmp)
+            return await self._registry.adopt(
+                definition.component, definition.sha256, fetched, definition.description
+            )
+        finally:
+            tmp.unlink(missing_ok=True)
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, RegistryError | CompileError):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

@@ -1,0 +1,462 @@
+"""A hostile member against placement (issue 43): three honest node processes and node-x, each
+on its own NATS user of the generated permissions on one real nats-server (lease TTL 3 s).
+node-x runs a real node too (its operator consents to host nothing), and the test also plays
+node-x raw: its NATS user and its pinned node key, publishing what a member may publish.
+
+The honest counter is placed on node-a, node-b, node-c and node-x; node-a deploys it. The
+tests run in order on one mesh (module scope): forged takeovers while the home runs, a deep
+takeover, lease records before a deploy, forged component metas, lease attacks for LEASE_ATTACK
+seconds under findings load and a real failover through them, then node-x's own placements
+that name honest nodes without their consent (and one that asks for more than consent allows).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import nats
+import pytest
+from aiohttp import web
+
+from eventstore.envelope import Event, digest_of, encode_event, sign, utc_now
+from eventstore.keys import load_or_create_key
+from harness.failover import (
+    AGENT,
+    LEASE_TTL_SECS,
+    FailoverMesh,
+    FindingLoad,
+    agent_view,
+    deploy,
+    events,
+    publish_component,
+    same_journals,
+    ticks,
+    wait_for,
+    wait_runner,
+)
+from harness.nats import NatsServer, as_member, nats_mesh_toml
+from harness.node import NodeProcess, write_config
+from node.placement.components import ObjectRecord
+from node.placement.components import digest_of as object_digest
+from node.placement.leases import LeaseRecord, lease_key, sign_record
+from node.runtime.compiled_cache import COMPILED_CACHE_ENV
+from node.sync.nats_subjects import (
+    MSG_ID_HEADER,
+    Bucket,
+    bucket_name,
+    kv_stream,
+    kv_subject,
+    msg_id,
+    subject,
+)
+from tests.runtime_support import COMPILED_CACHE
+
+pytestmark = pytest.mark.timeout(180)
+HONEST = ("node-a", "node-b", "node-c")
+X = "node-x"
+SET = ["node-a", "node-b", "node-c", X]
+LEASE_ATTACK_SECS = 15  # 30 and more in bench/failover.py --hostile
+LEASES = bucket_name("default", Bucket.LEASES)
+COMPONENTS = bucket_name("default", Bucket.COMPONENTS)
+
+
+class SpendCounter:
+    """The `[actions.spend]` endpoint of every node: when each POST came."""
+
+    def __init__(self) -> None:
+        self.calls: list[float] = []
+        self.port = 0
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        threading.Thread(target=self._run, daemon=True).start()
+        assert self._ready.wait(10)
+
+    def _run(self) -> None:
+        async def spend(_request: web.Request) -> web.Response:
+            self.calls.append(time.monotonic())
+            return web.json_response({"ok": True})
+
+        async def serve() -> None:
+            app = web.Application()
+            app.router.add_post("/spend", spend)
+            runner = web.AppRunner(app)
+            await runner.setup()
+            site = web.TCPSite(runner, "127.0.0.1", 0)
+            await site.start()
+            self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+            self._ready.set()
+
+        self._loop.run_until_complete(serve())
+        self._loop.run_forever()
+
+
+class Member:
+    """node-x raw: its own NATS user (generated permissions) and its pinned node key."""
+
+    def __init__(self, url: str, key_dir: Path) -> None:
+        self.url = url
+        self.key = load_or_create_key(key_dir)
+
+    def run(self, work: Any) -> Any:
+        async def connected() -> Any:
+            nc = await nats.connect(self.url, **as_member(X))
+            try:
+                return await work(nc)
+            finally:
+                await nc.close()
+
+        return asyncio.run(connected())
+
+    def envelope(self, journal: str, seq: int, prev: str, kind: str, data: dict) -> dict:
+        payload = encode_event(Event(type=kind, ts=utc_now(), origin=X, prev=prev, data=data))
+        signature = sign(self.key, journal, seq, digest_of(payload))
+        return {
+            "seq": seq,
+            "agent": journal,
+            "payload": base64.b64encode(payload).decode(),
+            "signature": "ed25519:" + base64.b64encode(signature).decode(),
+        }
+
+    def publish(self, envelopes: list[dict]) -> None:
+        """On node-x's own subject, as its publisher would (one message)."""
+        journal, first, last = envelopes[0]["agent"], envelopes[0]["seq"], envelopes[-1]["seq"]
+
+        async def work(nc: nats.NATS) -> None:
+            await nc.jetstream().publish(
+                subject("default", X, journal),
+                msgspec.json.encode(envelopes if len(envelopes) > 1 else envelopes[0]),
+                headers={MSG_ID_HEADER: msg_id(X, journal, first, last)},
+            )
+
+        self.run(work)
+
+    def forge_meta(self, sha: str) -> None:
+        """A meta naming the component's checksum over chunks that are not its bytes."""
+
+        async def work(nc: nats.NATS) -> None:
+            js, nuid = nc.jetstream(), f"x{time.monotonic_ns()}"
+            junk = b"\0asm" + b"x" * 1000
+            await js.publish(f"$O.{COMPONENTS}.C.{nuid}", junk)
+            meta = ObjectRecord(sha, COMPONENTS, nuid, len(junk), 1, object_digest(sha))
+            name = base64.urlsafe_b64encode(sha.encode()).decode()
+            await js.publish(f"$O.{COMPONENTS}.M.{name}", msgspec.json.encode(meta))
+
+        self.run(work)
+
+
+def head_of(node: NodeProcess, journal: str) -> tuple[int, str]:
+    """(seq, payload hash) of the node's copy's last envelope."""
+    page: list[dict] = []
+    with node.client() as client:
+        while True:
+            got = client.get(
+                "/api/v1/sync/envelopes/pushed",
+                params={"agent": journal, "since": len(page), "limit": 1000},
+            ).json()["envelopes"]
+            page += got
+            if len(got) < 1000:
+                break
+    last = page[-1]
+    return last["seq"], "sha256:" + digest_of(base64.b64decode(last["payload"])).hex()
+
+
+def hash_at(node: NodeProcess, journal: str, seq: int) -> str:
+    with node.client() as client:
+        got = client.get(
+            "/api/v1/sync/envelopes/pushed", params={"agent": journal, "since": seq - 1, "limit": 1}
+        ).json()["envelopes"]
+    return "sha256:" + digest_of(base64.b64decode(got[0]["payload"])).hex()
+
+
+def findings_titled(node: NodeProcess, words: str) -> list[dict]:
+    with node.client() as client:
+        found = client.get("/api/v1/findings", params={"since": 0, "limit": 1000}).json()
+    return [f for f in found["findings"] if words in f["title"]]
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory, built_agents):
+    root = tmp_path_factory.mktemp("hostile")
+    spend = SpendCounter()
+    monkey = pytest.MonkeyPatch()
+    monkey.setenv(COMPILED_CACHE_ENV, str(COMPILED_CACHE))
+    fm = FailoverMesh(
+        root,
+        (*HONEST, X),
+        members=True,
+        without_consent=(X,),
+        extra_toml=f'\n[actions.spend]\nurl = "http://127.0.0.1:{spend.port}/spend"\n',
+    ).start()
+    member = Member(fm.cluster.urls[0], root / "mesh" / X / "data")
+    counter = built_agents["counter"].read_bytes()
+    sha = hashlib.sha256(counter).hexdigest()
+    member.forge_meta(sha)  # before the deploy: the home's put heals it
+    component = publish_component(fm["node-a"], built_agents["counter"])
+    deployed = deploy(fm["node-a"], component, SET)
+    assert deployed.status_code == 201, deployed.text
+    member.forge_meta(sha)  # after it: the others fetch from the sound meta behind it
+    assert wait_runner(fm, 20) == "node-a"
+    yield fm, member, spend
+    fm.kill()
+    monkey.undo()
+
+
+def test_a_takeover_forged_while_the_home_runs_is_refused_everywhere(hostile):
+    """node-x, a member of the set, signs a takeover at the head while node-a runs the
+    agent: every node (node-a too) refuses it and reports node-x; node-a ticks on."""
+    fm, member, _ = hostile
+    wait_for(lambda: len(ticks(events(fm["node-b"]))) >= 3, 20, "b holds a few ticks")
+    seq, prev = head_of(fm["node-b"], AGENT)
+    epoch = agent_view(fm["node-b"])["placement"]["epoch"]
+    forged = member.envelope(
+        AGENT,
+        seq + 1,
+        prev,
+        "journal.takeover",
+        {"epoch": epoch + 1, "lease_revision": 1, "previous_home": "node-a"},
+    )
+    member.publish([forged])
+    for name in HONEST:
+        wait_for(
+            lambda n=name: findings_titled(
+                fm[n], f"refused takeover of journal {AGENT} by node {X}"
+            ),
+            20,
+            f"{name} reports node-x's takeover",
+        )
+    before = len(ticks(events(fm["node-a"])))
+    wait_for(lambda: len(ticks(events(fm["node-a"]))) >= before + 3, 20, "a ticks on")
+    assert wait_runner(fm, 5) == "node-a"
+    for name in HONEST:
+        journal = events(fm[name])
+        assert not [e for e in journal if e["origin"] == X]
+        assert agent_view(fm[name])["placement"]["home"] == "node-a"
+
+
+def test_a_deep_takeover_erases_nothing(hostile):
+    """node-x signs a takeover at seq 2 (forking the whole history): every node refuses it
+    (the stream holds node-a's envelopes from seq 2 on), reports node-x, rewinds nothing."""
+    fm, member, _ = hostile
+    before = {name: len(events(fm[name])) for name in HONEST}
+    epoch = agent_view(fm["node-a"])["placement"]["epoch"]
+    deep = member.envelope(
+        AGENT,
+        2,
+        hash_at(fm["node-a"], AGENT, 1),
+        "journal.takeover",
+        {"epoch": epoch + 1, "lease_revision": 1, "previous_home": "node-a"},
+    )
+    member.publish([deep])
+    time.sleep(1.0)  # the stream delivers it to every consumer within this
+    for name in HONEST:
+        journal = events(fm[name])
+        assert len(journal) >= before[name], name
+        assert [e["seq"] for e in journal] == list(range(1, len(journal) + 1))
+        assert journal[1]["origin"] == "node-a"
+        assert not findings_titled(fm[name], "equivocation")  # no fork was resolved
+    assert wait_runner(fm, 5) == "node-a"
+
+
+def test_lease_records_written_before_a_deploy_do_not_block_it(hostile, built_agents):
+    """node-x writes a signed lease of a new agent under its own key (all it may write) and
+    tries node-a's key (refused by the server): node-a deploys the agent all the same."""
+    fm, member, _ = hostile
+
+    async def prewrite(nc: nats.NATS) -> None:
+        mine = sign_record(member.key, LeaseRecord("fresh", X, 0, time.time()))
+        await nc.publish(kv_subject(LEASES, lease_key("fresh", X)), mine)
+        theirs = sign_record(member.key, LeaseRecord("fresh", "node-a", 0, time.time()))
+        await nc.publish(kv_subject(LEASES, lease_key("fresh", "node-a")), theirs)
+        await nc.flush(5)
+
+    member.run(prewrite)
+    component = publish_component(fm["node-a"], built_agents["counter"], package="fresh")
+    deployed = deploy(fm["node-a"], component, ["node-a", "node-b"], agent="fresh")
+    assert deployed.status_code == 201, deployed.text
+    assert wait_runner(fm, 20, agent="fresh") == "node-a"
+
+
+def test_lease_attacks_under_load_move_nothing_and_a_failover_still_happens(hostile):
+    """For LEASE_ATTACK_SECS, every 0.5 s: deletes and junk on node-a's lease key (refused
+    by the server), junk and a next-epoch claim under node-x's own key. Findings are posted
+    to the home throughout. The agent stays on node-a, nothing acknowledged is lost; then
+    node-a is killed with the attack going on, and node-b or node-c takes over."""
+    fm, member, _ = hostile
+    stop = threading.Event()
+    epoch = agent_view(fm["node-a"])["placement"]["epoch"]
+
+    async def attack(nc: nats.NATS) -> None:
+        js = nc.jetstream()
+        victim = kv_subject(LEASES, lease_key(AGENT, "node-a"))
+        own = kv_subject(LEASES, lease_key(AGENT, X))
+        claim = sign_record(member.key, LeaseRecord(AGENT, X, epoch + 1, 0.0))
+        while not stop.is_set():
+            await nc.publish(victim, b"", headers={"KV-Operation": "DEL"})
+            await nc.publish(victim, b"junk")
+            await js.publish(own, b"\xffjunk")
+            await asyncio.sleep(0.25)
+            await js.publish(own, claim)
+            await asyncio.sleep(0.25)
+
+    attacker = threading.Thread(target=member.run, args=(attack,), daemon=True)
+    attacker.start()
+    try:
+        with FindingLoad(fm) as load:
+            deadline = time.monotonic() + LEASE_ATTACK_SECS
+            while time.monotonic() < deadline:
+                assert wait_runner(fm, 5, among=list(HONEST)) == "node-a"
+                time.sleep(0.5)
+        assert len(load.acknowledged) > 20, load.acknowledged[-3:]
+        journal = events(fm["node-a"])
+        assert "journal.takeover" not in [e["type"] for e in journal]
+        assert {o for _, o in ticks(journal)} == {"node-a"}
+        titles = {e["data"].get("title") for e in journal if e["type"] == "finding"}
+        assert not set(load.acknowledged) - titles  # nothing acknowledged lost
+
+        killed = time.monotonic()
+        fm["node-a"].kill()
+        new_home = wait_runner(fm, 2 * LEASE_TTL_SECS + 10, among=["node-b", "node-c"])
+        took = time.monotonic() - killed
+        print(f"takeover by {new_home} {took:.1f} s after the kill, under the lease attack")
+
+        def reported() -> list[dict]:  # what node-x wrote under its key, once read
+            return [
+                f
+                for name in ("node-b", "node-c")
+                for words in (f"junk under node {X}'s lease key", f"node {X} claimed agent")
+                for f in findings_titled(fm[name], words)
+            ]
+
+        wait_for(reported, 20, "node-x's junk or stalled claim reported")
+    finally:
+        stop.set()
+        attacker.join(10)
+    fm["node-a"].start()
+    journal = same_journals(fm, list(HONEST), timeout=60)
+    kinds = [e for e in journal if e["type"] == "journal.takeover"]
+    assert [e["origin"] for e in kinds] == [new_home]
+    assert kinds[0]["data"]["epoch"] == epoch + 1  # no epoch skipped
+    assert not set(load.acknowledged) - {
+        e["data"].get("title") for e in journal if e["type"] == "finding"
+    }
+
+
+def test_a_members_placement_runs_nowhere_without_consent_and_never_with_more(
+    hostile, built_agents
+):
+    """node-x's own node deploys `leech` (reads the payments secret) placed on node-x and
+    node-b, and `payer` with `spend` ungated placed on node-x and node-b; raw, node-x places
+    `raw-leech` on node-c. node-b consents to host the payer only, with `spend` gated; nobody
+    consents to the leeches. node-x dies: node-b takes the payer over and asks for every
+    `spend`, and no honest node ever runs a leech or reads its secret for it."""
+    fm, member, spend = hostile
+    reader = publish_component(fm[X], built_agents["secrets_reader"], package="leech")
+    leech = deploy(fm[X], reader, [X, "node-b"], agent="leech", grant_domains=["payments"])
+    assert leech.status_code == 201, leech.text
+    payer = publish_component(fm[X], built_agents["payer"], package="payer")
+    paying = deploy(
+        fm[X], payer, [X, "node-b"], agent="payer", capabilities={"spend": True}, approval={}
+    )
+    assert paying.status_code == 201, paying.text
+    wait_for(lambda: spend.calls, 20, "node-x's payer spends ungated there")
+
+    sha = "sha256:" + hashlib.sha256(built_agents["secrets_reader"].read_bytes()).hexdigest()
+    placed = member.envelope(
+        "raw-leech",
+        1,
+        "",
+        "agent.placed",
+        {
+            "placement": [X, "node-c"],
+            "definition": {
+                "component": "registry:leech@1.0.0",
+                "sha256": sha,
+                "capabilities": {"spend": True},
+                "grant_domains": ["payments"],
+                "limits": {
+                    "tick_interval_ms": 200,
+                    "fuel_per_tick": 10**9,
+                    "memory_limit_mb": 64,
+                    "tick_timeout_ms": 10_000,
+                },
+            },
+            "epoch": 0,
+        },
+    )
+    member.publish([placed])
+    for name, agent in (("node-b", "leech"), ("node-b", "payer"), ("node-c", "raw-leech")):
+        wait_for(lambda n=name, a=agent: agent_view(fm[n], a), 20, f"{name} holds {agent}")
+
+    fm[X].kill()
+    killed = time.monotonic()
+    assert wait_runner(fm, LEASE_TTL_SECS + 15, among=["node-b"], agent="payer") == "node-b"
+
+    def asked() -> list[dict]:
+        with fm["node-b"].client() as client:
+            listed = client.get("/api/v1/approvals").json()
+        return [a for a in listed if a["agent"] == "payer" and a["capability"] == "spend"]
+
+    wait_for(asked, 20, "node-b asks before the payer spends")
+    time.sleep(LEASE_TTL_SECS + 2)  # the leeches' home is gone as long: nobody takes them
+    assert not [t for t in spend.calls if t > killed + 1.0]  # nothing spent ungated
+    for name, agent in (("node-b", "leech"), ("node-c", "raw-leech")):
+        view = agent_view(fm[name], agent)
+        assert view["status"] == "replica", (name, agent, view)
+        assert not [e for e in events(fm[name], agent) if e["origin"] == name]
+        with fm[name].client() as client:
+            status = client.get("/api/v1/status").json()
+        assert agent not in {s["name"] for s in status}
+        assert "its operator gave no consent" in fm[name].log_path.read_text()
+    payer_journal = events(fm["node-b"], "payer")
+    by_b = [e for e in payer_journal if e["origin"] == "node-b"]
+    assert "approval.requested" in {e["type"] for e in by_b}
+    assert not [e for e in by_b if e["type"] == "state.set" and e["data"]["key"] == "paid"]
+
+
+def test_a_leases_bucket_made_by_a_member_with_a_years_ttl_is_not_used(tmp_path):
+    """node-x creates the leases bucket first, keeping keys for a year: the node refuses to
+    use it, says so (log and a critical finding), and a placed deploy answers 503 naming it."""
+    server = NatsServer(tmp_path / "nats", "n0").start()
+    try:
+
+        async def trap() -> None:
+            from nats.js.api import StreamConfig
+
+            nc = await nats.connect(server.url)
+            try:
+                await nc.jetstream().add_stream(
+                    StreamConfig(
+                        name=kv_stream(LEASES),
+                        subjects=[f"$KV.{LEASES}.>"],
+                        max_age=365 * 86400.0,
+                        max_msgs_per_subject=1,
+                    )
+                )
+            finally:
+                await nc.close()
+
+        asyncio.run(trap())
+        mesh = nats_mesh_toml([server.url]) + f"lease_ttl_secs = {LEASE_TTL_SECS}\n"
+        path = write_config(tmp_path / "node", mesh, name="node-a")
+        node = NodeProcess(path)
+        node.start(60)
+        try:
+            wait_for(
+                lambda: findings_titled(node, "placement cannot run"), 30, "the node reports it"
+            )
+            (finding,) = findings_titled(node, "placement cannot run")
+            assert finding["severity"] == "critical"
+            assert "keeps keys 3.1536e+07 s, not 2.97-3.03 s" in finding["detail"]
+            assert "nats stream rm KV_MESH_default_LEASES" in finding["detail"]
+            assert "keeps keys 3.1536e+07 s" in node.log_path.read_text()
+        finally:
+            node.kill()
+    finally:
+        server.kill()
