@@ -410,7 +410,9 @@ class PlacementManager:
             raise Problem(409, f"agent {agent!r} runs on {to!r} already")
         if to not in placed.placement:
             raise Problem(
-                422, f"node {to!r} is not in the placement set of {agent!r}: {placed.placement}"
+                422,
+                f"node {to!r} is not in the placement set of {agent!r} "
+                f"({', '.join(placed.placement)})",
             )
         try:
             adverts = await link.adverts.live([to])
@@ -421,7 +423,8 @@ class PlacementManager:
         missing = set(placed.definition.grant_domains) - set(adverts[to].domains)
         if missing:
             raise Problem(
-                422, f"node {to!r} lacks the grant domains of {agent!r}: {sorted(missing)}"
+                422,
+                f"node {to!r} lacks the grant domains of {agent!r}: {', '.join(sorted(missing))}",
             )
         if agent in self._busy:
             raise Problem(409, f"agent {agent!r} is being moved or started already")
