@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import secrets
 import shutil
 from dataclasses import dataclass
@@ -173,7 +174,10 @@ def write_mesh(out: Path, nodes: list[Planned], mesh: str, nats_url: str) -> str
         return _write_mesh(out, nodes, mesh, nats_url, listen)
     except BaseException:
         for child in out.iterdir():
-            shutil.rmtree(child) if child.is_dir() else child.unlink()
+            if child.is_dir():
+                shutil.rmtree(child)
+            else:
+                child.unlink()
         raise
 
 
@@ -229,8 +233,6 @@ def register(mesh: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def cmd_mesh_init(args: argparse.Namespace) -> int:
-    import re
-
     if not re.search(MESH_NAME, args.mesh):
         raise ConfigError(f"--mesh {args.mesh}: letters, digits, _ and - (up to 32)")
     nodes = planned_nodes(args.nodes)
