@@ -8,11 +8,10 @@ import json
 import re
 import stat
 import subprocess
+import sys
 import threading
-import time
-from collections.abc import Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -24,44 +23,86 @@ from harness.nats import nats_server_binary
 from node.cli.main import main
 from tests.nats_support import can_connect
 from tests.polling import wait_until
-from tests.support import NodeProcess, free_port, run_cli
+from tests.support import ROOT, NodeProcess, free_port, run_cli
 
 NODES = ("node-a", "node-b", "node-c")
 AGENT = "thinker"  # agents/inference: asks the node's inference route on every tick
-FIRST_RUN_SECS = 3.0  # how long node-a's model takes to answer: each tick waits that long
+HOLD_SECS = 8.0  # a held run is let go by then anyway (its tick_timeout_ms is 10 s)
 
 
-@contextmanager
-def slow_model(delay: float) -> Iterator[tuple[str, threading.Event]]:
-    """An OpenAI-style endpoint that answers each completion after `delay` seconds, and an
-    event set whenever a request arrives: a run of the agent is then in progress."""
-    asked = threading.Event()
+class Model:
+    """An OpenAI-style endpoint for node-a that holds each completion while `held`: a run of
+    the agent is then in progress, and a deploy or a move waits for it, as long as the test
+    likes. `asked` is set when a request arrives."""
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            asked.set()
-            time.sleep(delay)
-            chunk = {"choices": [{"index": 0, "delta": {"content": "ok"}}]}
-            body = f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    def __init__(self) -> None:
+        self.asked = threading.Event()
+        self.released = threading.Event()
+        self.released.set()
+        model = self
 
-        def log_message(self, *args: Any) -> None:
-            pass
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                model.asked.set()
+                model.released.wait(HOLD_SECS)
+                chunk = {"choices": [{"index": 0, "delta": {"content": "ok"}}]}
+                body = f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1", asked
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def hold(self) -> None:
+        self.asked.clear()
+        self.released.clear()
+
+    def __enter__(self) -> Model:
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.released.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def said_while_waiting(
+    args: list[str], said: str, then: Callable[[], None]
+) -> subprocess.CompletedProcess[str]:
+    """The CLI command `args`; once its stderr has `said`, `then()` lets what it waits for go
+    on (it must say it while it waits, or this fails)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "node", *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stderr is not None and proc.stdout is not None
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
+    reader.start()
+    try:  # (or the command ends first: refused, say)
+        wait_until(
+            lambda: proc.poll() is not None or any(said in line for line in lines),
+            30,
+            f"the CLI says {said!r}",
+        )
     finally:
-        server.shutdown()
-        server.server_close()
+        then()
+    stdout = proc.stdout.read()
+    code = proc.wait(60)
+    reader.join(10)
+    return subprocess.CompletedProcess(args, code, stdout, "".join(lines))
 
 
 def agents_cli(node: NodeProcess, token: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -89,7 +130,9 @@ def test_mesh_init_wires_three_nodes_that_place_and_move_an_agent(tmp_path, buil
         nats_url,
     )
     assert made.returncode == 0, made.stderr
-    token = re.search(r"keep its hash\): (\S+)", made.stdout).group(1)  # type: ignore[union-attr]
+    shown = re.search(r"keep its hash\): (\S+)", made.stdout)
+    assert shown, made.stdout
+    token = shown.group(1)
     for path in [*out.rglob("*")]:  # every secret is its owner's only
         mode = stat.S_IMODE(path.stat().st_mode)
         assert mode == (0o700 if path.is_dir() else 0o600), (path, oct(mode))
@@ -98,9 +141,9 @@ def test_mesh_init_wires_three_nodes_that_place_and_move_an_agent(tmp_path, buil
     again = run_cli("mesh", "init", "--out", str(out), "a=127.0.0.1:1", "b=127.0.0.1:2")
     assert again.returncode == 2 and "not an empty folder" in again.stderr
 
-    with slow_model(FIRST_RUN_SECS) as (model_url, asked):
-        node_a = out / "node-a" / "runtime.toml"  # node-a's model is slow: its runs take long
-        node_a.write_text(node_a.read_text() + f'\n[inference]\nlocal_url = "{model_url}"\n')
+    with Model() as model:
+        node_a = out / "node-a" / "runtime.toml"  # node-a's model answers when the test says
+        node_a.write_text(node_a.read_text() + f'\n[inference]\nlocal_url = "{model.url}"\n')
         server = subprocess.Popen(
             [nats_server_binary(), "-c", str(out / "nats" / "nats-server.conf")],
             stdout=subprocess.DEVNULL,
@@ -117,7 +160,7 @@ def test_mesh_init_wires_three_nodes_that_place_and_move_an_agent(tmp_path, buil
             )
             with ThreadPoolExecutor(3) as pool:
                 list(pool.map(lambda node: node.start(60), nodes.values()))
-            placed_and_moved(nodes, token, built_agents["inference"], asked)
+            placed_and_moved(nodes, token, built_agents["inference"], model)
         finally:
             for node in nodes.values():
                 node.kill()
@@ -125,9 +168,7 @@ def test_mesh_init_wires_three_nodes_that_place_and_move_an_agent(tmp_path, buil
             server.wait(10)
 
 
-def placed_and_moved(
-    nodes: dict[str, NodeProcess], token: str, wasm: Path, asked: threading.Event
-) -> None:
+def placed_and_moved(nodes: dict[str, NodeProcess], token: str, wasm: Path, model: Model) -> None:
     a, b, c = (nodes[n] for n in NODES)
     published = httpx.post(
         f"{a.url}/api/v1/registry/packages",
@@ -142,17 +183,16 @@ def placed_and_moved(
     deploys: list[subprocess.CompletedProcess[str]] = []
 
     def deployed() -> bool:
+        model.hold()
         deploys.append(
-            agents_cli(
-                a,
-                token,
-                "deploy",
-                AGENT,
-                f"registry:{AGENT}@1.0.0",
-                "--placement",
-                "node-a,node-b",
-                "--tick-interval-ms",
-                "100",
+            said_while_waiting(
+                [
+                    *("agents", "deploy", AGENT, f"registry:{AGENT}@1.0.0"),
+                    *("--placement", "node-a,node-b", "--tick-interval-ms", "100"),
+                    *("--url", a.url, "--token", token),
+                ],
+                "deploy: waiting for its first run",
+                model.released.set,
             )
         )
         return "not connected" not in deploys[-1].stderr  # the NATS link still coming up
@@ -187,9 +227,13 @@ def placed_and_moved(
     assert "--placement: must include this node ('node-a')" in bad.stderr, bad.stderr
 
     # a move while a run waits for the model: the CLI says what the move waits for
-    asked.clear()
-    assert asked.wait(FIRST_RUN_SECS * 3), "node-a's agent asks its model"
-    moved = agents_cli(a, token, "move", AGENT, "--to", "node-c")
+    model.hold()
+    assert model.asked.wait(10), "node-a's agent asks its model"
+    moved = said_while_waiting(
+        ["agents", "move", AGENT, "--to", "node-c", "--url", a.url, "--token", token],
+        f"move: waiting for the home to drain {AGENT}",
+        model.released.set,
+    )
     assert moved.returncode == 0, moved.stderr
     assert f"{AGENT}: handed over to node-c (epoch 1" in moved.stdout
     assert f"agent-node: move: waiting for the home to drain {AGENT}" in moved.stderr
