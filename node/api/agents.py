@@ -221,8 +221,24 @@ async def get_agent(request: web.Request) -> web.Response:
         placed = ctx.projections.get(Placements).get(_name(request))
         if placed is not None and ctx.name in placed.placement:
             return json_response(replica_view(request, placed))
-        raise Problem(404, f"no agent {_name(request)!r} is deployed on this node")
+        raise _not_deployed(request)
     return json_response(_shown(request, deployed))
+
+
+def _not_deployed(request: web.Request) -> Problem:
+    """404; while the agent's first deploy is under way, the problem says which step it is at
+    (`change`, as a deployed agent's GET does), for a client waiting on the deploy."""
+    name = _name(request)
+    change = _service(request).rollouts.changes.get(name)
+    if change is None:
+        return Problem(404, f"no agent {name!r} is deployed on this node")
+    shown = change.view()
+    return Problem(
+        404,
+        f"no agent {name!r} is deployed on this node yet: its {shown.action} is waiting for "
+        f"{shown.step}",
+        change=msgspec.to_builtins(shown),
+    )
 
 
 async def move(request: web.Request) -> web.Response:
@@ -325,10 +341,11 @@ def setup(app: web.Application) -> None:
                 "A JSON merge patch (RFC 7396) of the agent's current definition, in PUT's "
                 "keys: a key given replaces its value, an object (`capabilities`, `approval`) "
                 "merges key by key, `null` removes a key so that its default applies, a list "
-                "is replaced whole. The result is deployed as a PUT of it would be: 200 with "
-                "the new revision (or no change), 422 when the new version fails its first "
-                "tick (the node rolls back), 409 for an agent declared in runtime.toml, 404 "
-                "for one not deployed."
+                "(`grant_domains`, `allow_hosts`, `placement`) is replaced whole; `placement` "
+                "absent or null keeps the agent's set. The result is deployed as a PUT of it "
+                "would be: 200 with the new revision (or no change), 422 when the new "
+                "version fails its first tick (the node rolls back), 409 for an agent declared "
+                "in runtime.toml, 404 for one not deployed."
             ),
         ),
     )

@@ -11,21 +11,18 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
-import threading
 import time
 from typing import Any
 
 from node.cli.node_api import ClientError, Node, emit, segment, table
+from node.cli.progress import say, while_waiting
 from node.display.humanize import (
     visible,  # what agents and clients wrote, on one line, shown as it is
 )
 
 # an upgrade drains the old instance (up to 30 s) and waits for the new one's first tick
 LIFECYCLE_TIMEOUT_SECS = 180.0
-SAY_AFTER_SECS = 1.0  # a change still waiting this long says what it waits for
 POLL_SECS = 1.0
-REPEAT_SECS = 5.0  # the same step is said again at most this often
 PROBATION_SLACK_SECS = 120.0  # waiting for a probation: its window and this much more
 HISTORY_COLUMNS = [
     ("at", "at"),
@@ -37,11 +34,6 @@ HISTORY_COLUMNS = [
 ]
 
 
-def _say(text: str) -> None:
-    """Progress goes to stderr: stdout keeps the answer (and `--json` stays parseable)."""
-    print(f"agent-node: {visible(text)}", file=sys.stderr, flush=True)
-
-
 def _read_agent(reader: Node, name: str) -> dict[str, Any] | None:
     try:
         agent: dict[str, Any] = reader.call("GET", _path(name))
@@ -50,40 +42,32 @@ def _read_agent(reader: Node, name: str) -> dict[str, Any] | None:
     return agent
 
 
+def _change_of(reader: Node, name: str) -> dict[str, Any] | None:
+    """The change in progress on `name` as the node shows it: GET /api/v1/agents/{name}'s
+    `change`, or, for an agent whose first deploy is still under way, its 404's."""
+    try:
+        agent = reader.call("GET", _path(name))
+    except ClientError as exc:
+        change = (exc.problem or {}).get("change")
+        return change if isinstance(change, dict) else None
+    return (agent or {}).get("change")
+
+
 def _waiting(node: Node, name: str, method: str, path: str, **kwargs: Any) -> Any:
     """`node.call`, saying after a second (and as it changes) what the node waits for: the
     change's step as GET /api/v1/agents/{name} shows it (`change`)."""
-    outcome: dict[str, Any] = {}
+    reader = node.another()
 
-    def call() -> None:
-        try:
-            outcome["answer"] = node.call(method, path, **kwargs)
-        except BaseException as exc:  # handed to the main thread
-            outcome["error"] = exc
+    def step(_: float) -> str | None:
+        change = _change_of(reader, name)
+        if not change:
+            return None
+        return f"{change['action']}: waiting for {change['step']} ({change['seconds']:.0f} s)"
 
-    worker = threading.Thread(target=call, daemon=True)
-    worker.start()
-    worker.join(SAY_AFTER_SECS)
-    if worker.is_alive():
-        reader = node.another()
-        said, said_at = "", 0.0
-        try:
-            while worker.is_alive():
-                agent = _read_agent(reader, name)
-                change = (agent or {}).get("change")
-                if change:
-                    text = f"{change['action']}: waiting for {change['step']}"
-                    shape = re.sub(r"\d+(\.\d+)?", "#", text)
-                    if shape != said or time.monotonic() - said_at >= REPEAT_SECS:
-                        _say(f"{text} ({change['seconds']:.0f} s)")
-                        said, said_at = shape, time.monotonic()
-                worker.join(POLL_SECS)
-        finally:
-            reader.close()
-    worker.join()
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["answer"]
+    try:
+        return while_waiting(lambda: node.call(method, path, **kwargs), step)
+    finally:
+        reader.close()
 
 
 def _probation_text(rollout: dict[str, Any]) -> str:
@@ -110,7 +94,7 @@ def _await_probation(node: Node, change: dict[str, Any]) -> tuple[dict[str, Any]
         if rollout["state"] == "rolling_back":
             text = f"revision {revision} failed its probation; rolling back: {rollout['reason']}"
         if text != said:
-            _say(text)
+            say(text)
             said = text
         if time.monotonic() > deadline:
             raise ClientError(f"revision {revision}'s probation did not end in time")
@@ -124,16 +108,16 @@ def _await_probation(node: Node, change: dict[str, Any]) -> tuple[dict[str, Any]
         rollout = latest
     state = rollout["state"]
     if state == "passed":
-        _say(f"revision {revision} passed its probation ({rollout['good_runs']} good runs)")
+        say(f"revision {revision} passed its probation ({rollout['good_runs']} good runs)")
         return agent, 0
     if state == "rolled_back":
-        _say(
+        say(
             f"revision {revision} was rolled back automatically to revision "
             f"{rollout['rolled_back_to']}: {rollout['reason']}"
         )
         return agent, 1
     reason = f": {rollout['reason']}" if rollout.get("reason") else ""
-    _say(f"revision {revision}'s probation {state}{reason}")
+    say(f"revision {revision}'s probation {state}{reason}")
     return agent, 1 if state == "failed" else 0
 
 
@@ -201,6 +185,8 @@ MOVE_COLUMNS = [
 ]
 
 
+
+
 def _placement_lines(placement: dict[str, Any] | None) -> list[str]:
     """Where a placed agent runs, its lease and its moves (docs/mesh.md)."""
     if not placement:
@@ -218,10 +204,11 @@ def _placement_lines(placement: dict[str, Any] | None) -> list[str]:
         f"lease: {held}",
         f"placement: {', '.join(placement.get('placement') or [])}",
     ]
+    lines = [visible(line) for line in lines]  # names a peer wrote
     moves = placement.get("moves") or []
-    if moves:
+    if moves:  # the table makes each cell visible, and keeps its rows
         lines += ["moves:", table(moves, MOVE_COLUMNS)]
-    return [visible(line) for line in lines]
+    return lines
 
 
 def _history_row(entry: dict[str, Any]) -> dict[str, Any]:
@@ -289,7 +276,10 @@ def _body(args: argparse.Namespace, base: dict[str, Any] | None) -> dict[str, An
             "allow_hosts": list(base["allow_hosts"]),
             **limits,
         }
-    body["component"] = args.component
+    if args.component is not None:  # an upgrade may change only other keys
+        body["component"] = args.component
+    if args.placement is not None:
+        body["placement"] = args.placement
     for option, key in (
         ("tick_interval_ms", "tick_interval_ms"),
         ("fuel_per_tick", "fuel_per_tick"),
@@ -341,6 +331,7 @@ FLAGS = (
     (r"`(tick_interval_ms|fuel_per_tick|memory_limit_mb|tick_timeout_ms|description)`", None),
     (r"`?grant_domains`?", "--grant"),
     (r"`?allow_hosts`?", "--allow-host"),
+    (r"(^|; )placement:", r"\1--placement:"),
 )
 
 
@@ -404,7 +395,14 @@ def _verb(method: str, verb: str) -> Any:
 def cmd_move(node: Node, args: argparse.Namespace) -> int:
     """Ask the agent's home to hand it over to `--to`."""
     body = {"to": args.to}
-    moved = node.call("POST", _path(args.name, "move"), json=body)
+
+    def step(seconds: float) -> str:
+        return (
+            f"move: waiting for the home to drain {args.name} (its run in progress ends), "
+            f"journal the handoff to {args.to} and the mesh's stream to hold it ({seconds:.0f} s)"
+        )
+
+    moved = while_waiting(lambda: node.call("POST", _path(args.name, "move"), json=body), step)
     emit(
         args,
         moved,
@@ -434,7 +432,18 @@ def add_agents_commands(
     ):
         p = command(agents, name, func, help, LIFECYCLE_TIMEOUT_SECS)
         p.add_argument("name", help="agent name")
-        p.add_argument("component", help="registry:ID@VERSION")
+        if name == "deploy":
+            p.add_argument("component", help="registry:ID@VERSION")
+        else:
+            p.add_argument(
+                "component", nargs="?", help="registry:ID@VERSION (default: the one it runs)"
+            )
+        p.add_argument(
+            "--placement",
+            type=node_names,
+            metavar="NODE,...",
+            help="the nodes that may host it, this one among them (a placed agent: NATS mesh)",
+        )
         p.add_argument("--capability", action="append", metavar="NAME", help="enable it")
         p.add_argument(
             "--drop-capability", action="append", metavar="NAME", help="disable it (upgrade)"
@@ -476,6 +485,14 @@ def add_agents_commands(
     )
     p.add_argument("name", help="agent name")
     p.add_argument("--to", required=True, metavar="NODE", help="the node to run it on")
+
+
+def node_names(text: str) -> list[str]:
+    """`--placement node-a,node-b`: the names, in order (the node checks them)."""
+    names = [name.strip() for name in text.split(",")]
+    if not all(names):
+        raise argparse.ArgumentTypeError(f"node names separated by commas, not {text}")
+    return names
 
 
 def _no_wait(parser: argparse.ArgumentParser) -> None:

@@ -26,10 +26,13 @@ DEFAULT_URL = "http://127.0.0.1:8080"
 class ClientError(Exception):
     """A call that failed; `detail` is what the node (or the network) said was wrong."""
 
-    def __init__(self, detail: str, exit_code: int = 1) -> None:
+    def __init__(
+        self, detail: str, exit_code: int = 1, problem: dict[str, Any] | None = None
+    ) -> None:
         super().__init__(detail)
         self.detail = detail
         self.exit_code = exit_code
+        self.problem = problem  # the node's problem+json body, when it sent one
 
 
 class Node:
@@ -44,6 +47,7 @@ class Node:
 
         self.url = url.rstrip("/")
         ca_file = ca_file or os.environ.get(CA_FILE_ENV) or None  # else the system's trust
+        self.ca_file = ca_file
         try:
             verify = client_context(ca_file)
         except OSError as exc:  # ssl.SSLError too: not PEM
@@ -63,7 +67,8 @@ class Node:
         except httpx.HTTPError as exc:
             raise ClientError(f"cannot reach the node at {self.url}: {exc}") from None
         if response.status_code >= 400:
-            raise ClientError(problem_detail(response))
+            problem = problem_of(response)
+            raise ClientError(problem_detail(response, problem), problem=problem)
         if not response.content:
             return None
         return response.json()
@@ -71,18 +76,23 @@ class Node:
     def another(self, timeout: float = 10) -> Node:
         """A second connection with the same token: to read while a call of this one waits."""
         token = self._http.headers["Authorization"].removeprefix("Bearer ")
-        return Node(self.url, token, timeout)
+        return Node(self.url, token, timeout, self.ca_file)
 
     def close(self) -> None:
         self._http.close()
 
 
-def problem_detail(response: httpx.Response) -> str:
+def problem_of(response: httpx.Response) -> dict[str, Any] | None:
+    """The answer's JSON object (a problem's `detail` and any member it adds), or None."""
     try:
         body = response.json()
     except ValueError:
-        body = None
-    if isinstance(body, dict) and isinstance(body.get("detail"), str):
+        return None
+    return body if isinstance(body, dict) else None
+
+
+def problem_detail(response: httpx.Response, body: dict[str, Any] | None) -> str:
+    if body is not None and isinstance(body.get("detail"), str):
         return f"{body['detail']} (HTTP {response.status_code})"
     return f"HTTP {response.status_code} {response.reason_phrase}: {response.text[:200]}"
 

@@ -636,8 +636,8 @@ class PlacementManager:
         if to not in placed.placement:
             raise Problem(
                 422,
-                f"node {to!r} is not in the placement set of {agent!r}: "
-                f"{', '.join(placed.placement)}",
+                f"node {to!r} is not in the placement set of {agent!r} "
+                f"({', '.join(placed.placement)})",
             )
         try:
             adverts = await link.adverts.live([to])

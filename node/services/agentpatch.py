@@ -32,6 +32,8 @@ class AgentPatch(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     approval: dict[str, bool | int | None] | None = None
     grant_domains: list[str] | None = None
     allow_hosts: list[str] | None = None
+    # the nodes that may host it, replaced whole; `null` or absent: the set it has (docs/api.md)
+    placement: list[str] | None = None
 
 
 def request_of(definition: c.AgentDefinition) -> dict[str, Any]:

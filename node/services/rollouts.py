@@ -152,6 +152,12 @@ class Rollouts:
     def done(self, agent: str) -> None:
         self.changes.pop(agent, None)
 
+    def step(self, agent: str, step: str) -> None:
+        """The change in progress on `agent` goes on to `step` (what GET shows it waits for)."""
+        change = self.changes.get(agent)
+        if change is not None:
+            change.step = step
+
     def end_watch(self, agent: str, reason: str) -> None:
         rollout = self.latest.get(agent)
         if rollout is not None and rollout.state == "probation":

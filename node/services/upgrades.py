@@ -83,7 +83,7 @@ class Upgrades(DeploymentBase):
             deployed = self.projection.get(name)
             placement = placement_set(self.ctx, body.placement, name)
             if deployed is None:
-                async with self._changing(name, "deploy", "checking the component loads"):
+                async with self._changing(name, "deploy", "the component's compile check"):
                     return 201, await self._deploy_new(name, definition, path, operator, placement)
             self._only_api(deployed, "change")
             self._here(name)
@@ -95,7 +95,7 @@ class Upgrades(DeploymentBase):
                     f"agent {name!r} already runs this deployment "
                     f"(revision {deployed.current.revision}); nothing changed",
                 )
-            async with self._changing(name, "upgrade", "checking the component loads") as change:
+            async with self._changing(name, "upgrade", "the component's compile check") as change:
                 return 200, await self._upgrade(
                     deployed, definition, path, operator, runtime, change, placement
                 )
@@ -136,7 +136,10 @@ class Upgrades(DeploymentBase):
         if placed is not None:  # its lease first: a placed agent runs only while held
             if self.placement is None:
                 raise Problem(503, "placement needs the NATS mesh, which is not running")
+            others = ", ".join(n for n in placement if n != self.ctx.name)
+            self.rollouts.step(name, f"the mesh to hold the component for {others}")
             await self.placement.share(name, definition, path)
+            self.rollouts.step(name, "the agent's lease")
             await self.placement.claim(name)
         await self.ctx.store.append_many([deployed] + ([placed] if placed is not None else []))
         if placed is not None and self.placement is not None:
@@ -146,6 +149,7 @@ class Upgrades(DeploymentBase):
         if self._tasks is not None:
             open_tasks = self.ctx.projections.get(Tasks).open_tasks(name)
             self._tasks.add_agent(name, ((t.id, t.from_, t.input) for t in open_tasks))
+        self.rollouts.step(name, "its first run")
         worker = await asyncio.to_thread(self.runtime.add, self._spec(name))
         why = await self._probation(worker.probation, definition)
         if why is not None:
@@ -176,6 +180,7 @@ class Upgrades(DeploymentBase):
             )
             raise self._failed(name, revision, previous, why)
         if len(placement) > 1 and self.placement is not None:  # the new bytes, where needed
+            change.step = "the mesh to hold the new component"
             await self.placement.share(name, definition, path)
         await self._append(upgraded)
         await self._placed(name, definition, placement or self._current_placement(name))

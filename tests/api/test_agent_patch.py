@@ -78,6 +78,11 @@ async def test_patch_changes_only_what_it_names_and_put_replaces_everything(
     # the same patch again: nothing changes
     same = await patch(client, "a", changes)
     assert same.status == 200 and "nothing changed" in (await same.json())["message"]
+    # the placement set (docs/api.md): this node alone is the set it has; null keeps it
+    for placement in (["node-a"], None):
+        kept = await patch(client, "a", {"placement": placement})
+        assert kept.status == 200, await kept.text()
+        assert "nothing changed" in (await kept.json())["message"]
 
     # PUT is the whole definition: what it leaves out takes its default
     replaced = await definition(await put(client, "a", {"component": "registry:hello@1.1.0"}))
@@ -94,6 +99,9 @@ BAD_PATCHES = [
     ("{not json", 400, ""),
     ("", 400, "needs a JSON body"),
     ({"capabilities": {"spend": None}}, 400, "approval.spend"),  # would gate what it lacks
+    ({"placement": "node-a"}, 400, "placement"),
+    ({"placement": ["node-b"]}, 422, "placement: must include this node ('node-a')"),
+    ({"placement": ["node-a", "node-b"]}, 422, "more than one node needs [mesh] transport"),
     ({"component": "registry:hello@9.9.9"}, 404, "9.9.9"),
 ]
 

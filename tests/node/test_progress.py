@@ -10,6 +10,7 @@ import struct
 import subprocess
 import sys
 import termios
+import threading
 import time
 
 import httpx
@@ -127,3 +128,39 @@ def test_start_up_rebuild_shows_progress_on_a_terminal(tmp_path):
         read_available(master, lambda _: proc.poll() is not None, timeout=30)
         proc.wait(30)
         os.close(master)
+
+
+def test_a_call_that_waits_says_what_for_once_it_has_taken_its_while(capsys):
+    """`while_waiting` (publish, deploy, move): nothing for a quick call; past `after`, each
+    new step on stderr (the same step again only with its figures after REPEAT_SECS); the
+    call's answer or its own exception."""
+    from node.cli.progress import while_waiting
+
+    assert while_waiting(lambda: "quick", lambda s: "never said", after=0.5) == "quick"
+    assert capsys.readouterr().err == ""
+
+    steps = iter(["uploading 1 of 2 MiB", "uploading 2 of 2 MiB", "checking"])
+    last_step = threading.Event()
+
+    def step(seconds: float) -> str:
+        text = next(steps)
+        if text == "checking":
+            last_step.set()
+        return text
+
+    answer = while_waiting(lambda: last_step.wait(30) and "done", step, after=0.2)
+    said = capsys.readouterr().err.splitlines()
+    assert answer == "done"
+    assert said == ["agent-node: uploading 1 of 2 MiB", "agent-node: checking"], said
+
+    def fails() -> None:
+        time.sleep(0.3)
+        raise ValueError("refused")
+
+    try:
+        while_waiting(fails, lambda s: "waiting for \x1b[2J the node", after=0.1)
+    except ValueError as exc:
+        assert str(exc) == "refused"
+    else:
+        raise AssertionError("the call's exception is raised")
+    assert capsys.readouterr().err == "agent-node: waiting for \\x1b[2J the node\n"
