@@ -173,7 +173,7 @@ def nats_mesh_toml(
     )
 
 
-def as_member(user: str | None) -> dict:
+def as_member(user: str | None) -> dict[str, str]:
     """nats.connect's options to connect as a mesh member (nothing: as the unrestricted user
     of a server without users)."""
     if user is None:

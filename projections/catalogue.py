@@ -64,6 +64,10 @@ AGENT_PLACED = "agent.placed"
 JOURNAL_HANDOFF = "journal.handoff"
 JOURNAL_TAKEOVER = "journal.takeover"
 AGENT_MOVED_IN = "agent.moved_in"
+# an operator's stop and start of a placed agent, in its own journal: they follow it to every
+# node that becomes its home (the drain before a handoff is `agent.stopped`, an instance's end)
+AGENT_HALTED = "agent.halted"
+AGENT_UNHALTED = "agent.unhalted"
 
 # ----------------------------------------------------------------------------- bounds
 LOG_LEVELS = ("trace", "debug", "info", "warn", "error")
@@ -428,6 +432,7 @@ Epoch = Annotated[int, msgspec.Meta(ge=0, le=MAX_COUNT)]
 NodeName = JournalName  # a node's name is its node journal's name
 Placement = Annotated[list[NodeName], msgspec.Meta(min_length=1, max_length=MAX_PLACEMENT)]
 MoveReason = Literal["handoff", "takeover"]
+PlacedChange = Literal["deployed", "upgraded", "rolled_back", "placed"]
 
 
 @entry
@@ -439,6 +444,10 @@ class AgentPlaced(Payload):
     placement: Placement
     definition: AgentDefinition
     epoch: Epoch = 0
+    # the home's deployment it follows, and who made it (0/None: written by an older version)
+    revision: Count = 0
+    operator: Name | None = None
+    change: PlacedChange = "deployed"
 
 
 @entry
@@ -458,6 +467,23 @@ class JournalTakeover(Payload):
     epoch: Epoch
     lease_revision: Count
     previous_home: NodeName
+
+
+@entry
+class AgentHalted(Payload):
+    """By the home: an operator stopped the placed agent. It stays stopped on every node that
+    becomes its home until `agent.unhalted`."""
+
+    type = AGENT_HALTED
+    operator: Name | None = None
+
+
+@entry
+class AgentUnhalted(Payload):
+    """By the home: an operator started the placed agent again."""
+
+    type = AGENT_UNHALTED
+    operator: Name | None = None
 
 
 @entry

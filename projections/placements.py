@@ -1,10 +1,12 @@
-"""What each placed agent's own journal says it runs and who last started it there.
+"""What each placed agent's own journal says it runs, and what its operators decided.
 
 `agent.placed` (appended by an agent's home when a placed agent is deployed, upgraded, rolled
-back or re-placed) carries the definition a new home starts; `agent.moved_in` says a new home
-started it in an epoch. Both are replicated with the agent's journal, so every node of a
-placement set knows what to run (node/placement/manager.py). The event types are read by name
-and their data checked here, so this read model needs nothing else of the catalogue.
+back or re-placed) carries the definition a new home starts, and the deployment it follows
+(revision, change, operator, the node that made it: `history`); `agent.moved_in` says a new
+home started it in an epoch; `agent.halted` and `agent.unhalted` are an operator's stop and
+start, `agent.retired` its removal. All are replicated with the agent's journal, so every
+node of a placement set knows what to run, whether an operator stopped it, and that a removed
+agent never runs again (node/placement/manager.py), whichever node was home when it was said.
 """
 
 from __future__ import annotations
@@ -19,22 +21,43 @@ from projections import catalogue as c
 
 AGENT_PLACED = c.AGENT_PLACED
 AGENT_MOVED_IN = c.AGENT_MOVED_IN
+MAX_HISTORY = 20  # deployments kept per agent (the journal keeps them all)
+
+
+class PlacedChange(msgspec.Struct, kw_only=True):
+    """One `agent.placed`: which deployment of which node, by whom."""
+
+    seq: int
+    revision: int
+    change: str
+    operator: str | None
+    node: str
+    component: str
+    sha256: str
+    at: str
 
 
 class Placed(msgspec.Struct, kw_only=True):
-    """The latest `agent.placed` of one agent, and the epoch its latest `agent.moved_in` names
-    (-1: none yet)."""
+    """The latest `agent.placed` of one agent, the epoch its latest `agent.moved_in` names
+    (-1: none yet), and its operators' decisions since."""
 
     agent: str
     placement: tuple[str, ...]
     definition: c.AgentDefinition
     placed_seq: int
     moved_in_epoch: int = -1
+    revision: int = 0
+    stopped_by: str | None = None  # an operator's stop (`agent.halted`), until `agent.unhalted`
+    stopped: bool = False
+    retired: bool = False  # removed: it runs nowhere again (a new deployment places it anew)
+    history: list[PlacedChange] = msgspec.field(default_factory=list)
 
 
 class Placements:
     name = "placements"
-    handles = frozenset({AGENT_PLACED, AGENT_MOVED_IN})
+    handles = frozenset(
+        {AGENT_PLACED, AGENT_MOVED_IN, c.AGENT_HALTED, c.AGENT_UNHALTED, c.AGENT_RETIRED}
+    )
 
     def __init__(self) -> None:
         self.agents: dict[str, Placed] = {}
@@ -42,28 +65,68 @@ class Placements:
     def apply(self, envelope: Envelope) -> None:
         kind, data = envelope.event.type, envelope.event.data
         if kind == AGENT_PLACED:
-            placed = c.read(c.AgentPlaced, data)
-            if placed is not None:
-                before = self.agents.get(envelope.stream)
-                self.agents[envelope.stream] = Placed(
-                    agent=envelope.stream,
-                    placement=tuple(placed.placement),
-                    definition=placed.definition,
-                    placed_seq=envelope.seq,
-                    moved_in_epoch=before.moved_in_epoch if before else -1,
-                )
-        elif kind == AGENT_MOVED_IN:
+            self._placed(envelope)
+            return
+        agent = self.agents.get(envelope.stream)
+        if agent is None:
+            return
+        if kind == AGENT_MOVED_IN:
             moved = c.read(c.AgentMovedIn, data)
-            agent = self.agents.get(envelope.stream)
-            if moved is not None and agent is not None:
+            if moved is not None:
                 agent.moved_in_epoch = max(agent.moved_in_epoch, moved.epoch)
+        elif kind == c.AGENT_HALTED:
+            halted = c.read(c.AgentHalted, data)
+            if halted is not None:
+                agent.stopped, agent.stopped_by = True, halted.operator
+        elif kind == c.AGENT_UNHALTED:
+            if c.read(c.AgentUnhalted, data) is not None:
+                agent.stopped, agent.stopped_by = False, None
+        elif kind == c.AGENT_RETIRED:
+            agent.retired = True
+
+    def _placed(self, envelope: Envelope) -> None:
+        placed = c.read(c.AgentPlaced, envelope.event.data)
+        if placed is None:
+            return
+        before = self.agents.get(envelope.stream)
+        carried = before is not None and not before.retired
+        history = list(before.history) if carried else []  # type: ignore[union-attr]
+        history.append(
+            PlacedChange(
+                seq=envelope.seq,
+                revision=placed.revision,
+                change=placed.change,
+                operator=placed.operator,
+                node=envelope.event.origin,
+                component=placed.definition.component,
+                sha256=placed.definition.sha256,
+                at=envelope.event.ts,
+            )
+        )
+        self.agents[envelope.stream] = Placed(
+            agent=envelope.stream,
+            placement=tuple(placed.placement),
+            definition=placed.definition,
+            placed_seq=envelope.seq,
+            moved_in_epoch=before.moved_in_epoch if before else -1,
+            revision=placed.revision,
+            stopped=before.stopped if carried else False,  # type: ignore[union-attr]
+            stopped_by=before.stopped_by if carried else None,  # type: ignore[union-attr]
+            history=history[-MAX_HISTORY:],
+        )
 
     def get(self, agent: str) -> Placed | None:
-        return self.agents.get(agent)
+        """The agent's placement, unless it was removed since."""
+        placed = self.agents.get(agent)
+        return placed if placed is not None and not placed.retired else None
 
     def placed_on(self, node: str) -> builtins.list[Placed]:
-        """The agents placed on more than one node, `node` among them."""
-        return [p for p in self.agents.values() if len(p.placement) > 1 and node in p.placement]
+        """The agents placed on more than one node, `node` among them (never a removed one)."""
+        return [
+            p
+            for p in self.agents.values()
+            if len(p.placement) > 1 and node in p.placement and not p.retired
+        ]
 
     def snapshot(self) -> builtins.list[Any]:
         return [msgspec.to_builtins(self.agents[a]) for a in sorted(self.agents)]

@@ -72,16 +72,31 @@ class LeaseView(msgspec.Struct, kw_only=True):
     expires_in: float | None  # seconds, as this node's renewals keep it
 
 
+class HomeLeaseView(msgspec.Struct, kw_only=True):
+    expires_in: float  # about, by the bucket's stamp of its last renewal
+    revision: int
+
+
 class PlacementView(msgspec.Struct, kw_only=True):
-    """Where a placed agent runs (docs/mesh.md, "Placement and failover"): the node writing
-    its journal now, in which epoch, the lease this node holds for it (None: not this node),
-    the nodes that may host it, and its moves (oldest first, the last 20)."""
+    """Where a placed agent runs (docs/mesh.md, "What an operator sees and does"): the node
+    writing its journal now, in which epoch, the lease this node holds for it (None: not this
+    node), the home's lease as the mesh has it (None: gone) and whether the home is `suspect`
+    (its lease gone or about to lapse), the nodes that may host it and those of them ready to
+    take it now (`candidates`: a move's targets), who stopped it (None: running), the revision
+    its journal names, its moves and its deployments across homes (oldest first, the last
+    20 of each)."""
 
     home: str | None
     epoch: int
     lease: LeaseView | None
+    home_lease: HomeLeaseView | None = None
+    suspect: bool = False
+    candidates: list[str] = []
     placement: list[str]
+    stopped_by: str | None = None
+    revision: int = 0
     moves: list[dict[str, Any]]
+    history: list[dict[str, Any]] = []
 
 
 class MoveRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -96,6 +111,22 @@ class MoveView(msgspec.Struct, kw_only=True):
     epoch: int
     handoff_seq: int
     drained_in_s: float
+
+
+class DrainedAgent(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """One placed agent a drain handed over (`moved`: to `to`, at `epoch`) or let go
+    (`released`: its lease given up for another node of its set to take, `why` if one was
+    tried and failed)."""
+
+    agent: str
+    done: Literal["moved", "released"]
+    to: str | None = None
+    epoch: int | None = None
+    why: str | None = None
+
+
+class Drained(msgspec.Struct, kw_only=True):
+    agents: list[DrainedAgent]
 
 
 class AgentChange(msgspec.Struct, kw_only=True):
@@ -116,13 +147,13 @@ def _deployment(d: Deployment) -> DeploymentView:
     )
 
 
-def placement_view(request: web.Request, name: str) -> PlacementView | None:
+async def placement_view(request: web.Request, name: str) -> PlacementView | None:
     manager = request.app.get(PLACEMENT)
-    placed = manager.view(name) if manager is not None else None
+    placed = await manager.view(name) if manager is not None else None
     return msgspec.convert(placed, PlacementView) if placed is not None else None
 
 
-def view(request: web.Request, deployed: DeployedAgent) -> AgentView:
+async def view(request: web.Request, deployed: DeployedAgent) -> AgentView:
     status: Status = "unknown"
     last_error = phase = reason = None
     agents = request.app[AGENTS]
@@ -145,31 +176,33 @@ def view(request: web.Request, deployed: DeployedAgent) -> AgentView:
         reason=reason,
         change=change.view() if change is not None else None,
         rollout=rollout.view() if rollout is not None else None,
-        placement=placement_view(request, deployed.name),
+        placement=await placement_view(request, deployed.name),
     )
 
 
-def replica_view(request: web.Request, placed: Placed) -> AgentView:
-    """A placed agent another node runs, not deployed here: what its journal says."""
+async def replica_view(request: web.Request, placed: Placed) -> AgentView:
+    """A placed agent another node runs, not deployed here: what its journal says (the
+    revision and who deployed it, from its latest `agent.placed`)."""
     definition = placed.definition
+    latest = placed.history[-1] if placed.history else None
     return AgentView(
         name=placed.agent,
         source="api",
         status="replica",
-        stopped=False,
+        stopped=placed.stopped,
         last_error=None,
         current=DeploymentView(
-            revision=0,  # not deployed on this node
+            revision=placed.revision,  # its home's, as its journal names it
             component=definition.component,
             version=component_version(definition.component),
             sha256=definition.sha256,
-            deployed_at="",
-            operator=None,
+            deployed_at=latest.at if latest is not None else "",
+            operator=latest.operator if latest is not None else None,
         ),
         definition=definition,
         previous=[],
         history=[],
-        placement=placement_view(request, placed.agent),
+        placement=await placement_view(request, placed.agent),
     )
 
 
@@ -185,29 +218,28 @@ def _operator(request: web.Request) -> str:
     return request[IDENTITY].name
 
 
-def _answer(request: web.Request, message: str, status: int = 200) -> web.Response:
+async def _answer(request: web.Request, message: str, status: int = 200) -> web.Response:
     deployed = context_of(request).projections.get(DeployedAgents).get(_name(request))
-    agent = view(request, deployed) if deployed is not None else None
+    agent = await view(request, deployed) if deployed is not None else None
     return json_response(AgentChange(message=message, agent=agent), status)
 
 
-def _shown(request: web.Request, deployed: DeployedAgent) -> AgentView:
-    """A deployed agent; one that moved to another node reads as a replica here."""
+async def _shown(request: web.Request, deployed: DeployedAgent) -> AgentView:
+    """A deployed agent; one that moved to another node reads as a replica here, with what
+    its journal says."""
     if deployed.name in _service(request).elsewhere:
         placed = context_of(request).projections.get(Placements).get(deployed.name)
         if placed is not None:
-            shown = view(request, deployed)
-            shown.status = "replica"
-            return shown
-    return view(request, deployed)
+            return await replica_view(request, placed)
+    return await view(request, deployed)
 
 
 async def list_agents(request: web.Request) -> web.Response:
     ctx = context_of(request)
     model = ctx.projections.get(DeployedAgents)
-    shown = [_shown(request, d) for d in model.list()]
+    shown = [await _shown(request, d) for d in model.list()]
     replicas = [
-        replica_view(request, p)
+        await replica_view(request, p)
         for p in ctx.projections.get(Placements).placed_on(ctx.name)
         if model.get(p.agent) is None
     ]
@@ -220,9 +252,9 @@ async def get_agent(request: web.Request) -> web.Response:
     if deployed is None:
         placed = ctx.projections.get(Placements).get(_name(request))
         if placed is not None and ctx.name in placed.placement:
-            return json_response(replica_view(request, placed))
+            return json_response(await replica_view(request, placed))
         raise _not_deployed(request)
-    return json_response(_shown(request, deployed))
+    return json_response(await _shown(request, deployed))
 
 
 def _not_deployed(request: web.Request) -> Problem:
@@ -257,10 +289,19 @@ async def move(request: web.Request) -> web.Response:
     return json_response(msgspec.convert(moved, MoveView))
 
 
+async def drain(request: web.Request) -> web.Response:
+    """Hand every placed agent this node runs to another node of its set; take none again."""
+    manager = request.app.get(PLACEMENT)
+    if manager is None:
+        raise Problem(409, 'draining needs the NATS mesh ([mesh] transport = "nats")')
+    drained = await manager.drain()
+    return json_response(msgspec.convert({"agents": drained}, Drained))
+
+
 async def deploy(request: web.Request) -> web.Response:
     body = await json_body(request, DeployRequest)
     status, message = await _service(request).deploy(_name(request), body, _operator(request))
-    return _answer(request, message, status)
+    return await _answer(request, message, status)
 
 
 async def patch(request: web.Request) -> web.Response:
@@ -272,15 +313,19 @@ async def patch(request: web.Request) -> web.Response:
         raise Problem(404, f"no agent {_name(request)!r} is deployed on this node")
     body = patched(deployed.current.definition, changes)
     status, message = await _service(request).deploy(_name(request), body, _operator(request))
-    return _answer(request, message, status)
+    return await _answer(request, message, status)
 
 
 async def stop(request: web.Request) -> web.Response:
-    return _answer(request, await _service(request).suspend(_name(request), _operator(request)))
+    return await _answer(
+        request, await _service(request).suspend(_name(request), _operator(request))
+    )
 
 
 async def start(request: web.Request) -> web.Response:
-    return _answer(request, await _service(request).resume(_name(request), _operator(request)))
+    return await _answer(
+        request, await _service(request).resume(_name(request), _operator(request))
+    )
 
 
 async def rollback(request: web.Request) -> web.Response:
@@ -288,11 +333,15 @@ async def rollback(request: web.Request) -> web.Response:
     if request.can_read_body:
         reason = (await json_body(request, RollbackRequest)).reason
     service = _service(request)
-    return _answer(request, await service.rollback(_name(request), reason, _operator(request)))
+    return await _answer(
+        request, await service.rollback(_name(request), reason, _operator(request))
+    )
 
 
 async def remove(request: web.Request) -> web.Response:
-    return _answer(request, await _service(request).remove(_name(request), _operator(request)))
+    return await _answer(
+        request, await _service(request).remove(_name(request), _operator(request))
+    )
 
 
 def setup(app: web.Application) -> None:
@@ -382,6 +431,27 @@ def setup(app: web.Application) -> None:
                 "lacks the agent's grant domains, 409 when this node is not the home or the "
                 "target has no fresh advert, 503 when the stream did not acknowledge the "
                 'handoff. See docs/mesh.md, "Placement and failover".'
+            ),
+        ),
+    )
+    add_route(
+        app,
+        "POST",
+        "/api/v1/node/drain",
+        drain,
+        "admin",
+        Doc(
+            "Hand every placed agent this node runs to another node of its set (drain)",
+            "agents",
+            Drained,
+            errors=(409,),
+            description=(
+                "Each placed agent this node homes is moved (a planned move) to a live node of "
+                "its placement set that is ready to host it, the one with the most free slots; "
+                "one that no node can take, or left after 20 s, has its lease given up so that "
+                "a node of its set takes it over at once. From then on the node takes no placed "
+                "agent until it restarts. A SIGTERM drains the same way before the node stops. "
+                'See docs/mesh.md, "Draining a node".'
             ),
         ),
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -44,6 +45,7 @@ from node.web.http import Problem, json_response
 from node.web.routes import Doc, Query, add_route
 from projections.tasks import Tasks
 
+log = logging.getLogger("agent-node.placement")
 OUTPUT_DIR = "agent-output"  # under data_dir: agents' stdout/stderr files while they run
 
 
@@ -128,7 +130,14 @@ async def runtime_lifecycle(
     ctx = app[CONTEXT]
     config = ctx.config
     deployments = deps.deployments
-    refuse_foreign(ctx, deployments.declared)
+    for name in sorted(refuse_foreign(ctx, deployments.declared)):
+        log.warning(
+            "agent %s is declared here, but its placement set no longer names this node: kept "
+            "as a replica, never run here (drop its [[agents]] entry to say so)",
+            name,
+        )
+        deployments.elsewhere.add(name)
+        ctx.store.disown(name)
     placement = app.get(PLACEMENT)
     if placement is not None:  # a placed agent runs once its lease is held (manager.py)
         placement.hold_back()
@@ -204,6 +213,10 @@ async def runtime_lifecycle(
     try:
         yield
     finally:
+        if placing is not None and placement is not None:  # SIGTERM: hand placed agents over
+            with contextlib.suppress(Exception):
+                for moved in await placement.drain():
+                    log.info("shutting down: %s", drained_text(moved))
         if placing is not None:
             placing.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -212,6 +225,13 @@ async def runtime_lifecycle(
         await loop.run_in_executor(None, runtime.stop)
         agents.attach(None, None)
         await session.close()
+
+
+def drained_text(moved: dict[str, Any]) -> str:
+    if moved["done"] == "moved":
+        return f"agent {moved['agent']} handed over to {moved['to']} (epoch {moved['epoch']})"
+    why = f": {moved['why']}" if moved.get("why") else ""
+    return f"agent {moved['agent']}: its lease given up for another node to take{why}"
 
 
 class BusSink:

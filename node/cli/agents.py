@@ -185,8 +185,6 @@ MOVE_COLUMNS = [
 ]
 
 
-
-
 def _placement_lines(placement: dict[str, Any] | None) -> list[str]:
     """Where a placed agent runs, its lease and its moves (docs/mesh.md)."""
     if not placement:
@@ -414,6 +412,38 @@ def cmd_move(node: Node, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_drain(node: Node, args: argparse.Namespace) -> int:
+    """Ask the node to hand every placed agent it runs to another node of its set."""
+
+    def step(seconds: float) -> str:
+        return (
+            "drain: waiting for each placed agent's handoff to another node of its set "
+            f"({seconds:.0f} s)"
+        )
+
+    drained = while_waiting(lambda: node.call("POST", "/api/v1/node/drain"), step)
+
+    def text(body: dict[str, Any]) -> str:
+        rows = body["agents"]
+        if not rows:
+            return "no placed agent runs on this node"
+        lines = []
+        for row in rows:
+            if row["done"] == "moved":
+                line = f"{row['agent']}: handed over to {row['to']} (epoch {row['epoch']})"
+            else:
+                why = f" ({row['why']})" if row.get("why") else ""
+                line = (
+                    f"{row['agent']}: no node could take it now; its lease is given up for a "
+                    f"node of its set to take over{why}"
+                )
+            lines.append(visible(line))  # names a peer wrote
+        return "\n".join(lines)
+
+    emit(args, drained, text)
+    return 0
+
+
 def add_agents_commands(
     sub: argparse._SubParsersAction[argparse.ArgumentParser], command: Any
 ) -> None:
@@ -485,6 +515,16 @@ def add_agents_commands(
     )
     p.add_argument("name", help="agent name")
     p.add_argument("--to", required=True, metavar="NODE", help="the node to run it on")
+    node_commands = sub.add_parser(
+        "node", help="the running node as a whole", description="The running node (admin token)."
+    ).add_subparsers(metavar="ACTION")
+    command(
+        node_commands,
+        "drain",
+        cmd_drain,
+        "hand the placed agents this node runs to other nodes of their sets",
+        LIFECYCLE_TIMEOUT_SECS,
+    )
 
 
 def node_names(text: str) -> list[str]:

@@ -23,7 +23,7 @@ KEYS: dict[type[msgspec.Struct], dict[str, str]] = {
         "inference": "The OpenAI-compatible endpoints agents' inference calls go to.",
         "agents": "The agents this node hosts, each a WebAssembly component.",
         "hosting": "Placed agents of other nodes this node consents to host when they fail over "
-        "or move here, and what they may have here (docs/mesh.md, \"Consent\"); without an "
+        'or move here, and what they may have here (docs/mesh.md, "Consent"); without an '
         "entry it keeps their journals and never runs them.",
         "actions": "Capability name to the URL an approved action is POSTed to.",
         "secrets": "Secret domain to {key: value} (or key_file: path); agents read them "

@@ -33,6 +33,7 @@ from nats.errors import Error as NatsError
 from node.context import NodeContext
 from node.placement.catchup import stream_holds
 from node.placement.leases import LeaseBook, LeaseError
+from node.placement.metrics import PlacementMetrics
 from node.sync.receive import UNJUDGED, TakeoverClaim, Verdict
 from projections.journals import Journals
 
@@ -43,10 +44,17 @@ JUDGE_TIMEOUT_SECS = 5.0
 
 
 class TakeoverJudge:
-    def __init__(self, ctx: NodeContext, leases: LeaseBook, link: Callable[[], object]) -> None:
+    def __init__(
+        self,
+        ctx: NodeContext,
+        leases: LeaseBook,
+        link: Callable[[], object],
+        metrics: PlacementMetrics | None = None,
+    ) -> None:
         self._ctx = ctx
         self._leases = leases
         self._js = link  # the live JetStream context, or None
+        self._metrics = metrics
 
     async def judge(self, claim: TakeoverClaim) -> Verdict | None:
         """None when the takeover may stand; else why not."""
@@ -55,10 +63,13 @@ class TakeoverJudge:
             return Verdict(UNJUDGED, "no NATS link to check it against", report=False)
         try:
             async with asyncio.timeout(JUDGE_TIMEOUT_SECS):
-                return await self._judge(js, claim)
+                verdict = await self._judge(js, claim)
         except (TimeoutError, NatsError, LeaseError) as exc:
             why = f"the mesh did not answer: {type(exc).__name__}"
             return Verdict(UNJUDGED, why, report=False)
+        if verdict is not None and self._metrics is not None:
+            self._metrics.refused_takeovers.inc()
+        return verdict
 
     async def _judge(self, js: object, claim: TakeoverClaim) -> Verdict | None:
         home, epoch, journal = claim.previous_home, claim.previous_epoch, claim.stream

@@ -38,8 +38,11 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from eventstore.writer import Fenced
 from node.context import NodeContext
@@ -47,10 +50,12 @@ from node.placement.adverts import served_domains
 from node.placement.buckets import BucketError
 from node.placement.consent import Consent, consent_of
 from node.placement.judge import TakeoverJudge
-from node.placement.leases import LeaseBook, LeaseError
+from node.placement.leases import RENEW_SHARE, LeaseBook, LeaseError
+from node.placement.metrics import PlacementMetrics
 from node.placement.prepare import Preparer
 from node.services.approvals import ApprovalGate
 from node.services.deployments import DeploymentService
+from node.services.findings import NewFinding, report_finding
 from node.services.registry import RegistryService
 from node.web.http import Problem
 from projections import catalogue as c
@@ -72,6 +77,7 @@ MOVE_ACK_SECS = 10.0  # the handoff's publish ack
 NODE_LOST = "node lost"
 HANDOFF_RETURN_TTLS = 3  # the old home waits this many TTLs for a target that never took it
 SHARE_CHECK_SECS = 60.0  # the home checks the mesh still serves its agents' components
+DRAIN_SECS = 20.0  # a drain (`node drain`, SIGTERM) hands agents over within this long
 
 
 @dataclass
@@ -121,7 +127,10 @@ class PlacementManager:
             on_lost=self.lease_lost,
             on_junk=self._junk,
         )
-        self.judge = TakeoverJudge(ctx, self.leases, lambda: self.link.js if self.link else None)
+        self.metrics = PlacementMetrics(ctx.metrics.registry)
+        self.judge = TakeoverJudge(
+            ctx, self.leases, lambda: self.link.js if self.link else None, self.metrics
+        )
         self.prepare = Preparer(registry, self._engine)
         self.running: set[str] = set()  # placed agents this node runs under its lease
         self._busy: set[str] = set()  # agents a takeover, start or move is working on
@@ -133,6 +142,7 @@ class PlacementManager:
         self._shared_at: dict[str, float] = {}
         self._background: set[asyncio.Task[None]] = set()
         self.unusable = ""  # why a placement bucket cannot be used (BucketError), if one cannot
+        self.draining = False  # drained: this node takes no placed agent until it restarts
         mesh = ctx.config.mesh
         self.check_secs = min(1.0, mesh.lease_ttl_secs / 4)
         deployments.placement = self
@@ -181,22 +191,55 @@ class PlacementManager:
             else:
                 self.ctx.store.disown(placed.agent)
 
-    def view(self, agent: str) -> dict[str, Any] | None:
-        """Where a placed agent runs: home, epoch, lease, placement and its moves."""
+    async def view(self, agent: str) -> dict[str, Any] | None:
+        """Where a placed agent runs, as this node's copy of its journal and the mesh say:
+        home, epoch, this node's lease (if it holds it), the home's lease as the bucket has it
+        (`home_lease`; `suspect` when it is gone or about to lapse), the set and the members
+        of it ready to take it now (`candidates`), whether an operator stopped it, the
+        revision it runs, its moves and its deployments across homes."""
         placed = self.placements.get(agent)
         if placed is None:
             return None
+        home = self.journals.home_of(agent)
         valid_until = self.leases.valid_until(agent)
         expires = max(0.0, valid_until - time.monotonic()) if valid_until is not None else None
+        home_lease, candidates = await self._observed(agent, home, placed)
+        suspect = home_lease is None or home_lease["expires_in"] < self.leases.ttl * RENEW_SHARE
         return {
-            "home": self.journals.home_of(agent),
+            "home": home,
             "epoch": self.journals.epoch_of(agent),
             "lease": {"holder": self.ctx.name, "expires_in": expires}
             if agent in self.running
             else None,
+            "home_lease": home_lease,
+            "suspect": suspect and agent not in self.running,
+            "candidates": candidates,
             "placement": list(placed.placement),
+            "stopped_by": placed.stopped_by if placed.stopped else None,
+            "revision": placed.revision,
             "moves": self.journals.moves_of(agent),
+            "history": [msgspec.to_builtins(change) for change in placed.history],
         }
+
+    async def _observed(
+        self, agent: str, home: str | None, placed: Placed
+    ) -> tuple[dict[str, Any] | None, list[str]]:
+        """The home's lease record and the set's members ready to host the agent, as the
+        mesh has them now (nothing when it does not answer within a second)."""
+        link = self.link
+        if link is None or home is None:
+            return None, []
+        lease: dict[str, Any] | None = None
+        ready: list[str] = []
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(1.0):
+                view = await self.leases.peek(agent, home)
+                if view is not None and view.epoch == self.journals.epoch_of(agent):
+                    lease = {"expires_in": round(view.expires_in, 3), "revision": view.revision}
+                others = [n for n in placed.placement if n != home]
+                live = await link.adverts.live(others)
+                ready = sorted(n for n, advert in live.items() if agent in advert.hosts)
+        return lease, ready
 
     # ------------------------------------------------------------------ consent
     def consent(self, agent: str) -> Consent | None:
@@ -245,6 +288,14 @@ class PlacementManager:
 
     def started_here(self, name: str) -> None:
         self.running.add(name)
+
+    async def retired(self, name: str) -> None:
+        """Removed here, its home (`agent.retired` is in the stream): never run again, and
+        the lease given up so that no record of it outlives it."""
+        self.running.discard(name)
+        self.ctx.store.disown(name)
+        with contextlib.suppress(LeaseError, TimeoutError):
+            await self.leases.release(name)
 
     async def confirm(self, agent: str) -> None:
         """A write to a placed agent's journal that this node acknowledges (an API answer)
@@ -335,6 +386,7 @@ class PlacementManager:
         self.link = link
         try:
             while True:
+                self.metrics.leases_held.set(len(self.leases.held()))
                 placed_here = self.placements.placed_on(self.ctx.name)
                 self.prepare.forget({p.definition.sha256 for p in placed_here})
                 for placed in placed_here:
@@ -352,6 +404,8 @@ class PlacementManager:
                 self.moved_away(agent, str(home))
             elif time.monotonic() - self._shared_at.get(agent, 0.0) > SHARE_CHECK_SECS:
                 await self._keep_shared(link, placed)
+            return
+        if self.draining:
             return
         why = self.refusal(placed)
         if why is not None:
@@ -539,8 +593,11 @@ class PlacementManager:
         self.ctx.store.own(agent)
         self.ctx.store.fence(agent, self.leases.valid_until(agent) or 0.0)
         takeover = c.JournalTakeover(epoch=epoch, lease_revision=revision, previous_home=previous)
+        head = self.ctx.store.head(agent)
+        last = self.ctx.store.get(agent, head.seq) if head is not None else None
+        last_ts = last.event.ts if last is not None else None
         try:
-            await self.ctx.store.append(agent, *c.event_of(takeover))
+            envelope = await self.ctx.store.append(agent, *c.event_of(takeover))
         except BaseException:
             self.ctx.store.disown(agent)
             with contextlib.suppress(LeaseError, TimeoutError):
@@ -549,6 +606,30 @@ class PlacementManager:
         abandoned = await self.approvals.abandon_agent(agent, NODE_LOST)
         await self._start(link, placed)
         await self._moved_in(agent, epoch, "takeover", previous, len(abandoned))
+        self.metrics.takeovers.inc()
+        gap = _seconds_between(last_ts, envelope.event.ts)
+        if gap is not None:
+            self.metrics.failover_seconds.observe(gap)
+        await self._report_takeover(agent, previous, epoch, gap)
+
+    async def _report_takeover(
+        self, agent: str, previous: str, epoch: int, gap: float | None
+    ) -> None:
+        """Every takeover is worth a look: a finding in the agent's journal, naming the home it
+        replaced and how long the agent wrote nothing."""
+        after = f" after {gap:.1f} s without a write" if gap is not None else ""
+        finding = NewFinding(
+            agent=agent,
+            severity="medium",
+            title=f"agent {agent} taken over from {previous}{after}",
+            detail=(
+                f"{self.ctx.name} took {agent} over at epoch {epoch}: the lease of its home "
+                f"{previous} had lapsed (it died, froze or lost NATS). The gap is from "
+                f"{previous}'s last envelope to the takeover."
+            ),
+        )
+        with contextlib.suppress(Exception):  # the takeover stands without its finding
+            await report_finding(self.ctx, finding)
 
     async def _start(self, link: Link, placed: Placed) -> None:
         """Run the agent here under the lease just taken; if it cannot start, the lease is
@@ -567,12 +648,30 @@ class PlacementManager:
             await self.share(placed.agent, definition, path)
         except Exception as exc:  # the agent runs; a takeover would lack its component
             log.warning("agent %s: its component is not shared: %s", placed.agent, exc)
+        started = time.monotonic()
         await self.deployments.host_placed(placed.agent, self.definition_here(placed))
         self.running.add(placed.agent)
         self._gone_since.pop(placed.agent, None)
-        log.info(
-            "agent %s runs here (epoch %d)", placed.agent, self.journals.epoch_of(placed.agent)
-        )
+        worker = self.deployments.runtime.workers.get(placed.agent)
+        if placed.stopped:
+            log.info("agent %s is home here, stopped by %s", placed.agent, placed.stopped_by)
+        elif worker is not None:
+            self._in_background(self._first_run(placed.agent, worker.probation, started))
+
+    async def _first_run(self, agent: str, probation: Any, started: float) -> None:
+        """Say the agent runs here once it has run (an instance that starts is not yet one
+        that runs): its first good run, or a failed one."""
+        epoch = self.journals.epoch_of(agent)
+        why = await asyncio.wrap_future(probation)
+        took = time.monotonic() - started
+        if why is None:
+            log.info(
+                "agent %s runs here (epoch %d; first run %.1f s after start)", agent, epoch, took
+            )
+        else:
+            log.warning(
+                "agent %s started here (epoch %d); its first run failed: %s", agent, epoch, why
+            )
 
     async def _moved_in(
         self,
@@ -621,9 +720,57 @@ class PlacementManager:
                 self.deployments.unhost_placed(agent, f"lease lost ({reason})", 0.0)
             )
 
+    # ------------------------------------------------------------------ drain
+    async def drain(self, within: float = DRAIN_SECS) -> list[dict[str, Any]]:
+        """Hand each placed agent this node runs to a live member of its set that is ready to
+        host it (the one with the most free slots), one after another within `within`
+        seconds; one that no member can take, or left when the time is up, has its lease
+        given up, so that a takeover follows at once rather than a TTL later. From then on
+        this node takes no placed agent (until it restarts). What happened to each agent."""
+        self.draining = True
+        deadline = time.monotonic() + within
+        outcomes: list[dict[str, Any]] = []
+        for agent in sorted(self.running):
+            outcome: dict[str, Any] = {"agent": agent, "to": None, "epoch": None}
+            to = await self._drain_target(agent) if time.monotonic() < deadline else None
+            if to is not None:
+                try:
+                    async with asyncio.timeout(max(0.1, deadline - time.monotonic())):
+                        moved = await self.move(agent, to)
+                    outcomes.append(outcome | {"to": to, "epoch": moved["epoch"], "done": "moved"})
+                    continue
+                except (Problem, TimeoutError) as exc:
+                    outcome["why"] = getattr(exc, "detail", None) or "the time was up"
+            if agent in self.running:
+                self.running.discard(agent)
+                await self._give_up(agent, "node drained")
+            outcomes.append(outcome | {"done": "released"})
+        return outcomes
+
+    async def _drain_target(self, agent: str) -> str | None:
+        placed, link = self.placements.get(agent), self.link
+        if placed is None or link is None:
+            return None
+        others = [n for n in placed.placement if n != self.ctx.name]
+        try:
+            live = await link.adverts.live(others)
+        except Exception:  # no adverts known: its lease is given up instead
+            return None
+        ready = [advert for advert in live.values() if agent in advert.hosts]
+        ready.sort(key=lambda advert: (-advert.free_slots, advert.node))
+        return ready[0].node if ready else None
+
     # ------------------------------------------------------------------ planned move
     async def move(self, agent: str, to: str) -> dict[str, Any]:
         """Hand `agent` over to node `to` (checked: 409/422), signed by this node."""
+        try:
+            return await self._move(agent, to)
+        except Problem as exc:
+            if exc.status != 503:
+                self.metrics.move_refusals.labels(str(exc.status)).inc()
+            raise
+
+    async def _move(self, agent: str, to: str) -> dict[str, Any]:
         link = self._linked()
         placed = self.placements.get(agent)
         if placed is None or len(placed.placement) < 2:
@@ -656,9 +803,14 @@ class PlacementManager:
             raise Problem(409, f"agent {agent!r} is being moved or started already")
         self._busy.add(agent)
         try:
-            return await self._hand_off(link, agent, to)
+            moved = await self._hand_off(link, agent, to)
+        except Problem:
+            self.metrics.move_refusals.labels("not_acknowledged").inc()
+            raise
         finally:
             self._busy.discard(agent)
+        self.metrics.moves.inc()
+        return moved
 
     async def _hand_off(self, link: Link, agent: str, to: str) -> dict[str, Any]:
         started = time.monotonic()
@@ -689,3 +841,13 @@ class PlacementManager:
             "handoff_seq": envelope.seq,
             "drained_in_s": round(time.monotonic() - started, 3),
         }
+
+
+def _seconds_between(earlier: str | None, later: str) -> float | None:
+    if earlier is None:
+        return None
+    try:
+        gap = datetime.fromisoformat(later) - datetime.fromisoformat(earlier)
+    except ValueError:
+        return None
+    return max(0.0, gap.total_seconds())

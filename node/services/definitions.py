@@ -16,6 +16,7 @@ from node.config.model import AgentConfig, ConfigError, placement_problems
 from node.context import NodeContext
 from node.web.http import Problem
 from projections import catalogue as c
+from projections.deployments import DeployedAgents
 from projections.journals import Journals
 from projections.placements import Placements
 
@@ -109,10 +110,13 @@ def placed_event(
     placement: tuple[str, ...],
     definition: c.AgentDefinition,
     only_if_moved: bool,
+    change: c.PlacedChange = "placed",
+    operator: str | None = None,
 ) -> NewEvent | None:
     """The `agent.placed` to journal in the agent's own journal, or None: for an agent never
     placed on more than one node, and when neither the set nor (unless `only_if_moved`) the
-    definition changed."""
+    definition changed. It names the deployment (revision, `change`, `operator`) it follows,
+    so every node of the set shows the agent's history whoever made it."""
     placement = tuple(placement) or (ctx.name,)
     current = ctx.projections.get(Placements).get(name)
     if current is None and len(placement) <= 1:
@@ -121,21 +125,39 @@ def placed_event(
     if same_set and (only_if_moved or current.definition == definition):  # type: ignore[union-attr]
         return None
     epoch = ctx.projections.get(Journals).epoch_of(name)
-    placed = c.AgentPlaced(placement=list(placement), definition=definition, epoch=epoch)
+    deployed = ctx.projections.get(DeployedAgents).get(name)
+    placed = c.AgentPlaced(
+        placement=list(placement),
+        definition=definition,
+        epoch=epoch,
+        revision=deployed.current.revision if deployed is not None else 1,  # a new one: 1
+        operator=operator,
+        change=change,
+    )
     return NewEvent(name, *c.event_of(placed))
 
 
-def refuse_foreign(ctx: NodeContext, agents: Iterable[AgentConfig]) -> None:
-    """A journal has one writer: an agent whose journal came from another node is not ours."""
+def refuse_foreign(ctx: NodeContext, agents: Iterable[AgentConfig]) -> set[str]:
+    """A journal has one writer: an agent whose journal came from another node is not ours
+    (ConfigError, docs/operations.md "Start refusals"). The names returned are declared agents
+    whose journal was placed and is written elsewhere by a set that no longer names this node:
+    this node keeps a replica of each and never runs it."""
     journals = ctx.projections.get(Journals)
     placements = ctx.projections.get(Placements)
+    dropped: set[str] = set()
     for agent in agents:
         home = journals.home_of(agent.name)
         placed = placements.get(agent.name)
         if placed is not None and ctx.name in placed.placement:
             continue  # placed here too: it runs where its journal and its lease say
-        if home not in (None, ctx.name):
-            raise ConfigError(
-                f"agents: {agent.name!r} is hosted on node {home!r} (its journal was written "
-                "there); agent names must be unique across the mesh"
-            )
+        if home in (None, ctx.name):
+            continue
+        if journals.placement_of(agent.name) is not None:
+            dropped.add(agent.name)
+            continue
+        raise ConfigError(
+            f"agents: {agent.name!r} is hosted on node {home!r} (its journal was written "
+            "there); agent names must be unique across the mesh: rename this node's agent, "
+            'or drop its [[agents]] entry (docs/operations.md, "Start refusals")'
+        )
+    return dropped

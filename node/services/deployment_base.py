@@ -48,6 +48,12 @@ class PlacementHooks(Protocol):
     def started_here(self, name: str) -> None:
         """The new placed agent runs here, under the lease `claim` took."""
 
+    async def confirm(self, name: str) -> None:
+        """A write to the agent's journal counts once the mesh's stream holds it (503 else)."""
+
+    async def retired(self, name: str) -> None:
+        """The placed agent was removed here, its home: its lease is given up for good."""
+
 
 class DeploymentBase:
     """What every kind of change shares: the service's state, the journal's view of the
@@ -143,9 +149,16 @@ class DeploymentBase:
     def _current_placement(self, name: str) -> tuple[str, ...]:
         return placement_set(self.ctx, None, name)
 
-    async def _placed(self, name: str, definition: c.AgentDefinition, placement: Any) -> None:
+    async def _placed(
+        self,
+        name: str,
+        definition: c.AgentDefinition,
+        placement: Any,
+        change: c.PlacedChange,
+        operator: str | None,
+    ) -> None:
         """Journal `agent.placed` after a change of a placed agent (or of its placement)."""
-        event = placed_event(self.ctx, name, placement, definition, False)
+        event = placed_event(self.ctx, name, placement, definition, False, change, operator)
         if event is not None:
             await self.ctx.store.append_many([event])
 

@@ -9,6 +9,7 @@ import asyncio
 
 from node.services.deployment_base import DeploymentBase
 from projections import catalogue as c
+from projections.placements import Placements
 from projections.tasks import Tasks
 
 
@@ -38,13 +39,29 @@ class PlacedHosting(DeploymentBase):
             if self._tasks is not None:
                 open_tasks = self.ctx.projections.get(Tasks).open_tasks(name)
                 self._tasks.add_agent(name, ((t.id, t.from_, t.input) for t in open_tasks))
-            suspended = deployed is not None and deployed.suspended
+            suspended = await self._follow_stop(name)
             if name in runtime.workers:
                 await asyncio.to_thread(
                     runtime.replace, self._spec(name), "moved in", self.drain_secs, not suspended
                 )
             else:
                 await asyncio.to_thread(runtime.add, self._spec(name), not suspended)
+
+    async def _follow_stop(self, name: str) -> bool:
+        """Whether an operator stopped the agent, as its own journal says (wherever that was
+        said): this node's `$node` record is brought in line, so every view of it agrees."""
+        placed = self.ctx.projections.get(Placements).get(name)
+        stopped = placed is not None and placed.stopped
+        was = self.projection.get(name)
+        if was is not None and was.suspended != stopped:
+            operator = placed.stopped_by if placed is not None else None
+            event: c.Payload = (
+                c.AgentSuspended(agent=name, operator=operator)
+                if stopped
+                else c.AgentResumed(agent=name, operator=operator)
+            )
+            await self._append(event)
+        return stopped
 
     async def unhost_placed(self, name: str, reason: str, drain_secs: float) -> None:
         """Stop running a placed agent here (it moved, or its lease is lost): its instance

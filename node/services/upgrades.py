@@ -74,6 +74,7 @@ class Upgrades(DeploymentBase):
     async def deploy(self, name: str, body: DeployRequest, operator: str) -> tuple[int, str]:
         """Deploy a new agent (201) or upgrade a deployed one (200); (status, message)."""
         async with self._lock:
+            ensure_local(self.ctx, name)  # a replica names the home before anything else
             agent, path = self._check_request(name, body)
             runtime = self.runtime
             ensure_local(self.ctx, name)
@@ -88,7 +89,7 @@ class Upgrades(DeploymentBase):
             self._only_api(deployed, "change")
             self._here(name)
             if deployed.current.definition == definition:
-                if await self._replaced(name, definition, placement):
+                if await self._replaced(name, definition, placement, operator):
                     return 200, f"agent {name!r} may now run on {', '.join(placement)}"
                 return (
                     200,
@@ -101,10 +102,10 @@ class Upgrades(DeploymentBase):
                 )
 
     async def _replaced(
-        self, name: str, definition: c.AgentDefinition, placement: tuple[str, ...]
+        self, name: str, definition: c.AgentDefinition, placement: tuple[str, ...], operator: str
     ) -> bool:
         """Only the placement set changed: journal it; whether it did change."""
-        event = placed_event(self.ctx, name, placement, definition, True)
+        event = placed_event(self.ctx, name, placement, definition, True, "placed", operator)
         if event is None:
             return False
         if len(placement) > 1 and self.placement is not None:
@@ -132,7 +133,7 @@ class Upgrades(DeploymentBase):
                 )
             ),
         )
-        placed = placed_event(self.ctx, name, placement, definition, False)
+        placed = placed_event(self.ctx, name, placement, definition, False, "deployed", operator)
         if placed is not None:  # its lease first: a placed agent runs only while held
             if self.placement is None:
                 raise Problem(503, "placement needs the NATS mesh, which is not running")
@@ -183,7 +184,8 @@ class Upgrades(DeploymentBase):
             change.step = "the mesh to hold the new component"
             await self.placement.share(name, definition, path)
         await self._append(upgraded)
-        await self._placed(name, definition, placement or self._current_placement(name))
+        current = placement or self._current_placement(name)
+        await self._placed(name, definition, current, "upgraded", operator)
         self._set_hosted()
         await self._follow_grants(name, f"not asked for by revision {revision}")
         reason = f"upgraded to revision {revision}"
@@ -198,7 +200,8 @@ class Upgrades(DeploymentBase):
         if why is None:
             return f"upgraded to revision {revision}" + self._watch(name, revision, worker)
         await self._append(self._rolled_back(name, revision, previous, why))
-        await self._placed(name, deployed.current.definition, self._current_placement(name))
+        current = self._current_placement(name)
+        await self._placed(name, deployed.current.definition, current, "rolled_back", None)
         self._set_hosted()
         await self._follow_grants(name, f"not asked for by revision {previous}")
         self._draining(change, name)
@@ -253,7 +256,8 @@ class Upgrades(DeploymentBase):
                 operator=operator,
             )
         )
-        await self._placed(name, target.definition, self._current_placement(name))
+        current = self._current_placement(name)
+        await self._placed(name, target.definition, current, "rolled_back", operator)
         self._set_hosted()
         await self._follow_grants(name, f"not asked for by revision {target.revision}")
         self._draining(change, name)
@@ -302,7 +306,8 @@ class Upgrades(DeploymentBase):
                     automatic=True,
                 )
             )
-            await self._placed(name, target_definition, self._current_placement(name))
+            current = self._current_placement(name)
+            await self._placed(name, target_definition, current, "rolled_back", None)
             self._set_hosted()
             await self._follow_grants(name, f"not asked for by revision {target}")
             self._draining(change, name)

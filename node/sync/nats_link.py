@@ -50,11 +50,16 @@ class OnLink:
 async def connect(
     mesh: MeshSection, node: str, on_reconnect: Callable[[], Awaitable[None]]
 ) -> RawClient:
+    client = RawClient()
+
     async def error_cb(exc: Exception) -> None:
         log.warning("nats: %s: %s", type(exc).__name__, exc)
 
     async def disconnected_cb() -> None:
-        log.warning("nats: disconnected; reconnecting")
+        if client.is_closed:  # this node closed it (a shutdown, a new connection): nothing wrong
+            log.info("nats: connection closed")
+        else:
+            log.warning("nats: disconnected; reconnecting")
 
     async def reconnected_cb() -> None:
         log.info("nats: reconnected")
@@ -79,7 +84,6 @@ async def connect(
         options["user_credentials"] = mesh.nats_creds_file
     if mesh.nats_nkey_seed_file is not None:
         options["nkeys_seed"] = mesh.nats_nkey_seed_file
-    client = RawClient()
     await client.connect(**options)
     return client
 
