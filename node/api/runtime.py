@@ -19,7 +19,8 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from node.context import CONTEXT, context_of
+from node.config.model import AgentConfig
+from node.context import CONTEXT, NodeContext, context_of
 from node.placement.key import PLACEMENT
 from node.runtime.agents import AGENTS, Agents
 from node.runtime.capabilities import Capabilities
@@ -130,14 +131,7 @@ async def runtime_lifecycle(
     ctx = app[CONTEXT]
     config = ctx.config
     deployments = deps.deployments
-    for name in sorted(refuse_foreign(ctx, deployments.declared)):
-        log.warning(
-            "agent %s is declared here, but its placement set no longer names this node: kept "
-            "as a replica, never run here (drop its [[agents]] entry to say so)",
-            name,
-        )
-        deployments.elsewhere.add(name)
-        ctx.store.disown(name)
+    keep_as_replicas(ctx, deployments, deployments.declared)
     placement = app.get(PLACEMENT)
     if placement is not None:  # a placed agent runs once its lease is held (manager.py)
         placement.hold_back()
@@ -146,8 +140,8 @@ async def runtime_lifecycle(
     hosted = await deployments.reconcile()
     if placement is not None:
         placement.hold_back()
-        hosted = deployments.hosted()
-    refuse_foreign(ctx, hosted)
+    keep_as_replicas(ctx, deployments, deployments.hosted())
+    hosted = deployments.hosted()
     config.agents = hosted
     ctx.metrics.agents_total.set(len(hosted))
     loop = asyncio.get_running_loop()
@@ -225,6 +219,24 @@ async def runtime_lifecycle(
         await loop.run_in_executor(None, runtime.stop)
         agents.attach(None, None)
         await session.close()
+
+
+def keep_as_replicas(
+    ctx: NodeContext, deployments: DeploymentService, agents: list[AgentConfig]
+) -> None:
+    """Agents of this node whose placed journal another node writes, with a set that no longer
+    names this node: kept as replicas, never run here (refuse_foreign refuses the others)."""
+    for name in sorted(refuse_foreign(ctx, agents)):
+        if name not in deployments.elsewhere:
+            log.warning(
+                "agent %s was deployed here, but its placement set no longer names this node: "
+                "kept as a replica, never run here (`agent-node agents rm %s` on its home, or "
+                "drop its [[agents]] entry, to say so)",
+                name,
+                name,
+            )
+        deployments.elsewhere.add(name)
+        ctx.store.disown(name)
 
 
 def drained_text(moved: dict[str, Any]) -> str:

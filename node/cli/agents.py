@@ -131,7 +131,9 @@ def _row(agent: dict[str, Any]) -> dict[str, Any]:
     return {
         "name": agent["name"],
         "source": agent["source"],
-        "status": "stopped" if agent["stopped"] else agent["status"],
+        "status": "stopped"
+        if agent["stopped"] and agent["status"] != "replica"
+        else agent["status"],
         "revision": current["revision"] or "-",
         "version": current["version"] or "-",
         "component": current["component"],

@@ -387,6 +387,7 @@ class PlacementManager:
         try:
             while True:
                 self.metrics.leases_held.set(len(self.leases.held()))
+                await self._forget_retired()
                 placed_here = self.placements.placed_on(self.ctx.name)
                 self.prepare.forget({p.definition.sha256 for p in placed_here})
                 for placed in placed_here:
@@ -431,6 +432,15 @@ class PlacementManager:
             log.exception("placement of %s failed", agent)
         finally:
             self._busy.discard(agent)
+
+    async def _forget_retired(self) -> None:
+        """Agents deployed here that were removed on their home since: forgotten here too."""
+        deployed = self.ctx.projections.get(DeployedAgents)
+        for name, placed in list(self.placements.agents.items()):
+            if placed.retired and deployed.get(name) is not None and name not in self._busy:
+                home = self.journals.home_of(name) or "?"
+                self.running.discard(name)
+                await self.deployments.forget_retired(name, home)
 
     async def _keep_shared(self, link: Link, placed: Placed) -> None:
         """The component of an agent this node runs stays fetchable by the set: a member's
@@ -652,6 +662,7 @@ class PlacementManager:
         await self.deployments.host_placed(placed.agent, self.definition_here(placed))
         self.running.add(placed.agent)
         self._gone_since.pop(placed.agent, None)
+        self.metrics.leases_held.set(len(self.leases.held()))
         worker = self.deployments.runtime.workers.get(placed.agent)
         if placed.stopped:
             log.info("agent %s is home here, stopped by %s", placed.agent, placed.stopped_by)

@@ -58,12 +58,14 @@ class Lifecycle(DeploymentBase):
             deployed = self._agent(name)
             self._only_api(deployed, "remove")
             async with self._changing(name, "remove", "journaling") as change:
+                placed = self.placement is not None and self._is_placed(name)
                 await self._remove(name, "", operator)
-                if self.placement is not None and self._is_placed(name):
+                if placed and self.placement is not None:
                     await self.placement.confirm(name)  # `agent.retired` held by the stream
-                    await self.placement.retired(name)
                 self._draining(change, name)
                 await asyncio.to_thread(self.runtime.remove, name, "removed", self.drain_secs)
+                if placed and self.placement is not None:
+                    await self.placement.retired(name)
                 self._set_hosted()
                 self.rollouts.forget(name)
                 return (

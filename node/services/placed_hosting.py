@@ -63,6 +63,20 @@ class PlacedHosting(DeploymentBase):
             await self._append(event)
         return stopped
 
+    async def forget_retired(self, name: str, home: str) -> None:
+        """A placed agent deployed here was removed on its home (`agent.retired` in its
+        journal): this node's record of the deployment ends too, and nothing of it runs."""
+        async with self._lock:
+            if self.projection.get(name) is None:
+                return
+            why = f"removed on its home {home}"
+            await self._append(c.AgentRemoved(agent=name, reason=why, operator=None))
+            runtime = self._runtime
+            if runtime is not None and name in runtime.workers:
+                await asyncio.to_thread(runtime.remove, name, why, 0.0)
+            self.elsewhere.discard(name)
+            self._set_hosted()
+
     async def unhost_placed(self, name: str, reason: str, drain_secs: float) -> None:
         """Stop running a placed agent here (it moved, or its lease is lost): its instance
         ends (after its run in progress, up to `drain_secs`), its deployment stays."""

@@ -21,26 +21,9 @@ from harness.failover import (
     wait_for,
     wait_runner,
 )
-from node.runtime.compiled_cache import COMPILED_CACHE_ENV
 from tests.node.test_lifecycle_restart import cli
-from tests.runtime_support import COMPILED_CACHE
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture
-def failover(request, tmp_path, monkeypatch):
-    monkeypatch.setenv(COMPILED_CACHE_ENV, str(COMPILED_CACHE))
-    meshes: list[FailoverMesh] = []
-
-    def make(**kwargs) -> FailoverMesh:
-        meshes.append(FailoverMesh(tmp_path / f"f{len(meshes)}", **kwargs).start())
-        return meshes[-1]
-
-    request.node.failover_meshes = meshes  # their logs join a failure's report (conftest.py)
-    yield make
-    for mesh in meshes:
-        mesh.kill()
 
 
 def placed_counter(fm: FailoverMesh, wasm, placement: list[str], **body) -> None:
@@ -67,10 +50,22 @@ def test_a_placed_agent_is_listed_on_every_node_of_its_set_and_runs_on_one(failo
     assert {e["origin"] for e in journal} == {"node-a"}
 
 
-def stop(node) -> None:
+def stop(node, agent: str = AGENT) -> None:
     with node.client() as client:
-        stopped = client.post(f"/api/v1/agents/{AGENT}/stop")
+        stopped = client.post(f"/api/v1/agents/{agent}/stop")
     assert stopped.status_code == 200, stopped.text
+
+
+def start(node, agent: str = AGENT) -> None:
+    with node.client() as client:
+        started = client.post(f"/api/v1/agents/{agent}/start")
+    assert started.status_code == 200, started.text
+
+
+def held_by(fm: FailoverMesh, name: str, agent: str = AGENT) -> dict | None:
+    """The agent's view on `name` once `name` holds its lease (running or not)."""
+    view = agent_view(fm[name], agent)
+    return view if view and (view.get("placement") or {}).get("lease") else None
 
 
 def finding_titles(journal: list[dict]) -> set[str]:
@@ -277,12 +272,16 @@ def test_a_member_outside_the_placement_set_cannot_take_over(failover, built_age
         journal = events(fm[name])
         assert not [e for e in journal if e["type"] == "journal.takeover"]
         assert agent_view(fm[name])["placement"]["home"] == "node-a"
-    # the home dies: the other node of its set takes over, never the outsider
+    # the home dies: the other node of its set takes over, never the outsider; the operator's
+    # stop goes with the agent (its own journal says so) until an operator starts it there
     fm["node-a"].kill()
-    assert wait_runner(fm, LEASE_TTL_SECS + 15, among=["node-b"]) == "node-b"
+    taken = wait_for(lambda: held_by(fm, "node-b"), LEASE_TTL_SECS + 15, "node-b takes over")
+    assert taken["status"] == "stopped" and taken["placement"]["stopped_by"] == "admin"
+    start(fm["node-b"])
+    assert wait_runner(fm, 20, among=["node-b"]) == "node-b"
     journal = events(fm["node-b"])
     _, since = after_takeover(journal)
-    assert since[0]["origin"] == "node-b" and since[0]["data"]["epoch"] >= 1
+    assert since[0]["origin"] == "node-b" and since[0]["data"]["epoch"] == 1
 
 
 def test_open_tasks_go_on_on_the_new_home(failover, built_agents):
@@ -308,7 +307,11 @@ def test_open_tasks_go_on_on_the_new_home(failover, built_agents):
         assert "result" in canceled, canceled  # acknowledged too: the kill cannot undo it
     task = created.json()["id"]
     fm["node-a"].kill()
-    assert wait_runner(fm, LEASE_TTL_SECS + 15, among=["node-b"], agent=worker) == "node-b"
+    taken = wait_for(
+        lambda: held_by(fm, "node-b", worker), LEASE_TTL_SECS + 15, "node-b takes over"
+    )
+    assert taken["status"] == "stopped"  # the operator's stop went with it
+    start(fm["node-b"], worker)  # the tasks queued meanwhile are run there
 
     def done() -> dict | None:
         with fm["node-b"].client() as client:

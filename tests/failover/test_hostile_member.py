@@ -24,6 +24,7 @@ import msgspec
 import nats
 import pytest
 from aiohttp import web
+from nats.js.errors import NotFoundError
 
 from eventstore.envelope import Event, digest_of, encode_event, sign, utc_now
 from eventstore.keys import load_or_create_key
@@ -137,6 +138,16 @@ class Member:
 
         self.run(work)
 
+    def has_components_bucket(self) -> bool:
+        async def work(nc: nats.NATS) -> bool:
+            try:
+                await nc.jetstream().stream_info(f"OBJ_{COMPONENTS}")
+            except NotFoundError:
+                return False
+            return True
+
+        return bool(self.run(work))
+
     def forge_meta(self, sha: str) -> None:
         """A meta naming the component's checksum over chunks that are not its bytes."""
 
@@ -195,6 +206,7 @@ def hostile(tmp_path_factory, built_agents):
         extra_toml=f'\n[actions.spend]\nurl = "http://127.0.0.1:{spend.port}/spend"\n',
     ).start()
     member = Member(fm.cluster.urls[0], root / "mesh" / X / "data")
+    wait_for(member.has_components_bucket, 30, "the nodes made the components bucket")
     counter = built_agents["counter"].read_bytes()
     sha = hashlib.sha256(counter).hexdigest()
     member.forge_meta(sha)  # before the deploy: the home's put heals it

@@ -1,0 +1,190 @@
+"""Placement operators can trust (issue 44): an operator's stop, start and removal go with the
+agent through failovers; SIGTERM hands an agent over; planned moves stick; a node that never ran
+the component takes over within the lease; a node dropped from the set starts as a replica.
+Real node processes on a real 3-server cluster (harness/failover.py, lease TTL 3 s)."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+
+from harness.failover import (
+    AGENT,
+    LEASE_TTL_SECS,
+    FailoverMesh,
+    FindingLoad,
+    agent_view,
+    counts,
+    events,
+    same_journals,
+    ticks,
+    wait_for,
+    wait_runner,
+)
+from node.runtime.compiled_cache import COMPILED_CACHE_ENV
+from tests.failover.test_failover import finding_titles, held_by, placed_counter, start, stop
+from tests.node.test_lifecycle_restart import cli
+
+pytestmark = pytest.mark.timeout(180)
+SET = ["node-a", "node-b", "node-c"]
+MOVES = 20
+
+
+def metric(node, name: str) -> float:
+    with node.client() as client:
+        text = client.get("/api/v1/metrics").text
+    found = re.search(rf"^{re.escape(name)} (\S+)$", text, re.M)
+    return float(found.group(1)) if found else 0.0
+
+
+def new_home(fm: FailoverMesh, among: list[str]) -> str:
+    found = wait_for(
+        lambda: next((n for n in among if held_by(fm, n)), None),
+        LEASE_TTL_SECS + 15,
+        f"one of {among} takes the agent over",
+    )
+    return str(found)
+
+
+def test_an_operators_decisions_follow_the_agent_and_sigterm_hands_it_over(
+    failover, built_agents
+):
+    fm = failover()
+    placed_counter(fm, built_agents["counter"], SET)
+    # a replica asked to upgrade names the home (409), not "not published in this registry"
+    with fm["node-b"].client() as client:
+        asked = client.put(f"/api/v1/agents/{AGENT}", json={"component": "registry:x@9.9.9"})
+    assert asked.status_code == 409 and "node-a" in asked.json()["detail"], asked.text
+
+    # stopped on its home, which then dies: the node that takes over keeps it stopped
+    stop(fm["node-a"])
+    fm["node-a"].kill()
+    taken = new_home(fm, ["node-b", "node-c"])
+    third = next(n for n in ("node-b", "node-c") if n != taken)
+    view = agent_view(fm[taken])
+    assert view["status"] == "stopped" and view["placement"]["stopped_by"] == "admin", view
+    # the takeover is seen: metrics and a finding naming the home it replaced
+    assert metric(fm[taken], "svc_placement_takeovers_total") == 1
+    assert metric(fm[taken], "svc_placement_failover_seconds_count") == 1
+    assert metric(fm[taken], "svc_placement_leases_held") == 1
+    titles = finding_titles(events(fm[taken]))
+    assert any(t.startswith(f"agent {AGENT} taken over from node-a after ") for t in titles)
+
+    # started there, it runs; before that, the new home never ran it
+    start(fm[taken])
+    assert wait_runner(fm, 20, among=[taken]) == taken
+    journal = events(fm[taken])
+    unhalted = next(i for i, e in enumerate(journal) if e["type"] == "agent.unhalted")
+    assert not [e for e in journal[:unhalted] if e["origin"] == taken and e["type"] == "log"]
+
+    # SIGTERM of the home: a planned move to the last live node of the set, not a takeover
+    fm[taken].terminate()
+    assert wait_runner(fm, 15, among=[third]) == third
+    journal = events(fm[third])
+    moves = [e for e in journal if e["type"] in ("journal.handoff", "journal.takeover")]
+    assert moves[-1]["type"] == "journal.handoff" and moves[-1]["origin"] == taken
+    log = fm[taken].log_path.read_text()
+    stopping = log[log.rindex("shutting down") :]
+    assert f"agent {AGENT} handed over to {third}" in stopping
+    assert " WARNING " not in stopping, stopping  # a clean stop is quiet
+
+    # removed on its home: it runs nowhere again, not after the home's kill -9 either
+    fm["node-a"].start(60)
+    with fm[third].client() as client:
+        removed = client.delete(f"/api/v1/agents/{AGENT}")
+    assert removed.status_code == 200, removed.text
+    for name in ("node-a", third):
+        wait_for(lambda n=name: agent_view(fm[n]) is None, 20, f"{name} no longer lists it")
+    fm[third].kill()
+    deadline = time.monotonic() + LEASE_TTL_SECS + 3
+    while time.monotonic() < deadline:
+        assert not held_by(fm, "node-a")
+        time.sleep(0.5)
+    fm[third].start(60)
+    retired = events(fm["node-a"])
+    after = retired[[e["type"] for e in retired].index("agent.retired") :]
+    assert {e["type"] for e in after} <= {"agent.retired", "agent.stopped", "grant.revoked"}
+    assert agent_view(fm[third]) is None
+
+
+def test_planned_moves_under_load_stick_every_time(failover, built_agents):
+    """MOVES moves in a row, each to the next node of the set while findings are posted to the
+    home: each one sticks (no takeover at all in the journal, epochs 1..MOVES), nothing
+    acknowledged is lost, and the counter goes on from node to node."""
+    fm = failover()
+    placed_counter(fm, built_agents["counter"], SET)
+    home = "node-a"
+    with FindingLoad(fm) as load:
+        wait_for(lambda: len(ticks(events(fm["node-a"]))) >= 3, 20, "a few ticks on node-a")
+        moved = cli(fm["node-a"], "move", AGENT, "--to", "node-b")  # the CLI's call
+        assert moved.returncode == 0, moved.stderr
+        assert f"{AGENT}: handed over to node-b (epoch 1, handoff at seq" in moved.stdout
+        home = "node-b"
+        for epoch in range(2, MOVES + 1):
+            assert wait_runner(fm, 20) == home
+            to = SET[epoch % 3]
+            with fm[home].client() as client:
+                answer = client.post(f"/api/v1/agents/{AGENT}/move", json={"to": to})
+            assert answer.status_code == 200, (epoch, answer.text)
+            assert answer.json()["epoch"] == epoch
+            home = to
+        assert wait_runner(fm, 20) == home
+        wait_for(lambda: any(n == home for _, n in ticks(events(fm[home]))), 20, "it ticks")
+    stop(fm[home])  # a journal that stops growing, to compare copies
+    journal = same_journals(fm, SET)
+    kinds = [e for e in journal if e["type"] in ("journal.handoff", "journal.takeover")]
+    assert [e["type"] for e in kinds] == ["journal.handoff"] * MOVES  # none bounced
+    assert [e["data"]["epoch"] for e in kinds] == list(range(1, MOVES + 1))
+    counted = counts(journal)
+    assert counted == list(range(1, len(counted) + 1)), counted
+    assert not set(load.acknowledged) - finding_titles(journal)  # nothing acknowledged lost
+    assert len(load.acknowledged) > 20
+    shown = cli(fm["node-c"], "show", AGENT)
+    assert f"runs on: {home} (epoch {MOVES})" in shown.stdout, shown.stdout
+    listed = cli(fm["node-a"] if home != "node-a" else fm["node-b"], "list")
+    assert "RUNS ON" in listed.stdout and "replica" in listed.stdout, listed.stdout
+
+
+def test_a_node_that_never_ran_the_component_takes_over_within_the_lease(
+    failover, built_agents, monkeypatch
+):
+    """Each node compiles for itself (no shared compile cache): node-b and node-c compile the
+    component when they learn of the placement, so after node-a's kill -9 the takeover takes
+    the lease TTL plus seconds, not a compile. Then node-a, dropped from the set, starts again
+    and stays a replica."""
+    monkeypatch.delenv(COMPILED_CACHE_ENV)
+    fm = failover()
+    placed_counter(fm, built_agents["counter"], SET)
+    wait_for(
+        lambda: (agent_view(fm["node-a"])["placement"] or {}).get("candidates") == SET[1:],
+        120,
+        "node-b and node-c ready to host it (compiled there)",
+    )
+    killed = time.monotonic()
+    fm["node-a"].kill()
+    taken = wait_runner(fm, LEASE_TTL_SECS + 15, among=SET[1:])
+    took = time.monotonic() - killed
+    print(f"cold takeover by {taken} {took:.1f} s after the kill")
+    assert took <= LEASE_TTL_SECS + 5, took
+    assert "compiled ahead of a takeover" in fm[taken].log_path.read_text()
+
+    # the set without node-a (asked of the new home), then node-a starts again: a replica
+    component = agent_view(fm[taken])["current"]["component"]
+    with fm[taken].client() as client:
+        placed = client.put(
+            f"/api/v1/agents/{AGENT}",
+            json={"component": component, "tick_interval_ms": 200, "placement": SET[1:]},
+        )
+    assert placed.status_code == 200, placed.text
+    fm["node-a"].start(60)
+
+    def caught_up() -> dict | None:
+        view = agent_view(fm["node-a"])
+        return view if view and (view.get("placement") or {}).get("home") == taken else None
+
+    view = wait_for(caught_up, 30, "node-a catches up, a replica")
+    assert view["status"] == "replica" and view["placement"]["placement"] == SET[1:]
+    assert wait_runner(fm, 5, among=SET) == taken
+    assert "kept as a replica, never run here" in fm["node-a"].log_path.read_text()
