@@ -147,7 +147,7 @@ async def runtime_lifecycle(
     tasks = TaskQueue(names)
     read_model = ctx.projections.get(Tasks)
     for name in names:  # unfinished tasks from before a restart are delivered again
-        tasks.seed(name, ((t.id, t.from_, t.input) for t in read_model.open_tasks(name)))
+        tasks.seed(name, read_model.deliverable(name))
     services = HostServices(
         config=config,
         store=ctx.store,
@@ -182,7 +182,7 @@ async def runtime_lifecycle(
     def on_commit(envelopes: list[Any]) -> None:
         changes = [change for e in envelopes for change in read_model.task_changes(e)]
         if changes:
-            for agent in set(tasks.apply(changes, read_model.get)):
+            for agent in set(tasks.apply(changes, read_model.deliverable_task)):
                 runtime.notify_task(agent)
 
     ctx.store.add_commit_listener(on_commit)
