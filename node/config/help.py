@@ -21,6 +21,7 @@ KEYS: dict[type[msgspec.Struct], dict[str, str]] = {
         "sync": "Tuning of the replicator (HTTP pushes between peers); defaults suit a LAN.",
         "mesh": "How envelopes travel between nodes: HTTP pushes or a NATS JetStream stream.",
         "inference": "The OpenAI-compatible endpoints agents' inference calls go to.",
+        "mcp": "MCP's HTTP transport: the browser origins it accepts besides the node's own.",
         "agents": "The agents this node hosts, each a WebAssembly component.",
         "actions": "Capability name to the URL an approved action is POSTed to.",
         "secrets": "Secret domain to {key: value} (or key_file: path); agents read them "
@@ -141,6 +142,10 @@ KEYS: dict[type[msgspec.Struct], dict[str, str]] = {
         "http": "What http_fetch may reach.",
         "placement": "Node names that may host the agent (with the NATS mesh; default: this "
         "node alone). More than one makes it a placed agent that fails over (docs/mesh.md).",
+    },
+    c.McpSection: {
+        "allowed_origins": "Origins (scheme://host[:port]) whose requests the MCP endpoints "
+        "accept besides the public URL's; a request with another Origin is a 403.",
     },
     c.GrantsSection: {"domains": "Secret domains the agent may read with get-secret."},
     c.HttpSection: {"allow_hosts": "host:port or host (port 443) that http_fetch may reach."},

@@ -221,6 +221,20 @@ class AgentConfig(_Section, kw_only=True):
         return {name: getattr(self, name) for name in RUN_LIMITS}
 
 
+# --- conformance (issue 46): the MCP transport ---------------------------------------------
+ORIGIN = r"^https?://[^/?#\s]+$(?!\n)"  # scheme://host[:port], nothing after it
+
+
+class McpSection(_Section, kw_only=True):
+    """MCP's streamable HTTP transport (docs/protocols/mcp.md): a request whose `Origin` is
+    neither the node's public URL's nor listed here is refused (403), against DNS rebinding."""
+
+    allowed_origins: list[Annotated[str, msgspec.Meta(pattern=ORIGIN)]] = []
+
+
+# --- end conformance ----------------------------------------------------------------------
+
+
 class ActionSection(_Section, kw_only=True):
     url: str
     timeout_secs: Annotated[float, msgspec.Meta(gt=0)] = 10.0
@@ -233,6 +247,7 @@ class Config(_Section, kw_only=True):
     sync: SyncSection = msgspec.field(default_factory=SyncSection)
     mesh: MeshSection = msgspec.field(default_factory=MeshSection)
     inference: InferenceSection = msgspec.field(default_factory=InferenceSection)
+    mcp: McpSection = msgspec.field(default_factory=McpSection)  # conformance (issue 46)
     agents: list[AgentConfig] = []
     actions: dict[str, ActionSection] = {}
     secrets: dict[str, dict[str, Any]] = {}

@@ -204,6 +204,14 @@ class JournalHost:
         else:
             message, known = f"[{level[:20]}] {message}", "info"
         self._append(*c.event_of(c.Log(level=known, message=message[:MAX_TEXT])))
+        self._tell(known, message[:MAX_TEXT])
+
+    def _tell(self, level: str, message: str) -> None:
+        """A log line to who listens to the current run (an MCP call's stream), redacted like
+        the journal's copy."""
+        listener = self._run.listener if self._run is not None else None
+        if listener is not None:
+            listener.log(level, self.s.redactor.text(message))
 
     def report_finding(self, severity: str, title: str, detail: str) -> None:
         known: c.Severity
@@ -319,6 +327,10 @@ class JournalHost:
         return str(created["id"])
 
     def task_progress(self, task_id: str, progress: str) -> None:
+        run = self._run
+        if task_id == "" and run is not None and run.kind == "tool":
+            self._tool_progress(run, progress)
+            return
         if not self.s.tasks.is_open(self.name, task_id):
             self.log("warn", f"progress for task {task_id}, which this agent is not handling")
             return
@@ -332,6 +344,16 @@ class JournalHost:
         except ValueError:
             value = progress
         self._on_loop(self.s.task_service.progress(task_id, self.s.redactor.value(value)))
+
+    def _tool_progress(self, run: Run, progress: str) -> None:
+        """`task-progress("", ...)` during an MCP tool call: the call's progress, sent to its
+        caller when it asked for progress (never journaled: a tool call is no task)."""
+        try:
+            value = boundedjson.loads(progress)
+        except ValueError:
+            value = None
+        if run.listener is not None and not run.listener.progress(self.s.redactor.value(value)):
+            self.log("warn", 'tool progress must be {"progress": number, "total"?, "message"?}')
 
     def _states(self) -> dict[str, str]:
         if self._state is None:  # durable state is the fold of the agent's state.set events
@@ -418,6 +440,7 @@ class JournalHost:
     def output(self, stream: Literal["stdout", "stderr"], line: str) -> None:
         level: c.LogLevel = "info" if stream == "stdout" else "warn"
         self._note(*c.event_of(c.Log(level=level, message=line[:MAX_TEXT], stream=stream)))
+        self._tell(level, line[:MAX_TEXT])
 
     def next_task(self) -> Task | None:
         return self.s.tasks.take(self.name)
