@@ -221,17 +221,15 @@ class Tasks:
         if txn.get(agent, db=self._working_on) == key:
             txn.delete(agent, db=self._working_on)
         txn.put(key, _encode(payload.input_required), db=self._awaiting)
-        turn: dict[str, Any] = {
-            "role": "agent",
-            "seq": envelope.seq,
-            "ts": envelope.event.ts,
-            "inputRequired": payload.input_required,
-        }
-        if payload.message is not None:
-            turn["message"] = payload.message
-        if payload.reply is not None:
-            turn["reply"] = payload.reply
-        txn.put(_turn_key(key, envelope.position), _encode(turn), db=self._turns)
+        self._add_turn(
+            txn,
+            key,
+            envelope,
+            role="agent",
+            inputRequired=payload.input_required,
+            message=payload.message,
+            reply=payload.reply,
+        )
         return after
 
     def _answered(
@@ -245,18 +243,23 @@ class Tasks:
             return None
         txn.delete(key, db=self._awaiting)
         txn.put(key, _encode(payload.input), db=self._turn_input)
-        turn: dict[str, Any] = {
-            "role": "user",
-            "seq": envelope.seq,
-            "ts": envelope.event.ts,
-            "input": payload.input,
-        }
-        if payload.a2a is not None:
-            turn["message"] = payload.a2a
-        if payload.operator is not None:
-            turn["operator"] = payload.operator
-        txn.put(_turn_key(key, envelope.position), _encode(turn), db=self._turns)
+        self._add_turn(
+            txn,
+            key,
+            envelope,
+            role="user",
+            input=payload.input,
+            message=payload.a2a,
+            operator=payload.operator,
+        )
         return after
+
+    def _add_turn(self, txn: Txn, key: bytes, envelope: Envelope, **fields: Any) -> None:
+        """One turn of the task, after its others: its fields that are set, its event's
+        sequence number and time."""
+        turn = {"seq": envelope.seq, "ts": envelope.event.ts}
+        turn.update((name, value) for name, value in fields.items() if value is not None)
+        txn.put(_turn_key(key, envelope.position), _encode(turn), db=self._turns)
 
     def _created_task(
         self, txn: Txn, envelope: Envelope, task_id: str, key: bytes
