@@ -134,8 +134,8 @@ KEYS: dict[type[msgspec.Struct], dict[str, str]] = {
         "fuel_per_tick": "Fuel (WebAssembly instructions, roughly) per call.",
         "memory_limit_mb": "Cap on the agent's linear memory.",
         "tick_timeout_ms": "Wall-clock time per call, host calls included.",
-        "capabilities": "Capability name to true: what the agent may invoke (http_fetch is "
-        "built in; another name is an action, see [actions]).",
+        "capabilities": "Capability name to true: what the agent may invoke (http_fetch and "
+        "task_await are built in; another name is an action, see [actions]).",
         "approval": "Capability name to true: each use waits for an operator's approval; "
         "timeout_secs: how long (default 300).",
         "grants": "Secret domains granted to the agent.",
