@@ -71,7 +71,7 @@ class WitWorld(wit_world.WitWorld):
         message = json.loads(task.input or "{}")
         key = f"messages:{task.id}"
         kept = json.loads(host.state_get(key) or "[]")
-        kept = (kept + [message])[-MAX_KEPT:]
+        kept = [*kept, message][-MAX_KEPT:]
         host.state_set(key, json.dumps(kept))
         host.log("debug", f"task {task.id}: took message {len(kept)}")
         command = command_of(message)
