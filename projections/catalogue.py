@@ -36,6 +36,10 @@ TASK_PROGRESS = "task.progress"
 TASK_COMPLETED = "task.completed"
 TASK_FAILED = "task.failed"
 TASK_CANCELED = "task.canceled"
+# multi-turn tasks (docs/agents.md, "Multi-turn tasks"): a run that leaves its task open, and
+# the client's next message to it
+TASK_AWAITING = "task.awaiting"
+TASK_MESSAGE = "task.message"
 LOG = "log"
 FINDING = "finding"
 STATE_SET = "state.set"
@@ -234,6 +238,31 @@ class TaskFailed(Payload):
 class TaskCanceled(Payload):
     type = TASK_CANCELED
     id: Id
+    operator: Name | None = None
+
+
+@entry
+class TaskAwaiting(Payload):
+    """A run of the task ended without ending it: the agent awaits its client's next message,
+    asking for it (`input_required`) or still working; `message` is what it says to the
+    client, `reply` what its `handle-task` returned."""
+
+    type = TASK_AWAITING
+    id: Id
+    input_required: bool = False
+    message: Text | None = None
+    reply: dict[str, Any] | None = None
+
+
+@entry
+class TaskMessage(Payload):
+    """The client's next message to a task that awaits one: `input` is what the agent's next
+    run of the task gets, `a2a` the message as the client sent it, `operator` its token."""
+
+    type = TASK_MESSAGE
+    id: Id
+    input: dict[str, Any] = {}
+    a2a: dict[str, Any] | None = None
     operator: Name | None = None
 
 

@@ -23,6 +23,8 @@ CHANGES = {
     c.TASK_COMPLETED: "task",
     c.TASK_FAILED: "task",
     c.TASK_CANCELED: "task",
+    c.TASK_AWAITING: "task",
+    c.TASK_MESSAGE: "task",
     c.APPROVAL_DECIDED: "approval",
     c.APPROVAL_TIMED_OUT: "approval",
     c.APPROVAL_ABANDONED: "approval",

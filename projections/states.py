@@ -11,6 +11,8 @@ position, and every consumer reads those changes and names states with the funct
 Transitions (anything else changes nothing):
   task      (none) --created--> pending --started/progress--> running
             running <--> input_required   while an approval its run asked for is pending
+            running --awaiting--> running (working) or input_required: its run ended and it
+                      awaits its client's next message (multi-turn); --message--> running
             pending|running|input_required --completed--> completed
                                            --failed-->    failed
                                            --canceled-->  canceled
@@ -120,6 +122,19 @@ def task_progressed(before: TaskState) -> TaskState | None:
 def task_ended(before: TaskState, end: TaskState) -> TaskState | None:
     """`task.completed`, `task.failed` or `task.canceled`: only an open task ends."""
     return None if before in FINAL_TASK_STATES else end
+
+
+def task_awaiting(before: TaskState, input_required: bool) -> TaskState | None:
+    """`task.awaiting`: a running task's run ended without ending it; it awaits its client,
+    input-required when the agent asked for input, else still working."""
+    if before is not TaskState.RUNNING:
+        return None
+    return TaskState.INPUT_REQUIRED if input_required else TaskState.RUNNING
+
+
+def task_answered(before: TaskState, awaiting: bool) -> TaskState | None:
+    """`task.message`: only a task that awaits its client takes the next message; it runs."""
+    return TaskState.RUNNING if awaiting and before in OPEN_TASK_STATES else None
 
 
 def task_waiting(before: TaskState, waiting: bool) -> TaskState | None:

@@ -24,6 +24,10 @@ On disk (projections/disk.py), nothing in the heap:
 `approval_task` approval id → `task id\0u64(request position)`: the task that asked
 `waiting`       `task id\0u64(request position)` → approval id: a task's pending approvals
 `changes`       u64(position) → the changes that event made
+`awaiting`      task id → input-required? (msgpack bool): its run ended, it awaits its client
+`turns`         `task id\0u64(position)` → one turn of a multi-turn task, in order: the agent's
+                (`task.awaiting`: what it said) or the client's (`task.message`)
+`turn_input`    task id → the input of the client's latest message: what the next run gets
 An id that cannot be an LMDB key (empty, or over 400 bytes) is no task: its events are ignored.
 """
 
@@ -52,6 +56,8 @@ TASK_EVENTS = frozenset(
         c.TASK_COMPLETED,
         c.TASK_FAILED,
         c.TASK_CANCELED,
+        c.TASK_AWAITING,
+        c.TASK_MESSAGE,
     }
 )
 _ENDS = {
@@ -129,6 +135,8 @@ class Tasks:
             db(self.name, "waiting"),
         )
         self._changes = db(self.name, "changes")
+        self._awaiting, self._turns = db(self.name, "awaiting"), db(self.name, "turns")
+        self._turn_input = db(self.name, "turn_input")
 
     # ------------------------------------------------------------------ the fold
     def fold(self, txn: Txn, envelope: Envelope) -> builtins.list[Change]:
@@ -172,6 +180,10 @@ class Tasks:
             after = s.task_progressed(before)
             if after is not None and "progress" in data:
                 task.progress = data["progress"]
+        elif kind == c.TASK_AWAITING:
+            after = self._awaited(txn, envelope, key, before)
+        elif kind == c.TASK_MESSAGE:
+            after = self._answered(txn, envelope, key, before)
         else:
             after = s.task_ended(before, _ENDS[kind])
         if after is None:
@@ -189,12 +201,65 @@ class Tasks:
         if after in s.FINAL_TASK_STATES:
             task.completed_at = ts
             txn.delete(_agent_key(task.to, record.position), db=self._open)
+            txn.delete(key, db=self._awaiting)
         self._save(txn, key, record, after, ts)
         return [
             TaskChanged(
                 task=task_id, agent=task.to, before=before, after=after, position=envelope.position
             )
         ]
+
+    def _awaited(
+        self, txn: Txn, envelope: Envelope, key: bytes, before: TaskState
+    ) -> TaskState | None:
+        """`task.awaiting`: the run ended (as a completion would end it), the task stays."""
+        payload = c.read(c.TaskAwaiting, envelope.event.data)
+        after = None if payload is None else s.task_awaiting(before, payload.input_required)
+        if payload is None or after is None:
+            return None
+        agent = envelope.stream.encode()
+        if txn.get(agent, db=self._working_on) == key:
+            txn.delete(agent, db=self._working_on)
+        txn.put(key, _encode(payload.input_required), db=self._awaiting)
+        self._add_turn(
+            txn,
+            key,
+            envelope,
+            role="agent",
+            inputRequired=payload.input_required,
+            message=payload.message,
+            reply=payload.reply,
+        )
+        return after
+
+    def _answered(
+        self, txn: Txn, envelope: Envelope, key: bytes, before: TaskState
+    ) -> TaskState | None:
+        """`task.message`: the client's next message; the task is deliverable again."""
+        payload = c.read(c.TaskMessage, envelope.event.data)
+        awaiting = txn.get(key, db=self._awaiting) is not None
+        after = None if payload is None else s.task_answered(before, awaiting)
+        if payload is None or after is None:
+            return None
+        txn.delete(key, db=self._awaiting)
+        txn.put(key, _encode(payload.input), db=self._turn_input)
+        self._add_turn(
+            txn,
+            key,
+            envelope,
+            role="user",
+            input=payload.input,
+            message=payload.a2a,
+            operator=payload.operator,
+        )
+        return after
+
+    def _add_turn(self, txn: Txn, key: bytes, envelope: Envelope, **fields: Any) -> None:
+        """One turn of the task, after its others: its fields that are set, its event's
+        sequence number and time."""
+        turn = {"seq": envelope.seq, "ts": envelope.event.ts}
+        turn.update((name, value) for name, value in fields.items() if value is not None)
+        txn.put(_turn_key(key, envelope.position), _encode(turn), db=self._turns)
 
     def _created_task(
         self, txn: Txn, envelope: Envelope, task_id: str, key: bytes
@@ -326,7 +391,9 @@ class Tasks:
     def _served(self, record: TaskRecord) -> Task:
         """The task with what it waits for, when it waits."""
         task = record.task
-        if record.state is TaskState.INPUT_REQUIRED:
+        if record.state in (TaskState.RUNNING, TaskState.INPUT_REQUIRED) and self.awaits(task.id):
+            task.waiting_for = "waiting for the next message from its client"
+        elif record.state is TaskState.INPUT_REQUIRED:
             asked = [self.approvals.get(i) for i in self.pending_approvals(task.id)]
             capabilities = sorted({r.capability for r in asked if r is not None})
             if capabilities:
@@ -392,6 +459,56 @@ class Tasks:
         """The agent's open tasks in creation order: what a restart delivers again."""
         with self.space.read() as txn:
             return [self._load(txn, key).task for key in self._open_keys(txn, agent)]
+
+    def awaits(self, task_id: str) -> bool:
+        """Whether the task's last run ended leaving it open for its client's next message."""
+        return self._get(self._awaiting, task_id) is not None
+
+    def turns(self, task_id: str) -> builtins.list[dict[str, Any]]:
+        """The turns of a multi-turn task, oldest first (`_awaited`, `_answered`)."""
+        key = id_key(task_id)
+        if key is None:
+            return []
+        with self.space.read() as txn:
+            return [_decode(raw) for _, raw in self._turns_of(txn, key)]
+
+    def deliverable(self, agent: str) -> builtins.list[tuple[str, str, dict[str, Any]]]:
+        """(id, from, input) of the agent's tasks its worker has to run, in creation order:
+        the open ones that do not await their client, each with the input of its client's
+        latest message (the task's own input before any): what a restart delivers again."""
+        with self.space.read() as txn:
+            found = (self._deliverable(txn, key) for key in self._open_keys(txn, agent))
+            return [task for task in found if task is not None]
+
+    def deliverable_task(self, task_id: str) -> tuple[str, str, dict[str, Any]] | None:
+        """The one task as `deliverable` lists it, or None when its worker has nothing to do
+        with it (ended, awaiting its client, unknown)."""
+        key = id_key(task_id)
+        if key is None:
+            return None
+        with self.space.read() as txn:
+            return self._deliverable(txn, key)
+
+    def _deliverable(self, txn: Txn, key: bytes) -> tuple[str, str, dict[str, Any]] | None:
+        record = self._record(txn, key)
+        if record is None or record.state in s.FINAL_TASK_STATES:
+            return None
+        if txn.get(key, db=self._awaiting) is not None:
+            return None
+        raw = txn.get(key, db=self._turn_input)
+        task = record.task
+        return task.id, task.from_, _decode(raw) if raw is not None else task.input
+
+    def _turns_of(self, txn: Txn, key: bytes) -> Iterator[tuple[bytes, bytes]]:
+        prefix = key + b"\0"
+        cursor = txn.cursor(self._turns)
+        if cursor.set_range(prefix):
+            for raw_key, value in cursor:
+                found = bytes(raw_key)
+                if not found.startswith(prefix):
+                    return
+                if len(found) == len(prefix) + 8:  # not a longer id that starts alike
+                    yield found, bytes(value)
 
     def context_of(self, task_id: str) -> dict[str, Any]:
         """The task's `a2a` map ({} for a task created without one, or unknown)."""
@@ -474,6 +591,11 @@ class Tasks:
                 _text(k): _text(v[:-9]) for k, v in sorted(txn.cursor(self._approval_task))
             }
             working_on = strings(self._working_on)
+            awaiting = {_text(k): _decode(v) for k, v in sorted(txn.cursor(self._awaiting))}
+            turns: dict[str, builtins.list[Any]] = {}
+            for turn_key, turn in txn.cursor(self._turns):  # in order per task
+                turns.setdefault(_text(turn_key[:-9]), []).append(_decode(turn))
+            turn_input = {_text(k): _decode(v) for k, v in sorted(txn.cursor(self._turn_input))}
         pending: dict[str, builtins.list[str]] = {}
         for record in records:
             if record.task.status == "pending":
@@ -490,6 +612,9 @@ class Tasks:
             "waiting": dict(sorted(waiting.items())),
             "changes": changes,
             "approvals": self.approvals.snapshot(),
+            "awaiting": awaiting,
+            "turns": dict(sorted(turns.items())),
+            "turn_input": turn_input,
         }
 
 
@@ -520,6 +645,10 @@ def _stored(raw: bytes | memoryview) -> TaskRecord:
 
 def _text(raw: bytes | memoryview) -> str:
     return str(raw, "utf-8")
+
+
+def _turn_key(task: bytes, position: int) -> bytes:
+    return task + b"\0" + u64(position)
 
 
 def _agent_key(agent: str, position: int) -> bytes:

@@ -286,16 +286,23 @@ class AguiRuns:
     def _task_step(
         self, change: TaskChanged, envelope: Envelope, events: RunEvents
     ) -> tuple[list[Event], bool]:
-        if change.before == change.after:  # it reported progress
-            progress = c.payload_of(envelope)
-            value = progress.progress if isinstance(progress, c.TaskProgress) else None
+        payload = c.payload_of(envelope)
+        if change.before == change.after and not isinstance(payload, c.TaskAwaiting):
+            value = payload.progress if isinstance(payload, c.TaskProgress) else None
             return [events.custom(PROGRESS, {"taskId": change.task, "progress": value})], False
         end = self._task_end(change.task)
         return (end(events), True) if end is not None else ([], False)
 
     def _task_end(self, task_id: str) -> Callable[[RunEvents], list[Event]] | None:
-        """How the run ends if the task is final (nothing more will come for it)."""
-        record = self.ctx.projections.get(Tasks).record(task_id)
+        """How the run ends if the task is final, or its agent's turn ended and it awaits its
+        client (nothing more will come for it in this run: AG-UI has no way to send that task
+        another message, A2A does), then with what the agent answered."""
+        tasks = self.ctx.projections.get(Tasks)
+        if tasks.awaits(task_id):
+            said = [t for t in tasks.turns(task_id) if t.get("role") == "agent"]
+            reply = said[-1].get("reply", {}) if said else {}
+            return lambda e: _completed(e, reply)
+        record = tasks.record(task_id)
         if record is None:
             return lambda e: [e.error(f"task {task_id} is gone", "TASK_FAILED")]
         task = record.task

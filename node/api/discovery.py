@@ -15,6 +15,7 @@ from aiohttp import web
 from eventstore.keys import public_key_multibase
 from node.context import NodeContext, context_of
 from node.ops.version import __version__
+from node.protocols.a2a_card import node_card
 from node.web.http import json_response
 from node.web.routes import PUBLIC, Doc, add_route
 from projections.keys import KeyHistory
@@ -26,6 +27,7 @@ API_PREFIX = "/api/v1"
 class Capabilities(msgspec.Struct):
     streaming: bool
     pushNotifications: bool
+    extendedAgentCard: bool
 
 
 class Interface(msgspec.Struct):
@@ -41,6 +43,11 @@ class Skill(msgspec.Struct):
     tags: list[str]
 
 
+class Provider(msgspec.Struct):
+    organization: str
+    url: str
+
+
 class AgentCard(msgspec.Struct):
     name: str
     description: str
@@ -48,6 +55,9 @@ class AgentCard(msgspec.Struct):
     version: str
     capabilities: Capabilities
     supportedInterfaces: list[Interface]
+    provider: Provider
+    securitySchemes: dict[str, dict[str, Any]]
+    securityRequirements: list[dict[str, Any]]
     defaultInputModes: list[str]
     defaultOutputModes: list[str]
     skills: list[Skill]
@@ -78,36 +88,6 @@ def did_web(public_url: str) -> str:
     authority = quote(host if parts.port is None else f"{host}:{parts.port}", safe="[]")
     segments = [quote(s, safe="") for s in parts.path.split("/") if s]
     return ":".join(["did:web", authority, *segments])
-
-
-def agent_card(ctx: NodeContext) -> dict[str, Any]:
-    base = ctx.config.public_url
-    return {
-        "name": ctx.name,
-        "description": f"Agent runtime node {ctx.name}: "
-        + (", ".join(a.name for a in ctx.config.agents) or "no agents"),
-        "url": base,
-        "version": __version__,
-        "capabilities": {"streaming": True, "pushNotifications": False},
-        # one A2A JSON-RPC endpoint per agent; a client picks the first, or resolves
-        # /a2a/<agent>/.well-known/agent-card.json for a given agent (docs/protocols/a2a.md)
-        "supportedInterfaces": [
-            {"url": f"{base}/a2a/{a.name}", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}
-            for a in ctx.config.agents
-        ],
-        "defaultInputModes": ["application/json"],
-        "defaultOutputModes": ["application/json"],
-        "skills": [
-            {
-                "id": agent.name,
-                "name": agent.name,
-                "description": agent.description or f"Agent {agent.name}",
-                "tags": sorted(c for c, on in agent.capabilities.items() if on)
-                + (["mcp"] if agent.mcp else []),
-            }
-            for agent in ctx.config.agents
-        ],
-    }
 
 
 def did_document(ctx: NodeContext) -> dict[str, Any]:
@@ -165,7 +145,7 @@ def agents_markdown(ctx: NodeContext) -> str:
 
 
 async def get_agent_card(request: web.Request) -> web.Response:
-    return json_response(agent_card(context_of(request)))
+    return json_response(node_card(context_of(request)))
 
 
 async def get_did(request: web.Request) -> web.Response:

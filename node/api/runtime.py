@@ -1,4 +1,5 @@
-"""The runtime as an area of the node: its lifecycle, GET /api/v1/status and the MCP endpoint.
+"""The runtime as an area of the node: its lifecycle, GET /api/v1/status and the MCP endpoint
+(node/api/mcp.py).
 
 The agents call the approval gate, the grants, the task service, the event bus and the
 registry, so this area comes after theirs (it takes them in `setup`), and its lifecycle,
@@ -19,8 +20,9 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from node.api import mcp
 from node.config.model import AgentConfig
-from node.context import CONTEXT, NodeContext, context_of
+from node.context import CONTEXT, NodeContext
 from node.placement.key import PLACEMENT
 from node.runtime.agents import AGENTS, Agents
 from node.runtime.capabilities import Capabilities
@@ -41,7 +43,6 @@ from node.services.registry import REGISTRY, RegistryService
 from node.services.tasks import TASKS, TaskService
 from node.streams.bus import BUS, EventBus
 from node.sync.service import SYNC
-from node.web import jsonrpc as rpc
 from node.web.http import Problem, json_response
 from node.web.routes import Doc, Query, add_route
 from projections.tasks import Tasks
@@ -83,34 +84,7 @@ def setup(app: web.Application) -> None:
             query=(Query("agent", str, "only this agent"),),
         ),
     )
-    add_route(
-        app,
-        "POST",
-        "/api/v1/mcp/{agent}",
-        mcp,
-        "operate",
-        Doc(
-            "MCP JSON-RPC 2.0 endpoint of an agent",
-            "agents",
-            content={"application/json": rpc.RESPONSE_SCHEMA},
-            errors=(404, 503),
-            body_content={"application/json": rpc.REQUEST_SCHEMA},
-            extra={202: None},
-            description="202 without a body for a notification. See docs/protocols/mcp.md.",
-        ),
-    )
-    add_route(
-        app,
-        "GET",
-        "/api/v1/mcp/{agent}",
-        mcp_get,
-        "operate",
-        Doc(
-            "Not supported (no server-to-client stream is offered)",
-            "agents",
-            errors=(404, 405),
-        ),
-    )
+    mcp.setup(app)
 
 
 @dataclass(frozen=True)
@@ -150,7 +124,7 @@ async def runtime_lifecycle(
     tasks = TaskQueue(names)
     read_model = ctx.projections.get(Tasks)
     for name in names:  # unfinished tasks from before a restart are delivered again
-        tasks.seed(name, ((t.id, t.from_, t.input) for t in read_model.open_tasks(name)))
+        tasks.seed(name, read_model.deliverable(name))
     services = HostServices(
         config=config,
         store=ctx.store,
@@ -185,7 +159,7 @@ async def runtime_lifecycle(
     def on_commit(envelopes: list[Any]) -> None:
         changes = [change for e in envelopes for change in read_model.task_changes(e)]
         if changes:
-            for agent in set(tasks.apply(changes, read_model.get)):
+            for agent in set(tasks.apply(changes, read_model.deliverable_task)):
                 runtime.notify_task(agent)
 
     ctx.store.add_commit_listener(on_commit)
@@ -262,25 +236,3 @@ async def status(request: web.Request) -> web.Response:
     if name is not None and name not in runtime.workers:
         raise Problem(404, f"no agent {name!r} on this node")
     return json_response([s.to_api() for s in runtime.status(name)])
-
-
-def _mcp_agent(request: web.Request) -> str:
-    ctx = context_of(request)
-    name = request.match_info["agent"]
-    agent = ctx.config.agent(name)
-    if agent is None or not agent.mcp:
-        raise Problem(404, f"no MCP server for agent {name!r}")
-    return name
-
-
-async def mcp(request: web.Request) -> web.Response:
-    name = _mcp_agent(request)
-    answer = await request.app[AGENTS].mcp.handle(name, await request.read())
-    if answer is None:
-        return web.Response(status=202)
-    return json_response(answer)
-
-
-async def mcp_get(request: web.Request) -> web.Response:
-    _mcp_agent(request)
-    raise web.HTTPMethodNotAllowed("GET", ["POST"])

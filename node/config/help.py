@@ -21,6 +21,7 @@ KEYS: dict[type[msgspec.Struct], dict[str, str]] = {
         "sync": "Tuning of the replicator (HTTP pushes between peers); defaults suit a LAN.",
         "mesh": "How envelopes travel between nodes: HTTP pushes or a NATS JetStream stream.",
         "inference": "The OpenAI-compatible endpoints agents' inference calls go to.",
+        "mcp": "MCP's HTTP transport: the browser origins it accepts besides the node's own.",
         "agents": "The agents this node hosts, each a WebAssembly component.",
         "hosting": "Placed agents of other nodes this node consents to host when they fail over "
         'or move here, and what they may have here (docs/mesh.md, "Consent"); without an '
@@ -136,8 +137,8 @@ KEYS: dict[type[msgspec.Struct], dict[str, str]] = {
         "fuel_per_tick": "Fuel (WebAssembly instructions, roughly) per call.",
         "memory_limit_mb": "Cap on the agent's linear memory.",
         "tick_timeout_ms": "Wall-clock time per call, host calls included.",
-        "capabilities": "Capability name to true: what the agent may invoke (http_fetch is "
-        "built in; another name is an action, see [actions]).",
+        "capabilities": "Capability name to true: what the agent may invoke (http_fetch and "
+        "task_await are built in; another name is an action, see [actions]).",
         "approval": "Capability name to true: each use waits for an operator's approval; "
         "timeout_secs: how long (default 300).",
         "grants": "Secret domains granted to the agent.",
@@ -161,6 +162,10 @@ KEYS: dict[type[msgspec.Struct], dict[str, str]] = {
         "memory_limit_mb": "Most linear memory here.",
         "tick_timeout_ms": "Longest wall-clock time per call here.",
         "tick_interval_ms": "Shortest time between ticks here.",
+    },
+    c.McpSection: {
+        "allowed_origins": "Origins (scheme://host[:port]) whose requests the MCP endpoints "
+        "accept besides the public URL's; a request with another Origin is a 403.",
     },
     c.GrantsSection: {"domains": "Secret domains the agent may read with get-secret."},
     c.HttpSection: {"allow_hosts": "host:port or host (port 443) that http_fetch may reach."},

@@ -243,6 +243,20 @@ class HostingConfig(_Section, kw_only=True):
     tick_interval_ms: PositiveInt = 100
 
 
+# --- conformance (issue 46): the MCP transport ---------------------------------------------
+ORIGIN = r"^https?://[^/?#\s]+$(?!\n)"  # scheme://host[:port], nothing after it
+
+
+class McpSection(_Section, kw_only=True):
+    """MCP's streamable HTTP transport (docs/protocols/mcp.md): a request whose `Origin` is
+    neither the node's public URL's nor listed here is refused (403), against DNS rebinding."""
+
+    allowed_origins: list[Annotated[str, msgspec.Meta(pattern=ORIGIN)]] = []
+
+
+# --- end conformance ----------------------------------------------------------------------
+
+
 class ActionSection(_Section, kw_only=True):
     url: str
     timeout_secs: Annotated[float, msgspec.Meta(gt=0)] = 10.0
@@ -255,6 +269,7 @@ class Config(_Section, kw_only=True):
     sync: SyncSection = msgspec.field(default_factory=SyncSection)
     mesh: MeshSection = msgspec.field(default_factory=MeshSection)
     inference: InferenceSection = msgspec.field(default_factory=InferenceSection)
+    mcp: McpSection = msgspec.field(default_factory=McpSection)  # conformance (issue 46)
     agents: list[AgentConfig] = []
     # placed agents of other nodes this node consents to host (node/placement/consent.py)
     hosting: list[HostingConfig] = []

@@ -2,14 +2,15 @@
 
 Thin: parse the envelope, check the method and the caller's scope, decode params, call the
 A2A service, encode. Sends and cancels need `operate`; reads and subscriptions `read` (or
-`operate`). Errors of the call are JSON-RPC errors in a 200 answer (before a stream starts)
-or in the stream's last event; only the transport's own faults (auth, unknown agent) are
-HTTP problems.
+`operate`). Errors of the call are JSON-RPC errors in a 200 answer, or for a streaming method
+in its stream's last (or only) event; only the transport's own faults (auth, unknown agent,
+no stream slot) are HTTP problems.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -17,7 +18,7 @@ from typing import Any
 from aiohttp import web
 
 from node.context import NodeContext, context_of
-from node.ops.version import __version__
+from node.protocols import a2a_card
 from node.protocols import a2a_model as m
 from node.protocols.a2a_params import GetTaskParams, ListTasksParams, SendParams, TaskIdParams
 from node.protocols.a2a_params import decode as decode_params
@@ -30,7 +31,7 @@ from node.web.auth import identity_of
 from node.web.http import Problem, json_response
 
 log = logging.getLogger(__name__)
-PROTOCOL_VERSION = "1.0"
+PROTOCOL_VERSION = a2a_card.PROTOCOL_VERSION
 VERSION_HEADER = "A2A-Version"
 # How long a blocking SendMessage waits for a final or input-required task.
 BLOCKING_WAIT_SECS = 60.0
@@ -126,10 +127,12 @@ async def push_config(c: CallContext) -> Any:
 
 
 async def extended_card(c: CallContext) -> Any:
+    """Every card says `extendedAgentCard: false`, so A2A 1.0 §3.3.4 asks for
+    UnsupportedOperation (-32007 is for an agent that declares one but has none configured)."""
     raise rpc.RpcError(
-        m.EXTENDED_CARD_NOT_CONFIGURED,
-        "there is no extended agent card",
-        reason="EXTENDED_AGENT_CARD_NOT_CONFIGURED",
+        m.UNSUPPORTED_OPERATION,
+        "this agent has no extended agent card (its card says extendedAgentCard: false)",
+        reason="UNSUPPORTED_OPERATION",
     )
 
 
@@ -221,11 +224,11 @@ async def _streaming(request: web.Request, context: CallContext) -> web.StreamRe
         first, updates = await STREAMING[call.method](context)
         return await _stream(out, call.id, first, updates)
     except rpc.RpcError as error:
-        return json_response(rpc.error_response(call.id, error))
+        return await _stream_error(out, call.id, error)
     except Exception:
         log.exception("A2A %s on %s failed", call.method, context.agent)
         internal = rpc.RpcError(rpc.INTERNAL_ERROR, "the node failed to handle this call")
-        return json_response(rpc.error_response(call.id, internal))
+        return await _stream_error(out, call.id, internal)
     finally:
         stop.close()
         slots.close(slot)
@@ -261,6 +264,16 @@ async def _stream(
     return out.response
 
 
+async def _stream_error(out: SseOut, id_: rpc.RequestId, error: rpc.RpcError) -> web.StreamResponse:
+    """An error of a streaming method before its first event: a stream of that one error.
+    A2A 1.0 §9.4.2 answers a streaming method with text/event-stream (the A2A TCK expects its
+    errors there too); the official a2a-sdk client reads this as well as a JSON answer."""
+    with contextlib.suppress(ConnectionError, RuntimeError):  # gone: send_last sees it too
+        await out.open()
+    await out.send_last(rpc.error_response(id_, error))
+    return out.response
+
+
 async def _closing(stop: StopSignal, updates: AsyncIterator[Update | None]) -> Updates:
     try:
         async for update in updates:
@@ -286,46 +299,5 @@ def _keepalive(c: CallContext) -> float:
 
 
 # ---------------------------------------------------------------------------- agent card
-def agent_card(ctx: NodeContext, name: str) -> dict[str, Any]:
-    """One agent's A2A card: its own JSON-RPC interface, so `create_client(<base>/a2a/<name>)`
-    talks to exactly this agent."""
-    agent = ctx.config.agent(name)
-    assert agent is not None
-    base = ctx.config.public_url
-    tags = sorted(c for c, on in agent.capabilities.items() if on) + (["mcp"] if agent.mcp else [])
-    description = agent.description or f"Agent {name} on node {ctx.name}"
-    return {
-        "name": name,
-        "description": description,
-        "version": __version__,
-        "supportedInterfaces": [
-            {
-                "url": a2a_url(ctx, name),
-                "protocolBinding": "JSONRPC",
-                "protocolVersion": PROTOCOL_VERSION,
-            }
-        ],
-        "provider": {"organization": ctx.name, "url": base},
-        "capabilities": {"streaming": True, "pushNotifications": False, "extendedAgentCard": False},
-        "securitySchemes": {
-            "bearer": {
-                "httpAuthSecurityScheme": {
-                    "scheme": "Bearer",
-                    "description": "a token of the node's [[auth.tokens]]: read for GetTask, "
-                    "ListTasks and SubscribeToTask; operate for sends and cancels",
-                }
-            }
-        },
-        "securityRequirements": [{"schemes": {"bearer": {"list": []}}}],
-        "defaultInputModes": ["application/json", "text/plain"],
-        "defaultOutputModes": ["application/json"],
-        "skills": [{"id": name, "name": name, "description": description, "tags": tags}],
-    }
-
-
-def a2a_url(ctx: NodeContext, name: str) -> str:
-    return f"{ctx.config.public_url}/a2a/{name}"
-
-
 async def get_agent_card(request: web.Request) -> web.Response:
-    return json_response(agent_card(context_of(request), hosted_agent(request)))
+    return json_response(a2a_card.agent_card(context_of(request), hosted_agent(request)))

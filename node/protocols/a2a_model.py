@@ -39,14 +39,13 @@ TASK_NOT_CANCELABLE = -32002
 PUSH_NOT_SUPPORTED = -32003
 UNSUPPORTED_OPERATION = -32004
 CONTENT_TYPE_NOT_SUPPORTED = -32005
-EXTENDED_CARD_NOT_CONFIGURED = -32007
 VERSION_NOT_SUPPORTED = -32009
 
 
 def task_not_found(task_id: str) -> RpcError:
     return RpcError(
         TASK_NOT_FOUND,
-        f"no task {task_id!r} for this agent",
+        f"task {task_id!r} not found: no such task for this agent",  # A2A: "Task not found"
         reason="TASK_NOT_FOUND",
         taskId=task_id,
     )
@@ -78,10 +77,27 @@ class TaskViews:
             "state": state,
             "timestamp": self.updated(task),
         }
+        said = self._turn_said(task, state)
         text = self._status_text(task, state)
-        if text:
+        if said is not None:
+            status["message"] = said
+        elif text:
             status["message"] = agent_message(task.id, self.context_id(task), state, text)
         return status
+
+    def _turn_said(self, task: Task, state: str) -> dict[str, Any] | None:
+        """What the agent said when its turn ended, while the task awaits its client."""
+        if state not in (WORKING, INPUT_REQUIRED) or not self.view.awaits(task.id):
+            return None
+        agent_turns = [t for t in self.view.turns(task.id) if t.get("role") == "agent"]
+        if not agent_turns:
+            return None
+        return self._agent_turn(task.id, self.context_id(task), agent_turns[-1])
+
+    @staticmethod
+    def _agent_turn(task_id: str, context_id: str, turn: dict[str, Any]) -> dict[str, Any]:
+        key = f"turn-{turn.get('seq')}"
+        return agent_message(task_id, context_id, key, turn.get("message"), turn.get("reply"))
 
     def _status_text(self, task: Task, state: str) -> str | None:
         if state == CANCELED:
@@ -124,14 +140,29 @@ class TaskViews:
         return out
 
     def history(self, task: Task, context_id: str) -> list[dict[str, Any]]:
+        """The message that asked for the task, then each turn of a multi-turn task: what the
+        agent said when its turn ended, and the client's next message."""
         asked = self.view.context_of(task.id).get("message")
         if not isinstance(asked, dict):  # a task created over the spec's REST API
-            asked = {
-                "messageId": f"{task.id}-input",
-                "role": "ROLE_USER",
-                "parts": [{"data": task.input, "mediaType": "application/json"}],
-            }
-        return [{**asked, "taskId": task.id, "contextId": context_id}]
+            asked = user_message(f"{task.id}-input", task.input)
+        messages = [{**asked, "taskId": task.id, "contextId": context_id}]
+        for turn in self.view.turns(task.id):
+            if turn.get("role") == "agent":
+                messages.append(self._agent_turn(task.id, context_id, turn))
+                continue
+            sent = turn.get("message")
+            if not isinstance(sent, dict):  # a message that did not come over A2A
+                sent = user_message(f"{task.id}-turn-{turn.get('seq')}", turn.get("input"))
+            messages.append({**sent, "taskId": task.id, "contextId": context_id})
+        return messages
+
+
+def user_message(message_id: str, data: Any) -> dict[str, Any]:
+    return {
+        "messageId": message_id,
+        "role": "ROLE_USER",
+        "parts": [{"data": data, "mediaType": "application/json"}],
+    }
 
 
 def output_artifact(task_id: str, output: dict[str, Any]) -> dict[str, Any]:
@@ -214,6 +245,5 @@ def _json_object(text: str) -> dict[str, Any] | None:
 def message_record(message: Message) -> dict[str, Any]:
     """What is journaled with the task as its history: the message in ProtoJSON."""
     record: dict[str, Any] = msgspec.to_builtins(message)
-    record["role"] = message.role or "ROLE_USER"
     record.pop("taskId", None)
     return record

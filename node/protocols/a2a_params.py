@@ -29,15 +29,28 @@ class Part(_Params, kw_only=True, omit_defaults=True):
     metadata: dict[str, Any] | None = None
 
 
+USER_ROLE = "ROLE_USER"
+
+
 class Message(_Params, kw_only=True, omit_defaults=True):
+    """A client's message: `role` is required (A2A 1.0 marks it REQUIRED) and must be
+    ROLE_USER; a client speaking as the agent, or an unknown role, is refused before anything
+    is stored (a stored "BOGUS" broke strict protobuf parsing of the task for every client)."""
+
     message_id: str
-    role: str = "ROLE_USER"
+    role: str
     parts: list[Part]
     context_id: str = ""
     task_id: str = ""
     metadata: dict[str, Any] | None = None
     extensions: list[str] = []
     reference_task_ids: list[str] = []
+
+    def __post_init__(self) -> None:
+        if self.role == "ROLE_AGENT":
+            raise ValueError(f"a client's message has role {USER_ROLE}; ROLE_AGENT is the agent's")
+        if self.role != USER_ROLE:
+            raise ValueError(f"role must be {USER_ROLE}, not {self.role[:40]!r}")
 
 
 class SendConfiguration(_Params, kw_only=True):

@@ -48,6 +48,10 @@ DECISIONS: dict[str, Decision] = {
 }
 
 Update = dict[str, Any]  # one StreamResponse: {"task"|"statusUpdate"|"artifactUpdate": ...}
+# What an update does to a stream following the task: nothing, ends it (the task is final), or
+# ends the agent's turn (the task awaits its client's next message: a send's stream ends).
+GOES_ON, FINAL, TURN_ENDS = "", "final", "turn"
+Step = tuple[Update, str]
 
 
 class A2AService:
@@ -139,13 +143,23 @@ class A2AService:
     async def _answer(
         self, agent: str, message: Message, operator: str
     ) -> tuple[Task, JournalCursor]:
+        """A message to an existing task: the next turn of a task that awaits its client, or
+        the decision on the approvals an input-required task waits for."""
         task = self.get(agent, message.task_id)
+        context_id = self.views.context_id(task)
+        if message.context_id and message.context_id != context_id:
+            raise RpcError(  # A2A 1.0 §3.4.3: a mismatching contextId is rejected
+                INVALID_PARAMS,
+                f"contextId {message.context_id[:100]!r} is not task {task.id}'s ({context_id})",
+            )
         state = self.views.state(task)
+        if state not in m.TERMINAL and self.views.view.awaits(task.id):
+            return await self._next_turn(agent, task, message, context_id, operator)
         if state != m.INPUT_REQUIRED:
             raise RpcError(
                 m.UNSUPPORTED_OPERATION,
-                f"task {task.id} is {state}: an agent here takes one message per "
-                "task, and only an input-required task takes an answer",
+                f"task {task.id} is {state}: it takes a message only while it is input-required "
+                "or its agent awaits the next message",
                 reason="UNSUPPORTED_OPERATION",
                 taskId=task.id,
             )
@@ -158,6 +172,18 @@ class A2AService:
             )
         cursor = JournalCursor.at_head(self.ctx, agent)
         await self._decide_all(task.id, decision, operator)
+        return self.get(agent, task.id), cursor
+
+    async def _next_turn(
+        self, agent: str, task: Task, message: Message, context_id: str, operator: str
+    ) -> tuple[Task, JournalCursor]:
+        task_input = m.input_from_parts(message.parts)
+        record = {**m.message_record(message), "contextId": context_id}
+        cursor = JournalCursor.at_head(self.ctx, agent)
+        try:
+            await self.tasks.message(task.id, task_input, record, operator)
+        except Problem as exc:
+            raise _rpc_error(exc) from None
         return self.get(agent, task.id), cursor
 
     async def cancel(self, agent: str, task_id: str, operator: str) -> dict[str, Any]:
@@ -214,16 +240,18 @@ class A2AService:
         deadline: float | None = None,
     ) -> AsyncIterator[Update | None]:
         """Status and artifact updates of one task as its journal grows, until it is final
-        (or input-required, when asked). None is yielded when `keepalive` passes quietly, so
-        the caller can ping; the iteration also ends on node shutdown or at `deadline`."""
+        (or, when asked, input-required or awaiting its client's next message). None is
+        yielded when `keepalive` passes quietly, so the caller can ping; the iteration also
+        ends on node shutdown or at `deadline`."""
         loop = asyncio.get_running_loop()
         quiet_since = loop.time()
         while not stop.is_set:
             for envelope in cursor.read():
-                for update, final in self._updates_of(envelope, task_id):
+                for update, end in self._updates_of(envelope, task_id):
                     yield update
                     quiet_since = loop.time()
-                    if final or (end_on_input_required and _state_of(update) == m.INPUT_REQUIRED):
+                    interrupted = end == TURN_ENDS or _state_of(update) == m.INPUT_REQUIRED
+                    if end == FINAL or (end_on_input_required and interrupted):
                         return
             now = loop.time()
             if deadline is not None and now >= deadline:
@@ -236,7 +264,7 @@ class A2AService:
                 wait = min(wait, deadline - now)
             await cursor.wait(wait, stop.future)
 
-    def _updates_of(self, envelope: Envelope, task_id: str) -> builtins.list[tuple[Update, bool]]:
+    def _updates_of(self, envelope: Envelope, task_id: str) -> builtins.list[Step]:
         """The task's updates for what the envelope changed (projections/states.py)."""
         views = self.views
         changes = views.view.changes(envelope)
@@ -255,7 +283,7 @@ class A2AService:
             return {"statusUpdate": {"taskId": task_id, "contextId": context_id, "status": body}}
 
         waiting = [ch.after for ch in views.view.task_changes(envelope) if ch.task == task_id]
-        out: builtins.list[tuple[Update, bool]] = []
+        out: builtins.list[Step] = []
         for change in changes:
             if isinstance(change, ApprovalChanged):
                 if change.task != task_id or (not change.requested and change.outcome is None):
@@ -269,7 +297,7 @@ class A2AService:
                                 self._asking(approval, payload),
                                 key=f"approval-{approval}",
                             ),
-                            False,
+                            GOES_ON,
                         )
                     )
                     continue
@@ -277,7 +305,7 @@ class A2AService:
                 by = f" by {resolution.operator}" if resolution and resolution.operator else ""
                 state = a2a_state(waiting[0]) if waiting else m.INPUT_REQUIRED
                 text = f"approval {approval}: {change.outcome}{by}"
-                out.append((status(state, text, key=f"decided-{approval}"), False))
+                out.append((status(state, text, key=f"decided-{approval}"), GOES_ON))
             elif change.task == task_id:
                 out.extend(self._task_update(change, task, envelope, context_id, status))
         return out
@@ -292,21 +320,28 @@ class A2AService:
     @staticmethod
     def _task_update(
         change: TaskChanged, task: Task, envelope: Envelope, context_id: str, status: Any
-    ) -> builtins.list[tuple[Update, bool]]:
+    ) -> builtins.list[Step]:
         before, after, payload = change.before, change.after, c.payload_of(envelope)
+        if isinstance(payload, c.TaskAwaiting):  # the agent's turn ended; it says why
+            said = status(
+                a2a_state(after), payload.message, payload.reply, key=f"turn-{envelope.seq}"
+            )
+            return [(said, TURN_ENDS)]
+        if isinstance(payload, c.TaskMessage):  # the client's next message: it works again
+            return [(status(m.WORKING), GOES_ON)]
         if before is None or {before, after} == {TaskState.RUNNING, TaskState.INPUT_REQUIRED}:
             return []  # created (the first event shows it), or said by the approval's update
         if before == after:  # it reported progress
             progress = payload.progress if isinstance(payload, c.TaskProgress) else None
             return [
-                (status(a2a_state(after), data_=progress, key=f"progress-{envelope.seq}"), False)
+                (status(a2a_state(after), data_=progress, key=f"progress-{envelope.seq}"), GOES_ON)
             ]
         if after is TaskState.RUNNING:
-            return [(status(m.WORKING), False)]
+            return [(status(m.WORKING), GOES_ON)]
         if after is TaskState.CANCELED:
             operator = payload.operator if isinstance(payload, c.TaskCanceled) else None
             text = f"canceled by {operator or 'an operator'}"
-            return [(status(m.CANCELED, text, key="canceled"), True)]
+            return [(status(m.CANCELED, text, key="canceled"), FINAL)]
         if after is TaskState.COMPLETED:
             artifact = {
                 "artifactUpdate": {
@@ -316,9 +351,9 @@ class A2AService:
                     "lastChunk": True,
                 }
             }
-            return [(artifact, False), (status(m.COMPLETED), True)]
+            return [(artifact, GOES_ON), (status(m.COMPLETED), FINAL)]
         error = task.error if isinstance(task.error, str) and task.error else "failed"
-        return [(status(m.FAILED, error, key="failed"), True)]
+        return [(status(m.FAILED, error, key="failed"), FINAL)]
 
 
 def _state_of(update: Update) -> str | None:
@@ -359,6 +394,8 @@ def _timestamp(value: str) -> datetime:
 def _rpc_error(exc: Problem) -> RpcError:
     if exc.status == 409:
         return RpcError(m.UNSUPPORTED_OPERATION, exc.detail, reason="UNSUPPORTED_OPERATION")
+    if exc.status == 413:
+        return RpcError(INVALID_PARAMS, exc.detail)
     return RpcError(INTERNAL_ERROR, exc.detail)
 
 

@@ -48,6 +48,9 @@ from projections.approvals import Verdict
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
+# the built-in capability of multi-turn tasks (docs/agents.md, "Multi-turn tasks")
+TASK_AWAIT = "task_await"
+AWAIT_STATES = ("working", "input-required")
 MAX_SUMMARY_URL = 2048  # an http_fetch URL as journaled in action.performed
 TASK_EVENT_WAIT_SECS = 30.0
 
@@ -82,6 +85,10 @@ class TaskLifecycle(Protocol):
     async def complete(self, task_id: str, output: dict[str, Any]) -> Any: ...
 
     async def fail(self, task_id: str, error: str) -> Any: ...
+
+    async def awaits(
+        self, task_id: str, *, input_required: bool, message: str | None, reply: dict[str, Any]
+    ) -> Any: ...
 
 
 class EventSink(Protocol):
@@ -145,6 +152,8 @@ class JournalHost:
         self.stopping = stopping
         self._state: dict[str, str] | None = None
         self._run: Run | None = None
+        # this run's `task_await`: (task, input required?, message to the client)
+        self._awaiting: tuple[str, bool, str | None] | None = None
 
     # ---- plumbing --------------------------------------------------------------------------
 
@@ -195,6 +204,14 @@ class JournalHost:
         else:
             message, known = f"[{level[:20]}] {message}", "info"
         self._append(*c.event_of(c.Log(level=known, message=message[:MAX_TEXT])))
+        self._tell(known, message[:MAX_TEXT])
+
+    def _tell(self, level: str, message: str) -> None:
+        """A log line to who listens to the current run (an MCP call's stream), redacted like
+        the journal's copy."""
+        listener = self._run.listener if self._run is not None else None
+        if listener is not None:
+            listener.log(level, self.s.redactor.text(message))
 
     def report_finding(self, severity: str, title: str, detail: str) -> None:
         known: c.Severity
@@ -214,6 +231,8 @@ class JournalHost:
         parsed = _json(request, f"the {capability} request")
         if self.agent.is_gated(capability):
             self._await_approval(capability, request)
+        if capability == TASK_AWAIT:
+            return self._task_await(parsed)
         if capability == "http_fetch":
             result = self._on_loop(
                 self.s.capabilities.http_fetch(parsed, self.agent.http.allow_hosts)
@@ -228,6 +247,24 @@ class JournalHost:
             summary = {"request": parsed, "status": result["status"]}
         self._append(*c.event_of(c.ActionPerformed(capability=capability, **summary)))
         return json.dumps(result)
+
+    def _task_await(self, request: Any) -> str:
+        """`invoke("task_await", {task, state?, message?})`: when this run of `task` returns,
+        the task is not completed but awaits its client's next message, as `working` or
+        `input-required` (docs/agents.md, "Multi-turn tasks"); the run's output is the reply."""
+        run = self._run
+        if not isinstance(request, dict) or not isinstance(request.get("task"), str):
+            raise HostError("failed", "task_await needs a request object with a string `task`")
+        if run is None or run.kind != "task" or run.detail != request["task"]:
+            raise HostError("failed", "task_await names the task this run of handle-task handles")
+        state = request.get("state", "working")
+        message = request.get("message")
+        if state not in AWAIT_STATES:
+            raise HostError("failed", f"task_await `state` is one of {', '.join(AWAIT_STATES)}")
+        if message is not None and (not isinstance(message, str) or len(message) > MAX_TEXT):
+            raise HostError("failed", f"task_await `message` is a string of at most {MAX_TEXT}")
+        self._awaiting = (run.detail, state == "input-required", message)
+        return json.dumps({"awaiting": state})
 
     def _await_approval(self, capability: str, request: str) -> None:
         gate = self.s.approvals
@@ -290,6 +327,10 @@ class JournalHost:
         return str(created["id"])
 
     def task_progress(self, task_id: str, progress: str) -> None:
+        run = self._run
+        if task_id == "" and run is not None and run.kind == "tool":
+            self._tool_progress(run, progress)
+            return
         if not self.s.tasks.is_open(self.name, task_id):
             self.log("warn", f"progress for task {task_id}, which this agent is not handling")
             return
@@ -303,6 +344,16 @@ class JournalHost:
         except ValueError:
             value = progress
         self._on_loop(self.s.task_service.progress(task_id, self.s.redactor.value(value)))
+
+    def _tool_progress(self, run: Run, progress: str) -> None:
+        """`task-progress("", ...)` during an MCP tool call: the call's progress, sent to its
+        caller when it asked for progress (never journaled: a tool call is no task)."""
+        try:
+            value = boundedjson.loads(progress)
+        except ValueError:
+            value = None
+        if run.listener is not None and not run.listener.progress(self.s.redactor.value(value)):
+            self.log("warn", 'tool progress must be {"progress": number, "total"?, "message"?}')
 
     def _states(self) -> dict[str, str]:
         if self._state is None:  # durable state is the fold of the agent's state.set events
@@ -354,6 +405,7 @@ class JournalHost:
 
     def run_started(self, run: Run) -> None:
         self._run = run
+        self._awaiting = None
         frame = {"run_id": run.run_id, "threadId": self.name, "runId": run.run_id}
         self._publish("RUN_STARTED", {**frame, "kind": run.kind})
         if run.kind == "tool":  # an MCP call: one AG-UI tool call inside its run
@@ -388,6 +440,7 @@ class JournalHost:
     def output(self, stream: Literal["stdout", "stderr"], line: str) -> None:
         level: c.LogLevel = "info" if stream == "stdout" else "warn"
         self._note(*c.event_of(c.Log(level=level, message=line[:MAX_TEXT], stream=stream)))
+        self._tell(level, line[:MAX_TEXT])
 
     def next_task(self) -> Task | None:
         return self.s.tasks.take(self.name)
@@ -408,7 +461,18 @@ class JournalHost:
         if not isinstance(value, dict):
             self.task_failed(task, "the agent's output is not a JSON object")
             return
-        self._task_event(self.s.task_service.complete(task.id, self.s.redactor.value(value)))
+        result: dict[str, Any] = self.s.redactor.value(value)
+        awaiting, self._awaiting = self._awaiting, None
+        if awaiting is not None and awaiting[0] == task.id:  # the run left it open
+            _, input_required, said = awaiting
+            said = self.redact(said) if said is not None else None
+            self._task_event(
+                self.s.task_service.awaits(
+                    task.id, input_required=input_required, message=said, reply=result
+                )
+            )
+            return
+        self._task_event(self.s.task_service.complete(task.id, result))
 
     def task_failed(self, task: Task, error: str) -> None:
         self._task_event(self.s.task_service.fail(task.id, self.redact(error)[:MAX_TEXT]))

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Literal, NamedTuple, Protocol
+from typing import Any, Literal, NamedTuple, Protocol
 
 HostErrorKind = Literal["not-permitted", "approval-denied", "approval-timeout", "failed"]
 RunKind = Literal["tick", "task", "tool", "list-tools"]
@@ -108,6 +108,15 @@ class ToolResult:
     text: str
 
 
+class RunListener(Protocol):
+    """Who hears what the agent says during one run as it says it (an MCP call answered as a
+    stream, node/runtime/mcp_notices.py); called on the agent's worker thread."""
+
+    def log(self, level: str, message: str) -> None: ...
+
+    def progress(self, value: Any) -> bool: ...
+
+
 class Run(NamedTuple):
     """One entry into the agent's wasm: a tick, a task, or an MCP call. A NamedTuple, not a
     frozen dataclass: one is built every tick, and a frozen dataclass's `__init__` costs
@@ -117,6 +126,7 @@ class Run(NamedTuple):
     run_id: str
     kind: RunKind
     detail: str = ""
+    listener: RunListener | None = None
 
 
 class RunResult(NamedTuple):

@@ -1,6 +1,11 @@
 """MCP over JSON-RPC 2.0 for one agent: `tools/list` → `list-tools`, `tools/call` → `call-tool`.
 
-Also `initialize`, `ping` and notifications, so the official `mcp` SDK client can connect.
+Also `initialize`, `ping`, `logging/setLevel` and notifications, so the official `mcp` SDK
+client can connect. The one optional server feature offered is logging (with progress): what
+the agent logs while a tool runs is sent to the caller as `notifications/message`, and what it
+reports with `task-progress("", ...)` as `notifications/progress` (mcp_notices.py); the minimum
+level is kept per token and agent, in memory. Resources, prompts, completion, sampling and
+elicitation are not offered: an agent's WIT world has no exports for them (docs/protocols/mcp.md).
 Tool failures (the agent's `err`) are results with `isError: true`; JSON-RPC errors are for
 protocol faults: -32700 unparsable JSON, -32600 not a request, -32601 unknown method,
 -32602 bad params or unknown tool, -32603 the agent trapped or is unavailable. Transport-free:
@@ -9,6 +14,7 @@ the HTTP route hands the body in and sends back what comes out (None: 202, no bo
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Callable
@@ -16,6 +22,7 @@ from typing import Any
 
 from node.ops.version import __version__
 from node.runtime.hostapi import Tool
+from node.runtime.mcp_notices import DEFAULT_LEVEL, MCP_LEVELS, CallNotices
 from node.runtime.runtime import AgentRuntime
 from node.web import jsonrpc as rpc
 from node.web.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND, RpcError
@@ -24,6 +31,7 @@ log = logging.getLogger(__name__)
 
 LATEST_PROTOCOL = "2025-11-25"
 KNOWN_PROTOCOLS = ("2024-11-05", "2025-03-26", "2025-06-18", LATEST_PROTOCOL)
+CAPABILITIES = {"tools": {"listChanged": False}, "logging": {}}
 
 
 def tool_json(tool: Tool) -> dict[str, Any]:
@@ -50,34 +58,64 @@ class McpServer:
         self.publish: Callable[[str, str, dict[str, Any]], None] = lambda agent, event, data: emit(
             agent, event, self.redact(data)
         )
+        # the minimum log level a caller asked for, by (token name, agent)
+        self.levels: dict[tuple[str, str], str] = {}
 
-    async def handle(self, agent: str, body: bytes) -> dict[str, Any] | None:
+    async def handle(self, agent: str, body: bytes, caller: str = "") -> dict[str, Any] | None:
         """The response to send, or None for a notification (accepted, never answered)."""
         call = rpc.parse(body, notifications=True)
         if isinstance(call, dict):
             return call
         if call.notification:
             return None
+        return await self.answer(agent, call, caller)
+
+    async def answer(
+        self, agent: str, call: rpc.Call, caller: str, notices: CallNotices | None = None
+    ) -> dict[str, Any]:
+        """The response to one request; `notices` (a tools/call answered as a stream) gets
+        what the agent logs and reports while the tool runs."""
         try:
-            result = await self._dispatch(agent, call.method, call.params)
+            result = await self._dispatch(agent, call.method, call.params, caller, notices)
         except RpcError as e:
             return rpc.error_response(call.id, e)
         return rpc.result_response(call.id, result)
 
-    async def _dispatch(self, agent: str, method: str, params: dict[str, Any]) -> Any:
+    def notices(self, agent: str, call: rpc.Call, caller: str) -> CallNotices:
+        meta = call.params.get("_meta")
+        token = meta.get("progressToken") if isinstance(meta, dict) else None
+        if not isinstance(token, str | int) or isinstance(token, bool):
+            token = None
+        level = self.levels.get((caller, agent), DEFAULT_LEVEL)
+        return CallNotices(asyncio.get_running_loop(), agent, level, token)
+
+    async def _dispatch(
+        self,
+        agent: str,
+        method: str,
+        params: dict[str, Any],
+        caller: str,
+        notices: CallNotices | None,
+    ) -> Any:
         if method == "initialize":
             asked = params.get("protocolVersion")
             return {
                 "protocolVersion": asked if asked in KNOWN_PROTOCOLS else LATEST_PROTOCOL,
-                "capabilities": {"tools": {"listChanged": False}},
+                "capabilities": CAPABILITIES,
                 "serverInfo": {"name": agent, "version": __version__},
             }
         if method == "ping":
             return {}
+        if method == "logging/setLevel":
+            level = params.get("level")
+            if level not in MCP_LEVELS:
+                raise RpcError(INVALID_PARAMS, f"`level` must be one of {', '.join(MCP_LEVELS)}")
+            self.levels[(caller, agent)] = level
+            return {}
         if method == "tools/list":
             return {"tools": [tool_json(t) for t in await self._tools(agent)]}
         if method == "tools/call":
-            return await self._call(agent, params)
+            return await self._call(agent, params, notices)
         raise RpcError(METHOD_NOT_FOUND, f"method {method!r} not found")
 
     async def _tools(self, agent: str) -> list[Tool]:
@@ -86,7 +124,9 @@ class McpServer:
         except Exception as e:
             raise RpcError(INTERNAL_ERROR, f"agent {agent} could not list its tools: {e}") from e
 
-    async def _call(self, agent: str, params: dict[str, Any]) -> dict[str, Any]:
+    async def _call(
+        self, agent: str, params: dict[str, Any], notices: CallNotices | None
+    ) -> dict[str, Any]:
         name, arguments = params.get("name"), params.get("arguments", {})
         if arguments is None:
             arguments = {}
@@ -98,7 +138,7 @@ class McpServer:
             raise RpcError(INVALID_PARAMS, f"unknown tool {name!r}")
         self.publish(agent, "tool_call_start", {"agent": agent, "tool": name, "args": arguments})
         try:
-            result = await self.runtime.call_tool(agent, name, json.dumps(arguments))
+            result = await self.runtime.call_tool(agent, name, json.dumps(arguments), notices)
         except Exception as e:
             self.publish(
                 agent, "tool_call_end", {"agent": agent, "tool": name, "result": f"error: {e}"}

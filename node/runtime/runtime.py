@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from node.runtime.engine import AgentEngine
-from node.runtime.hostapi import AgentHooks, AgentHost, Tool, ToolResult
+from node.runtime.hostapi import AgentHooks, AgentHost, RunListener, Tool, ToolResult
 from node.runtime.instance import AgentInstance
 from node.runtime.outputguard import OutputGuard
 from node.runtime.spec import AgentSpec, RuntimeOptions
@@ -188,11 +188,14 @@ class AgentRuntime:
         future = self.worker(name).submit("list-tools", "", _list_tools)
         return await asyncio.wrap_future(future)
 
-    async def call_tool(self, name: str, tool: str, arguments: str) -> ToolResult:
-        """Call an MCP tool; a tool's own failure is ToolResult(ok=False), a trap raises."""
+    async def call_tool(
+        self, name: str, tool: str, arguments: str, listener: RunListener | None = None
+    ) -> ToolResult:
+        """Call an MCP tool; a tool's own failure is ToolResult(ok=False), a trap raises.
+        `listener` hears what the agent logs and reports while the tool runs."""
         json.loads(arguments)  # JSON text is the contract; reject bad input before wasm runs
         future = self.worker(name).submit(
-            "tool", tool, lambda inst: _call_tool(inst, tool, arguments)
+            "tool", tool, lambda inst: _call_tool(inst, tool, arguments), listener
         )
         return await asyncio.wrap_future(future)
 

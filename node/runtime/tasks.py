@@ -1,7 +1,9 @@
 """Which tasks each hosted agent still has to work on, as its journal says.
 
 A task is deliverable from its creation (in the journal of the agent it is for) until it ends
-(projections/states.py decides both; the queue folds the tasks read model's changes). Tasks
+(projections/states.py decides both; the queue folds the tasks read model's changes), except
+while it awaits its client's next message (a multi-turn task whose run ended without ending
+it): that message makes it deliverable again, with the message's input. Tasks
 that were started but not finished when the node went down are delivered again after a
 restart (at least once), in creation order. The queue starts from the tasks read model's open
 tasks and then folds the changes of every commit, on the event loop; workers take from it on
@@ -18,7 +20,9 @@ from typing import Any
 
 from node.runtime.hostapi import Task
 from projections.states import TaskChanged
-from projections.tasks import Task as SpecTask
+
+# (id, from, input) of a task its agent's worker has to run, or None (projections/tasks.py)
+Deliverable = Callable[[str], tuple[str, str, dict[str, Any]] | None]
 
 
 class TaskQueue:
@@ -28,14 +32,16 @@ class TaskQueue:
         self._delivered: set[str] = set()
 
     def seed(self, agent: str, open_tasks: Iterable[tuple[str, str, dict[str, Any]]]) -> None:
-        """Start from the tasks read model's open tasks, (id, from, input), oldest first."""
+        """Start from the tasks read model's deliverable tasks, (id, from, input), oldest
+        first."""
         with self._lock:
             tasks = self._open[agent]
             for task_id, sender, task_input in open_tasks:
                 tasks[task_id] = Task(task_id, sender, json.dumps(task_input or {}))
 
     def add_agent(self, agent: str, open_tasks: Iterable[tuple[str, str, dict[str, Any]]]) -> None:
-        """An agent deployed on the running node, with the open tasks its journal holds."""
+        """An agent deployed on the running node, with the deliverable tasks its journal
+        holds."""
         with self._lock:
             self._open.setdefault(agent, OrderedDict())
         self.seed(agent, open_tasks)
@@ -48,25 +54,24 @@ class TaskQueue:
             self._delivered -= released
         return len(released)
 
-    def apply(
-        self, changes: Iterable[TaskChanged], get: Callable[[str], SpecTask | None]
-    ) -> list[str]:
-        """Fold the tasks read model's changes (`get` reads a created task); returns the
-        agents that got a new task (to wake them)."""
+    def apply(self, changes: Iterable[TaskChanged], deliverable: Deliverable) -> list[str]:
+        """Fold the tasks read model's changes (`deliverable` reads a task as the worker would
+        get it, None when it has nothing to do with it); returns the agents that got a task to
+        run (to wake them)."""
         woken: list[str] = []
         with self._lock:
             for change in changes:
                 tasks = self._open.get(change.agent)
                 if tasks is None:
                     continue
-                if change.created:
-                    task = get(change.task)
-                    if task is not None:
-                        tasks[task.id] = Task(task.id, task.from_, json.dumps(task.input))
-                        woken.append(change.agent)
-                elif change.ended:
+                found = None if change.ended else deliverable(change.task)
+                if found is None:  # ended, or its run ended and it awaits its client
                     tasks.pop(change.task, None)
                     self._delivered.discard(change.task)
+                elif change.task not in tasks:  # created, or its client's next message came
+                    task_id, sender, task_input = found
+                    tasks[task_id] = Task(task_id, sender, json.dumps(task_input))
+                    woken.append(change.agent)
         return woken
 
     def take(self, agent: str) -> Task | None:

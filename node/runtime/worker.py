@@ -33,6 +33,7 @@ from node.runtime.hostapi import (
     Run,
     RunClock,
     RunKind,
+    RunListener,
     RunResult,
     Task,
     run_clock,
@@ -56,6 +57,7 @@ class _Call:
     detail: str
     fn: Callable[[AgentInstance], Any]
     future: Future[Any] = field(default_factory=Future)
+    listener: RunListener | None = None
 
 
 _WAKE = object()
@@ -195,9 +197,16 @@ class AgentWorker:
         """Look for new tasks now rather than at the next tick."""
         self._queue.put(_WAKE)
 
-    def submit(self, kind: RunKind, detail: str, fn: Callable[[AgentInstance], Any]) -> Future[Any]:
-        """Run `fn` with the agent's instance on the worker thread (an MCP call, say)."""
-        call = _Call(kind, detail, fn)
+    def submit(
+        self,
+        kind: RunKind,
+        detail: str,
+        fn: Callable[[AgentInstance], Any],
+        listener: RunListener | None = None,
+    ) -> Future[Any]:
+        """Run `fn` with the agent's instance on the worker thread (an MCP call, say);
+        `listener` hears what the agent logs and reports during that run."""
+        call = _Call(kind, detail, fn, listener=listener)
         if self.stopping.is_set() or not self.started:  # not started: stopped by an operator
             call.future.set_exception(AgentUnavailableError(f"agent {self.spec.name} stopped"))
         else:
@@ -411,15 +420,21 @@ class AgentWorker:
         if not call.future.set_running_or_notify_cancel():
             return
         try:
-            call.future.set_result(self._execute(call.kind, call.detail, call.fn))
+            call.future.set_result(self._execute(call.kind, call.detail, call.fn, call.listener))
         except BaseException as e:
             call.future.set_exception(e)
 
-    def _execute(self, kind: RunKind, detail: str, fn: Callable[[AgentInstance], Any]) -> Any:
+    def _execute(
+        self,
+        kind: RunKind,
+        detail: str,
+        fn: Callable[[AgentInstance], Any],
+        listener: RunListener | None = None,
+    ) -> Any:
         """One entry into wasm, framed by run hooks; a fault fails the agent and re-raises."""
         instance = self._instance
         assert instance is not None
-        run = Run(self.spec.name, new_id(), kind, detail)
+        run = Run(self.spec.name, new_id(), kind, detail, listener)
         self._set_state("running")
         self.hooks.run_started(run)
         start = time.monotonic()

@@ -37,8 +37,7 @@ class PlacedHosting(DeploymentBase):
             await self._follow_grants(name, "not asked for by the definition it moved with")
             runtime = self.runtime
             if self._tasks is not None:
-                open_tasks = self.ctx.projections.get(Tasks).open_tasks(name)
-                self._tasks.add_agent(name, ((t.id, t.from_, t.input) for t in open_tasks))
+                self._tasks.add_agent(name, self.ctx.projections.get(Tasks).deliverable(name))
             suspended = await self._follow_stop(name)
             if name in runtime.workers:
                 await asyncio.to_thread(

@@ -32,6 +32,8 @@ class TaskService:
         self.ctx = ctx
         # ids with a final event being appended: a racing complete/fail must not add another
         self._finishing: set[str] = set()
+        # ids with a client's message being appended: one message per turn
+        self._answering: set[str] = set()
         # tasks being created per agent, for the open-tasks cap
         self._creating: dict[str, int] = {}
         # a placed agent's new task is answered once the mesh's stream holds it (503 if not in
@@ -121,6 +123,48 @@ class TaskService:
         self._check(task_id, ("pending", "running"), "fail")
         return await self._finish(task_id, c.TaskFailed(id=task_id, error=error))
 
+    async def awaits(
+        self,
+        task_id: str,
+        *,
+        input_required: bool,
+        message: str | None,
+        reply: dict[str, Any],
+    ) -> Envelope:
+        """The agent's run of a task ended without ending it: the task awaits its client's
+        next message (docs/agents.md, "Multi-turn tasks")."""
+        self._check(task_id, ("running",), "leave open")
+        awaiting = c.TaskAwaiting(
+            id=task_id, input_required=input_required, message=message, reply=reply
+        )
+        return await self._append(task_id, awaiting)
+
+    async def message(
+        self, task_id: str, input: dict[str, Any], a2a: dict[str, Any] | None, operator: str
+    ) -> Envelope:
+        """The client's next message to a task that awaits one (409 when it does not, or has
+        had MAX_TURNS already); the agent's next run of the task gets `input`."""
+        task = self._check(task_id, ("running",), "send a message to")
+        if not self.projection.awaits(task_id) or task_id in self._answering:
+            raise Problem(409, f"task {task_id!r} is not awaiting a message from its client")
+        if len(self.projection.turns(task_id)) >= MAX_TURNS:
+            raise Problem(
+                409, f"task {task_id!r} has had {MAX_TURNS} turns, the most one task may have"
+            )
+        kind, data = c.event_of(c.TaskMessage(id=task_id, input=input, a2a=a2a, operator=operator))
+        size = len(msgspec.json.encode(data))
+        if size > MAX_EVENT_BYTES:
+            limit = MAX_EVENT_BYTES
+            raise Problem(413, f"the message is {size} bytes as JSON; the limit is {limit}")
+        self._answering.add(task_id)  # a second message racing this one is refused
+        try:
+            envelope = await self.ctx.store.append(task.to, kind, data)
+        finally:
+            self._answering.discard(task_id)
+        if self.confirm is not None:
+            await self.confirm(task.to)
+        return envelope
+
     def get(self, task_id: str) -> Task:
         task = self.projection.get(task_id)
         if task is None:
@@ -183,6 +227,8 @@ def cancellations(tasks: Tasks, agent: str, operator: str | None) -> list[NewEve
 
 
 TASKS = web.AppKey("tasks", TaskService)
+# turns of one multi-turn task (the agent's and its client's): each is an event of its journal
+MAX_TURNS = 200
 # in a list of tasks, an input, output or progress larger than this (as msgpack, about its
 # JSON size) is left out: 800 tasks of 60 KB made a 45 MiB body
 ELIDE_BYTES = 4096

@@ -148,8 +148,7 @@ class Upgrades(DeploymentBase):
         self._set_hosted()
         await self._follow_grants(name, "not asked for by revision 1")
         if self._tasks is not None:
-            open_tasks = self.ctx.projections.get(Tasks).open_tasks(name)
-            self._tasks.add_agent(name, ((t.id, t.from_, t.input) for t in open_tasks))
+            self._tasks.add_agent(name, self.ctx.projections.get(Tasks).deliverable(name))
         self.rollouts.step(name, "its first run")
         worker = await asyncio.to_thread(self.runtime.add, self._spec(name))
         why = await self._probation(worker.probation, definition)

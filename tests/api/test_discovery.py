@@ -42,7 +42,11 @@ async def test_agent_card_lists_the_hosted_agents_as_skills(client):
     assert card["name"] == "node-a"
     assert card["url"] == "http://127.0.0.1:8080"
     assert card["version"] == __version__
-    assert card["capabilities"] == {"streaming": True, "pushNotifications": False}
+    assert card["capabilities"] == {
+        "streaming": True,
+        "pushNotifications": False,
+        "extendedAgentCard": False,
+    }
     assert card["defaultInputModes"] == card["defaultOutputModes"] == ["application/json"]
     assert isinstance(card["description"], str) and card["description"]
     assert card["skills"] == [
@@ -52,8 +56,26 @@ async def test_agent_card_lists_the_hosted_agents_as_skills(client):
             "description": "Pays approved invoices",
             "tags": ["spend", "mcp"],
         },
-        {"id": "watcher", "name": "watcher", "description": "Agent watcher", "tags": []},
+        {
+            "id": "watcher",
+            "name": "watcher",
+            "description": "Agent watcher on node node-a",
+            "tags": [],
+        },
     ]
+    # the interfaces of one card reach one agent: the first; each has its own card too
+    assert card["supportedInterfaces"] == [
+        {
+            "url": "http://127.0.0.1:8080/a2a/payer",
+            "protocolBinding": "JSONRPC",
+            "protocolVersion": "1.0",
+        }
+    ]
+    # every /a2a/<agent> needs a bearer token, and the card says so (A2A 1.0 §4.5)
+    (scheme,) = card["securitySchemes"].values()
+    assert scheme["httpAuthSecurityScheme"]["scheme"] == "Bearer"
+    assert list(card["securitySchemes"]) == ["bearer"]
+    assert card["securityRequirements"] == [{"schemes": {"bearer": {"list": []}}}]
 
 
 async def test_did_document_publishes_the_node_key(client):

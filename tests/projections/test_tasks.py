@@ -8,6 +8,7 @@ import msgspec
 import pytest
 
 from eventstore.envelope import Envelope
+from projections.states import TaskState
 from projections.tasks import TASK_EVENTS, Task, Tasks
 from tests.projections.envelopes import Journal, envelope, fold, refolded_snapshot, ts_at
 
@@ -307,3 +308,89 @@ def test_what_a_journal_carries_reads_back_as_it_was() -> None:
     assert task is not None
     assert task.input == {"n": 1, "nested": {"list": [1, "two", None], "f": 1.5}}
     assert task.progress == {1: "one"}
+
+
+# ---------------------------------------------------------------------------- multi-turn
+def awaiting(j: Journal, agent: str, task_id: str, **data: Any) -> None:
+    j.add(agent, "task.awaiting", {"id": task_id, **data})
+
+
+def message(j: Journal, agent: str, task_id: str, text: str) -> None:
+    data = {"id": task_id, "input": {"text": text}, "operator": "op"}
+    j.add(agent, "task.message", {**data, "a2a": {"messageId": text, "role": "ROLE_USER"}})
+
+
+def test_a_task_awaiting_its_client_is_open_but_not_delivered_until_its_next_message() -> None:
+    """task.awaiting ends the run, not the task: it stays running (or input-required when the
+    agent asks), keeps its open-task slot, and is not what a restart delivers again until the
+    client's next message, whose input the next run gets."""
+    j = Journal()
+    create(j, "alice", "t1", input={"text": "first"})
+    create(j, "alice", "t2")
+    j.add("alice", "task.started", {"id": "t1"})
+    awaiting(j, "alice", "t1", message="say more", reply={"kept": 1})
+    tasks = fold(Tasks(), j.envelopes)
+    assert tasks.state_of("t1") == TaskState.RUNNING and tasks.awaits("t1")
+    assert tasks.working_on("alice") is None  # the run ended
+    assert ids(tasks.open_tasks("alice")) == ["t1", "t2"]  # both hold a slot
+    assert tasks.deliverable("alice") == [("t2", "boss", {})]
+    assert tasks.deliverable_task("t1") is None
+    served = tasks.get("t1")
+    assert served is not None and served.status == "running"
+    assert served.waiting_for == "waiting for the next message from its client"
+
+    message(j, "alice", "t1", "second")
+    tasks = fold(Tasks(), j.envelopes)
+    assert not tasks.awaits("t1") and tasks.state_of("t1") == TaskState.RUNNING
+    assert tasks.deliverable("alice") == [
+        ("t1", "boss", {"text": "second"}),
+        ("t2", "boss", {}),
+    ]
+    j.add("alice", "task.started", {"id": "t1"})
+    awaiting(j, "alice", "t1", input_required=True, message="which one?")
+    tasks = fold(Tasks(), j.envelopes)
+    assert tasks.state_of("t1") == TaskState.INPUT_REQUIRED
+    assert [(t["role"], t.get("message")) for t in tasks.turns("t1")] == [
+        ("agent", "say more"),
+        ("user", {"messageId": "second", "role": "ROLE_USER"}),
+        ("agent", "which one?"),
+    ]
+    assert tasks.turns("t1")[0]["reply"] == {"kept": 1}
+    message(j, "alice", "t1", "this one")
+    j.add("alice", "task.completed", {"id": "t1", "output": {"done": True}})
+    tasks = fold(Tasks(), j.envelopes)
+    assert tasks.state_of("t1") == TaskState.COMPLETED and not tasks.awaits("t1")
+    assert len(tasks.turns("t1")) == 4
+    assert refolded_snapshot(tasks, j.envelopes) == tasks.snapshot()
+
+
+def test_turns_that_do_not_fit_change_nothing() -> None:
+    """A message to a task that does not await one (pending, running its turn, final) and an
+    awaiting for a task that is not running are ignored; a cancel ends an awaiting task."""
+    j = Journal()
+    create(j, "alice", "t1")
+    message(j, "alice", "t1", "too early")  # pending
+    awaiting(j, "alice", "t1")  # not running
+    j.add("alice", "task.started", {"id": "t1"})
+    message(j, "alice", "t1", "while it runs")
+    awaiting(j, "alice", "t1", reply="not an object")  # a payload that does not fit
+    tasks = fold(Tasks(), j.envelopes)
+    assert tasks.turns("t1") == [] and not tasks.awaits("t1")
+    awaiting(j, "alice", "t1")
+    j.add("alice", "task.canceled", {"id": "t1", "operator": "op"})
+    message(j, "alice", "t1", "too late")
+    tasks = fold(Tasks(), j.envelopes)
+    assert tasks.state_of("t1") == TaskState.CANCELED and not tasks.awaits("t1")
+    assert [t["role"] for t in tasks.turns("t1")] == ["agent"]
+    assert tasks.deliverable("alice") == []
+
+
+def test_a_peer_cannot_answer_a_task_another_journal_owns() -> None:
+    """The ownership rule covers the turns: a message in another journal is not folded."""
+    j = Journal()
+    create(j, "alice", "t1")
+    j.add("alice", "task.started", {"id": "t1"})
+    awaiting(j, "alice", "t1")
+    message(j, "mallory", "t1", "from elsewhere")
+    tasks = fold(Tasks(), j.envelopes)
+    assert tasks.awaits("t1") and [t["role"] for t in tasks.turns("t1")] == ["agent"]

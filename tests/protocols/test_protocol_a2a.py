@@ -78,14 +78,19 @@ async def collect(stream) -> list:
 async def test_sdk_resolves_the_card_sends_and_streams_a_task(node, http):
     node_card = await A2ACardResolver(http, node.url).get_agent_card()
     assert node_card.capabilities.streaming
-    assert [i.url for i in node_card.supported_interfaces] == [
+    # one agent behind the node's card: its interfaces are alternatives for the same agent
+    (interface,) = node_card.supported_interfaces
+    assert (interface.url, interface.protocol_binding, interface.protocol_version) == (
         f"{node.url}/a2a/worker",
-        f"{node.url}/a2a/cashier",
-    ]
-    assert {i.protocol_binding for i in node_card.supported_interfaces} == {"JSONRPC"}
-    assert {i.protocol_version for i in node_card.supported_interfaces} == {"1.0"}
+        "JSONRPC",
+        "1.0",
+    )
+    assert [s.id for s in node_card.skills] == ["worker", "cashier"]
+    # every /a2a/<agent> needs a token, and the card says so
+    assert node_card.security_schemes["bearer"].http_auth_security_scheme.scheme == "Bearer"
+    assert [list(r.schemes) for r in node_card.security_requirements] == [["bearer"]]
 
-    client = await sdk_client(http, f"{node.url}/a2a/worker")
+    client = await sdk_client(http, node.url)  # the node's card: the first agent
     events = await collect(client.send_message(user_data({"numbers": [1, 2, 3]})))
     assert [kind(e) for e in events] == [
         "task",
@@ -250,6 +255,15 @@ async def test_cancel_denies_what_the_task_waits_for_and_is_final(node, http):
 
 
 # ---------------------------------------------------------------------------- bad input
+STREAMING = ("SendStreamingMessage", "SubscribeToTask")
+
+
+def only_event(response: httpx.Response) -> Any:
+    """The one `data:` event of a stream that is all one error."""
+    (data,) = [line[6:] for line in response.text.splitlines() if line.startswith("data: ")]
+    return json.loads(data)
+
+
 async def rpc(http: httpx.AsyncClient, url: str, body: Any, **headers: str) -> httpx.Response:
     raw = body if isinstance(body, bytes) else json.dumps(body).encode()
     return await http.post(
@@ -284,10 +298,16 @@ async def test_bad_calls_get_their_json_rpc_errors(node, http):
             "jsonrpc": "2.0",
             "id": 1,
             "method": "SendMessage",
-            "params": {"message": {"messageId": "m2", "parts": [{"text": "hello"}]}},
+            "params": {
+                "message": {"messageId": "m2", "role": "ROLE_USER", "parts": [{"text": "hello"}]}
+            },
         },
     )
     cashier_task = other.json()["result"]["task"]["id"]
+    tasks_before = len(node.journal("worker", "task.created"))
+
+    def said(role: str) -> dict:
+        return {"messageId": "m", "role": role, "parts": [{"text": "x"}]}
 
     def call(method: str, params: Any = None, id_: Any = 7) -> dict:
         body: dict[str, Any] = {"jsonrpc": "2.0", "id": id_, "method": method}
@@ -308,11 +328,26 @@ async def test_bad_calls_get_their_json_rpc_errors(node, http):
         (call("message/send", {}), -32601),  # A2A 0.3 names are not served
         (call("SendMessage", {}), -32602),  # no message
         (call("SendMessage", {"message": {"parts": [{"text": "x"}]}}), -32602),  # no messageId
-        (call("SendMessage", {"message": {"messageId": "m", "parts": []}}), -32602),
-        (call("SendMessage", {"message": {"messageId": "m", "parts": "text"}}), -32602),
+        (
+            call("SendMessage", {"message": {"messageId": "m", "role": "ROLE_USER", "parts": []}}),
+            -32602,
+        ),
         (
             call(
-                "SendMessage", {"message": {"messageId": "m", "parts": [{"url": "http://x/y.png"}]}}
+                "SendMessage", {"message": {"messageId": "m", "role": "ROLE_USER", "parts": "text"}}
+            ),
+            -32602,
+        ),
+        (
+            call(
+                "SendMessage",
+                {
+                    "message": {
+                        "messageId": "m",
+                        "role": "ROLE_USER",
+                        "parts": [{"url": "http://x/y.png"}],
+                    }
+                },
             ),
             -32005,
         ),
@@ -320,7 +355,7 @@ async def test_bad_calls_get_their_json_rpc_errors(node, http):
             call(
                 "SendMessage",
                 {
-                    "message": {"messageId": "m", "parts": [{"text": "x"}]},
+                    "message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "x"}]},
                     "configuration": {"taskPushNotificationConfig": {"url": "x"}},
                 },
             ),
@@ -329,7 +364,14 @@ async def test_bad_calls_get_their_json_rpc_errors(node, http):
         (
             call(
                 "SendMessage",
-                {"message": {"messageId": "m", "taskId": "nope", "parts": [{"text": "approve"}]}},
+                {
+                    "message": {
+                        "messageId": "m",
+                        "role": "ROLE_USER",
+                        "taskId": "nope",
+                        "parts": [{"text": "approve"}],
+                    }
+                },
             ),
             -32001,
         ),
@@ -339,6 +381,7 @@ async def test_bad_calls_get_their_json_rpc_errors(node, http):
                 {
                     "message": {
                         "messageId": "m",
+                        "role": "ROLE_USER",
                         "taskId": finished["id"],
                         "parts": [{"text": "more"}],
                     }
@@ -360,18 +403,41 @@ async def test_bad_calls_get_their_json_rpc_errors(node, http):
         (call("CancelTask", {"id": finished["id"]}), -32002),
         (call("SubscribeToTask", {"id": "nope"}), -32001),
         (call("SubscribeToTask", {"id": finished["id"]}), -32004),  # terminal: nothing to follow
-        (call("SendStreamingMessage", {"message": {"messageId": "m", "parts": []}}), -32602),
+        (
+            call(
+                "SendStreamingMessage",
+                {"message": {"messageId": "m", "role": "ROLE_USER", "parts": []}},
+            ),
+            -32602,
+        ),
         (call("CreateTaskPushNotificationConfig", {"taskId": finished["id"]}), -32003),
-        (call("GetExtendedAgentCard", {}), -32007),
+        (call("GetExtendedAgentCard", {}), -32004),  # every card says it has none
+        # a client's message has role ROLE_USER: required, and nothing else is taken
+        (call("SendMessage", {"message": {"messageId": "m", "parts": [{"text": "x"}]}}), -32602),
+        (call("SendMessage", {"message": said("ROLE_AGENT")}), -32602),
+        (call("SendMessage", {"message": said("BOGUS")}), -32602),
+        (call("SendMessage", {"message": said("ROLE_UNSPECIFIED")}), -32602),
+        (call("SendStreamingMessage", {"message": said("ROLE_AGENT")}), -32602),
+        (
+            call(  # A2A 1.0 §3.4.3: a contextId that is not the task's
+                "SendMessage",
+                {"message": {**said("ROLE_USER"), "taskId": finished["id"], "contextId": "c"}},
+            ),
+            -32602,
+        ),
     ]
     for body, code in cases:
         response = await rpc(http, url, body)
         assert response.status_code == 200, (body, response.text)
-        assert response.headers["content-type"].startswith("application/json"), body
-        answer = response.json()
+        streamed = isinstance(body, dict) and body.get("method") in STREAMING
+        # a streaming method answers with a stream, its errors too (A2A 1.0 §9.4.2)
+        media = "text/event-stream" if streamed else "application/json"
+        assert response.headers["content-type"].startswith(media), body
+        answer = only_event(response) if streamed else response.json()
         assert answer["jsonrpc"] == "2.0" and "result" not in answer, (body, answer)
         assert answer["error"]["code"] == code, (body, answer)
         assert isinstance(answer["error"]["message"], str) and answer["error"]["message"]
+    assert len(node.journal("worker", "task.created")) == tasks_before  # none was stored
     not_found = (await rpc(http, url, call("GetTask", {"id": "nope"}))).json()
     assert not_found["id"] == 7
     assert not_found["error"]["data"][0]["reason"] == "TASK_NOT_FOUND"
@@ -392,7 +458,10 @@ async def test_bad_calls_get_their_json_rpc_errors(node, http):
         send = await rpc(
             reader,
             url,
-            call("SendMessage", {"message": {"messageId": "m", "parts": [{"text": "x"}]}}),
+            call(
+                "SendMessage",
+                {"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "x"}]}},
+            ),
         )
         assert send.status_code == 403
         assert (await rpc(reader, url, call("CancelTask", {"id": "x"}))).status_code == 403
