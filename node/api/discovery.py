@@ -88,7 +88,7 @@ def agent_card(ctx: NodeContext) -> dict[str, Any]:
         + (", ".join(a.name for a in ctx.config.agents) or "no agents"),
         "url": base,
         "version": __version__,
-        "capabilities": {"streaming": True, "pushNotifications": False},
+        "capabilities": {"streaming": True, "pushNotifications": True},
         # one A2A JSON-RPC endpoint per agent; a client picks the first, or resolves
         # /a2a/<agent>/.well-known/agent-card.json for a given agent (docs/protocols/a2a.md)
         "supportedInterfaces": [
