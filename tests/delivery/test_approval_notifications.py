@@ -31,7 +31,7 @@ class Mailbox:
     def __init__(self) -> None:
         self.messages: list[email.message.EmailMessage] = []
 
-    async def handle_DATA(self, server, session, envelope) -> str:  # noqa: N802 (aiosmtpd's name)
+    async def handle_DATA(self, server, session, envelope) -> str:
         self.messages.append(email.message_from_bytes(envelope.content, policy=default_policy))
         return "250 OK"
 
