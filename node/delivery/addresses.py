@@ -85,9 +85,11 @@ def _special(address: Address) -> str | None:
         return "the unspecified address"
     if address.is_multicast:
         return "a multicast address"
+    if address.is_reserved:
+        return "a reserved address"
     if address.is_private:
         return "a private address"
-    if address.is_reserved or not address.is_global:
+    if not address.is_global:
         return "a reserved or special-purpose address"
     return None
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import aiohttp
+from aiohttp.abc import AbstractResolver
 from standardwebhooks.webhooks import Webhook
 
 from node.delivery.addresses import AddressPolicy, DestinationRefused, GuardedResolver, check_url
@@ -35,17 +36,25 @@ class Outcome:
 
 
 class Poster:
-    def __init__(self, policy: AddressPolicy, timeout: float, in_flight: int, per_host: int):
+    def __init__(
+        self,
+        policy: AddressPolicy,
+        timeout: float,
+        in_flight: int,
+        per_host: int,
+        resolver: AbstractResolver | None = None,
+    ) -> None:
         self.policy = policy
         self.timeout = timeout
         self._limits = (in_flight, per_host)
+        self._resolver = resolver  # what names resolve with before the check (aiohttp's)
         self._session: aiohttp.ClientSession | None = None
 
     def session(self) -> aiohttp.ClientSession:
         if self._session is None:
             in_flight, per_host = self._limits
             connector = aiohttp.TCPConnector(
-                resolver=GuardedResolver(self.policy),
+                resolver=GuardedResolver(self.policy, self._resolver),
                 use_dns_cache=False,  # every connection resolves, and is checked, anew
                 limit=in_flight,
                 limit_per_host=per_host,

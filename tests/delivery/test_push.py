@@ -331,3 +331,41 @@ async def test_bad_configs_and_forbidden_destinations_are_refused(node, http):
         headers=auth(READ_TOKEN),
     )
     assert read_only.status_code == 403
+
+
+async def test_the_outbox_is_bounded_per_task_and_per_client(
+    aiohttp_server, tmp_path, built_agents, receiver, http
+):
+    toml = (
+        agent_toml("worker", built_agents["task_worker"])
+        + DELIVERY_TOML
+        + "max_pending_per_task = 2\nmax_pending_per_client = 3\n"
+    )
+    node = await start_node(aiohttp_server, tmp_path, toml)
+    await started(node, "worker")
+    receiver.answer = lambda _: 503  # down while both tasks run
+    tasks = []
+    for path in ("/one", "/two"):
+        sent = await rpc(
+            http,
+            node,
+            "worker",
+            "SendMessage",
+            {
+                "message": {"messageId": path, "role": "ROLE_USER", "parts": [{"data": {}}]},
+                "configuration": {"taskPushNotificationConfig": {"url": receiver.url + path}},
+            },
+        )
+        assert sent["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+        tasks.append(sent["result"]["task"]["id"])
+    receiver.answer = lambda _: 200
+    await receiver.wait_for(2, "/one")
+    await receiver.wait_for(1, "/two")
+    # past the task's bound the oldest waiting one went (the newest says the state);
+    # past the token's bound, the new ones did
+    assert states(receiver.at("/one")) == [S.TASK_STATE_SUBMITTED, S.TASK_STATE_COMPLETED]
+    assert states(receiver.at("/two")) == [S.TASK_STATE_SUBMITTED]
+    one = await delivered(http, node, tasks[0], 2)
+    two = await delivered(http, node, tasks[1], 1)
+    assert (one["dropped"], two["dropped"]) == (1, 2)
+    assert one["pending"] == two["pending"] == 0
