@@ -136,9 +136,7 @@ async def approval_notifications(request: web.Request) -> web.Response:
 
 
 async def summary(request: web.Request) -> web.Response:
-    found = request.app[OUTBOX].summary()
-    found.pop("now", None)
-    return json_response(OutboxSummary(**found))
+    return json_response(OutboxSummary(**request.app[OUTBOX].summary()))
 
 
 def setup(app: web.Application) -> None:

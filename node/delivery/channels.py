@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import warnings
 from datetime import datetime
 from urllib.parse import quote
 
@@ -113,9 +112,7 @@ _chat = msgspec.json.Decoder(ChatMessage)
 
 async def send_apprise(url: str, body: bytes, timeout: float) -> tuple[bool, str]:
     """One Apprise notification; (ok, a reason without the URL when it failed)."""
-    with warnings.catch_warnings():  # apprise imports the deprecated imghdr
-        warnings.simplefilter("ignore", DeprecationWarning)
-        import apprise  # imported on first use: it is large, and most nodes have no such channel
+    import apprise  # imported on first use: it is large, and most nodes have no such channel
 
     message = _chat.decode(body)
     sender = apprise.Apprise()

@@ -72,10 +72,31 @@ class Ingester:
         self.cursor = 0
         self._written_at = 0.0
         self._advanced = asyncio.Event()
+        # live: the commit listener hands over the envelopes that may imply something, so the
+        # journal's hot path (logs, findings) costs one set lookup each, never a second read
+        self._interesting = OWN_TYPES | MOVES | frozenset(self.tasks.handles)
+        self._live: list[Envelope] | None = None
+        self._seen = 0
+        self._wake = asyncio.Event()
 
     def start_at(self, stored: int | None) -> None:
         """Where the fold starts: the stored cursor, or (a new outbox) the journal's end."""
         self.cursor = stored if stored is not None else self.ctx.store.last_position
+
+    def go_live(self) -> None:
+        """Follow commits from now on; called once `step` has caught up with the journal,
+        with nothing awaited in between (so no commit falls between the two)."""
+        assert self.cursor >= self.ctx.store.last_position, "catch up first"
+        self._live, self._seen = [], self.cursor
+        self.ctx.store.add_commit_listener(self.on_commit)
+
+    def on_commit(self, envelopes: list[Envelope]) -> None:
+        if self._live is None or not envelopes:
+            return
+        interesting = self._interesting
+        self._live.extend(e for e in envelopes if e.event.type in interesting)
+        self._seen = envelopes[-1].position
+        self._wake.set()
 
     async def run(self, stopping: asyncio.Event) -> None:
         while not stopping.is_set():
@@ -87,9 +108,10 @@ class Ingester:
                 failed = True
             else:
                 failed = False
-            waiting = asyncio.ensure_future(self.ctx.store.wait_beyond(self.cursor))
+            self._wake.clear()
+            waiting = asyncio.ensure_future(self._wake.wait())
             stop = asyncio.ensure_future(stopping.wait())
-            try:  # after a failure, a second before the next try (or the next commit)
+            try:  # after a failure, a second before the next try
                 await asyncio.wait(
                     {stop} if failed else {waiting, stop},
                     timeout=1.0 if failed else None,
@@ -100,10 +122,19 @@ class Ingester:
                 stop.cancel()
 
     async def step(self) -> bool:
-        """Fold one bounded chunk; False when there was nothing to fold."""
+        """Fold one bounded chunk (from the journal until live, then what the commits handed
+        over); False when there was nothing to fold."""
+        self.metrics.lag.set(max(self.ctx.store.last_position - self.cursor, 0))
+        if self._live is not None:
+            if self._seen <= self.cursor:
+                return False
+            chunk, last = self._live[:CHUNK], self._seen
+            if len(self._live) > CHUNK:
+                last = chunk[-1].position
+            del self._live[: len(chunk)]
+            return await self._fold_chunk(chunk, last)
         store = self.ctx.store
         folded = store.last_position
-        self.metrics.lag.set(max(folded - self.cursor, 0))
         if folded <= self.cursor:
             return False
         chunk = [
@@ -113,13 +144,15 @@ class Ingester:
         ]
         if not chunk:
             return False
+        return await self._fold_chunk(chunk, chunk[-1].position)
+
+    async def _fold_chunk(self, chunk: list[Envelope], last: int) -> bool:
         ops: list[s.Op] = []
         ready: set[str] = set()
         moved: set[str] = set()
         now = time.time()
         for envelope in chunk:
             self.fold(envelope, ops, ready, moved, now)
-        last = chunk[-1].position
         if ops or now - self._written_at >= CURSOR_EVERY_SECS:
             ops.append(s.put_cursor(last))
             await self.writer.submit(ops)

@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import logging
 import socket
-import time
 from collections.abc import AsyncIterator
 from urllib.parse import urlsplit
 
@@ -72,6 +71,7 @@ class Outbox:
         self.ctx.store.add_rewind_listener(self.ingester.on_rewind)
         while await self.ingester.step():  # what the journal holds beyond the cursor, first
             pass
+        self.ingester.go_live()
         self.progress = ProgressWriter(self.ctx, self.book, self.writer)
         self._tasks = [
             asyncio.ensure_future(self.ingester.run(self._stopping)),
@@ -208,7 +208,6 @@ class Outbox:
             "in_flight": self.dispatcher.in_flight(),
             "ingest_lag": max(self.ctx.store.last_position - self.ingester.cursor, 0),
             "lanes": len(self.book.lanes),
-            "now": int(time.time()),
         }
 
 
