@@ -27,6 +27,7 @@ from node.delivery import push
 from node.delivery import store as s
 from node.delivery.metrics import DeliveryMetrics
 from node.delivery.sealing import unseal
+from node.delivery.waits import next_turn
 from node.delivery.webhooks import Outcome, Poster, message_key, standard_webhook_headers
 from projections.journals import Journals
 
@@ -117,15 +118,7 @@ class Dispatcher:
             if self._heap and len(self._in_flight) < self.slots:
                 wait = max(0.0, min(wait, self._heap[0][0] - time.time()))
             self._wake.clear()
-            waiter = asyncio.ensure_future(self._wake.wait())
-            stop = asyncio.ensure_future(stopping.wait())
-            try:
-                await asyncio.wait(
-                    {waiter, stop}, timeout=wait, return_when=asyncio.FIRST_COMPLETED
-                )
-            finally:
-                waiter.cancel()
-                stop.cancel()
+            await next_turn(stopping, wait, self._wake)
 
     async def close(self) -> None:
         for task in list(self._in_flight.values()):

@@ -30,6 +30,7 @@ from node.delivery import channels as ch
 from node.delivery import push
 from node.delivery import store as s
 from node.delivery.metrics import DeliveryMetrics
+from node.delivery.waits import next_turn
 from node.protocols.a2a_model import TaskViews
 from projections import catalogue as c
 from projections.approvals import Approvals
@@ -109,17 +110,10 @@ class Ingester:
             else:
                 failed = False
             self._wake.clear()
-            waiting = asyncio.ensure_future(self._wake.wait())
-            stop = asyncio.ensure_future(stopping.wait())
-            try:  # after a failure, a second before the next try
-                await asyncio.wait(
-                    {stop} if failed else {waiting, stop},
-                    timeout=1.0 if failed else None,
-                    return_when=asyncio.FIRST_COMPLETED,
-                )
-            finally:
-                waiting.cancel()
-                stop.cancel()
+            if failed:  # a second before the next try
+                await next_turn(stopping, 1.0)
+            else:
+                await next_turn(stopping, None, self._wake)
 
     async def step(self) -> bool:
         """Fold one bounded chunk (from the journal until live, then what the commits handed

@@ -15,6 +15,7 @@ import logging
 from node.context import NodeContext
 from node.delivery import book as b
 from node.delivery import store as s
+from node.delivery.waits import next_turn
 from projections import catalogue as c
 from projections.journals import Journals
 
@@ -35,11 +36,7 @@ class ProgressWriter:
                 await self.flush()
             except Exception:
                 log.exception("could not journal the outbox's progress; retrying")
-            stop = asyncio.ensure_future(stopping.wait())
-            try:
-                await asyncio.wait({stop}, timeout=INTERVAL_SECS)
-            finally:
-                stop.cancel()
+            await next_turn(stopping, INTERVAL_SECS)
 
     async def flush(self) -> int:
         """Journal what ended; returns how many ids were written."""

@@ -24,6 +24,7 @@ from node.delivery.ingest import Ingester
 from node.delivery.metrics import DeliveryMetrics
 from node.delivery.progress import ProgressWriter
 from node.delivery.sealing import Destination, seal, unseal
+from node.delivery.waits import next_turn
 from node.delivery.webhooks import Poster
 from node.services.journal import ensure_local
 from projections import catalogue as c
@@ -105,11 +106,7 @@ class Outbox:
             if ops:
                 with contextlib.suppress(Exception):
                     await self.writer.submit(ops)
-            stop = asyncio.ensure_future(self._stopping.wait())
-            try:
-                await asyncio.wait({stop}, timeout=SWEEP_SECS)
-            finally:
-                stop.cancel()
+            await next_turn(self._stopping, SWEEP_SECS)
 
     def _gauges(self) -> None:
         for about in (b.PUSH, b.APPROVAL):

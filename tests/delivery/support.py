@@ -63,3 +63,24 @@ async def start_receiver(aiohttp_server) -> Receiver:
     server = await aiohttp_server(app, host="127.0.0.1")
     receiver.url = str(server.make_url("")).rstrip("/")
     return receiver
+
+
+def send_params(data: dict, *, push_url: str | None = None, **configuration) -> dict:
+    """SendMessage's params: a user message holding `data`, with a push config to `push_url`."""
+    if push_url is not None:
+        configuration["taskPushNotificationConfig"] = {"url": push_url}
+    return {
+        "message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"data": data}]},
+        "configuration": configuration,
+    }
+
+
+async def rpc(http, node_url: str, agent: str, method: str, params: dict, token: str) -> dict:
+    """One A2A JSON-RPC call; the JSON-RPC answer (HTTP 200 asserted)."""
+    answer = await http.post(
+        f"{node_url}/a2a/{agent}",
+        json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params},
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    assert answer.status_code == 200, answer.text
+    return answer.json()

@@ -19,7 +19,7 @@ from standardwebhooks.webhooks import Webhook
 from eventstore.store import NewEvent
 from node.delivery.service import OUTBOX
 from projections import catalogue as c
-from tests.delivery.support import DELIVERY_TOML, start_receiver
+from tests.delivery.support import DELIVERY_TOML, rpc, send_params, start_receiver
 from tests.polling import until
 from tests.protocol_support import cashier_toml, start_node, started
 from tests.support import OPERATE_TOKEN, READ_TOKEN, auth, free_port
@@ -94,23 +94,9 @@ async def http():
 
 
 async def pay(http, node, payment: dict) -> str:
-    answer = await http.post(
-        f"{node.url}/a2a/cashier",
-        json={
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "SendMessage",
-            "params": {
-                "message": {
-                    "messageId": "m",
-                    "role": "ROLE_USER",
-                    "parts": [{"data": {"pay": payment}}],
-                },
-                "configuration": {"returnImmediately": True},
-            },
-        },
-    )
-    return answer.json()["result"]["task"]["id"]
+    params = send_params({"pay": payment}, returnImmediately=True)
+    answer = await rpc(http, node.url, "cashier", "SendMessage", params, OPERATE_TOKEN)
+    return answer["result"]["task"]["id"]
 
 
 async def notifications(http, node, approval_id: str) -> dict:

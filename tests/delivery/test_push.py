@@ -23,7 +23,8 @@ from a2a.types.a2a_pb2 import (
 )
 from google.protobuf.json_format import Parse
 
-from tests.delivery.support import DELIVERY_TOML, start_receiver
+from tests.delivery.support import DELIVERY_TOML, send_params, start_receiver
+from tests.delivery.support import rpc as call
 from tests.polling import until
 from tests.protocol_support import agent_toml, cashier_toml, start_node, started
 from tests.support import ADMIN_TOKEN, OPERATE_TOKEN, READ_TOKEN, auth
@@ -83,13 +84,7 @@ async def delivered(http, node, task_id: str, count: int) -> dict:
 
 
 async def rpc(http, node, agent: str, method: str, params: dict, token: str = OPERATE_TOKEN):
-    answer = await http.post(
-        f"{node.url}/a2a/{agent}",
-        json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params},
-        headers=auth(token),
-    )
-    assert answer.status_code == 200, answer.text
-    return answer.json()
+    return await call(http, node.url, agent, method, params, token)
 
 
 async def test_sdk_sets_a_config_with_its_message_and_every_change_is_posted(node, receiver, http):
@@ -218,20 +213,8 @@ async def test_a_config_set_on_a_waiting_task_gets_its_later_changes(node, recei
 async def test_failed_deliveries_are_retried_in_order_and_their_state_shown(node, receiver, http):
     answers = iter([503, 500, 302])  # then 200
     receiver.answer = lambda _: next(answers, 200)
-    sent = await rpc(
-        http,
-        node,
-        "worker",
-        "SendMessage",
-        {
-            "message": {
-                "messageId": "m1",
-                "role": "ROLE_USER",
-                "parts": [{"data": {"numbers": [2]}}],
-            },
-            "configuration": {"taskPushNotificationConfig": {"url": f"{receiver.url}/retry"}},
-        },
-    )
+    params = send_params({"numbers": [2]}, push_url=f"{receiver.url}/retry")
+    sent = await rpc(http, node, "worker", "SendMessage", params)
     task_id = sent["result"]["task"]["id"]
     await receiver.wait_for(3, "/retry")
     assert states(receiver.at("/retry")) == [
@@ -252,18 +235,8 @@ async def test_failed_deliveries_are_retried_in_order_and_their_state_shown(node
 
 
 async def test_bad_configs_and_forbidden_destinations_are_refused(node, http):
-    task = (
-        await rpc(
-            http,
-            node,
-            "worker",
-            "SendMessage",
-            {
-                "message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"data": {}}]},
-                "configuration": {"returnImmediately": True},
-            },
-        )
-    )["result"]["task"]
+    params = send_params({}, returnImmediately=True)
+    task = (await rpc(http, node, "worker", "SendMessage", params))["result"]["task"]
     cases = {
         "http://10.1.2.3/hook": "10.1.2.3 is a private address",
         "http://169.254.169.254/latest/meta-data": "169.254.169.254 is a link-local address",
@@ -346,16 +319,8 @@ async def test_the_outbox_is_bounded_per_task_and_per_client(
     receiver.answer = lambda _: 503  # down while both tasks run
     tasks = []
     for path in ("/one", "/two"):
-        sent = await rpc(
-            http,
-            node,
-            "worker",
-            "SendMessage",
-            {
-                "message": {"messageId": path, "role": "ROLE_USER", "parts": [{"data": {}}]},
-                "configuration": {"taskPushNotificationConfig": {"url": receiver.url + path}},
-            },
-        )
+        params = send_params({}, push_url=receiver.url + path)
+        sent = await rpc(http, node, "worker", "SendMessage", params)
         assert sent["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
         tasks.append(sent["result"]["task"]["id"])
     receiver.answer = lambda _: 200

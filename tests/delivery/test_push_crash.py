@@ -9,7 +9,7 @@ import json
 import httpx
 import pytest
 
-from tests.delivery.support import DELIVERY_TOML, start_receiver
+from tests.delivery.support import DELIVERY_TOML, rpc, send_params, start_receiver
 from tests.polling import until
 from tests.protocol_support import agent_toml
 from tests.support import OPERATE_TOKEN, READ_TOKEN, NodeProcess, auth, write_config
@@ -50,25 +50,9 @@ async def test_notifications_waiting_at_a_kill_9_are_all_delivered_after_the_res
         async with httpx.AsyncClient(base_url=node.url, headers=auth(OPERATE_TOKEN)) as http:
             ids = []
             for i in range(TASKS):
-                sent = await http.post(
-                    "/a2a/worker",
-                    json={
-                        "jsonrpc": "2.0",
-                        "id": i,
-                        "method": "SendMessage",
-                        "params": {
-                            "message": {
-                                "messageId": f"m{i}",
-                                "role": "ROLE_USER",
-                                "parts": [{"data": {"numbers": [i]}}],
-                            },
-                            "configuration": {
-                                "taskPushNotificationConfig": {"url": f"{receiver.url}/crash"}
-                            },
-                        },
-                    },
-                )
-                ids.append(sent.json()["result"]["task"]["id"])
+                params = send_params({"numbers": [i]}, push_url=f"{receiver.url}/crash")
+                sent = await rpc(http, node.url, "worker", "SendMessage", params, OPERATE_TOKEN)
+                ids.append(sent["result"]["task"]["id"])
             await until(lambda: receiver.refused >= 3, 30, "deliveries failing")
 
             async def pending() -> int:

@@ -16,7 +16,7 @@ from node.app import build_app
 from node.context import CONTEXT
 from node.delivery.service import OUTBOX
 from projections import catalogue as c
-from tests.delivery.support import DELIVERY_TOML, start_receiver
+from tests.delivery.support import DELIVERY_TOML, rpc, send_params, start_receiver
 from tests.polling import until
 from tests.protocol_support import agent_toml
 from tests.support import OPERATE_TOKEN, auth, free_port, make_config
@@ -76,24 +76,13 @@ async def test_the_node_that_takes_a_journal_over_delivers_what_its_home_did_not
     await a.store.append("worker", *c.event_of(placed))
 
     async with httpx.AsyncClient(headers=auth(OPERATE_TOKEN)) as http:
-        sent = await http.post(
-            f"http://127.0.0.1:{port_a}/a2a/worker",
-            json={
-                "jsonrpc": "2.0",
-                "id": 1,
-                "method": "SendMessage",
-                "params": {
-                    "message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"data": {}}]},
-                    "configuration": {
-                        "taskPushNotificationConfig": {
-                            "url": f"{receiver.url}/failover",
-                            "authentication": {"scheme": "Bearer", "credentials": "cred-0001"},
-                        }
-                    },
-                },
-            },
+        params = send_params({}, push_url=f"{receiver.url}/failover")
+        push = params["configuration"]["taskPushNotificationConfig"]
+        push["authentication"] = {"scheme": "Bearer", "credentials": "cred-0001"}
+        sent = await rpc(
+            http, f"http://127.0.0.1:{port_a}", "worker", "SendMessage", params, OPERATE_TOKEN
         )
-    task_id = sent.json()["result"]["task"]["id"]
+    task_id = sent["result"]["task"]["id"]
 
     def replica(kind: str) -> list:
         """node-b's copy of the journal (replicated by the mesh's own HTTP sync)."""
