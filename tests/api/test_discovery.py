@@ -42,7 +42,7 @@ async def test_agent_card_lists_the_hosted_agents_as_skills(client):
     assert card["name"] == "node-a"
     assert card["url"] == "http://127.0.0.1:8080"
     assert card["version"] == __version__
-    assert card["capabilities"] == {"streaming": True, "pushNotifications": False}
+    assert card["capabilities"] == {"streaming": True, "pushNotifications": True}
     assert card["defaultInputModes"] == card["defaultOutputModes"] == ["application/json"]
     assert isinstance(card["description"], str) and card["description"]
     assert card["skills"] == [
