@@ -154,7 +154,7 @@ class Dispatcher:
         now = time.time()
         if now >= entry.deadline:
             lane.expired += 1
-            lane.last_error = "given up: its deadline passed"
+            lane.last_error, lane.due = "given up: its deadline passed", 0.0
             self.metrics.ended.labels(kind=entry.kind, how="expired").inc()
             await self.writer.submit(self.book.end_head(lane, entry, now))
             return
