@@ -16,6 +16,7 @@ from node.api import (
     approvals,
     conformance,
     console,
+    delivery,
     discovery,
     entries,
     grants,
@@ -55,6 +56,7 @@ AREAS = (
     sync,
     discovery,
     console,  # the operator console at /console/ and the read endpoints it needs
+    delivery,  # the outbox (A2A push, approval notifications): stops after the runtime
     runtime,  # takes approvals, registry, grants, the bus and tasks; its agents stop first
     agents,  # deploy, upgrade, roll back, stop, start, remove: the runtime's deployments
     protocols,  # takes tasks, approvals and the runtime's agents

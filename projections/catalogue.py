@@ -579,6 +579,51 @@ class NodeReloaded(Payload):
     restart_needed: list[Name] = []
 
 
+# ----------------------------------------------------------------------------- delivery
+# A2A push notification configs and the outbox's delivered marks, in the journal of the task's
+# agent (issues 46 and 47; node/delivery/, docs/notifications.md)
+PUSH_CONFIGURED = "push.configured"
+PUSH_REMOVED = "push.removed"
+DELIVERY_PROGRESS = "delivery.progress"
+MAX_SEALED_TEXT = 8192  # one node's sealed box of a push destination, in base64
+MAX_DELIVERY_MARKS = 1000  # finished deliveries named by one `delivery.progress`
+Sealed = Annotated[
+    dict[NodeName, Annotated[str, msgspec.Meta(max_length=MAX_SEALED_TEXT)]],
+    msgspec.Meta(max_length=MAX_PLACEMENT + 1),
+]
+DeliveryId = Annotated[str, msgspec.Meta(min_length=1, max_length=600)]
+
+
+@entry
+class PushConfigured(Payload):
+    """A client's push notification config for a task (created, or replaced under its id).
+    Its destination (URL, token, credentials) is only in `sealed`: a sealed box per node that
+    may deliver it (node/delivery/sealing.py), never in clear."""
+
+    type = PUSH_CONFIGURED
+    task: Id
+    id: Id
+    client: Name
+    sealed: Sealed = {}
+
+
+@entry
+class PushRemoved(Payload):
+    type = PUSH_REMOVED
+    task: Id
+    id: Id
+    operator: Name | None = None
+
+
+@entry
+class DeliveryProgress(Payload):
+    """Deliveries of this journal's notifications that ended (delivered, given up or dropped),
+    by their portable ids: a node that takes the journal over sends the rest again."""
+
+    type = DELIVERY_PROGRESS
+    done: Annotated[list[DeliveryId], msgspec.Meta(max_length=MAX_DELIVERY_MARKS)] = []
+
+
 # ----------------------------------------------------------------------------- use
 def event_of(payload: Payload) -> tuple[str, dict[str, Any]]:
     """(type, data) of a payload, as `EventStore.append(stream, *event_of(...))` takes them.

@@ -56,8 +56,9 @@ def setup(app: web.Application) -> None:
             errors=(404, 429),
             body_content={"application/json": rpc.REQUEST_SCHEMA},
             description="Methods SendMessage, SendStreamingMessage, GetTask, ListTasks, "
-            "CancelTask, SubscribeToTask. Sends and cancels need the operate scope. "
-            "See docs/protocols/a2a.md.",
+            "CancelTask, SubscribeToTask and the push notification configs (Create, Get, "
+            "List, Delete TaskPushNotificationConfig). Sends, cancels, and creating or "
+            "deleting a push config need the operate scope. See docs/protocols/a2a.md.",
         ),
     )
     add_route(

@@ -29,6 +29,9 @@ KEYS: dict[type[msgspec.Struct], dict[str, str]] = {
         "actions": "Capability name to the URL an approved action is POSTed to.",
         "secrets": "Secret domain to {key: value} (or key_file: path); agents read them "
         "with get-secret while granted the domain. Never journaled or logged.",
+        "delivery": "The outbox of notifications (A2A push, approval channels): where it may "
+        "send, retries, limits (docs/notifications.md).",
+        "notifications": "Who is told that an approval request waits: channels and escalation.",
     },
     c.NodeSection: {
         "name": "The node's name: the origin of every envelope it signs, its identity to peers.",
@@ -172,6 +175,47 @@ KEYS: dict[type[msgspec.Struct], dict[str, str]] = {
     c.ActionSection: {
         "url": "An approved action is POSTed here as {agent, capability, request}.",
         "timeout_secs": "Deadline of that request.",
+    },
+    # delivery (issues 46 and 47; docs/notifications.md)
+    c.DeliverySection: {
+        "allow_networks": "CIDRs besides public addresses that notifications may go to; "
+        "loopback, private, link-local and other special ranges are refused otherwise.",
+        "attempt_timeout_secs": "Deadline of one delivery attempt (connect, send, answer).",
+        "deadline_secs": "A notification not delivered this long after its event is given up.",
+        "backoff_initial_secs": "Wait after the first failed attempt; doubles each time.",
+        "backoff_max_secs": "Longest wait between attempts (a random part is taken off).",
+        "in_flight": "Deliveries under way at once, over all destinations.",
+        "per_host": "Connections at once to one destination host.",
+        "max_configs_per_task": "A2A push notification configs of one task.",
+        "max_configs_per_client": "A2A push notification configs of one token, over its tasks.",
+        "max_pending_per_task": "Undelivered notifications of one task and config; past it the "
+        "oldest waiting one is dropped (the newest says the task's state).",
+        "max_pending_kb_per_task": "...and their bytes.",
+        "max_pending_per_client": "Undelivered notifications of one token or channel; past it "
+        "new ones are dropped.",
+        "max_pending_kb_per_client": "...and their bytes.",
+        "max_body_kb": "Largest notification body; a larger task is sent without its history "
+        "(then without its artifacts).",
+        "retention_secs": "How long the delivery state of a finished config or request is kept.",
+    },
+    c.ChannelConfig: {
+        "name": "The channel's name, in the delivery state of each request.",
+        "kind": "webhook (a signed POST, Standard Webhooks) or apprise (chat or mail through an "
+        "Apprise URL).",
+        "url": "The webhook's URL or the Apprise URL (it may hold credentials: prefer url_file).",
+        "url_file": "A file holding the URL.",
+        "secret": "A webhook's signing secret, whsec_ and base64 of 24-64 random bytes.",
+        "secret_file": "A file holding the signing secret.",
+        "on": "requested (when a request waits for people), escalated (before it times out).",
+        "agents": "Only requests of these agents (empty: all).",
+        "capabilities": "Only requests for these capabilities (empty: all).",
+    },
+    c.NotificationsSection: {
+        "channels": "Where approval notifications go ([[notifications.channels]]).",
+        "console_url": "The console's address in notification links (default "
+        "<public_url>/console/).",
+        "escalate_before_secs": "An escalation goes out this long before a request times out "
+        "(at most half of its timeout).",
     },
 }
 

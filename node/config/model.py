@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -262,6 +263,59 @@ class ActionSection(_Section, kw_only=True):
     timeout_secs: Annotated[float, msgspec.Meta(gt=0)] = 10.0
 
 
+# ---------------------------------------------------------------- delivery (issues 46 and 47:
+# A2A push notifications and approval notifications, from one outbox; node/delivery/,
+# docs/notifications.md)
+ChannelName = Annotated[str, msgspec.Meta(pattern=AGENT_NAME)]
+ChannelEvent = Literal["requested", "escalated"]
+
+
+class DeliverySection(_Section, kw_only=True):
+    """The outbox (node/delivery/): where it may send, how hard it tries, what it holds."""
+
+    # networks besides public addresses that notifications may go to ("10.0.0.0/8",
+    # "127.0.0.1/32"): loopback, private, link-local and other special ranges are refused
+    allow_networks: list[str] = []
+    attempt_timeout_secs: Annotated[float, msgspec.Meta(gt=0, le=300)] = 10.0
+    deadline_secs: Annotated[float, msgspec.Meta(gt=0, le=30 * 86_400)] = 86_400.0
+    backoff_initial_secs: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 1.0
+    backoff_max_secs: Annotated[float, msgspec.Meta(gt=0, le=86_400)] = 300.0
+    in_flight: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 32
+    per_host: Annotated[int, msgspec.Meta(ge=1, le=100)] = 4
+    max_configs_per_task: Annotated[int, msgspec.Meta(ge=1, le=100)] = 10
+    max_configs_per_client: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 1000
+    max_pending_per_task: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 100
+    max_pending_kb_per_task: Annotated[int, msgspec.Meta(ge=1, le=1_048_576)] = 1024
+    max_pending_per_client: Annotated[int, msgspec.Meta(ge=1, le=10_000_000)] = 10_000
+    max_pending_kb_per_client: Annotated[int, msgspec.Meta(ge=1, le=16_777_216)] = 16_384
+    max_body_kb: Annotated[int, msgspec.Meta(ge=1, le=16_384)] = 256
+    retention_secs: Annotated[float, msgspec.Meta(gt=0)] = 86_400.0
+
+
+class ChannelConfig(_Section, kw_only=True):
+    """Where people are told that a request waits for them (docs/notifications.md)."""
+
+    name: ChannelName
+    kind: Literal["webhook", "apprise"]
+    url: str | None = None  # or url_file (read like token_file): it may hold credentials
+    url_file: str | None = None
+    secret: str | None = None  # a webhook's signing secret, whsec_<base64> (or secret_file)
+    secret_file: str | None = None
+    on: list[ChannelEvent] = msgspec.field(default_factory=lambda: ["requested"])
+    agents: list[AgentName] = []  # only these agents' requests (empty: every agent)
+    capabilities: list[str] = []  # only these capabilities (empty: every capability)
+
+
+class NotificationsSection(_Section, kw_only=True):
+    """Approval notifications: the channels, and when a waiting request is escalated."""
+
+    channels: list[ChannelConfig] = []
+    # the console's address in the links of notifications; default <public_url>/console/
+    console_url: str | None = None
+    # an escalation goes out this long before a request times out (at most half its timeout)
+    escalate_before_secs: Annotated[int, msgspec.Meta(gt=0, le=MAX_APPROVAL_TIMEOUT_SECS)] = 60
+
+
 class Config(_Section, kw_only=True):
     node: NodeSection
     auth: AuthSection = msgspec.field(default_factory=AuthSection)
@@ -275,6 +329,8 @@ class Config(_Section, kw_only=True):
     hosting: list[HostingConfig] = []
     actions: dict[str, ActionSection] = {}
     secrets: dict[str, dict[str, Any]] = {}
+    delivery: DeliverySection = msgspec.field(default_factory=DeliverySection)  # delivery
+    notifications: NotificationsSection = msgspec.field(default_factory=NotificationsSection)
     # Where the file was read from; relative paths in it are relative to its folder.
     base_dir: str = "."
 
@@ -335,6 +391,7 @@ def check_config(config: Config, source: str) -> Iterator[str]:
             yield f"{source}: peers[{i}].url: must start with http:// or https://"
     yield from _check_secret_domains(config, source)
     yield from _check_mesh(config, f"{source}: mesh")
+    yield from delivery_problems(config, source)
     host, _, port = config.node.listen.rpartition(":")
     if not host or not port.isdigit() or not 0 <= int(port) < 65536:
         yield f"{source}: node.listen: expected HOST:PORT, got {config.node.listen!r}"
@@ -483,3 +540,45 @@ def _check_agent(agent: AgentConfig, where: str) -> Iterator[str]:
 def listen_address(config: Config) -> tuple[str, int]:
     host, _, port = config.node.listen.rpartition(":")
     return host.strip("[]"), int(port)
+
+
+# ---------------------------------------------------------------- delivery (issues 46 and 47)
+WEBHOOK_SECRET = re.compile(r"^whsec_[A-Za-z0-9+/]{32,88}={0,2}$(?!\n)")
+
+
+def delivery_problems(config: Config, source: str) -> Iterator[str]:
+    """[delivery] and [notifications]: never echoes a channel's URL or secret (they may hold
+    credentials), only the key. Runs after the `*_file`s were read (secretfiles.py)."""
+    for i, network in enumerate(config.delivery.allow_networks):
+        try:
+            ipaddress.ip_network(network, strict=False)
+        except ValueError:
+            yield f"{source}: delivery.allow_networks[{i}]: not a network (CIDR), got {network!r}"
+    if config.delivery.backoff_max_secs < config.delivery.backoff_initial_secs:
+        yield f"{source}: delivery.backoff_max_secs: must be at least backoff_initial_secs"
+    notifications = config.notifications
+    console = notifications.console_url
+    if console is not None and not re.match(r"^https?://[^/]", console):
+        yield f"{source}: notifications.console_url: must start with http:// or https://"
+    names = [c.name for c in notifications.channels]
+    for i, channel in enumerate(notifications.channels):
+        where = f"{source}: notifications.channels[{i}]"
+        if names.count(channel.name) > 1:
+            yield f"{where}.name: {channel.name!r} is used twice"
+        if channel.url is None and channel.url_file is None:
+            yield f"{where}: give one of `url` or `url_file`"
+        webhook_url = channel.url if channel.kind == "webhook" else None
+        if webhook_url is not None and not re.match(r"^https?://[^/\s]+", webhook_url):
+            yield f"{where}.url: a webhook URL starts with http:// or https:// and a host"
+        if channel.kind == "webhook":
+            if channel.secret is None and channel.secret_file is None:
+                yield f"{where}: a webhook channel signs: give one of `secret` or `secret_file`"
+            elif channel.secret is not None and not WEBHOOK_SECRET.match(channel.secret):
+                yield (
+                    f"{where}.secret: expected whsec_ and 24 to 64 random bytes in base64 "
+                    "(Standard Webhooks)"
+                )
+        elif channel.secret is not None or channel.secret_file is not None:
+            yield f"{where}: only a webhook channel has a `secret`"
+        if not channel.on:
+            yield f"{where}.on: give requested, escalated or both"

@@ -54,6 +54,19 @@ def read_secret_files(config: Config, source: str) -> Iterator[str]:
             )
             if problem:
                 yield problem
+    for i, channel in enumerate(config.notifications.channels):  # delivery (issue 47)
+        for key in ("url", "secret"):
+            path_text = getattr(channel, f"{key}{FILE_SUFFIX}")
+            if path_text is None:
+                continue
+            where = f"{source}: notifications.channels[{i}]"
+            if getattr(channel, key) is not None:
+                yield f"{where}: give `{key}` or `{key}{FILE_SUFFIX}`, not both"
+                continue
+            value, problem = _read(config, path_text, f"{where}.{key}{FILE_SUFFIX}")
+            if problem:
+                yield problem
+            setattr(channel, key, value)
     for domain, values in config.secrets.items():
         for key in [k for k in values if k.endswith(FILE_SUFFIX)]:
             where = f"{source}: secrets.{domain}.{key}"

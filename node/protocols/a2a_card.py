@@ -17,7 +17,7 @@ from node.ops.version import __version__
 PROTOCOL_VERSION = "1.0"
 BINDING = "JSONRPC"
 SCHEME = "bearer"
-CAPABILITIES = {"streaming": True, "pushNotifications": False, "extendedAgentCard": False}
+CAPABILITIES = {"streaming": True, "pushNotifications": True, "extendedAgentCard": False}
 SECURITY_SCHEMES = {
     SCHEME: {
         "httpAuthSecurityScheme": {

@@ -18,17 +18,19 @@ from typing import Any
 from aiohttp import web
 
 from node.context import NodeContext, context_of
-from node.protocols import a2a_card
+from node.protocols import a2a_card, a2a_push
 from node.protocols import a2a_model as m
 from node.protocols.a2a_params import GetTaskParams, ListTasksParams, SendParams, TaskIdParams
 from node.protocols.a2a_params import decode as decode_params
 from node.protocols.a2a_service import A2A, A2AService, Update
+from node.protocols.follow import JournalCursor
 from node.protocols.lifecycle import StopSignal, revoked
 from node.streams.slots import STREAM_SLOTS
 from node.streams.sse import ClientGone, SseOut
 from node.web import jsonrpc as rpc
 from node.web.auth import identity_of
 from node.web.http import Problem, json_response
+from projections.tasks import Task
 
 log = logging.getLogger(__name__)
 PROTOCOL_VERSION = a2a_card.PROTOCOL_VERSION
@@ -44,14 +46,6 @@ WRITE_METHODS = frozenset(
         "SendStreamingMessage",
         "CancelTask",
         "CreateTaskPushNotificationConfig",
-        "DeleteTaskPushNotificationConfig",
-    }
-)
-PUSH_METHODS = frozenset(
-    {
-        "CreateTaskPushNotificationConfig",
-        "GetTaskPushNotificationConfig",
-        "ListTaskPushNotificationConfigs",
         "DeleteTaskPushNotificationConfig",
     }
 )
@@ -82,9 +76,17 @@ def hosted_agent(request: web.Request) -> str:
 
 
 # ---------------------------------------------------------------------------- methods
-async def send_message(c: CallContext) -> Any:
+async def _sent(c: CallContext) -> tuple[SendParams, Task, JournalCursor]:
+    """SendMessage and SendStreamingMessage: the task, with the push config sent with it."""
     params = decode_params(c.call.params, SendParams)
-    task, cursor = await c.service.send(c.agent, params, c.operator)
+    raw_config = params.configuration.task_push_notification_config
+    preceded_by = await a2a_push.with_message(c, raw_config) if raw_config is not None else None
+    task, cursor = await c.service.send(c.agent, params, c.operator, preceded_by)
+    return params, task, cursor
+
+
+async def send_message(c: CallContext) -> Any:
+    params, task, cursor = await _sent(c)
     if not params.configuration.return_immediately:
         stop = StopSignal(c.request.app)
         deadline = asyncio.get_running_loop().time() + BLOCKING_WAIT_SECS
@@ -118,14 +120,6 @@ async def cancel_task(c: CallContext) -> Any:
     return await c.service.cancel(c.agent, params.id, c.operator)
 
 
-async def push_config(c: CallContext) -> Any:
-    raise rpc.RpcError(
-        m.PUSH_NOT_SUPPORTED,
-        "push notifications are not supported",
-        reason="PUSH_NOTIFICATION_NOT_SUPPORTED",
-    )
-
-
 async def extended_card(c: CallContext) -> Any:
     """Every card says `extendedAgentCard: false`, so A2A 1.0 §3.3.4 asks for
     UnsupportedOperation (-32007 is for an agent that declares one but has none configured)."""
@@ -137,8 +131,7 @@ async def extended_card(c: CallContext) -> Any:
 
 
 async def send_streaming(c: CallContext) -> tuple[Update, Updates]:
-    params = decode_params(c.call.params, SendParams)
-    task, cursor = await c.service.send(c.agent, params, c.operator)
+    params, task, cursor = await _sent(c)
     first = (
         c.service.submitted(task)
         if not params.message.task_id
@@ -172,7 +165,7 @@ METHODS: dict[str, Method] = {
     "ListTasks": list_tasks,
     "CancelTask": cancel_task,
     "GetExtendedAgentCard": extended_card,
-    **dict.fromkeys(PUSH_METHODS, push_config),
+    **a2a_push.METHODS,
 }
 STREAMING: dict[str, Callable[[CallContext], Awaitable[tuple[Update, Updates]]]] = {
     "SendStreamingMessage": send_streaming,

@@ -18,7 +18,7 @@ from node.protocols.a2a_params import Message, Part
 from node.web import boundedjson
 from node.web.jsonrpc import RpcError
 from projections.approvals import Approvals
-from projections.states import A2A_STATES, TaskState, a2a_state
+from projections.states import A2A_STATES, TaskState, a2a_state, rest_status
 from projections.tasks import Task, Tasks
 
 SUBMITTED = A2A_STATES[TaskState.PENDING]
@@ -36,7 +36,6 @@ INTERRUPTED = frozenset({INPUT_REQUIRED, AUTH_REQUIRED})
 # A2A error codes (JSON-RPC binding)
 TASK_NOT_FOUND = -32001
 TASK_NOT_CANCELABLE = -32002
-PUSH_NOT_SUPPORTED = -32003
 UNSUPPORTED_OPERATION = -32004
 CONTENT_TYPE_NOT_SUPPORTED = -32005
 VERSION_NOT_SUPPORTED = -32009
@@ -137,6 +136,23 @@ class TaskViews:
             history = history[-history_length:] if history_length > 0 else []
         if history:
             out["history"] = history
+        return out
+
+    def as_of(self, task: Task, state: TaskState, timestamp: str) -> dict[str, Any]:
+        """The task as it was when it entered `state` at `timestamp` (the journal time of that
+        change): what a push notification for that change carries (node/delivery/push.py).
+        Only the state, its time and message and the output depend on it; the rest of a task
+        never changes."""
+        out = self.to_json(task, artifacts=False)
+        a2a = a2a_state(state)
+        status: dict[str, Any] = {"state": a2a, "timestamp": timestamp}
+        text = self._status_text(task, a2a)
+        if text:
+            status["message"] = agent_message(task.id, out["contextId"], a2a, text)
+        out["status"] = status
+        out["metadata"] = {**out["metadata"], "nodeStatus": rest_status(state)}
+        if state is TaskState.COMPLETED:
+            out["artifacts"] = [output_artifact(task.id, task.output or {})]
         return out
 
     def history(self, task: Task, context_id: str) -> list[dict[str, Any]]:

@@ -13,13 +13,14 @@ import asyncio
 import builtins
 import contextlib
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import datetime
 from typing import Any
 
 from aiohttp import web
 
 from eventstore.envelope import Envelope
+from eventstore.store import NewEvent
 from node.context import NodeContext
 from node.protocols import a2a_model as m
 from node.protocols.a2a_params import ListTasksParams, Message, SendParams
@@ -110,19 +111,24 @@ class A2AService:
 
     # ------------------------------------------------------------------ commands
     async def send(
-        self, agent: str, params: SendParams, operator: str
+        self,
+        agent: str,
+        params: SendParams,
+        operator: str,
+        preceded_by: Callable[[str], builtins.list[NewEvent]] | None = None,
     ) -> tuple[Task, JournalCursor]:
         """A new task (or the answer to an input-required one), and a cursor placed before
-        everything that happens to it next."""
-        if params.configuration.task_push_notification_config is not None:
-            raise RpcError(
-                m.PUSH_NOT_SUPPORTED,
-                "push notifications are not supported",
-                reason="PUSH_NOTIFICATION_NOT_SUPPORTED",
-            )
+        everything that happens to it next. `preceded_by`: events journaled with a new task,
+        before it (its push notification config)."""
         _check_history_length(params.configuration.history_length)
         message = params.message
         if message.task_id:
+            if preceded_by is not None:
+                raise RpcError(
+                    INVALID_PARAMS,
+                    "a push notification config comes with a message that starts a task; "
+                    "for an existing task use CreateTaskPushNotificationConfig",
+                )
             return await self._answer(agent, message, operator)
         task_input = m.input_from_parts(message.parts)
         context_id = message.context_id or str(uuid.uuid4())
@@ -135,6 +141,7 @@ class A2AService:
                 task_input,
                 a2a={"contextId": context_id, "message": record},
                 caller=operator,
+                preceded_by=preceded_by,
             )
         except Problem as exc:
             raise _rpc_error(exc) from None

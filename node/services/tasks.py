@@ -52,12 +52,15 @@ class TaskService:
         *,
         a2a: dict[str, Any] | None = None,
         caller: str | None = None,
+        preceded_by: Callable[[str], list[NewEvent]] | None = None,
     ) -> dict[str, Any]:
         """A new pending task for `to`, which must be hosted here (404 unknown, 409 elsewhere).
 
         `a2a` (optional) is what the A2A/AG-UI protocol endpoints keep with the task (its
         contextId and the message that asked for it); it rides in the same event. `caller`
         is the API token that asked (None: an agent of this node, named by `from_agent`).
+        `preceded_by(task_id)`: events journaled in the same write, just before the task's
+        (an A2A push config sent with the message, so its first change is notified too).
         """
         ensure_local(self.ctx, to)
         if self.ctx.config.agent(to) is None:
@@ -85,7 +88,12 @@ class TaskService:
                 raise Problem(413, f"{what} is {size} bytes as JSON; the limit is {limit} bytes")
         self._creating[to] = creating + 1
         try:
-            envelope = await self.ctx.store.append(to, kind, data)
+            if preceded_by is None:
+                envelope = await self.ctx.store.append(to, kind, data)
+            else:
+                before = preceded_by(task_id)
+                written = await self.ctx.store.append_many([*before, NewEvent(to, kind, data)])
+                envelope = written[-1]
         finally:
             if self._creating[to] > 1:
                 self._creating[to] -= 1

@@ -21,12 +21,13 @@ from eventstore.envelope import Envelope
 from node.agui.stream import is_agui_event
 from node.streams.frames import Item
 from projections import catalogue as c
-from projections.catalogue import CATALOGUE, PEER_ACKED
+from projections.catalogue import CATALOGUE, DELIVERY_PROGRESS, PEER_ACKED
 from projections.states import TaskChanged, TaskState
 
 RENAMES = {c.AGENT_ERRORED: "error"}
-# Bookkeeping that would only be noise on an operator's stream (mesh acks, several a second).
-HIDDEN = frozenset({PEER_ACKED})
+# Bookkeeping that would only be noise on an operator's stream (mesh acks, several a second;
+# the outbox's delivered marks, docs/notifications.md).
+HIDDEN = frozenset({PEER_ACKED, DELIVERY_PROGRESS})
 # SSE event names of the unified stream, one per catalogued type: no other name is ever sent.
 UNIFIED_NAMES = {t: RENAMES.get(t) or t.replace(".", "_") for t in CATALOGUE if t not in HIDDEN}
 # What the A2A stream may name a frame (DESIGN.md's shapes; the spec has no canceled state, so a

@@ -44,7 +44,7 @@ async def test_agent_card_lists_the_hosted_agents_as_skills(client):
     assert card["version"] == __version__
     assert card["capabilities"] == {
         "streaming": True,
-        "pushNotifications": False,
+        "pushNotifications": True,
         "extendedAgentCard": False,
     }
     assert card["defaultInputModes"] == card["defaultOutputModes"] == ["application/json"]

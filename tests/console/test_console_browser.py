@@ -122,6 +122,18 @@ def test_a_wrong_token_shows_the_problem_detail(node, open_page):
 
 
 @screenshot_on_failure
+def test_a_notification_link_opens_the_inbox_on_its_request(node, open_page):
+    """The console link of an approval notice (docs/notifications.md): #/inbox/<id>, which
+    still asks for a token, then shows that request, focused."""
+    page = open_page()
+    page.goto(f"{node.url}/console/#/inbox/hostile-1")
+    expect(page.get_by_label("Bearer token")).to_be_visible()  # the link alone decides nothing
+    page.get_by_label("Bearer token").fill(ONCALL_TOKEN)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.locator('li.request[data-id="hostile-1"]')).to_be_focused()
+
+
+@screenshot_on_failure
 def test_approve_live_and_see_the_next_log_line_and_request(node, open_page):
     page, tail = open_page(), open_page()
     sign_in(page, node, ONCALL_TOKEN)

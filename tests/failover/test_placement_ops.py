@@ -48,9 +48,7 @@ def new_home(fm: FailoverMesh, among: list[str]) -> str:
     return str(found)
 
 
-def test_an_operators_decisions_follow_the_agent_and_sigterm_hands_it_over(
-    failover, built_agents
-):
+def test_an_operators_decisions_follow_the_agent_and_sigterm_hands_it_over(failover, built_agents):
     fm = failover()
     placed_counter(fm, built_agents["counter"], SET)
     # a replica asked to upgrade names the home (409), not "not published in this registry"

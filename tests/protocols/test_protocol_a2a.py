@@ -359,7 +359,7 @@ async def test_bad_calls_get_their_json_rpc_errors(node, http):
                     "configuration": {"taskPushNotificationConfig": {"url": "x"}},
                 },
             ),
-            -32003,
+            -32602,  # push notifications are supported (tests/delivery/): not this URL
         ),
         (
             call(
@@ -410,7 +410,7 @@ async def test_bad_calls_get_their_json_rpc_errors(node, http):
             ),
             -32602,
         ),
-        (call("CreateTaskPushNotificationConfig", {"taskId": finished["id"]}), -32003),
+        (call("CreateTaskPushNotificationConfig", {"taskId": finished["id"]}), -32602),  # no url
         (call("GetExtendedAgentCard", {}), -32004),  # every card says it has none
         # a client's message has role ROLE_USER: required, and nothing else is taken
         (call("SendMessage", {"message": {"messageId": "m", "parts": [{"text": "x"}]}}), -32602),
@@ -523,7 +523,7 @@ async def test_per_agent_card_is_public_and_parses(node):
     (interface,) = card.supported_interfaces
     assert interface.url == f"{node.url}/a2a/cashier"
     assert interface.protocol_binding == "JSONRPC" and interface.protocol_version == "1.0"
-    assert card.capabilities.streaming and not card.capabilities.push_notifications
+    assert card.capabilities.streaming and card.capabilities.push_notifications
     assert card.skills[0].tags == ["spend"]
     assert "bearer" in card.security_schemes
     assert missing.status_code == 404

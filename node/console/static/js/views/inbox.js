@@ -10,6 +10,8 @@ const selected = new Set();
 let history = [];
 let root = null;
 let focusedId = null;
+// a request named by the address (#/inbox/<id>: the link in a notification), focused once shown
+let linkedId = null;
 let ticker = null;
 let renderQueued = false;
 let notice = "";
@@ -298,6 +300,12 @@ function render() {
     input?.focus();
     input?.setSelectionRange(typing.caret, typing.caret);
   } else if (hadFocus && focusedId) root.querySelector(`li[data-id="${CSS.escape(focusedId)}"]`)?.focus();
+  const linked = linkedId && root.querySelector(`li[data-id="${CSS.escape(linkedId)}"]`);
+  if (linked) {
+    linkedId = null;
+    linked.focus();
+    linked.scrollIntoView({ block: "center" });
+  }
 }
 
 function rows() {
@@ -383,6 +391,12 @@ export default {
   async mount(main) {
     root = main;
     notice = "";
+    const link = location.hash.match(/^#\/inbox\/(.+)$/);
+    try {
+      linkedId = link ? decodeURIComponent(link[1]) : null;
+    } catch {
+      linkedId = null; // not a link this node made
+    }
     render();
   },
 
