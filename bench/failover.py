@@ -1,26 +1,35 @@
-"""Failover of a placed agent (issue 36): kill -9 of its home under load, again and again.
+"""Failover of a placed agent: kill -9 of its home under load, again and again; planned moves;
+takeovers on nodes that never ran the component; the same with a hostile member attacking the
+leases throughout (issues 36, 43, 44).
 
-Three real nodes on a real 3-server nats-server cluster (harness/failover.py), the
-counter agent (agents/counter: a tick every 200 ms, its count in state) placed on all three, and
-findings about it posted without pause to whichever node runs it (each one the API answered 201
-is acknowledged). Then `--kills` times: the home is killed (SIGKILL), the time is taken from the
-kill to the first tick the new home journals (its `tick N` log envelope, read from its journal),
-and the killed node is started again (it must come back a replica). Last, a planned move of the
-agent to another node, timed from the request to the first tick on the target.
+Three real nodes (harness/failover.py), every one consenting to host the counter agent
+(agents/counter: a tick every 200 ms, its count in state) placed on all three, and findings about
+it posted without pause to whichever node runs it (each one the API answered 201 is
+acknowledged). Then `--kills` times: the home is killed (SIGKILL), the time is taken from the
+kill to the first tick the new home journals, and the killed node is started again (it must
+come back a replica). Then `--moves` planned moves in a row, each to the next node, timed from
+the request to the first tick on the target; a move "bounced" when a takeover follows it.
+`--cold` times, on a fresh mesh whose nodes share no compile cache: the replicas compile the
+component when they learn of the placement, the home is killed, and the first tick on the new
+home is timed. Last, with `--hostile-kills`, the kills again on one nats-server with the
+generated permissions, while node-x (a member with its own NATS user and key, outside the
+agent's set) deletes and writes junk on the home's lease key and junk and claims on its own
+every 0.5 s throughout: `attack_takeovers` counts takeovers beyond one per kill (must be 0).
 
-Figures: the failover times (median, p95) next to the lease TTL of the run; acknowledged
-findings missing from the final journal (must be 0); envelopes of the final journal written by
-a node that was not its home at that seq (must be 0: a fenced node wrote nothing that stayed);
-whether the counter's state went on 1, 2, 3, ... across every failover; the node copies equal at
-the end; the planned move's time.
+Figures: the failover times (median, p95) next to the lease TTL; acknowledged findings missing
+from the final journal (must be 0); envelopes written by a node that was not the home at that
+seq (must be 0: a fenced node wrote nothing that stayed); whether the counter went on 1, 2, 3,
+...; the planned moves' median and the bounced ones (must be 0); the cold takeovers' p95 (must
+be within the lease TTL + 5 s).
 
-Run: .venv/bin/python bench/failover.py [--kills 10] [--lease-ttl 3]
+Run: .venv/bin/python bench/failover.py [--kills 10] [--moves 20] [--cold 3] [--hostile-kills 10]
 The last line printed is one JSON object with the figures.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -29,12 +38,14 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from harness.failover import (  # noqa: E402
     AGENT,
+    NODES,
     FailoverMesh,
     FindingLoad,
     agent_view,
@@ -47,7 +58,9 @@ from harness.failover import (  # noqa: E402
     wait_for,
     wait_runner,
 )
+from harness.hostile import HostileMember, LeaseAttack  # noqa: E402
 from node.ops.polling import wait_until  # noqa: E402
+from node.runtime.compiled_cache import COMPILED_CACHE_ENV  # noqa: E402
 
 
 def built_counter() -> Path:
@@ -91,26 +104,30 @@ def p95(values: list[float]) -> float:
     return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--kills", type=int, default=10)
-    parser.add_argument("--lease-ttl", type=float, default=3.0)
-    args = parser.parse_args()
-    os.environ.setdefault("AGENT_NODE_COMPILED_CACHE", str(ROOT / ".cache" / "wasmtime"))
+def kills_and_moves(args: argparse.Namespace, hostile: bool) -> dict[str, Any]:
     wasm = built_counter()
     root = Path(tempfile.mkdtemp(prefix="failover-bench-"))
-    fm = FailoverMesh(root, lease_ttl=args.lease_ttl).start()
+    names = (*NODES, "node-x") if hostile else NODES
+    fm = FailoverMesh(
+        root, names, lease_ttl=args.lease_ttl, members=hostile, without_consent=("node-x",)
+    ).start()
+    kills = args.hostile_kills if hostile else args.kills
     failovers: list[float] = []
-    back = ""
+    moves: list[float] = []
+    home, back = "node-a", ""
+    attack = contextlib.nullcontext()
+    if hostile:
+        member = HostileMember(fm.cluster.urls[0], root / "mesh" / "node-x" / "data")
+        attack = LeaseAttack(member, AGENT, lambda: home, lambda: epoch_of(fm, home))
     try:
         component = publish_component(fm["node-a"], wasm)
-        deployed = deploy(fm["node-a"], component, ["node-a", "node-b", "node-c"])
+        deployed = deploy(fm["node-a"], component, list(NODES))
         assert deployed.status_code == 201, deployed.text
-        home = wait_runner(fm, 30)
-        with FindingLoad(fm) as load:
+        home = wait_runner(fm, 30, among=list(NODES))
+        with attack, FindingLoad(fm) as load:
             wait_for(lambda: len(ticks(events(fm[home]))) >= 5, 30, "first ticks")
-            for kill in range(args.kills):
-                others = [n for n in fm.names if n != home]
+            for kill in range(kills):
+                others = [n for n in NODES if n != home]
                 head = max(e["seq"] for e in events(fm[others[0]]))
                 killed = time.monotonic()
                 fm[home].kill()
@@ -128,37 +145,103 @@ def main() -> None:
                     f"{back} a replica",
                 )
                 home = new_home
-            # the node that was neither the home nor just started again (its advert is fresh)
-            target = next(n for n in fm.names if n not in (home, back))
-            head = max(e["seq"] for e in events(fm[target]))
-            started = time.monotonic()
-            with fm[home].client() as client:
-                moved = client.post(f"/api/v1/agents/{AGENT}/move", json={"to": target})
-            assert moved.status_code == 200, moved.text
-            planned = first_tick_by(fm, target, head, 30) - started
-            home = target
+            for move in range(0 if hostile else args.moves):
+                # the next node, never the one just started again on the first move
+                target = next(n for n in NODES if n not in (home, back))
+                back = ""
+                head = max(e["seq"] for e in events(fm[target]))
+                started = time.monotonic()
+                with fm[home].client() as client:
+                    moved = client.post(f"/api/v1/agents/{AGENT}/move", json={"to": target})
+                assert moved.status_code == 200, moved.text
+                moves.append(first_tick_by(fm, target, head, 30) - started)
+                print(f"move {move + 1}: {home} -> {target} in {moves[-1]:.2f} s", flush=True)
+                home = target
         with fm[home].client() as client:
             client.post(f"/api/v1/agents/{AGENT}/stop")
-        journal = same_journals(fm, list(fm.names), timeout=60)
-        titles = {e["data"].get("title") for e in journal if e["type"] == "finding"}
-        counted = counts(journal)
-        result = {
-            "bench": "failover",
-            "kills": len(failovers),
-            "lease_ttl_s": args.lease_ttl,
-            "failover_median_s": round(statistics.median(failovers), 2),
-            "failover_p95_s": round(p95(failovers), 2),
-            "failover_max_s": round(max(failovers), 2),
-            "lost_acknowledged": len(set(load.acknowledged) - titles),
-            "acknowledged": len(load.acknowledged),
-            "refused_during_moves": load.refused,
-            "fenced_writes": written_by_non_home(journal),
-            "counter_contiguous": counted == list(range(1, len(counted) + 1)),
-            "journals_equal": True,
-            "planned_move_s": round(planned, 2),
-        }
+        journal = same_journals(fm, list(NODES), timeout=60)
     finally:
         fm.kill()
+    titles = {e["data"].get("title") for e in journal if e["type"] == "finding"}
+    counted = counts(journal)
+    takeovers = [i for i, e in enumerate(journal) if e["type"] == "journal.takeover"]
+    handoffs = [i for i, e in enumerate(journal) if e["type"] == "journal.handoff"]
+    result: dict[str, Any] = {
+        "kills": len(failovers),
+        "failover_median_s": round(statistics.median(failovers), 2),
+        "failover_p95_s": round(p95(failovers), 2),
+        "failover_max_s": round(max(failovers), 2),
+        "lost_acknowledged": len(set(load.acknowledged) - titles),
+        "acknowledged": len(load.acknowledged),
+        "refused_during_moves": load.refused,
+        "fenced_writes": written_by_non_home(journal),
+        "counter_contiguous": counted == list(range(1, len(counted) + 1)),
+        "journals_equal": True,
+    }
+    if hostile:
+        result["attack_takeovers"] = len(takeovers) - len(failovers)
+        result["attack_rounds"] = attack.rounds  # type: ignore[union-attr]
+    else:
+        first_move = handoffs[0] if handoffs else len(journal)
+        result |= {
+            "moves": len(moves),
+            "planned_move_median_s": round(statistics.median(moves), 2) if moves else None,
+            "bounced_moves": len([i for i in takeovers if i > first_move]),
+        }
+    return result
+
+
+def cold_failover(args: argparse.Namespace) -> float:
+    """One fresh mesh whose nodes compile for themselves: the time from the home's kill to the
+    first tick on a node that never ran the component."""
+    saved = os.environ.pop(COMPILED_CACHE_ENV, None)
+    root = Path(tempfile.mkdtemp(prefix="failover-cold-"))
+    fm = FailoverMesh(root, lease_ttl=args.lease_ttl).start()
+    try:
+        component = publish_component(fm["node-a"], built_counter())
+        deployed = deploy(fm["node-a"], component, list(NODES))
+        assert deployed.status_code == 201, deployed.text
+        assert wait_runner(fm, 120) == "node-a"
+        wait_for(
+            lambda: (agent_view(fm["node-a"])["placement"] or {}).get("candidates") == NODES[1:],
+            300,
+            "node-b and node-c compiled it",
+        )
+        head = max(e["seq"] for e in events(fm["node-b"]))
+        killed = time.monotonic()
+        fm["node-a"].kill()
+        new_home = wait_runner(fm, args.lease_ttl + 60, among=list(NODES[1:]))
+        took = first_tick_by(fm, new_home, head, 60) - killed
+        print(f"cold takeover by {new_home} in {took:.2f} s", flush=True)
+        return took
+    finally:
+        fm.kill()
+        if saved is not None:
+            os.environ[COMPILED_CACHE_ENV] = saved
+
+
+def epoch_of(fm: FailoverMesh, node: str) -> int:
+    view = agent_view(fm[node]) or {}
+    return int((view.get("placement") or {}).get("epoch", 0))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--kills", type=int, default=10)
+    parser.add_argument("--moves", type=int, default=20)
+    parser.add_argument("--cold", type=int, default=3)
+    parser.add_argument("--hostile-kills", type=int, default=10)
+    parser.add_argument("--lease-ttl", type=float, default=3.0)
+    args = parser.parse_args()
+    os.environ.setdefault(COMPILED_CACHE_ENV, str(ROOT / ".cache" / "wasmtime"))
+    result: dict[str, Any] = {"bench": "failover", "lease_ttl_s": args.lease_ttl}
+    result |= kills_and_moves(args, hostile=False)
+    colds = [cold_failover(args) for _ in range(args.cold)]
+    if colds:
+        result["cold_failovers"] = len(colds)
+        result["cold_failover_p95_s"] = round(p95(colds), 2)
+    if args.hostile_kills:
+        result["hostile"] = kills_and_moves(args, hostile=True)
     print(json.dumps(result))
 
 

@@ -17,17 +17,12 @@ import base64
 import hashlib
 import threading
 import time
-from pathlib import Path
-from typing import Any
 
-import msgspec
 import nats
 import pytest
 from aiohttp import web
-from nats.js.errors import NotFoundError
 
-from eventstore.envelope import Event, digest_of, encode_event, sign, utc_now
-from eventstore.keys import load_or_create_key
+from eventstore.envelope import digest_of
 from harness.failover import (
     AGENT,
     LEASE_TTL_SECS,
@@ -42,20 +37,14 @@ from harness.failover import (
     wait_for,
     wait_runner,
 )
-from harness.nats import NatsServer, as_member, nats_mesh_toml
+from harness.hostile import LEASES, HostileMember, LeaseAttack
+from harness.nats import NatsServer, nats_mesh_toml
 from harness.node import NodeProcess, write_config
-from node.placement.components import ObjectRecord
-from node.placement.components import digest_of as object_digest
 from node.placement.leases import LeaseRecord, lease_key, sign_record
 from node.runtime.compiled_cache import COMPILED_CACHE_ENV
 from node.sync.nats_subjects import (
-    MSG_ID_HEADER,
-    Bucket,
-    bucket_name,
     kv_stream,
     kv_subject,
-    msg_id,
-    subject,
 )
 from tests.runtime_support import COMPILED_CACHE
 
@@ -64,8 +53,6 @@ HONEST = ("node-a", "node-b", "node-c")
 X = "node-x"
 SET = ["node-a", "node-b", "node-c", X]
 LEASE_ATTACK_SECS = 15  # 30 and more in bench/failover.py --hostile
-LEASES = bucket_name("default", Bucket.LEASES)
-COMPONENTS = bucket_name("default", Bucket.COMPONENTS)
 
 
 class SpendCounter:
@@ -96,70 +83,6 @@ class SpendCounter:
 
         self._loop.run_until_complete(serve())
         self._loop.run_forever()
-
-
-class Member:
-    """node-x raw: its own NATS user (generated permissions) and its pinned node key."""
-
-    def __init__(self, url: str, key_dir: Path) -> None:
-        self.url = url
-        self.key = load_or_create_key(key_dir)
-
-    def run(self, work: Any) -> Any:
-        async def connected() -> Any:
-            nc = await nats.connect(self.url, **as_member(X))
-            try:
-                return await work(nc)
-            finally:
-                await nc.close()
-
-        return asyncio.run(connected())
-
-    def envelope(self, journal: str, seq: int, prev: str, kind: str, data: dict) -> dict:
-        payload = encode_event(Event(type=kind, ts=utc_now(), origin=X, prev=prev, data=data))
-        signature = sign(self.key, journal, seq, digest_of(payload))
-        return {
-            "seq": seq,
-            "agent": journal,
-            "payload": base64.b64encode(payload).decode(),
-            "signature": "ed25519:" + base64.b64encode(signature).decode(),
-        }
-
-    def publish(self, envelopes: list[dict]) -> None:
-        """On node-x's own subject, as its publisher would (one message)."""
-        journal, first, last = envelopes[0]["agent"], envelopes[0]["seq"], envelopes[-1]["seq"]
-
-        async def work(nc: nats.NATS) -> None:
-            await nc.jetstream().publish(
-                subject("default", X, journal),
-                msgspec.json.encode(envelopes if len(envelopes) > 1 else envelopes[0]),
-                headers={MSG_ID_HEADER: msg_id(X, journal, first, last)},
-            )
-
-        self.run(work)
-
-    def has_components_bucket(self) -> bool:
-        async def work(nc: nats.NATS) -> bool:
-            try:
-                await nc.jetstream().stream_info(f"OBJ_{COMPONENTS}")
-            except NotFoundError:
-                return False
-            return True
-
-        return bool(self.run(work))
-
-    def forge_meta(self, sha: str) -> None:
-        """A meta naming the component's checksum over chunks that are not its bytes."""
-
-        async def work(nc: nats.NATS) -> None:
-            js, nuid = nc.jetstream(), f"x{time.monotonic_ns()}"
-            junk = b"\0asm" + b"x" * 1000
-            await js.publish(f"$O.{COMPONENTS}.C.{nuid}", junk)
-            meta = ObjectRecord(sha, COMPONENTS, nuid, len(junk), 1, object_digest(sha))
-            name = base64.urlsafe_b64encode(sha.encode()).decode()
-            await js.publish(f"$O.{COMPONENTS}.M.{name}", msgspec.json.encode(meta))
-
-        self.run(work)
 
 
 def head_of(node: NodeProcess, journal: str) -> tuple[int, str]:
@@ -205,7 +128,7 @@ def hostile(tmp_path_factory, built_agents):
         without_consent=(X,),
         extra_toml=f'\n[actions.spend]\nurl = "http://127.0.0.1:{spend.port}/spend"\n',
     ).start()
-    member = Member(fm.cluster.urls[0], root / "mesh" / X / "data")
+    member = HostileMember(fm.cluster.urls[0], root / "mesh" / X / "data")
     wait_for(member.has_components_bucket, 30, "the nodes made the components bucket")
     counter = built_agents["counter"].read_bytes()
     sha = hashlib.sha256(counter).hexdigest()
@@ -301,30 +224,15 @@ def test_lease_attacks_under_load_move_nothing_and_a_failover_still_happens(host
     to the home throughout. The agent stays on node-a, nothing acknowledged is lost; then
     node-a is killed with the attack going on, and node-b or node-c takes over."""
     fm, member, _ = hostile
-    stop = threading.Event()
     epoch = agent_view(fm["node-a"])["placement"]["epoch"]
-
-    async def attack(nc: nats.NATS) -> None:
-        js = nc.jetstream()
-        victim = kv_subject(LEASES, lease_key(AGENT, "node-a"))
-        own = kv_subject(LEASES, lease_key(AGENT, X))
-        claim = sign_record(member.key, LeaseRecord(AGENT, X, epoch + 1, 0.0))
-        while not stop.is_set():
-            await nc.publish(victim, b"", headers={"KV-Operation": "DEL"})
-            await nc.publish(victim, b"junk")
-            await js.publish(own, b"\xffjunk")
-            await asyncio.sleep(0.25)
-            await js.publish(own, claim)
-            await asyncio.sleep(0.25)
-
-    attacker = threading.Thread(target=member.run, args=(attack,), daemon=True)
-    attacker.start()
-    try:
+    attack = LeaseAttack(member, AGENT, lambda: "node-a", lambda: epoch)
+    with attack:
         with FindingLoad(fm) as load:
             deadline = time.monotonic() + LEASE_ATTACK_SECS
             while time.monotonic() < deadline:
                 assert wait_runner(fm, 5, among=list(HONEST)) == "node-a"
                 time.sleep(0.5)
+        assert attack.rounds >= LEASE_ATTACK_SECS  # two a second
         assert len(load.acknowledged) > 20, load.acknowledged[-3:]
         journal = events(fm["node-a"])
         assert "journal.takeover" not in [e["type"] for e in journal]
@@ -347,9 +255,6 @@ def test_lease_attacks_under_load_move_nothing_and_a_failover_still_happens(host
             ]
 
         wait_for(reported, 20, "node-x's junk or stalled claim reported")
-    finally:
-        stop.set()
-        attacker.join(10)
     fm["node-a"].start()
     journal = same_journals(fm, list(HONEST), timeout=60)
     kinds = [e for e in journal if e["type"] == "journal.takeover"]

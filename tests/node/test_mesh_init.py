@@ -224,6 +224,12 @@ def placed_and_moved(nodes: dict[str, NodeProcess], token: str, wasm: Path, mode
     assert f"agent '{AGENT}' may now run on node-a, node-b, node-c" in widened.stdout
     on_c = wait_until(lambda: view(c, token), 20, "node-c lists the agent")
     assert on_c["placement"]["placement"] == ["node-a", "node-b", "node-c"]
+    # node-c (whose [[hosting]] `mesh init --host` wrote) fetches and compiles it: then ready
+    wait_until(
+        lambda: "node-c" in (view(a, token)["placement"] or {}).get("candidates", []),
+        60,
+        "node-c ready to host the agent",
+    )
     bad = agents_cli(a, token, "upgrade", AGENT, "--placement", "node-b")
     assert bad.returncode == 1
     assert "--placement: must include this node ('node-a')" in bad.stderr, bad.stderr

@@ -47,6 +47,18 @@ PERIODIC = {
     ("tests/sync/test_loops.py", "stubborn"),
     ("node/cli/agents.py", "_await_probation"),  # prints a probation's progress as it goes
     ("node/services/rollouts.py", "_watch"),  # reads an instance's runs through its probation
+    # a hostile member's lease attack: a round every period until stopped
+    ("harness/hostile.py", "_attack"),
+    # the home is sampled through the lease attack: it must run the agent at every look
+    (
+        "tests/failover/test_hostile_member.py",
+        "test_lease_attacks_under_load_move_nothing_and_a_failover_still_happens",
+    ),
+    # nobody may take a removed agent over: sampled for a lease TTL after its home's kill
+    (
+        "tests/failover/test_placement_ops.py",
+        "test_an_operators_decisions_follow_the_agent_and_sigterm_hands_it_over",
+    ),
     # samples every agent's status (each phase seen) until all run
     (
         "tests/runtime/test_status_start.py",
