@@ -17,7 +17,16 @@ and resolved change in the same transaction. Databases (`rm.approvals.<db>`):
   resolved_order  u64(position of the resolution) → id: the history, one reverse walk
   groups          (agent, capability) → (position that opened the group, pending count):
                   so groups keep their order while they stay non-empty, as they always did
+  charges         budget \0 u64(time, µs) u64(position) → (amount, running total): what
+                  policies permitted under each budget (docs/approvals.md), `budget` the
+                  digest of (agent, capability, policy id); times never go back within a
+                  budget (a clock that does is held at the newest), so the running total at
+                  any key is the sum up to it and a window's sum is two lookups
 Ids and group keys longer than an LMDB key are stored under a digest (`_key`).
+
+A request that needs several approvers (`approvers`) collects `approval.endorsed` events on the
+pending entry, one per distinct operator (a second from the same token changes nothing); the
+gate journals the decision with the one that completes the count.
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ from __future__ import annotations
 import builtins
 import hashlib
 from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import Any, Literal, NamedTuple
 
 import msgspec
@@ -36,8 +46,22 @@ from projections.states import ApprovalChanged, ApprovalState, approval_resolved
 
 DEFAULT_TIMEOUT_SECS = 300
 APPROVAL_EVENTS = frozenset(
-    {c.APPROVAL_REQUESTED, c.APPROVAL_DECIDED, c.APPROVAL_TIMED_OUT, c.APPROVAL_ABANDONED}
+    {
+        c.APPROVAL_REQUESTED,
+        c.APPROVAL_DECIDED,
+        c.APPROVAL_TIMED_OUT,
+        c.APPROVAL_ABANDONED,
+        c.APPROVAL_ENDORSED,
+    }
 )
+
+
+class Endorsement(msgspec.Struct, frozen=True):
+    """One approver's approval of a request that needs several: who, and their groups then."""
+
+    operator: str
+    groups: tuple[str, ...] = ()
+    at: str = ""
 
 
 class ApprovalRequest(msgspec.Struct, frozen=True):
@@ -58,6 +82,11 @@ class ApprovalRequest(msgspec.Struct, frozen=True):
     recorded: str | None = None
     recorded_by: str | None = None
     recorded_reason: str | None = None
+    # the policies that asked people and why (issue 47), the approvers it needs (absent: one)
+    # and the distinct ones who approved so far
+    policy: c.PolicyRef | None = None
+    approvers: tuple[c.ApproverSlot, ...] | None = None
+    endorsements: tuple[Endorsement, ...] = ()
 
 
 Outcome = Literal["approve", "deny", "timeout"]
@@ -88,6 +117,10 @@ class Resolution(msgspec.Struct, frozen=True):
     reason: str | None = None
     capability: str = ""  # what was asked, as the request said (its one-line `detail`)
     detail: str = ""
+    # decided by the policy set: which policies of which set, and why (issue 47)
+    policy: c.PolicyRef | None = None
+    # every distinct approver, when it needed more than one
+    approvers: builtins.list[str] | None = None
 
 
 class Group(msgspec.Struct, frozen=True):
@@ -111,6 +144,23 @@ _encode = msgspec.msgpack.Encoder().encode
 _decode_pending = msgspec.msgpack.Decoder(tuple[int, ApprovalRequest]).decode
 _decode_resolution = msgspec.msgpack.Decoder(Resolution).decode
 _decode_group = msgspec.msgpack.Decoder(tuple[int, int]).decode
+_decode_charge = msgspec.msgpack.Decoder(tuple[str, str]).decode
+
+
+def budget_key(agent: str, capability: str, budget: str) -> bytes:
+    """The charges of one budget: a digest of (agent, capability, policy id), 16 bytes."""
+    return hashlib.sha256(_encode((agent, capability, budget))).digest()[:16]
+
+
+def _micros(ts: str) -> int:
+    """An event's `ts` as µs since the epoch (0 when it does not parse: never in a window)."""
+    try:
+        moment = datetime.fromisoformat(ts.replace("Z", "+00:00"))
+    except ValueError:
+        return 0
+    if moment.tzinfo is None:
+        return 0
+    return max(0, int(moment.timestamp() * 1_000_000))
 
 
 def _text(value: str) -> bytes:
@@ -144,6 +194,7 @@ class Approvals:
         self._resolved = space.db(self.name, "resolved")
         self._resolved_order = space.db(self.name, "resolved_order")
         self._groups = space.db(self.name, "groups")
+        self._charges = space.db(self.name, "charges")
 
     # ------------------------------------------------------------------ fold
     def fold(self, txn: Txn, envelope: Envelope) -> ApprovalChanged | None:
@@ -158,6 +209,8 @@ class Approvals:
             return None
         if kind == c.APPROVAL_REQUESTED:
             return self._requested(txn, envelope, approval_id)
+        if kind == c.APPROVAL_ENDORSED:
+            return self._endorsed(txn, envelope, approval_id)
         return self._resolved_by(txn, envelope, approval_id)
 
     def _requested(self, txn: Txn, envelope: Envelope, approval_id: str) -> ApprovalChanged | None:
@@ -185,6 +238,8 @@ class Approvals:
             request=asked.request,
             request_hash=asked.request_hash,
             task=asked.task,
+            policy=asked.policy,
+            approvers=tuple(asked.approvers) if asked.approvers else None,
         )
         position = envelope.position
         txn.put(key, _encode((position, request)), db=self._pending)
@@ -215,11 +270,14 @@ class Approvals:
         outcome: str
         operator: str | None
         reason: str | None
+        policy: c.PolicyRef | None = None
+        approvers: builtins.list[str] | None = None
         payload = c.payload_of(envelope)
         if isinstance(payload, c.ApprovalDecided):
             if payload.later:
                 return self._recorded(txn, key, position, open_request, payload, envelope)
             outcome, operator, reason = payload.decision, payload.operator, payload.reason
+            policy, approvers = payload.policy, payload.approvers
         elif isinstance(payload, c.ApprovalAbandoned):
             outcome, operator, reason = "abandoned", None, payload.reason
         elif isinstance(payload, c.ApprovalTimedOut):
@@ -246,9 +304,13 @@ class Approvals:
             reason,
             open_request.capability,
             open_request.detail,
+            policy,
+            approvers,
         )
         txn.put(key, _encode(resolution), db=self._resolved)
         txn.put(u64(envelope.position), _text(approval_id), db=self._resolved_order)
+        if isinstance(payload, c.ApprovalDecided) and payload.charges and outcome == "approve":
+            self._charge(txn, open_request, payload.charges, envelope)
         return ApprovalChanged(
             approval=approval_id,
             agent=open_request.agent,
@@ -284,6 +346,72 @@ class Approvals:
             position=envelope.position,
             recorded=decided.decision,
         )
+
+    def _endorsed(self, txn: Txn, envelope: Envelope, approval_id: str) -> ApprovalChanged | None:
+        """One more distinct approver on a pending request; the request stays pending."""
+        key = _id_key(approval_id)
+        raw = txn.get(key, db=self._pending)
+        if raw is None:
+            return None
+        position, request = _decode_pending(raw)
+        endorsed = c.read(c.ApprovalEndorsed, envelope.event.data)
+        if (
+            endorsed is None
+            or request.agent != envelope.stream
+            or any(e.operator == endorsed.operator for e in request.endorsements)
+        ):
+            return None
+        endorsement = Endorsement(endorsed.operator, tuple(endorsed.groups), envelope.event.ts)
+        request = msgspec.structs.replace(
+            request, endorsements=(*request.endorsements, endorsement)
+        )
+        txn.put(key, _encode((position, request)), db=self._pending)
+        return ApprovalChanged(
+            approval=approval_id,
+            agent=request.agent,
+            task=None,
+            before=ApprovalState.PENDING,
+            after=ApprovalState.PENDING,
+            position=envelope.position,
+        )
+
+    # ------------------------------------------------------------------ budgets
+    def _charge(
+        self,
+        txn: Txn,
+        request: ApprovalRequest,
+        charges: builtins.list[c.BudgetCharge],
+        envelope: Envelope,
+    ) -> None:
+        moment = _micros(envelope.event.ts)
+        for charge in charges:
+            prefix = budget_key(request.agent, request.capability, charge.budget)
+            last_at, total = self._last_charge(txn, prefix)
+            amount = Decimal(charge.amount)
+            at = max(moment, last_at)
+            entry = prefix + u64(at) + u64(envelope.position)
+            txn.put(entry, _encode((str(amount), str(total + amount))), db=self._charges)
+
+    def _last_charge(self, txn: Txn, prefix: bytes) -> tuple[int, Decimal]:
+        """(time, running total) of the budget's newest charge; (0, 0) for none."""
+        return self._charge_before(txn, prefix, prefix + b"\xff" * 16)
+
+    def _charge_before(self, txn: Txn, prefix: bytes, key: bytes) -> tuple[int, Decimal]:
+        """(time, running total) of the budget's last charge before `key`; (0, 0) for none."""
+        cursor = txn.cursor(self._charges)
+        moved = cursor.prev() if cursor.set_range(key) else cursor.last()
+        found = bytes(cursor.key()) if moved else b""
+        if not found.startswith(prefix):
+            return 0, Decimal(0)
+        return int.from_bytes(found[-16:-8], "big"), Decimal(_decode_charge(cursor.value())[1])
+
+    def spent(self, agent: str, capability: str, budget: str, since_micros: int) -> Decimal:
+        """What policy `budget` permitted the agent's capability since then, summed."""
+        prefix = budget_key(agent, capability, budget)
+        with self.space.read() as txn:
+            _, newest = self._last_charge(txn, prefix)
+            _, before = self._charge_before(txn, prefix, prefix + u64(since_micros))
+        return newest - before
 
     # ------------------------------------------------------------------ pending
     @property

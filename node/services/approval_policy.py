@@ -1,0 +1,178 @@
+"""The gate's policy step: the policy set in force (reloaded on SIGHUP), a ruling on each
+request of a capability decided by policy (`[agents.approval] cap = "policy"`), and what the
+ruling adds to the request's write.
+
+A permit or a forbid becomes an `approval.decided` whose operator is `policy:<id>`, with the
+set's hash and the policies' ids (`policy`) and, for a permit, what it charged to budgets; the
+gate journals it in the same atomic write as the `approval.requested`, so such a request is
+never pending. An ask adds the policy's reason and the approvers it needs to the request.
+Budgets are checked and charged here, on the event loop, with nothing awaited in between
+(node/policy/budgets.py explains why no two requests can both slip under a limit).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+from node.config.model import Config
+from node.context import NodeContext
+from node.policy.budgets import BudgetKey, InFlight, amount_text
+from node.policy.engine import Ruling, TaskFacts, evaluate
+from node.policy.policyset import PolicySet, load_policy_set
+from projections import catalogue as c
+from projections.approvals import Approvals
+from projections.tasks import Tasks
+
+log = logging.getLogger(__name__)
+POLICY_OPERATOR = "policy:"  # + the deciding policy's @id: the operator of its decisions
+
+
+@dataclass
+class Ruled:
+    """A ruling as the gate writes it: the decision (permit or forbid) journaled with the
+    request, or what the request asks of people; `held`: budget charges to let go once
+    the write is done."""
+
+    ruling: Ruling
+    policy: c.PolicyRef
+    decided: c.ApprovalDecided | None = None
+    approvers: list[c.ApproverSlot] | None = None
+    held: list[BudgetKey] = field(default_factory=list)
+
+
+class PolicyStep:
+    def __init__(self, ctx: NodeContext) -> None:
+        self.ctx = ctx
+        self.current: PolicySet = load_policy_set(ctx.config)
+        self._in_flight = InFlight()
+
+    def reload(self, config: Config) -> str:
+        """Use the policy set of `config` from the next request on (SIGHUP); its hash. Raises
+        PolicyError, keeping the running set, when it does not load."""
+        self.current = load_policy_set(config)
+        rules = len(self.current.rules)
+        log.info("policy set %s in force (%d policies)", self.current.digest, rules)
+        return self.current.digest
+
+    @property
+    def approvals(self) -> Approvals:
+        return self.ctx.projections.get(Approvals)
+
+    def rule(
+        self,
+        agent: str,
+        capability: str,
+        request: str,
+        approval_id: str,
+        request_hash: str,
+        task_id: str | None,
+    ) -> Ruled:
+        """The ruling on one request and the events it adds; budget charges are held from
+        here until `release` (call it once the write is done, whatever happened)."""
+        now = datetime.now().astimezone()
+        policies = self.current
+        ruling = evaluate(policies, agent, capability, request, now, self._task(task_id))
+        ref = c.PolicyRef(set=policies.digest, ids=list(ruling.ids), reason=ruling.reason)
+        operator = POLICY_OPERATOR + ruling.ids[0] if ruling.ids else None
+        if ruling.outcome == "forbid":
+            denied = c.ApprovalDecided(
+                id=approval_id,
+                decision="deny",
+                operator=operator,
+                request_hash=request_hash,
+                reason=ruling.reason,
+                policy=ref,
+            )
+            return Ruled(ruling, ref, decided=denied)
+        if ruling.outcome == "permit":
+            return self._permit(agent, capability, approval_id, request_hash, ruling, ref, now)
+        return _ask(ruling, policies)
+
+    def _permit(
+        self,
+        agent: str,
+        capability: str,
+        approval_id: str,
+        request_hash: str,
+        ruling: Ruling,
+        ref: c.PolicyRef,
+        now: datetime,
+    ) -> Ruled:
+        """The permit, charged to its budgets; an ask, saying why, when a budget has no room
+        for it."""
+        charges: list[c.BudgetCharge] = []
+        held: list[tuple[BudgetKey, Decimal]] = []
+        for rule in ruling.budgets:
+            budget = rule.budget
+            assert budget is not None
+            amount = budget.amount_of(ruling.request)
+            if amount is None or amount < 0:
+                why = (
+                    f"policy {rule.id} permits within a budget of {budget.field}, which this "
+                    "request does not give as a number of at least 0"
+                )
+                return _ask(Ruling("ask", (rule.id,), why), self.current)
+            key = (agent, capability, rule.id)
+            since = now - timedelta(seconds=budget.period_secs)
+            spent = self.approvals.spent(
+                agent, capability, rule.id, int(since.timestamp() * 1_000_000)
+            ) + self._in_flight.total(key, self.approvals.is_resolved)
+            if spent + amount > budget.limit:
+                why = (
+                    f"over the budget of policy {rule.id} ({budget.text}): "
+                    f"{amount_text(spent)} spent, {amount_text(amount)} more would pass "
+                    f"{amount_text(budget.limit)}"
+                )
+                return _ask(Ruling("ask", (rule.id,), why), self.current)
+            charges.append(
+                c.BudgetCharge(
+                    budget=rule.id,
+                    field=budget.field,
+                    amount=amount_text(amount),
+                    total=amount_text(spent + amount),
+                    limit=amount_text(budget.limit),
+                    period_secs=budget.period_secs,
+                )
+            )
+            held.append((key, amount))
+        for key, amount in held:  # only once every budget had room
+            self._in_flight.add(key, approval_id, amount)
+        approved = c.ApprovalDecided(
+            id=approval_id,
+            decision="approve",
+            operator=POLICY_OPERATOR + ruling.ids[0],
+            request_hash=request_hash,
+            policy=ref,
+            charges=charges or None,
+        )
+        return Ruled(ruling, ref, decided=approved, held=[key for key, _ in held])
+
+    def release(self, ruled: Ruled, approval_id: str) -> None:
+        for key in ruled.held:
+            self._in_flight.drop(key, approval_id)
+
+    def _task(self, task_id: str | None) -> TaskFacts | None:
+        if task_id is None:
+            return None
+        task = self.ctx.projections.get(Tasks).get(task_id)
+        if task is None:
+            return TaskFacts(task_id)
+        return task_facts(task_id, task.created_by or None, task.from_)
+
+
+def _ask(ruling: Ruling, policies: PolicySet) -> Ruled:
+    """People decide: with the approvers the ruling needs (one, unless a policy says more)."""
+    ref = c.PolicyRef(set=policies.digest, ids=list(ruling.ids), reason=ruling.reason)
+    one = not ruling.approvers or ruling.approvers == (c.ApproverSlot(count=1),)
+    return Ruled(ruling, ref, approvers=None if one else list(ruling.approvers))
+
+
+def task_facts(task_id: str, caller: str | None, from_: str | None) -> TaskFacts:
+    """What a policy may know of who made a task: the API token, or else the agent that
+    created it (a token's `from` is only its word, so it is not passed)."""
+    if caller:
+        return TaskFacts(task_id, caller=caller)
+    return TaskFacts(task_id, from_agent=from_ or None)
