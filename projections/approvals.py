@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import builtins
 import hashlib
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any, Literal, NamedTuple
@@ -405,13 +406,30 @@ class Approvals:
             return 0, Decimal(0)
         return int.from_bytes(found[-16:-8], "big"), Decimal(_decode_charge(cursor.value())[1])
 
-    def spent(self, agent: str, capability: str, budget: str, since_micros: int) -> Decimal:
-        """What policy `budget` permitted the agent's capability since then, summed."""
+    def spent(
+        self,
+        agent: str,
+        capability: str,
+        budget: str,
+        since_micros: int,
+        unfolded: Mapping[str, Decimal] | None = None,
+    ) -> Decimal:
+        """What policy `budget` permitted the agent's capability since then, summed, plus
+        the charges of `unfolded` (approval id → amount) whose decision is not folded yet:
+        read in one transaction, since the writer may commit between two."""
         prefix = budget_key(agent, capability, budget)
         with self.space.read() as txn:
             _, newest = self._last_charge(txn, prefix)
             _, before = self._charge_before(txn, prefix, prefix + u64(since_micros))
-        return newest - before
+            waiting = sum(
+                (
+                    amount
+                    for approval_id, amount in (unfolded or {}).items()
+                    if txn.get(_id_key(approval_id), db=self._resolved) is None
+                ),
+                Decimal(0),
+            )
+        return newest - before + waiting
 
     # ------------------------------------------------------------------ pending
     @property

@@ -66,7 +66,10 @@ def describe(slots: Sequence[ApproverSlot]) -> str:
 
 
 def _seats(slots: Sequence[ApproverSlot]) -> list[str | None]:
-    return [slot.group for slot in slots for _ in range(slot.count)]
+    """One seat per approver needed, a group's before anyone's: an approver who could sit in
+    either takes their group's, leaving the open seat to someone else."""
+    named = [slot.group for slot in slots if slot.group for _ in range(slot.count)]
+    return [*named, *(None for slot in slots if not slot.group for _ in range(slot.count))]
 
 
 def _matching(seats: list[str | None], approvers: Sequence[Approver]) -> list[int | None]:

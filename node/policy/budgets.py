@@ -12,7 +12,6 @@ slip under the limit, however many arrive together.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
 from typing import Any, NamedTuple
 
@@ -93,12 +92,9 @@ class InFlight:
     def __init__(self) -> None:
         self._charges: dict[BudgetKey, dict[str, Decimal]] = {}
 
-    def total(self, key: BudgetKey, folded: Callable[[str], bool]) -> Decimal:
-        """The in-flight charges of `key` that the read model does not count yet."""
-        charges = self._charges.get(key)
-        if not charges:
-            return Decimal(0)
-        return sum((amount for i, amount in charges.items() if not folded(i)), Decimal(0))
+    def of(self, key: BudgetKey) -> dict[str, Decimal]:
+        """The charges of `key` in flight (the read model may hold some already)."""
+        return self._charges.get(key, {})
 
     def add(self, key: BudgetKey, approval_id: str, amount: Decimal) -> None:
         self._charges.setdefault(key, {})[approval_id] = amount

@@ -117,9 +117,9 @@ class PolicyStep:
                 return _ask(Ruling("ask", (rule.id,), why), self.current)
             key = (agent, capability, rule.id)
             since = now - timedelta(seconds=budget.period_secs)
-            spent = self.approvals.spent(
-                agent, capability, rule.id, int(since.timestamp() * 1_000_000)
-            ) + self._in_flight.total(key, self.approvals.is_resolved)
+            since_micros = int(since.timestamp() * 1_000_000)
+            in_flight = self._in_flight.of(key)
+            spent = self.approvals.spent(agent, capability, rule.id, since_micros, in_flight)
             if spent + amount > budget.limit:
                 why = (
                     f"over the budget of policy {rule.id} ({budget.text}): "
