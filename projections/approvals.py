@@ -39,6 +39,7 @@ from decimal import Decimal
 from typing import Any, Literal, NamedTuple
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
 from eventstore.envelope import Envelope
 from projections import catalogue as c
@@ -84,10 +85,10 @@ class ApprovalRequest(msgspec.Struct, frozen=True):
     recorded_by: str | None = None
     recorded_reason: str | None = None
     # the policies that asked people and why (issue 47), the approvers it needs (absent: one)
-    # and the distinct ones who approved so far
-    policy: c.PolicyRef | None = None
-    approvers: tuple[c.ApproverSlot, ...] | None = None
-    endorsements: tuple[Endorsement, ...] = ()
+    # and the distinct ones who approved so far; each left out where it has nothing to say
+    policy: c.PolicyRef | UnsetType = UNSET
+    approvers: tuple[c.ApproverSlot, ...] | UnsetType = UNSET
+    endorsements: tuple[Endorsement, ...] | UnsetType = UNSET
 
 
 Outcome = Literal["approve", "deny", "timeout"]
@@ -118,10 +119,10 @@ class Resolution(msgspec.Struct, frozen=True):
     reason: str | None = None
     capability: str = ""  # what was asked, as the request said (its one-line `detail`)
     detail: str = ""
-    # decided by the policy set: which policies of which set, and why (issue 47)
-    policy: c.PolicyRef | None = None
-    # every distinct approver, when it needed more than one
-    approvers: builtins.list[str] | None = None
+    # decided by the policy set: which policies of which set, and why (issue 47); every
+    # distinct approver, when it needed more than one (each left out where it does not apply)
+    policy: c.PolicyRef | UnsetType = UNSET
+    approvers: builtins.list[str] | UnsetType = UNSET
 
 
 class Group(msgspec.Struct, frozen=True):
@@ -239,8 +240,8 @@ class Approvals:
             request=asked.request,
             request_hash=asked.request_hash,
             task=asked.task,
-            policy=asked.policy,
-            approvers=tuple(asked.approvers) if asked.approvers else None,
+            policy=asked.policy or UNSET,
+            approvers=tuple(asked.approvers) if asked.approvers else UNSET,
         )
         position = envelope.position
         txn.put(key, _encode((position, request)), db=self._pending)
@@ -271,14 +272,14 @@ class Approvals:
         outcome: str
         operator: str | None
         reason: str | None
-        policy: c.PolicyRef | None = None
-        approvers: builtins.list[str] | None = None
+        policy: c.PolicyRef | UnsetType = UNSET
+        approvers: builtins.list[str] | UnsetType = UNSET
         payload = c.payload_of(envelope)
         if isinstance(payload, c.ApprovalDecided):
             if payload.later:
                 return self._recorded(txn, key, position, open_request, payload, envelope)
             outcome, operator, reason = payload.decision, payload.operator, payload.reason
-            policy, approvers = payload.policy, payload.approvers
+            policy, approvers = payload.policy or UNSET, payload.approvers or UNSET
         elif isinstance(payload, c.ApprovalAbandoned):
             outcome, operator, reason = "abandoned", None, payload.reason
         elif isinstance(payload, c.ApprovalTimedOut):
@@ -359,12 +360,12 @@ class Approvals:
         if (
             endorsed is None
             or request.agent != envelope.stream
-            or any(e.operator == endorsed.operator for e in request.endorsements)
+            or any(e.operator == endorsed.operator for e in request.endorsements or ())
         ):
             return None
         endorsement = Endorsement(endorsed.operator, tuple(endorsed.groups), envelope.event.ts)
         request = msgspec.structs.replace(
-            request, endorsements=(*request.endorsements, endorsement)
+            request, endorsements=(*(request.endorsements or ()), endorsement)
         )
         txn.put(key, _encode((position, request)), db=self._pending)
         return ApprovalChanged(

@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 
 import msgspec
 from aiohttp import web
+from msgspec import UNSET, UnsetType
 
 from node.context import CONTEXT
 from node.display.humanize import first_invisible, visible
@@ -59,7 +60,7 @@ class PendingApproval(ApprovalRequest, frozen=True):
 
     state: Literal["pending", "orphaned"] = "pending"
     note: str | None = None
-    approvals: ApprovalProgress | None = None
+    approvals: ApprovalProgress | UnsetType = UNSET
 
 
 class BatchResult(msgspec.Struct, omit_defaults=True):
@@ -145,7 +146,7 @@ async def list_approvals(request: web.Request) -> web.Response:
         orphaned = gate.is_orphaned(r)
         note = (ORPHANED_NOTE if gate.can_ask_again(r) else NEVER_NOTE) if orphaned else None
         state: Literal["pending", "orphaned"] = "orphaned" if orphaned else "pending"
-        approvals = approval_progress(r) if r.approvers else None
+        approvals = approval_progress(r) if r.approvers else UNSET
         listed.append(
             PendingApproval(
                 **msgspec.structs.asdict(r), state=state, note=note, approvals=approvals
@@ -155,7 +156,7 @@ async def list_approvals(request: web.Request) -> web.Response:
 
 
 def approval_progress(request: ApprovalRequest) -> ApprovalProgress:
-    given = [Approver(e.operator, frozenset(e.groups)) for e in request.endorsements]
+    given = [Approver(e.operator, frozenset(e.groups)) for e in request.endorsements or ()]
     return ApprovalProgress(**progress_view(progress(request.approvers or (), given)))
 
 

@@ -170,7 +170,7 @@ class ApprovalDecisions:
         """The events one more approval writes (and the decision, when it completes the
         count), where the request stands after it, or why it does not count."""
         slots = request.approvers or ()
-        given = [Approver(e.operator, frozenset(e.groups)) for e in request.endorsements]
+        given = [Approver(e.operator, frozenset(e.groups)) for e in request.endorsements or ()]
         now = progress(slots, given)
         if any(a.name == operator for a in given):
             why = f"{operator} approved {request.id} already (a token counts once): {now.text}"
