@@ -15,13 +15,16 @@ evaluation (Cedar skips it, and a skipped forbid must not turn into a permit).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
 from typing import Any, Literal, NamedTuple
 
 import cedarpy
 
 from node.policy.approvers import describe, stricter
+from node.policy.budgets import Budget, amount_text
 from node.policy.policyset import PolicySet
 from node.policy.rules import Rule
 from node.policy.schema import (
@@ -31,6 +34,7 @@ from node.policy.schema import (
     request_context,
     time_context,
 )
+from projections import catalogue as c
 from projections.catalogue import ApproverSlot
 
 Outcome = Literal["permit", "forbid", "ask"]
@@ -133,3 +137,39 @@ def _ruling(
         budgets = tuple(r for r in applied if r.budget is not None)
         return Ruling("permit", tuple(r.id for r in applied), budgets=budgets, request=parsed)
     return Ruling("ask", reason=f"no policy decides this {capability} request")
+
+
+def within_budgets(
+    ruling: Ruling, spent: Callable[[str, Budget], Decimal]
+) -> list[c.BudgetCharge] | Ruling:
+    """A permit's charges to each of its budgets, given what each has `spent` (policy id,
+    budget → the running total in its window); an ask, saying why, when one has no room."""
+    charges: list[c.BudgetCharge] = []
+    for rule in ruling.budgets:
+        budget = rule.budget
+        assert budget is not None
+        amount = budget.amount_of(ruling.request)
+        if amount is None or amount < 0:
+            why = (
+                f"policy {rule.id} permits within a budget of {budget.field}, which this "
+                "request does not give as a number of at least 0"
+            )
+            return Ruling("ask", (rule.id,), why)
+        before = spent(rule.id, budget)
+        if before + amount > budget.limit:
+            why = (
+                f"over the budget of policy {rule.id} ({budget.text}): {amount_text(before)} "
+                f"spent, {amount_text(amount)} more would pass {amount_text(budget.limit)}"
+            )
+            return Ruling("ask", (rule.id,), why)
+        charges.append(
+            c.BudgetCharge(
+                budget=rule.id,
+                field=budget.field,
+                amount=amount_text(amount),
+                total=amount_text(before + amount),
+                limit=amount_text(budget.limit),
+                period_secs=budget.period_secs,
+            )
+        )
+    return charges

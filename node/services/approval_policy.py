@@ -19,8 +19,8 @@ from decimal import Decimal
 
 from node.config.model import Config
 from node.context import NodeContext
-from node.policy.budgets import BudgetKey, InFlight, amount_text
-from node.policy.engine import Ruling, TaskFacts, evaluate
+from node.policy.budgets import Budget, BudgetKey, InFlight
+from node.policy.engine import Ruling, TaskFacts, evaluate, within_budgets
 from node.policy.policyset import PolicySet, load_policy_set
 from projections import catalogue as c
 from projections.approvals import Approvals
@@ -102,44 +102,20 @@ class PolicyStep:
         now: datetime,
     ) -> Ruled:
         """The permit, charged to its budgets; an ask, saying why, when a budget has no room
-        for it."""
-        charges: list[c.BudgetCharge] = []
-        held: list[tuple[BudgetKey, Decimal]] = []
-        for rule in ruling.budgets:
-            budget = rule.budget
-            assert budget is not None
-            amount = budget.amount_of(ruling.request)
-            if amount is None or amount < 0:
-                why = (
-                    f"policy {rule.id} permits within a budget of {budget.field}, which this "
-                    "request does not give as a number of at least 0"
-                )
-                return _ask(Ruling("ask", (rule.id,), why), self.current)
-            key = (agent, capability, rule.id)
+        for it. What the read model holds and what is in flight count alike."""
+
+        def spent(policy_id: str, budget: Budget) -> Decimal:
             since = now - timedelta(seconds=budget.period_secs)
-            since_micros = int(since.timestamp() * 1_000_000)
-            in_flight = self._in_flight.of(key)
-            spent = self.approvals.spent(agent, capability, rule.id, since_micros, in_flight)
-            if spent + amount > budget.limit:
-                why = (
-                    f"over the budget of policy {rule.id} ({budget.text}): "
-                    f"{amount_text(spent)} spent, {amount_text(amount)} more would pass "
-                    f"{amount_text(budget.limit)}"
-                )
-                return _ask(Ruling("ask", (rule.id,), why), self.current)
-            charges.append(
-                c.BudgetCharge(
-                    budget=rule.id,
-                    field=budget.field,
-                    amount=amount_text(amount),
-                    total=amount_text(spent + amount),
-                    limit=amount_text(budget.limit),
-                    period_secs=budget.period_secs,
-                )
-            )
-            held.append((key, amount))
-        for key, amount in held:  # only once every budget had room
-            self._in_flight.add(key, approval_id, amount)
+            in_flight = self._in_flight.of((agent, capability, policy_id))
+            micros = int(since.timestamp() * 1_000_000)
+            return self.approvals.spent(agent, capability, policy_id, micros, in_flight)
+
+        charges = within_budgets(ruling, spent)
+        if isinstance(charges, Ruling):
+            return _ask(charges, self.current)
+        held = [(agent, capability, charge.budget) for charge in charges]
+        for key, charge in zip(held, charges, strict=True):
+            self._in_flight.add(key, approval_id, Decimal(charge.amount))
         approved = c.ApprovalDecided(
             id=approval_id,
             decision="approve",
@@ -148,7 +124,7 @@ class PolicyStep:
             policy=ref,
             charges=charges or None,
         )
-        return Ruled(ruling, ref, decided=approved, held=[key for key, _ in held])
+        return Ruled(ruling, ref, decided=approved, held=held)
 
     def release(self, ruled: Ruled, approval_id: str) -> None:
         for key in ruled.held:
