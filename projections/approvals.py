@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import builtins
 import hashlib
-from collections.abc import Mapping
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any, Literal, NamedTuple
@@ -408,29 +407,27 @@ class Approvals:
         return int.from_bytes(found[-16:-8], "big"), Decimal(_decode_charge(cursor.value())[1])
 
     def spent(
-        self,
-        agent: str,
-        capability: str,
-        budget: str,
-        since_micros: int,
-        unfolded: Mapping[str, Decimal] | None = None,
+        self, agent: str, capability: str, budget: str, since_micros: int, through: int
     ) -> Decimal:
-        """What policy `budget` permitted the agent's capability since then, summed, plus
-        the charges of `unfolded` (approval id → amount) whose decision is not folded yet:
-        read in one transaction, since the writer may commit between two."""
+        """What policy `budget` permitted the agent's capability since then, summed over the
+        charges at positions up to `through` (what the node's readers have been handed: the
+        gate counts later ones itself, node/policy/budgets.py)."""
         prefix = budget_key(agent, capability, budget)
         with self.space.read() as txn:
-            _, newest = self._last_charge(txn, prefix)
+            newest = Decimal(0)
+            cursor = txn.cursor(self._charges)
+            found = cursor.set_range(prefix + b"\xff" * 16)
+            moved = cursor.prev() if found else cursor.last()
+            while moved:  # back past the charges not delivered yet (one commit's, at most)
+                key = bytes(cursor.key())
+                if not key.startswith(prefix):
+                    break
+                if int.from_bytes(key[-8:], "big") <= through:
+                    newest = Decimal(_decode_charge(cursor.value())[1])
+                    break
+                moved = cursor.prev()
             _, before = self._charge_before(txn, prefix, prefix + u64(since_micros))
-            waiting = sum(
-                (
-                    amount
-                    for approval_id, amount in (unfolded or {}).items()
-                    if txn.get(_id_key(approval_id), db=self._resolved) is None
-                ),
-                Decimal(0),
-            )
-        return newest - before + waiting
+        return max(newest - before, Decimal(0))
 
     # ------------------------------------------------------------------ pending
     @property

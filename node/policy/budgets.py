@@ -87,21 +87,33 @@ BudgetKey = tuple[str, str, str]  # (agent, capability, policy id)
 
 
 class InFlight:
-    """Charges decided but not yet in the read model: approval id → amount, per budget."""
+    """Charges decided but not yet delivered to the node's readers, summed per budget.
+
+    A charge is settled by the commit listener that sees its write (`settle`), which runs on
+    the event loop before the store's delivered position (`EventStore.last_position`) moves
+    past it: so at any moment a charge is counted either here or in the read model up to that
+    position (`Approvals.spent`), never in both and never in neither.
+    """
 
     def __init__(self) -> None:
-        self._charges: dict[BudgetKey, dict[str, Decimal]] = {}
+        self._sums: dict[BudgetKey, Decimal] = {}
+        self._by_id: dict[str, list[tuple[BudgetKey, Decimal]]] = {}
 
-    def of(self, key: BudgetKey) -> dict[str, Decimal]:
-        """The charges of `key` in flight (the read model may hold some already)."""
-        return self._charges.get(key, {})
+    def __bool__(self) -> bool:
+        return bool(self._by_id)
 
-    def add(self, key: BudgetKey, approval_id: str, amount: Decimal) -> None:
-        self._charges.setdefault(key, {})[approval_id] = amount
+    def of(self, key: BudgetKey) -> Decimal:
+        return self._sums.get(key, Decimal(0))
 
-    def drop(self, key: BudgetKey, approval_id: str) -> None:
-        charges = self._charges.get(key)
-        if charges is not None:
-            charges.pop(approval_id, None)
-            if not charges:
-                del self._charges[key]
+    def add(self, approval_id: str, key: BudgetKey, amount: Decimal) -> None:
+        self._by_id.setdefault(approval_id, []).append((key, amount))
+        self._sums[key] = self.of(key) + amount
+
+    def settle(self, approval_id: str) -> None:
+        """The charges of that request are delivered, or will never be (its write failed)."""
+        for key, amount in self._by_id.pop(approval_id, ()):
+            left = self._sums[key] - amount
+            if left:
+                self._sums[key] = left
+            else:
+                del self._sums[key]

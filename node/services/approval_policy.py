@@ -13,13 +13,14 @@ Budgets are checked and charged here, on the event loop, with nothing awaited in
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 
+from eventstore.envelope import Envelope
 from node.config.model import Config
 from node.context import NodeContext
-from node.policy.budgets import Budget, BudgetKey, InFlight
+from node.policy.budgets import Budget, InFlight
 from node.policy.engine import Ruling, TaskFacts, evaluate, within_budgets
 from node.policy.policyset import PolicySet, load_policy_set
 from projections import catalogue as c
@@ -33,14 +34,12 @@ POLICY_OPERATOR = "policy:"  # + the deciding policy's @id: the operator of its 
 @dataclass
 class Ruled:
     """A ruling as the gate writes it: the decision (permit or forbid) journaled with the
-    request, or what the request asks of people; `held`: budget charges to let go once
-    the write is done."""
+    request, or what the request asks of people."""
 
     ruling: Ruling
     policy: c.PolicyRef
     decided: c.ApprovalDecided | None = None
     approvers: list[c.ApproverSlot] | None = None
-    held: list[BudgetKey] = field(default_factory=list)
 
 
 class PolicyStep:
@@ -70,8 +69,8 @@ class PolicyStep:
         request_hash: str,
         task_id: str | None,
     ) -> Ruled:
-        """The ruling on one request and the events it adds; budget charges are held from
-        here until `release` (call it once the write is done, whatever happened)."""
+        """The ruling on one request and the events it adds; a permit's budget charges count
+        from here on (`release` them if the write fails)."""
         now = datetime.now().astimezone()
         policies = self.current
         ruling = evaluate(policies, agent, capability, request, now, self._task(task_id))
@@ -104,18 +103,20 @@ class PolicyStep:
         """The permit, charged to its budgets; an ask, saying why, when a budget has no room
         for it. What the read model holds and what is in flight count alike."""
 
+        delivered = self.ctx.store.last_position
+
         def spent(policy_id: str, budget: Budget) -> Decimal:
             since = now - timedelta(seconds=budget.period_secs)
-            in_flight = self._in_flight.of((agent, capability, policy_id))
             micros = int(since.timestamp() * 1_000_000)
-            return self.approvals.spent(agent, capability, policy_id, micros, in_flight)
+            folded = self.approvals.spent(agent, capability, policy_id, micros, delivered)
+            return folded + self._in_flight.of((agent, capability, policy_id))
 
         charges = within_budgets(ruling, spent)
         if isinstance(charges, Ruling):
             return _ask(charges, self.current)
-        held = [(agent, capability, charge.budget) for charge in charges]
-        for key, charge in zip(held, charges, strict=True):
-            self._in_flight.add(key, approval_id, Decimal(charge.amount))
+        for charge in charges:
+            key = (agent, capability, charge.budget)
+            self._in_flight.add(approval_id, key, Decimal(charge.amount))
         approved = c.ApprovalDecided(
             id=approval_id,
             decision="approve",
@@ -124,11 +125,20 @@ class PolicyStep:
             policy=ref,
             charges=charges or None,
         )
-        return Ruled(ruling, ref, decided=approved, held=held)
+        return Ruled(ruling, ref, decided=approved)
 
-    def release(self, ruled: Ruled, approval_id: str) -> None:
-        for key in ruled.held:
-            self._in_flight.drop(key, approval_id)
+    def on_commit(self, envelopes: list[Envelope]) -> None:
+        """A commit listener: the charges these writes carry now count in the read model."""
+        if not self._in_flight:
+            return
+        for envelope in envelopes:
+            approval_id = envelope.event.data.get("id")
+            if isinstance(approval_id, str):
+                self._in_flight.settle(approval_id)
+
+    def release(self, approval_id: str) -> None:
+        """The write of that request failed: its charges will never count."""
+        self._in_flight.settle(approval_id)
 
     def _task(self, task_id: str | None) -> TaskFacts | None:
         if task_id is None:

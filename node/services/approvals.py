@@ -69,6 +69,7 @@ class ApprovalGate(ApprovalDecisions):
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
         """Follow resolutions in the journal and arm a timer for every local pending request."""
+        self.ctx.store.add_commit_listener(self.policy.on_commit)  # budgets in flight
         self.ctx.store.add_commit_listener(self._follower.on_commit)
         await self._timeouts.start()
 
@@ -160,8 +161,9 @@ class ApprovalGate(ApprovalDecisions):
                     NewEvent(agent, *c.event_of(ruled.decided)),
                 ]
             )
-        finally:
-            self.policy.release(ruled, requested.id)
+        except BaseException:
+            self.policy.release(requested.id)
+            raise
         return self._verdict(requested.id, ruled.decided.decision)
 
     def _verdict(self, approval_id: str, outcome: Outcome) -> Verdict:
