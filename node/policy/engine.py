@@ -19,9 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
-from typing import Any, Literal, NamedTuple
-
-import cedarpy
+from functools import cache
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from node.policy.approvers import describe, stricter
 from node.policy.budgets import Budget, amount_text
@@ -38,7 +37,15 @@ from projections import catalogue as c
 from projections.catalogue import ApproverSlot
 
 Outcome = Literal["permit", "forbid", "ask"]
-_NO_ENTITIES = cedarpy.Entities.from_json_str("[]")
+if TYPE_CHECKING:  # imported when a policy is first evaluated: the CLI's client starts faster
+    import cedarpy
+
+
+@cache
+def _no_entities() -> cedarpy.Entities:
+    import cedarpy
+
+    return cedarpy.Entities.from_json_str("[]")
 
 
 class TaskFacts(NamedTuple):
@@ -85,6 +92,8 @@ def evaluate(
     context: dict[str, Any] = {"request": fields, "time": time_context(now, policies.zone)}
     if task is not None:
         context["task"] = _task(task)
+    import cedarpy
+
     answer = cedarpy.is_authorized(
         {
             "principal": {"type": AGENT_TYPE, "id": agent},
@@ -93,7 +102,7 @@ def evaluate(
             "context": context,
         },
         policies.cedar,
-        _NO_ENTITIES,
+        _no_entities(),
         schema=None,
     )
     return _ruling(policies, answer, capability, parsed)

@@ -14,10 +14,8 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
-import cedarpy
 
 from node.config.model import APPROVE_BY_POLICY, Config
 from node.policy.approvers import groups_named
@@ -29,6 +27,9 @@ from node.policy.schema import (
     request_types,
     schema_json,
 )
+
+if TYPE_CHECKING:  # imported when a config is loaded: the CLI's client starts faster
+    import cedarpy
 
 MAX_POLICY_FILE_BYTES = 1024 * 1024
 
@@ -77,6 +78,8 @@ def policy_problems(config: Config, source: str) -> Iterator[str]:
 
 
 def _load(config: Config, source: str, problems: list[str]) -> PolicySet | None:
+    import cedarpy
+
     where = f"{source}: policy"
     section = config.policy
     try:
