@@ -279,3 +279,39 @@ def test_the_config_names_each_policy_problem(tmp_path):
     )
     problems = "\n".join(check_file(write_config(tmp_path, POLICY_TOML)))
     assert "policy bad-field:" in problems and "colour" in problems
+
+
+async def test_a_replay_rebuilds_the_same_decisions_budgets_and_approvals(client):
+    """What `agent-node replay` checks: the read models rebuilt from the journal alone equal
+    the live ones, database by database (charges and endorsements included)."""
+    await ask(client, payment(4))
+    await ask(client, payment(2, "mallory"))
+    task, approval_id = await pending_one(client, ask(client, payment(3000)))
+    url = f"/api/v1/approvals/{approval_id}"
+    await client.post(url, json={"decision": "approve"}, headers=auth(OPERATE_TOKEN))
+    ctx = client.app[CONTEXT]
+    rebuilt = ctx.projections.fresh()
+    try:
+        rebuilt.rebuild(ctx.store.iter_chunks(0, size=3))
+        assert rebuilt.disk.summary() == ctx.projections.disk.summary()
+        again = rebuilt.get(Approvals)
+        assert again.get(approval_id).endorsements[0].operator == "operator"
+        assert again.spent("payer", "spend", "small-payments", 0, ctx.store.last_position) == 4
+    finally:
+        rebuilt.disk.close()
+    task.cancel()
+
+
+async def test_a_budget_is_kept_across_a_restart(config, aiohttp_client):
+    from node.app import build_app
+
+    first = await aiohttp_client(build_app(config))
+    for n in range(9):
+        assert (await ask(first, payment(10, invoice=f"a-{n}"))).outcome == "approve"
+    await first.close()
+    again = await aiohttp_client(build_app(config))
+    assert (await ask(again, payment(10, invoice="a-9"))).outcome == "approve"  # 100: the limit
+    task, approval_id = await pending_one(again, ask(again, payment(1, invoice="a-10")))
+    asked = gate_of(again).projection.get(approval_id)
+    assert asked.policy.reason.endswith("100 spent, 1 more would pass 100")
+    task.cancel()

@@ -55,7 +55,8 @@ async def test_the_policy_decides_a_real_agents_payments(node):
         refused = await until(lambda: output_of(node, blocked), 20, "the agent is told")
         assert refused == {
             "paid": False,
-            "reason": "operator 'policy:blocked-payee' denied spend: mallory is on the blocked list",
+            "reason": "operator 'policy:blocked-payee' denied spend: "
+            "mallory is on the blocked list",
         }
         decided = node.journal("cashier", "approval.decided")
         assert [d["operator"] for d in decided] == ["policy:small-payments", "policy:blocked-payee"]
