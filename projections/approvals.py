@@ -356,16 +356,16 @@ class Approvals:
             return None
         position, request = _decode_pending(raw)
         endorsed = c.read(c.ApprovalEndorsed, envelope.event.data)
+        given = request.endorsements or ()
         if (
             endorsed is None
             or request.agent != envelope.stream
-            or any(e.operator == endorsed.operator for e in request.endorsements or ())
+            or len(given) >= c.MAX_APPROVERS  # more can never count: a hostile journal's
+            or any(e.operator == endorsed.operator for e in given)
         ):
             return None
         endorsement = Endorsement(endorsed.operator, tuple(endorsed.groups), envelope.event.ts)
-        request = msgspec.structs.replace(
-            request, endorsements=(*(request.endorsements or ()), endorsement)
-        )
+        request = msgspec.structs.replace(request, endorsements=(*given, endorsement))
         txn.put(key, _encode((position, request)), db=self._pending)
         return ApprovalChanged(
             approval=approval_id,

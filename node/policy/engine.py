@@ -154,6 +154,8 @@ def within_budgets(
     """A permit's charges to each of its budgets, given what each has `spent` (policy id,
     budget → the running total in its window); an ask, saying why, when one has no room."""
     charges: list[c.BudgetCharge] = []
+    if len(ruling.budgets) > c.MAX_POLICY_IDS:  # more than a decision can journal
+        return Ruling("ask", ruling.ids, "more budgets apply than one decision can carry")
     for rule in ruling.budgets:
         budget = rule.budget
         assert budget is not None

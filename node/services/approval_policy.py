@@ -74,7 +74,7 @@ class PolicyStep:
         now = datetime.now().astimezone()
         policies = self.current
         ruling = evaluate(policies, agent, capability, request, now, self._task(task_id))
-        ref = c.PolicyRef(set=policies.digest, ids=list(ruling.ids), reason=ruling.reason)
+        ref = _ref(ruling, policies)
         operator = POLICY_OPERATOR + ruling.ids[0] if ruling.ids else None
         if ruling.outcome == "forbid":
             denied = c.ApprovalDecided(
@@ -151,9 +151,16 @@ class PolicyStep:
 
 def _ask(ruling: Ruling, policies: PolicySet) -> Ruled:
     """People decide: with the approvers the ruling needs (one, unless a policy says more)."""
-    ref = c.PolicyRef(set=policies.digest, ids=list(ruling.ids), reason=ruling.reason)
+    ref = _ref(ruling, policies)
     one = not ruling.approvers or ruling.approvers == (c.ApproverSlot(count=1),)
     return Ruled(ruling, ref, approvers=None if one else list(ruling.approvers))
+
+
+def _ref(ruling: Ruling, policies: PolicySet) -> c.PolicyRef:
+    """Which set and policies ruled, and why: within the catalogue's bounds, so every peer
+    takes the event (the first policies that applied, when an unusual set has more)."""
+    ids = list(ruling.ids[: c.MAX_POLICY_IDS])
+    return c.PolicyRef(set=policies.digest, ids=ids, reason=ruling.reason)
 
 
 def task_facts(task_id: str, caller: str | None, from_: str | None) -> TaskFacts:
