@@ -480,6 +480,12 @@ class Approvals:
             raw = txn.get(_id_key(approval_id), db=self._resolved)
         return _decode_resolution(raw) if raw is not None else None
 
+    def decided_at_once(self, approval_id: str) -> bool:
+        """Decided by the policy set in the request's own write: it never waited for anyone,
+        so a stream shows no input-required or interrupt for it (docs/approvals.md)."""
+        resolution = self.resolution(approval_id)
+        return resolution is not None and bool(resolution.policy)
+
     def is_resolved(self, approval_id: str) -> bool:
         with self.space.read() as txn:
             return txn.get(_id_key(approval_id), db=self._resolved) is not None
