@@ -76,7 +76,9 @@ class PolicyStep:
         ruling = evaluate(policies, agent, capability, request, now, self._task(task_id))
         ref = _ref(ruling, policies)
         operator = POLICY_OPERATOR + ruling.ids[0] if ruling.ids else None
+        rulings = self.ctx.metrics.policy_rulings
         if ruling.outcome == "forbid":
+            rulings.labels(outcome="forbid").inc()
             denied = c.ApprovalDecided(
                 id=approval_id,
                 decision="deny",
@@ -86,9 +88,13 @@ class PolicyStep:
                 policy=ref,
             )
             return Ruled(ruling, ref, decided=denied)
-        if ruling.outcome == "permit":
-            return self._permit(agent, capability, approval_id, request_hash, ruling, ref, now)
-        return _ask(ruling, policies)
+        ruled = (
+            self._permit(agent, capability, approval_id, request_hash, ruling, ref, now)
+            if ruling.outcome == "permit"
+            else _ask(ruling, policies)
+        )
+        rulings.labels(outcome="permit" if ruled.decided is not None else "ask").inc()
+        return ruled
 
     def _permit(
         self,

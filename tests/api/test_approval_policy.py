@@ -99,6 +99,9 @@ async def test_a_policy_permits_and_forbids_in_the_requests_write_and_names_itse
         ("approve", "policy:small-payments"),
     ]
     assert history[0]["policy"]["ids"] == ["blocked-payee"]
+    metrics = await (await client.get("/api/v1/metrics", headers=auth(READ_TOKEN))).text()
+    for outcome, count in (("permit", 1), ("forbid", 1), ("ask", 0)):
+        assert f'svc_policy_rulings_total{{outcome="{outcome}"}} {count}.0' in metrics
 
 
 async def test_what_no_policy_decides_asks_people_saying_why(client):
