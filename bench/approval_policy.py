@@ -8,7 +8,9 @@
 (b) approvals decided per second through the policy (64 asks at a time, each permitted and
     journaled with its request) against through an operator's POST /api/v1/approvals/{id} (64
     decisions at a time over HTTP on requests already pending, from a client in another
-    process), both until every waiting call has its verdict.
+    process), both until every waiting call has its verdict; and the node's CPU per decision
+    in each (every thread of the node's process: the policy's includes journaling the request,
+    the POST's does not, its request was journaled before; the client's CPU is not counted).
 
 The node is the real app (build_app) on a loopback port in this process, with a fresh journal.
 Run: .venv/bin/python bench/approval_policy.py [--requests 2000] [--rounds 3]
@@ -110,8 +112,9 @@ def _payment(n: int) -> str:
     return json.dumps({"amount": 3, "payee": "acme-supplies", "invoice": f"INV-{n:06d}"})
 
 
-async def through_policy(gate: ApprovalGate, requests: int) -> float:
-    """Decisions per second, 64 asks at a time, each decided by the policy."""
+async def through_policy(gate: ApprovalGate, requests: int) -> tuple[float, float]:
+    """Decisions per second, 64 asks at a time, each decided by the policy; and the node's
+    CPU per decision (µs, every thread of this process)."""
     slots = asyncio.Semaphore(CONCURRENCY)
 
     async def one(n: int) -> None:
@@ -119,9 +122,10 @@ async def through_policy(gate: ApprovalGate, requests: int) -> float:
             verdict = await gate.ask("bulk", "spend", _payment(n), None, None, policy=True)
             assert verdict.outcome == "approve", verdict
 
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     await asyncio.gather(*(one(n) for n in range(requests)))
-    return requests / (time.perf_counter() - started)
+    cpu_us = (time.process_time() - cpu) / requests * 1e6
+    return requests / (time.perf_counter() - started), cpu_us
 
 
 def _post_decisions(url: str, ids: list[str], out: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
@@ -142,7 +146,8 @@ def _post_decisions(url: str, ids: list[str], out: multiprocessing.Queue) -> Non
 
 async def through_posts(gate: ApprovalGate, url: str, requests: int) -> dict[str, float]:
     """Decisions per second of an operator's POSTs on pending requests, until every waiting
-    call has its verdict (the asks are journaled before the clock starts)."""
+    call has its verdict (the asks are journaled before the clock starts); and the node's CPU
+    per decision (µs: this process, not the client's)."""
     before = {r.id for r in gate.projection.list()}
     waiting = [
         asyncio.create_task(gate.ask("people", "spend", _payment(n), 3600, None))
@@ -155,11 +160,18 @@ async def through_posts(gate: ApprovalGate, url: str, requests: int) -> dict[str
     out: multiprocessing.Queue = context.Queue()  # type: ignore[type-arg]
     child = context.Process(target=_post_decisions, args=(url, ids, out))
     child.start()
+    await asyncio.sleep(0)
+    cpu = time.process_time()
     verdicts = await asyncio.gather(*waiting)
+    cpu_us = (time.process_time() - cpu) / requests * 1e6
     result = await asyncio.get_running_loop().run_in_executor(None, out.get)
     child.join(30)
     assert all(v.outcome == "approve" for v in verdicts)
-    return {"client_rate": result["requests_per_s"], "failures": result["failures"]}
+    return {
+        "client_rate": result["requests_per_s"],
+        "failures": result["failures"],
+        "cpu_us": cpu_us,
+    }
 
 
 async def run(args: argparse.Namespace) -> dict:
@@ -180,7 +192,7 @@ async def run(args: argparse.Namespace) -> dict:
             for _ in range(args.rounds):
                 costs = evaluation_us(gate, args.samples)
                 latencies = await gate_cost_ms(gate, args.sequential)
-                policy_rate = await through_policy(gate, args.requests)
+                policy_rate, policy_cpu = await through_policy(gate, args.requests)
                 posts = await through_posts(gate, url, args.requests)
                 rounds.append(
                     {
@@ -189,6 +201,8 @@ async def run(args: argparse.Namespace) -> dict:
                         "gate_p99_ms": percentile(latencies, 0.99),
                         "policy_per_s": policy_rate,
                         "post_per_s": posts["client_rate"],
+                        "policy_cpu_us": policy_cpu,
+                        "post_cpu_us": posts["cpu_us"],
                         "post_failures": posts["failures"],
                     }
                 )
@@ -206,6 +220,8 @@ async def run(args: argparse.Namespace) -> dict:
         "decided_per_s_policy": round(median["policy_per_s"]),
         "decided_per_s_post": round(median["post_per_s"]),
         "policy_over_post": round(median["policy_per_s"] / median["post_per_s"], 2),
+        "node_cpu_us_per_decision_policy": round(median["policy_cpu_us"]),
+        "node_cpu_us_per_decision_post": round(median["post_cpu_us"]),
         "post_failures": int(median["post_failures"]),
         "requests": args.requests,
         "rounds": args.rounds,
