@@ -61,7 +61,7 @@ class Endorsement(msgspec.Struct, frozen=True):
     """One approver's approval of a request that needs several: who, and their groups then."""
 
     operator: str
-    groups: tuple[str, ...] = ()
+    groups: list[str] = []
     at: str = ""
 
 
@@ -364,7 +364,7 @@ class Approvals:
             or any(e.operator == endorsed.operator for e in given)
         ):
             return None
-        endorsement = Endorsement(endorsed.operator, tuple(endorsed.groups), envelope.event.ts)
+        endorsement = Endorsement(endorsed.operator, list(endorsed.groups), envelope.event.ts)
         request = msgspec.structs.replace(request, endorsements=(*given, endorsement))
         txn.put(key, _encode((position, request)), db=self._pending)
         return ApprovalChanged(
