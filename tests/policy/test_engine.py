@@ -13,23 +13,13 @@ from node.config.model import ConfigError
 from node.policy.engine import TaskFacts, evaluate
 from node.policy.policyset import load_policy_set
 from projections.catalogue import ApproverSlot
+from tests.policy_support import POLICY_TOML
 from tests.support import ROOT, make_config
 
-EXAMPLES_TOML = """
-[[auth.tokens]]
-name = "finance"
-token = "test-finance-token-0000001"
-scopes = ["operate"]
-groups = ["finance"]
-
-[policy]
-files = ["payments.cedar"]
-timezone = "Europe/Berlin"
-
-[policy.requests.spend]
-amount = "decimal"
-payee = "String"
-"""
+# the tests' config (a finance token, spend's fields) with the examples' file and time zone
+EXAMPLES_TOML = POLICY_TOML.replace(
+    'files = ["policies.cedar"]', 'files = ["payments.cedar"]\ntimezone = "Europe/Berlin"'
+)
 
 
 @pytest.fixture(scope="module")
