@@ -74,22 +74,21 @@ class PolicyStep:
         now = datetime.now().astimezone()
         policies = self.current
         ruling = evaluate(policies, agent, capability, request, now, self._task(task_id))
-        ref = _ref(ruling, policies)
-        operator = POLICY_OPERATOR + ruling.ids[0] if ruling.ids else None
         rulings = self.ctx.metrics.policy_rulings
         if ruling.outcome == "forbid":
             rulings.labels(outcome="forbid").inc()
+            ref = _ref(ruling, policies)
             denied = c.ApprovalDecided(
                 id=approval_id,
                 decision="deny",
-                operator=operator,
+                operator=POLICY_OPERATOR + ruling.ids[0],
                 request_hash=request_hash,
                 reason=ruling.reason,
                 policy=ref,
             )
             return Ruled(ruling, ref, decided=denied)
         ruled = (
-            self._permit(agent, capability, approval_id, request_hash, ruling, ref, now)
+            self._permit(agent, capability, approval_id, request_hash, ruling, policies, now)
             if ruling.outcome == "permit"
             else _ask(ruling, policies)
         )
@@ -103,12 +102,11 @@ class PolicyStep:
         approval_id: str,
         request_hash: str,
         ruling: Ruling,
-        ref: c.PolicyRef,
+        policies: PolicySet,
         now: datetime,
     ) -> Ruled:
         """The permit, charged to its budgets; an ask, saying why, when a budget has no room
         for it. What the read model holds and what is in flight count alike."""
-
         delivered = self.ctx.store.last_position
 
         def spent(policy_id: str, budget: Budget) -> Decimal:
@@ -119,10 +117,11 @@ class PolicyStep:
 
         charges = within_budgets(ruling, spent)
         if isinstance(charges, Ruling):
-            return _ask(charges, self.current)
+            return _ask(charges, policies)
         for charge in charges:
             key = (agent, capability, charge.budget)
             self._in_flight.add(approval_id, key, Decimal(charge.amount))
+        ref = _ref(ruling, policies)
         approved = c.ApprovalDecided(
             id=approval_id,
             decision="approve",

@@ -161,7 +161,7 @@ class ApprovalGate(ApprovalDecisions):
                     NewEvent(agent, *c.event_of(ruled.decided)),
                 ]
             )
-        except BaseException:
+        except Exception:  # not written (a cancel is not: the write may still commit)
             self.policy.release(requested.id)
             raise
         return self._verdict(requested.id, ruled.decided.decision)
