@@ -17,11 +17,12 @@ and resolved change in the same transaction. Databases (`rm.approvals.<db>`):
   resolved_order  u64(position of the resolution) → id: the history, one reverse walk
   groups          (agent, capability) → (position that opened the group, pending count):
                   so groups keep their order while they stay non-empty, as they always did
-  charges         budget \0 u64(time, µs) u64(position) → (amount, running total): what
-                  policies permitted under each budget (docs/approvals.md), `budget` the
-                  digest of (agent, capability, policy id); times never go back within a
-                  budget (a clock that does is held at the newest), so the running total at
-                  any key is the sum up to it and a window's sum is two lookups
+  charges         budget u64(time, µs) u64(position) → (amount, running total): what
+                  policies permitted under each budget (docs/approvals.md), `budget` 16 bytes
+                  of the digest of (agent, capability, policy id); times never go back within
+                  a budget (a clock that does is held at the newest), so keys follow positions,
+                  the running total at any key is the sum up to it, and a window's sum is a
+                  few lookups
 Ids and group keys longer than an LMDB key are stored under a digest (`_key`).
 
 A request that needs several approvers (`approvers`) collects `approval.endorsed` events on the
