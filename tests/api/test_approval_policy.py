@@ -282,6 +282,14 @@ def test_the_config_names_each_policy_problem(tmp_path):
     )
     problems = "\n".join(check_file(write_config(tmp_path, POLICY_TOML)))
     assert "policy bad-field:" in problems and "colour" in problems
+    gated = (
+        '[[agents]]\nname = "payer"\ncomponent = "payer.wasm"\n'
+        '[agents.capabilities]\nspend = true\n[agents.approval]\nspend = "policy"\n'
+        "refund = 3\n"
+    )
+    problems = "\n".join(check_file(write_config(tmp_path / "bare", gated)))
+    assert 'agents[0].approval.spend: "policy" needs policy files' in problems
+    assert 'agents[0].approval.refund: expected a boolean, or "policy"' in problems
 
 
 async def test_a_replay_rebuilds_the_same_decisions_budgets_and_approvals(client):
