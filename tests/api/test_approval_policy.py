@@ -21,7 +21,15 @@ from tests.policy_support import (
     write_policy,
 )
 from tests.polling import until
-from tests.support import ADMIN_TOKEN, OPERATE_TOKEN, READ_TOKEN, auth, make_config, write_config
+from tests.support import (
+    ADMIN_TOKEN,
+    OPERATE_TOKEN,
+    READ_TOKEN,
+    auth,
+    make_config,
+    replicate,
+    write_config,
+)
 
 
 @pytest.fixture
@@ -326,3 +334,23 @@ async def test_a_budget_is_kept_across_a_restart(config, aiohttp_client):
     asked = gate_of(again).projection.get(approval_id)
     assert asked.policy.reason.endswith("100 spent, 1 more would pass 100")
     task.cancel()
+
+
+async def test_a_replica_shows_how_far_its_home_is_and_decides_nothing(client):
+    """Another node's agent: its approvals replicate here and show as there, and are decided
+    on its home only."""
+    store = client.app[CONTEXT].store
+    slots = [{"count": 1}, {"count": 1, "group": "finance"}]
+    asked = {"id": "far-1", "capability": "spend", "approvers": slots}
+    await replicate(store, "remote", "approval.requested", asked)
+    endorsed = {"id": "far-1", "operator": "fay", "groups": ["finance"]}
+    await replicate(store, "remote", "approval.endorsed", endorsed)
+    [listed] = await (await client.get("/api/v1/approvals", headers=auth(READ_TOKEN))).json()
+    assert listed["approvals"]["progress"] == "1 of 2, waiting for 1 more approver"
+    url = "/api/v1/approvals/far-1"
+    refused = await client.post(url, json={"decision": "approve"}, headers=auth(OPERATE_TOKEN))
+    assert refused.status == 409 and (await refused.json())["home_node"] == "node-b"
+    # an endorsement in another journal than the request's changes nothing
+    await replicate(store, "elsewhere", "approval.endorsed", {"id": "far-1", "operator": "eve"})
+    approvals = client.app[CONTEXT].projections.get(Approvals)
+    assert [e.operator for e in approvals.get("far-1").endorsements] == ["fay"]

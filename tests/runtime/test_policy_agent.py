@@ -62,8 +62,12 @@ async def node(aiohttp_server, tmp_path, built_agents):
     write_policy(tmp_path, POLICY)
     toml = POLICY_TOML[: POLICY_TOML.index("[policy.requests.spend]")] + REQUESTS
     toml = agent_toml("cashier", built_agents["cashier"], POLICY_CASHIER) + toml
+    # the same agent with `spend = true`: people decide, always, whatever the policies say
+    toml += agent_toml(
+        "strict", built_agents["cashier"], POLICY_CASHIER.replace('"policy"', "true")
+    )
     node = await start_node(aiohttp_server, tmp_path, toml)
-    await started(node, "cashier")
+    await started(node, "cashier", "strict")
     return node
 
 
@@ -73,8 +77,8 @@ async def http():
         yield client
 
 
-async def pay(node, http, payment: dict) -> str:
-    body = {"from": "operator", "to": "cashier", "input": {"pay": payment}}
+async def pay(node, http, payment: dict, to: str = "cashier") -> str:
+    body = {"from": "operator", "to": to, "input": {"pay": payment}}
     response = await http.post(f"{node.url}/api/v1/a2a/tasks", json=body)
     assert response.status_code in (200, 201), response.text
     return response.json()["id"]
@@ -108,6 +112,11 @@ async def test_the_policy_decides_a_real_agents_payments(node, http):
         assert answer.status_code == 200, answer.text
     paid = await until(lambda: output_of(node, large), 20, "two people approved it")
     assert paid["paid"] is True
+
+    # `true` keeps its meaning: the payment the policy permits above waits for a person
+    await pay(node, http, {"amount": 4, "payee": "acme"}, to="strict")
+    (strict,) = await until(gate.projection.list, 20, "the strict agent's payment waits")
+    assert strict.agent == "strict" and not strict.policy
 
 
 async def test_over_a2a_and_ag_ui_a_policy_decision_asks_for_no_input(node, http):
