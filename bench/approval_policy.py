@@ -211,6 +211,7 @@ async def run(args: argparse.Namespace) -> dict:
             await runner.cleanup()
     median = {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
     return {
+        "bench": "approval_policy",
         "ruling_us": round(median["ruling_us"], 1),
         "cedar_call_us": round(median["cedar_us"], 1),
         "ruling_over_cedar": round(median["ruling_us"] / median["cedar_us"], 2),
