@@ -25,6 +25,8 @@ KEYS: dict[type[msgspec.Struct], dict[str, str]] = {
         "actions": "Capability name to the URL an approved action is POSTed to.",
         "secrets": "Secret domain to {key: value} (or key_file: path); agents read them "
         "with get-secret while granted the domain. Never journaled or logged.",
+        "policy": "Approval policies in Cedar that permit, forbid or ask people about each use "
+        'of a capability whose approval is "policy" (docs/approvals.md).',
     },
     c.NodeSection: {
         "name": "The node's name: the origin of every envelope it signs, its identity to peers.",
@@ -73,6 +75,8 @@ KEYS: dict[type[msgspec.Struct], dict[str, str]] = {
         "token_sha256": "The token's SHA-256 in hex (what `agent-node token new` prints).",
         "token_file": "A file holding the token (read at start and on SIGHUP).",
         "scopes": "What the token may do: read, operate, publish, sync, admin (admin: all).",
+        "groups": "Approver groups the token is in: a policy may ask for approvers from a "
+        'group (@approvers("1 from finance")).',
     },
     c.Peer: {
         "name": "The peer's [node] name.",
@@ -135,8 +139,9 @@ KEYS: dict[type[msgspec.Struct], dict[str, str]] = {
         "tick_timeout_ms": "Wall-clock time per call, host calls included.",
         "capabilities": "Capability name to true: what the agent may invoke (http_fetch is "
         "built in; another name is an action, see [actions]).",
-        "approval": "Capability name to true: each use waits for an operator's approval; "
-        "timeout_secs: how long (default 300).",
+        "approval": "Capability name to true: each use waits for an operator's approval; or "
+        'to "policy": the [policy] set permits, forbids or asks people; timeout_secs: how long '
+        "(default 300).",
         "grants": "Secret domains granted to the agent.",
         "http": "What http_fetch may reach.",
         "placement": "Node names that may host the agent (with the NATS mesh; default: this "
@@ -147,6 +152,14 @@ KEYS: dict[type[msgspec.Struct], dict[str, str]] = {
     c.ActionSection: {
         "url": "An approved action is POSTed here as {agent, capability, request}.",
         "timeout_secs": "Deadline of that request.",
+    },
+    c.PolicySection: {
+        "files": "Cedar policy files (relative to this file), read in order; each policy "
+        'names itself with @id("...").',
+        "timezone": "IANA time zone of context.time (hour, weekday, date) (default UTC).",
+        "requests": "Capability to the fields of its request policies may read, each a Cedar "
+        'type ("Long", "String", "Bool", "decimal", "Set<...>", "?" at the end when optional) '
+        "or a table of them.",
     },
 }
 
