@@ -56,8 +56,10 @@ async def http_load(
     body: Callable[[int], dict] | None = None,
     headers: dict[str, str] | None = None,
     expect: int = 201,
+    url_of: Callable[[int], str] | None = None,
 ) -> dict[str, float]:
-    """`requests` calls spread over `concurrency` keep-alive workers; returns rate and latency."""
+    """`requests` calls spread over `concurrency` keep-alive workers; returns rate and latency.
+    `url_of(i)`: each call's own URL (instead of `url`)."""
     latencies: list[float] = []
     counter = iter(range(requests))
     failures = 0
@@ -68,7 +70,8 @@ async def http_load(
             nonlocal failures
             for i in counter:
                 started = time.perf_counter()
-                async with session.request(method, url, json=body(i) if body else None) as r:
+                target = url_of(i) if url_of else url
+                async with session.request(method, target, json=body(i) if body else None) as r:
                     await r.read()
                     if r.status != expect:
                         failures += 1

@@ -46,7 +46,9 @@ class HostileMember:
 
         return asyncio.run(connected())
 
-    def envelope(self, journal: str, seq: int, prev: str, kind: str, data: dict) -> dict:
+    def envelope(
+        self, journal: str, seq: int, prev: str, kind: str, data: dict[str, Any]
+    ) -> dict[str, Any]:
         """An envelope validly signed by this member's key."""
         event = Event(type=kind, ts=utc_now(), origin=self.name, prev=prev, data=data)
         payload = encode_event(event)
@@ -58,7 +60,7 @@ class HostileMember:
             "signature": "ed25519:" + base64.b64encode(signature).decode(),
         }
 
-    def publish(self, envelopes: list[dict]) -> None:
+    def publish(self, envelopes: list[dict[str, Any]]) -> None:
         """On this member's own subject, as its publisher would (one message)."""
         journal, first, last = envelopes[0]["agent"], envelopes[0]["seq"], envelopes[-1]["seq"]
 

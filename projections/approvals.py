@@ -17,7 +17,17 @@ and resolved change in the same transaction. Databases (`rm.approvals.<db>`):
   resolved_order  u64(position of the resolution) → id: the history, one reverse walk
   groups          (agent, capability) → (position that opened the group, pending count):
                   so groups keep their order while they stay non-empty, as they always did
+  charges         budget u64(time, µs) u64(position) → (amount, running total): what
+                  policies permitted under each budget (docs/approvals.md), `budget` 16 bytes
+                  of the digest of (agent, capability, policy id); times never go back within
+                  a budget (a clock that does is held at the newest), so keys follow positions,
+                  the running total at any key is the sum up to it, and a window's sum is a
+                  few lookups
 Ids and group keys longer than an LMDB key are stored under a digest (`_key`).
+
+A request that needs several approvers (`approvers`) collects `approval.endorsed` events on the
+pending entry, one per distinct operator (a second from the same token changes nothing); the
+gate journals the decision with the one that completes the count.
 """
 
 from __future__ import annotations
@@ -25,9 +35,11 @@ from __future__ import annotations
 import builtins
 import hashlib
 from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import Any, Literal, NamedTuple
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
 from eventstore.envelope import Envelope
 from projections import catalogue as c
@@ -36,8 +48,22 @@ from projections.states import ApprovalChanged, ApprovalState, approval_resolved
 
 DEFAULT_TIMEOUT_SECS = 300
 APPROVAL_EVENTS = frozenset(
-    {c.APPROVAL_REQUESTED, c.APPROVAL_DECIDED, c.APPROVAL_TIMED_OUT, c.APPROVAL_ABANDONED}
+    {
+        c.APPROVAL_REQUESTED,
+        c.APPROVAL_DECIDED,
+        c.APPROVAL_TIMED_OUT,
+        c.APPROVAL_ABANDONED,
+        c.APPROVAL_ENDORSED,
+    }
 )
+
+
+class Endorsement(msgspec.Struct, frozen=True):
+    """One approver's approval of a request that needs several: who, and their groups then."""
+
+    operator: str
+    groups: list[str] = []
+    at: str = ""
 
 
 class ApprovalRequest(msgspec.Struct, frozen=True):
@@ -58,6 +84,11 @@ class ApprovalRequest(msgspec.Struct, frozen=True):
     recorded: str | None = None
     recorded_by: str | None = None
     recorded_reason: str | None = None
+    # the policies that asked people and why (issue 47), the approvers it needs (absent: one)
+    # and the distinct ones who approved so far; each left out where it has nothing to say
+    policy: c.PolicyRef | UnsetType = UNSET
+    approvers: tuple[c.ApproverSlot, ...] | UnsetType = UNSET
+    endorsements: tuple[Endorsement, ...] | UnsetType = UNSET
 
 
 Outcome = Literal["approve", "deny", "timeout"]
@@ -88,6 +119,10 @@ class Resolution(msgspec.Struct, frozen=True):
     reason: str | None = None
     capability: str = ""  # what was asked, as the request said (its one-line `detail`)
     detail: str = ""
+    # decided by the policy set: which policies of which set, and why (issue 47); every
+    # distinct approver, when it needed more than one (each left out where it does not apply)
+    policy: c.PolicyRef | UnsetType = UNSET
+    approvers: builtins.list[str] | UnsetType = UNSET
 
 
 class Group(msgspec.Struct, frozen=True):
@@ -111,6 +146,23 @@ _encode = msgspec.msgpack.Encoder().encode
 _decode_pending = msgspec.msgpack.Decoder(tuple[int, ApprovalRequest]).decode
 _decode_resolution = msgspec.msgpack.Decoder(Resolution).decode
 _decode_group = msgspec.msgpack.Decoder(tuple[int, int]).decode
+_decode_charge = msgspec.msgpack.Decoder(tuple[str, str]).decode
+
+
+def budget_key(agent: str, capability: str, budget: str) -> bytes:
+    """The charges of one budget: a digest of (agent, capability, policy id), 16 bytes."""
+    return hashlib.sha256(_encode((agent, capability, budget))).digest()[:16]
+
+
+def _micros(ts: str) -> int:
+    """An event's `ts` as µs since the epoch (0 when it does not parse: never in a window)."""
+    try:
+        moment = datetime.fromisoformat(ts.replace("Z", "+00:00"))
+    except ValueError:
+        return 0
+    if moment.tzinfo is None:
+        return 0
+    return max(0, int(moment.timestamp() * 1_000_000))
 
 
 def _text(value: str) -> bytes:
@@ -144,6 +196,7 @@ class Approvals:
         self._resolved = space.db(self.name, "resolved")
         self._resolved_order = space.db(self.name, "resolved_order")
         self._groups = space.db(self.name, "groups")
+        self._charges = space.db(self.name, "charges")
 
     # ------------------------------------------------------------------ fold
     def fold(self, txn: Txn, envelope: Envelope) -> ApprovalChanged | None:
@@ -158,6 +211,8 @@ class Approvals:
             return None
         if kind == c.APPROVAL_REQUESTED:
             return self._requested(txn, envelope, approval_id)
+        if kind == c.APPROVAL_ENDORSED:
+            return self._endorsed(txn, envelope, approval_id)
         return self._resolved_by(txn, envelope, approval_id)
 
     def _requested(self, txn: Txn, envelope: Envelope, approval_id: str) -> ApprovalChanged | None:
@@ -185,6 +240,8 @@ class Approvals:
             request=asked.request,
             request_hash=asked.request_hash,
             task=asked.task,
+            policy=asked.policy or UNSET,
+            approvers=tuple(asked.approvers) if asked.approvers else UNSET,
         )
         position = envelope.position
         txn.put(key, _encode((position, request)), db=self._pending)
@@ -215,11 +272,14 @@ class Approvals:
         outcome: str
         operator: str | None
         reason: str | None
+        policy: c.PolicyRef | UnsetType = UNSET
+        approvers: builtins.list[str] | UnsetType = UNSET
         payload = c.payload_of(envelope)
         if isinstance(payload, c.ApprovalDecided):
             if payload.later:
                 return self._recorded(txn, key, position, open_request, payload, envelope)
             outcome, operator, reason = payload.decision, payload.operator, payload.reason
+            policy, approvers = payload.policy or UNSET, payload.approvers or UNSET
         elif isinstance(payload, c.ApprovalAbandoned):
             outcome, operator, reason = "abandoned", None, payload.reason
         elif isinstance(payload, c.ApprovalTimedOut):
@@ -246,9 +306,13 @@ class Approvals:
             reason,
             open_request.capability,
             open_request.detail,
+            policy,
+            approvers,
         )
         txn.put(key, _encode(resolution), db=self._resolved)
         txn.put(u64(envelope.position), _text(approval_id), db=self._resolved_order)
+        if isinstance(payload, c.ApprovalDecided) and payload.charges and outcome == "approve":
+            self._charge(txn, open_request, payload.charges, envelope)
         return ApprovalChanged(
             approval=approval_id,
             agent=open_request.agent,
@@ -284,6 +348,87 @@ class Approvals:
             position=envelope.position,
             recorded=decided.decision,
         )
+
+    def _endorsed(self, txn: Txn, envelope: Envelope, approval_id: str) -> ApprovalChanged | None:
+        """One more distinct approver on a pending request; the request stays pending."""
+        key = _id_key(approval_id)
+        raw = txn.get(key, db=self._pending)
+        if raw is None:
+            return None
+        position, request = _decode_pending(raw)
+        endorsed = c.read(c.ApprovalEndorsed, envelope.event.data)
+        given = request.endorsements or ()
+        if (
+            endorsed is None
+            or request.agent != envelope.stream
+            or len(given) >= c.MAX_APPROVERS  # more can never count: a hostile journal's
+            or any(e.operator == endorsed.operator for e in given)
+        ):
+            return None
+        endorsement = Endorsement(endorsed.operator, list(endorsed.groups), envelope.event.ts)
+        request = msgspec.structs.replace(request, endorsements=(*given, endorsement))
+        txn.put(key, _encode((position, request)), db=self._pending)
+        return ApprovalChanged(
+            approval=approval_id,
+            agent=request.agent,
+            task=None,
+            before=ApprovalState.PENDING,
+            after=ApprovalState.PENDING,
+            position=envelope.position,
+        )
+
+    # ------------------------------------------------------------------ budgets
+    def _charge(
+        self,
+        txn: Txn,
+        request: ApprovalRequest,
+        charges: builtins.list[c.BudgetCharge],
+        envelope: Envelope,
+    ) -> None:
+        moment = _micros(envelope.event.ts)
+        for charge in charges:
+            prefix = budget_key(request.agent, request.capability, charge.budget)
+            last_at, total = self._last_charge(txn, prefix)
+            amount = Decimal(charge.amount)
+            at = max(moment, last_at)
+            entry = prefix + u64(at) + u64(envelope.position)
+            txn.put(entry, _encode((str(amount), str(total + amount))), db=self._charges)
+
+    def _last_charge(self, txn: Txn, prefix: bytes) -> tuple[int, Decimal]:
+        """(time, running total) of the budget's newest charge; (0, 0) for none."""
+        return self._charge_before(txn, prefix, prefix + b"\xff" * 16)
+
+    def _charge_before(self, txn: Txn, prefix: bytes, key: bytes) -> tuple[int, Decimal]:
+        """(time, running total) of the budget's last charge before `key`; (0, 0) for none."""
+        cursor = txn.cursor(self._charges)
+        moved = cursor.prev() if cursor.set_range(key) else cursor.last()
+        found = bytes(cursor.key()) if moved else b""
+        if not found.startswith(prefix):
+            return 0, Decimal(0)
+        return int.from_bytes(found[-16:-8], "big"), Decimal(_decode_charge(cursor.value())[1])
+
+    def spent(
+        self, agent: str, capability: str, budget: str, since_micros: int, through: int
+    ) -> Decimal:
+        """What policy `budget` permitted the agent's capability since then, summed over the
+        charges at positions up to `through` (what the node's readers have been handed: the
+        gate counts later ones itself, node/policy/budgets.py)."""
+        prefix = budget_key(agent, capability, budget)
+        with self.space.read() as txn:
+            newest = Decimal(0)
+            cursor = txn.cursor(self._charges)
+            found = cursor.set_range(prefix + b"\xff" * 16)
+            moved = cursor.prev() if found else cursor.last()
+            while moved:  # back past the charges not delivered yet (one commit's, at most)
+                key = bytes(cursor.key())
+                if not key.startswith(prefix):
+                    break
+                if int.from_bytes(key[-8:], "big") <= through:
+                    newest = Decimal(_decode_charge(cursor.value())[1])
+                    break
+                moved = cursor.prev()
+            _, before = self._charge_before(txn, prefix, prefix + u64(since_micros))
+        return max(newest - before, Decimal(0))
 
     # ------------------------------------------------------------------ pending
     @property
@@ -335,6 +480,12 @@ class Approvals:
         with self.space.read() as txn:
             raw = txn.get(_id_key(approval_id), db=self._resolved)
         return _decode_resolution(raw) if raw is not None else None
+
+    def decided_at_once(self, approval_id: str) -> bool:
+        """Decided by the policy set in the request's own write: it never waited for anyone,
+        so a stream shows no input-required or interrupt for it (docs/approvals.md)."""
+        resolution = self.resolution(approval_id)
+        return resolution is not None and bool(resolution.policy)
 
     def is_resolved(self, approval_id: str) -> bool:
         with self.space.read() as txn:

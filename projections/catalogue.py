@@ -27,6 +27,8 @@ APPROVAL_REQUESTED = "approval.requested"
 APPROVAL_DECIDED = "approval.decided"
 APPROVAL_TIMED_OUT = "approval.timed_out"
 APPROVAL_ABANDONED = "approval.abandoned"
+# one approver's approval of a request that needs several (issue 47): never a decision
+APPROVAL_ENDORSED = "approval.endorsed"
 GRANT_CREATED = "grant.created"
 GRANT_REVOKED = "grant.revoked"
 GRANT_RESTORED = "grant.restored"
@@ -128,6 +130,45 @@ def entry(cls: P) -> P:
 
 
 # ----------------------------------------------------------------------------- approvals
+# ---- policies and approvers (issue 47, docs/approvals.md): who decided by which policy set,
+# what a permit charged to a budget, and how many people a request needs
+MAX_APPROVERS = 10  # distinct approvers one request may need
+MAX_POLICY_IDS = 100
+GroupName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
+PolicySetHash = Annotated[str, msgspec.Meta(pattern=r"^sha256:[0-9a-f]{64}$")]
+# an amount of at least 0 as decimal text (a budget's charge, total and limit): exact, whatever
+# JSON carried it as
+Amount = Annotated[str, msgspec.Meta(pattern=r"^[0-9]{1,30}(\.[0-9]{1,10})?$")]
+
+
+class ApproverSlot(msgspec.Struct, frozen=True, kw_only=True):
+    """`count` more distinct approvers, from `group` (a token group) or anyone."""
+
+    count: Annotated[int, msgspec.Meta(ge=1, le=MAX_APPROVERS)]
+    group: GroupName | None = None
+
+
+class PolicyRef(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """The policies (their `@id`s) of the policy set (the sha256 of its files) that decided or
+    asked, and why in words."""
+
+    set: PolicySetHash
+    ids: Annotated[list[Name], msgspec.Meta(max_length=MAX_POLICY_IDS)] = []
+    reason: Text | None = None
+
+
+class BudgetCharge(msgspec.Struct, frozen=True, kw_only=True):
+    """What a permit counted against the budget of policy `budget`: `amount` of the request's
+    `field`, the running `total` with it, within `limit` per `period_secs`."""
+
+    budget: Name
+    field: Name
+    amount: Amount
+    total: Amount
+    limit: Amount
+    period_secs: Annotated[int, msgspec.Meta(gt=0, le=MAX_COUNT)]
+
+
 @entry
 class ApprovalRequested(Payload):
     type = APPROVAL_REQUESTED
@@ -140,6 +181,9 @@ class ApprovalRequested(Payload):
     request: Request = ""
     request_hash: RequestHash = ""
     task: Id | None = None
+    # the policies that asked people, and how many distinct approvers (absent: one)
+    policy: PolicyRef | None = None
+    approvers: Annotated[list[ApproverSlot], msgspec.Meta(max_length=MAX_APPROVERS)] | None = None
 
 
 @entry
@@ -153,6 +197,25 @@ class ApprovalDecided(Payload):
     # no running call waited for it (its agent instance ended): recorded on the request, which
     # stays pending, and applied when the agent asks for exactly the same again
     later: bool | None = None  # written only when true
+    # decided by the policy set (`operator` is "policy:<id>"), with what its permit charged
+    policy: PolicyRef | None = None
+    charges: Annotated[list[BudgetCharge], msgspec.Meta(max_length=MAX_POLICY_IDS)] | None = None
+    # every distinct approver, when the request needed more than one (the last is `operator`)
+    approvers: Annotated[list[Name], msgspec.Meta(max_length=MAX_APPROVERS)] | None = None
+
+
+@entry
+class ApprovalEndorsed(Payload):
+    """One approver's approval of a request that needs several: the request stays pending (a
+    node that does not know this type refuses it rather than reading it as the decision); the
+    one that completes the count is journaled with the `approval.decided` in one write."""
+
+    type = APPROVAL_ENDORSED
+    id: Id
+    operator: Name
+    request_hash: RequestHash = ""
+    # the token's groups when it approved: what the count is judged by, whatever changes later
+    groups: Annotated[list[GroupName], msgspec.Meta(max_length=100)] = []
 
 
 @entry
@@ -382,8 +445,12 @@ class AgentDefinition(msgspec.Struct, kw_only=True, frozen=True):
     sha256: Checksum
     description: Text = ""
     capabilities: Annotated[dict[Name, bool], msgspec.Meta(max_length=MAX_AGENT_ENTRIES)] = {}
-    # capability → gated, plus `timeout_secs` (an int)
-    approval: Annotated[dict[Name, bool | int], msgspec.Meta(max_length=MAX_AGENT_ENTRIES)] = {}
+    # capability → gated (true), or "policy" (the node's policy set decides: issue 47; a node
+    # from before it refuses such a definition rather than run the capability ungated), plus
+    # `timeout_secs` (an int)
+    approval: Annotated[
+        dict[Name, bool | int | Literal["policy"]], msgspec.Meta(max_length=MAX_AGENT_ENTRIES)
+    ] = {}
     limits: AgentLimits
     mcp: bool = False
     grant_domains: Annotated[list[Name], msgspec.Meta(max_length=MAX_AGENT_ENTRIES)] = []
@@ -569,7 +636,8 @@ class KeyRotated(Payload):
 
 @entry
 class NodeReloaded(Payload):
-    """In `$node`: what a SIGHUP reloaded, by name only (never a value or a hash)."""
+    """In `$node`: what a SIGHUP reloaded, by name only (never a value or a token's hash);
+    `policy_set`: the sha256 of the policy files now in force (issue 47)."""
 
     type = NODE_RELOADED
     replicated = False
@@ -577,6 +645,7 @@ class NodeReloaded(Payload):
     peer_tokens: list[Name] = []
     secrets: list[Name] = []
     restart_needed: list[Name] = []
+    policy_set: PolicySetHash | None = None
 
 
 # ----------------------------------------------------------------------------- delivery

@@ -2,8 +2,9 @@
 
 A task belongs to the journal its `task.created` went into (the assigned agent's), an approval
 to the journal of its `approval.requested`; the first such event for an id wins. An event that
-starts, finishes, cancels, decides or times out a task or approval, or creates one under an id
-another journal owns, is folded only when it sits in the owning journal: `Projections.apply`
+starts, finishes, cancels, decides, endorses or times out a task or approval, or creates one
+under an id another journal owns, is folded only when it sits in the owning journal:
+`Projections.apply`
 asks `allows` before any read model sees it. So a peer's journal can never cancel, finish or
 decide what another journal owns. Grants need no entry here: each is keyed by its journal.
 """
@@ -28,6 +29,7 @@ CHANGES = {
     c.APPROVAL_DECIDED: "approval",
     c.APPROVAL_TIMED_OUT: "approval",
     c.APPROVAL_ABANDONED: "approval",
+    c.APPROVAL_ENDORSED: "approval",
 }
 GUARDED = frozenset(CREATES) | frozenset(CHANGES)
 

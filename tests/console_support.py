@@ -14,6 +14,10 @@ from tests.support import write_config
 
 # what an on-call operator holds: read to see, operate to decide (operate alone cannot read)
 ONCALL_TOKEN = "test-oncall-token-00000001"
+# an approver of the finance group, whom a policy may require (docs/approvals.md)
+FINANCE_TOKEN = "test-finance-token-0000001"
+# a request that needs two approvers, one of them from finance
+TWO_WITH_FINANCE = [{"count": 1}, {"count": 1, "group": "finance"}]
 
 
 def console_config(directory: Path, agents: dict[str, Path], *, payer_tick_ms: int = 400) -> Path:
@@ -25,6 +29,12 @@ def console_config(directory: Path, agents: dict[str, Path], *, payer_tick_ms: i
 name = "oncall"
 token = "{ONCALL_TOKEN}"
 scopes = ["read", "operate"]
+
+[[auth.tokens]]
+name = "finance"
+token = "{FINANCE_TOKEN}"
+scopes = ["read", "operate"]
+groups = ["finance"]
 
 [[agents]]
 name = "payer"
@@ -73,9 +83,11 @@ def seed_pending(
     timeout_secs: int = 600,
     detail: str | None = None,
     request: str | None = None,
+    approvers: list[dict[str, object]] | None = None,
 ) -> None:
     """Journal approval requests while no node runs, as a node killed while its agents waited
-    leaves them: the next node lists them as pending and arms their timeouts."""
+    leaves them: the next node lists them as pending and arms their timeouts. `approvers`:
+    the distinct approvers a policy asked for (`[{"count": 1, "group": "finance"}]`)."""
     config = load_config(config_path)
     store = open_store(config, load_or_create_key(config.data_path))
 
@@ -90,6 +102,8 @@ def seed_pending(
             }
             if request is not None:  # the exact text, and the hash a decision binds to
                 data |= {"request": request, "request_hash": hash_request(request)}
+            if approvers is not None:
+                data["approvers"] = approvers
             await store.append(journal, "approval.requested", data)
         await store.close()
 

@@ -122,8 +122,11 @@ class SseStream:
 
 
 # ----------------------------------------------------------------- replicas and components
-def replicate(store, stream: str, type: str, data: dict, *, origin: str = "node-b"):
-    """Import one event of `stream` signed by another node, as a mesh peer's push would.
+def replicate(
+    store, stream: str, type: str, data: dict, *, origin: str = "node-b", ts: str | None = None
+):
+    """Import one event of `stream` signed by another node, as a mesh peer's push would
+    (written at `ts`, by default now).
 
     Returns a coroutine resolving to the import results; the journal's home becomes `origin`.
     """
@@ -136,7 +139,9 @@ def replicate(store, stream: str, type: str, data: dict, *, origin: str = "node-
     head = store.head(stream)
     seq = head.seq + 1 if head else 1
     prev = head.payload_hash if head else ""
-    payload = encode_event(Event(type=type, ts=utc_now(), origin=origin, prev=prev, data=data))
+    payload = encode_event(
+        Event(type=type, ts=ts or utc_now(), origin=origin, prev=prev, data=data)
+    )
     signature = sign(key, stream, seq, digest_of(payload))
     return store.import_envelopes(
         [ForeignEnvelope(stream, seq, payload, signature)],

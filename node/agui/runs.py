@@ -263,7 +263,11 @@ class AguiRuns:
         machine = self.ctx.projections.get(Tasks)
         changes = machine.changes(envelope)
         for change in changes:
-            if isinstance(change, ApprovalChanged) and change.requested:
+            if (
+                isinstance(change, ApprovalChanged)
+                and change.requested
+                and not self.ctx.projections.get(Approvals).decided_at_once(change.approval)
+            ):  # one a policy decided in the same write never interrupts the run
                 asked = c.payload_of(envelope)
                 if self._asked_by(work, change) and isinstance(asked, c.ApprovalRequested):
                     return self._interrupt(agent, asked, work, events), True

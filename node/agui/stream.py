@@ -100,8 +100,14 @@ class AguiTranslator:
     """`approval_change` is the tasks read model's (`Tasks.approval_change`): an interrupt
     opens and resumes on what the one state machine decided, not on raw events."""
 
-    def __init__(self, approval_change: Callable[[Envelope], ApprovalChanged | None]) -> None:
+    def __init__(
+        self,
+        approval_change: Callable[[Envelope], ApprovalChanged | None],
+        decided_at_once: Callable[[str], bool] = lambda approval_id: False,
+    ) -> None:
         self._approval_change = approval_change
+        # a request the policy set decided in its own write never waited: no interrupt
+        self._decided_at_once = decided_at_once
         self.states = AgentStates()
         self._threads: dict[str, AguiThread] = {}
 
@@ -191,7 +197,8 @@ class AguiTranslator:
         change = self._approval_change(envelope)
         if change is not None:
             asked = c.payload_of(envelope)
-            if change.requested and t.run is not None and isinstance(asked, c.ApprovalRequested):
+            waits = change.requested and not self._decided_at_once(change.approval)
+            if waits and t.run is not None and isinstance(asked, c.ApprovalRequested):
                 t.interrupt(asked, envelope.event.ts, out)
             elif (
                 change.outcome is not None and t.run is None and t.interrupted_on == change.approval

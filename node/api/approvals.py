@@ -7,11 +7,13 @@ from typing import Annotated, Literal
 
 import msgspec
 from aiohttp import web
+from msgspec import UNSET, UnsetType
 
 from node.context import CONTEXT
 from node.display.humanize import first_invisible, visible
 from node.placement.key import confirmed
-from node.services.approval_decisions import Decision
+from node.policy.approvers import Approver, progress
+from node.services.approval_decisions import Decision, progress_view
 from node.services.approvals import APPROVALS, ApprovalGate
 from node.web.auth import IDENTITY
 from node.web.http import json_body, json_response
@@ -25,6 +27,16 @@ class Batched(msgspec.Struct):
     groups: list[Group]
 
 
+class ApprovalProgress(msgspec.Struct):
+    """A request that needs several approvers: how many, who approved, what is missing, and
+    all of it in words ("1 of 2, waiting for finance")."""
+
+    needed: int
+    approved_by: list[str]
+    waiting_for: list[str]
+    progress: str
+
+
 class DecisionResult(msgspec.Struct, omit_defaults=True):
     id: str
     decision: Decision
@@ -32,27 +44,34 @@ class DecisionResult(msgspec.Struct, omit_defaults=True):
     # "now": a running call waited and goes on with it; "later": the request is orphaned (the
     # agent instance that asked is gone), the decision is recorded and applies if the agent
     # asks for exactly the same again; "never": orphaned and nothing can ask for it again (its
-    # agent is not hosted here, or it has no request hash to match): the decision closes it
-    applies: Literal["now", "later", "never"]
+    # agent is not hosted here, or it has no request hash to match): the decision closes it;
+    # "waiting": an approval counted toward a request that needs more approvers (`approvals`)
+    applies: Literal["now", "later", "never", "waiting"]
     effect: str
     operator: str = ""
     request_hash: str = ""
     reason: str = ""
+    approvals: ApprovalProgress | None = None
 
 
 class PendingApproval(ApprovalRequest, frozen=True):
-    """A pending request as listed: `state` is `orphaned` when no running call waits for it."""
+    """A pending request as listed: `state` is `orphaned` when no running call waits for it;
+    `approvals` where it needs more than one approver."""
 
     state: Literal["pending", "orphaned"] = "pending"
     note: str | None = None
+    approvals: ApprovalProgress | UnsetType = UNSET
 
 
-class BatchResult(msgspec.Struct):
-    """`ids` were decided; `skipped` were unknown, already resolved or hosted elsewhere."""
+class BatchResult(msgspec.Struct, omit_defaults=True):
+    """`ids` were decided; `waiting` were approved by this token and still need more
+    approvers; `skipped` were unknown, already resolved, hosted elsewhere, or approved by this
+    token already (or needing only groups it is not in)."""
 
     decided: int
     ids: list[str]
     skipped: list[str]
+    waiting: list[str] = []
 
 
 RequestHash = Annotated[str, msgspec.Meta(pattern=r"^sha256:[0-9a-f]{64}$(?!\n)")]
@@ -127,8 +146,18 @@ async def list_approvals(request: web.Request) -> web.Response:
         orphaned = gate.is_orphaned(r)
         note = (ORPHANED_NOTE if gate.can_ask_again(r) else NEVER_NOTE) if orphaned else None
         state: Literal["pending", "orphaned"] = "orphaned" if orphaned else "pending"
-        listed.append(PendingApproval(**msgspec.structs.asdict(r), state=state, note=note))
+        approvals = approval_progress(r) if r.approvers else UNSET
+        listed.append(
+            PendingApproval(
+                **msgspec.structs.asdict(r), state=state, note=note, approvals=approvals
+            )
+        )
     return json_response(listed)
+
+
+def approval_progress(request: ApprovalRequest) -> ApprovalProgress:
+    given = [Approver(e.operator, frozenset(e.groups)) for e in request.endorsements or ()]
+    return ApprovalProgress(**progress_view(progress(request.approvers or (), given)))
 
 
 async def list_batched(request: web.Request) -> web.Response:
@@ -145,6 +174,7 @@ async def decide(request: web.Request) -> web.Response:
         request[IDENTITY].name,
         request_hash=body.request_hash,
         reason=body.reason,
+        groups=request[IDENTITY].groups,
     )
     if asked is not None:
         await confirmed(request.app, [asked.agent])
@@ -154,8 +184,10 @@ async def decide(request: web.Request) -> web.Response:
 async def decide_batch(request: web.Request) -> web.Response:
     body = await json_body(request, BatchBody)
     gate = gate_of(request)
-    operator = request[IDENTITY].name
-    result = await gate.decide_batch(body.ids, body.decision, operator, reason=body.reason)
+    identity = request[IDENTITY]
+    result = await gate.decide_batch(
+        body.ids, body.decision, identity.name, reason=body.reason, groups=identity.groups
+    )
     asked = (gate.projection.resolution(i) for i in result["ids"])
     await confirmed(request.app, [r.agent for r in asked if r is not None])
     return json_response(result)
@@ -204,7 +236,9 @@ def setup(app: web.Application) -> None:
             errors=(400,),
             body=BatchBody,
             description="Pending ids are decided in one atomic append; the others are skipped. "
-            "A denial may carry a `reason`, given to the agent and kept in the history.",
+            "A denial may carry a `reason`, given to the agent and kept in the history. An "
+            "approval of a request that needs several approvers counts toward them (`waiting` "
+            "lists those still pending).",
         ),
     )
     add_route(
@@ -217,13 +251,17 @@ def setup(app: web.Application) -> None:
             "Decide one approval",
             "approvals",
             DecisionResult,
-            errors=(400, 404, 409),
+            errors=(400, 403, 404, 409),
             body=DecisionBody,
             description="404 when the id is unknown, decided or timed out; 409 when the node "
             "abandoned it (with the reason), when the agent is hosted on another node (with "
             "`home_node`), or when `request_hash` is given and is not the pending request's. "
             "On an orphaned request the decision is recorded (`applies: later`) and applies if "
             "the agent asks for the same again. A denial may carry a `reason` (one line, "
-            "up to 500 characters), given to the agent and kept in the history.",
+            "up to 500 characters), given to the agent and kept in the history. On a request "
+            "that needs several approvers (`approvals`), an approval counts once per token and "
+            "the request stays pending (`applies: waiting`) until enough have approved; 409 "
+            "when this token approved it already, 403 when the token is in none of the groups "
+            "still missing; any denial decides.",
         ),
     )

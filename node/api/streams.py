@@ -19,6 +19,7 @@ from node.streams.slots import STREAM_SLOTS, StreamSlot, StreamSlots
 from node.streams.sse import ClientGone, SseWriter, open_stream, sse_content
 from node.web.http import NonNegative, Problem, required_query
 from node.web.routes import Doc, Query, add_route
+from projections.approvals import Approvals
 from projections.journals import Journals
 from projections.tasks import Tasks
 
@@ -203,7 +204,10 @@ async def _close_streams(app: web.Application) -> None:
 
 def setup(app: web.Application) -> None:
     node = app[CONTEXT].config.node
-    app[AGUI] = translator = AguiTranslator(app[CONTEXT].projections.get(Tasks).approval_change)
+    projections = app[CONTEXT].projections
+    app[AGUI] = translator = AguiTranslator(
+        projections.get(Tasks).approval_change, projections.get(Approvals).decided_at_once
+    )
     adapters: dict[Channel, ChannelAdapter] = {
         "events": UnifiedChannel(),
         "a2a": A2AChannel(app[CONTEXT].projections.get(Tasks).task_changes),

@@ -94,6 +94,7 @@ def cmd_approvals_list(node: Node, args: argparse.Namespace) -> int:
         ("capability", "capability"),
         ("expires in", "expires_in"),
         ("state", "state"),
+        ("approvals", "approvals_text"),
         ("size", "size"),
         ("hash", "hash"),
         ("detail", "detail"),
@@ -103,6 +104,7 @@ def cmd_approvals_list(node: Node, args: argparse.Namespace) -> int:
         {
             **p,
             "state": _pending_state(p),
+            "approvals_text": (p.get("approvals") or {}).get("progress", ""),
             "expires_in": _until(p.get("expires_at"), now),
             **_what_is_asked(p),
         }
@@ -168,12 +170,19 @@ HISTORY_COLUMNS = [
 def cmd_approvals_history(node: Node, args: argparse.Namespace) -> int:
     """Resolved requests, newest first: what was asked, the outcome, who decided and why."""
     resolved = node.call("GET", "/api/v1/approvals/history", params={"limit": args.limit})
-    rows = [
-        {**r, "by": r.get("operator") or ("(timed out)" if r["outcome"] == "timeout" else "")}
-        for r in resolved
-    ]
+    rows = [{**r, "by": _decided_by(r)} for r in resolved]
     emit(args, resolved, lambda _: table(rows, HISTORY_COLUMNS))
     return 0
+
+
+def _decided_by(resolution: dict[str, Any]) -> str:
+    """Who decided: the operator, every approver when several were needed, or the policy."""
+    approvers = resolution.get("approvers")
+    if approvers:
+        return ", ".join(map(str, approvers))
+    if resolution.get("outcome") == "timeout":
+        return "(timed out)"
+    return str(resolution.get("operator") or "")
 
 
 def _decide(decision: str) -> Callable[[Node, argparse.Namespace], int]:
@@ -194,12 +203,14 @@ def _decide(decision: str) -> Callable[[Node, argparse.Namespace], int]:
             return 0
         result = node.call("POST", "/api/v1/approvals/batch", json={"ids": ids, **body})
         emit(args, result, lambda r: _batch_summary(decision, r))
-        return 0 if result["decided"] or not ids else 1
+        return 0 if result["decided"] or result.get("waiting") or not ids else 1
 
     return command
 
 
 def _decision_text(result: dict[str, Any]) -> str:
+    if result.get("applies") == "waiting":  # one of several approvers: counted, still pending
+        return visible(f"approval of {result['id']} counted: {result['approvals']['progress']}")
     text = f"{result['decision']} {result['id']} at {result['decided_at']}"
     text = f"{text}: {result['reason']}" if result.get("reason") else text
     return visible(f"{text} ({result['effect']})" if result.get("effect") else text)
@@ -219,6 +230,7 @@ def _group_ids(node: Node, group: str) -> list[str]:
 def _batch_summary(decision: str, result: dict[str, Any]) -> str:
     lines = [f"{decision}: {result['decided']} decided"]
     lines += [f"  {decision} {i}" for i in result["ids"]]
+    lines += [f"  counted toward {i} (it needs more approvers)" for i in result.get("waiting", [])]
     lines += [
         f"  skipped {i} (unknown, already resolved or hosted elsewhere)"
         for i in result.get("skipped", [])

@@ -24,6 +24,7 @@ from node.cli import config as cli_config
 from node.cli import docs as cli_docs
 from node.cli import keyrotate, progress
 from node.cli import mesh as cli_mesh
+from node.cli import policy as cli_policy
 from node.cli.client import add_client_commands
 from node.config import exposure
 from node.config.load import load_config
@@ -88,6 +89,7 @@ def _parser() -> argparse.ArgumentParser:
     cli_config.register(sub)  # config check, config schema (node/cli/config.py)
     keyrotate.register(sub)  # key rotate (node/cli/keyrotate.py)
     cli_mesh.register(sub)  # mesh nats-permissions (node/cli/mesh.py)
+    cli_policy.register(sub)  # policy test (node/cli/policy.py)
     command("replay", cmd_replay, "rebuild every projection from the journal and report counts")
 
     journal = sub.add_parser("journal", help="read journals").add_subparsers(metavar="ACTION")

@@ -32,6 +32,8 @@ KEYS: dict[type[msgspec.Struct], dict[str, str]] = {
         "delivery": "The outbox of notifications (A2A push, approval channels): where it may "
         "send, retries, limits (docs/notifications.md).",
         "notifications": "Who is told that an approval request waits: channels and escalation.",
+        "policy": "Approval policies in Cedar that permit, forbid or ask people about each use "
+        'of a capability whose approval is "policy" (docs/approvals.md).',
     },
     c.NodeSection: {
         "name": "The node's name: the origin of every envelope it signs, its identity to peers.",
@@ -80,6 +82,8 @@ KEYS: dict[type[msgspec.Struct], dict[str, str]] = {
         "token_sha256": "The token's SHA-256 in hex (what `agent-node token new` prints).",
         "token_file": "A file holding the token (read at start and on SIGHUP).",
         "scopes": "What the token may do: read, operate, publish, sync, admin (admin: all).",
+        "groups": "Approver groups the token is in: a policy may ask for approvers from a "
+        'group (@approvers("1 from finance")).',
     },
     c.Peer: {
         "name": "The peer's [node] name.",
@@ -142,8 +146,9 @@ KEYS: dict[type[msgspec.Struct], dict[str, str]] = {
         "tick_timeout_ms": "Wall-clock time per call, host calls included.",
         "capabilities": "Capability name to true: what the agent may invoke (http_fetch and "
         "task_await are built in; another name is an action, see [actions]).",
-        "approval": "Capability name to true: each use waits for an operator's approval; "
-        "timeout_secs: how long (default 300).",
+        "approval": "Capability name to true: each use waits for an operator's approval; or "
+        'to "policy": the [policy] set permits, forbids or asks people; timeout_secs: how long '
+        "(default 300).",
         "grants": "Secret domains granted to the agent.",
         "http": "What http_fetch may reach.",
         "placement": "Node names that may host the agent (with the NATS mesh; default: this "
@@ -216,6 +221,14 @@ KEYS: dict[type[msgspec.Struct], dict[str, str]] = {
         "<public_url>/console/).",
         "escalate_before_secs": "An escalation goes out this long before a request times out "
         "(at most half of its timeout).",
+    },
+    c.PolicySection: {
+        "files": "Cedar policy files (relative to this file), read in order; each policy "
+        'names itself with @id("...").',
+        "timezone": "IANA time zone of context.time (hour, weekday, date) (default UTC).",
+        "requests": "Capability to the fields of its request policies may read, each a Cedar "
+        'type ("Long", "String", "Bool", "decimal", "Set<...>", "?" at the end when optional) '
+        "or a table of them.",
     },
 }
 

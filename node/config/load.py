@@ -18,6 +18,7 @@ import msgspec
 from node.config.exposure import public_problems
 from node.config.model import Config, ConfigError, check_config
 from node.config.secretfiles import read_secret_files
+from node.policy.policyset import policy_problems
 from node.web.tls import tls_problems
 
 
@@ -52,6 +53,7 @@ def config_problems(config: Config, source: str) -> Iterator[str]:
     yield from check_config(config, source)
     yield from tls_problems(config, source)
     yield from public_problems(config, source)
+    yield from policy_problems(config, source)  # the Cedar files of [policy] (issue 47)
 
 
 def _readable(message: str) -> str:

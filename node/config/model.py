@@ -24,6 +24,7 @@ AGENT_NAME_RE = re.compile(AGENT_NAME)
 SCOPES = ("read", "operate", "publish", "sync", "admin")
 Scope = Literal["read", "operate", "publish", "sync", "admin"]
 AgentName = Annotated[str, msgspec.Meta(pattern=AGENT_NAME)]
+GroupName = Annotated[str, msgspec.Meta(pattern=AGENT_NAME)]  # an approver group of tokens
 PositiveInt = Annotated[int, msgspec.Meta(gt=0)]
 NonNegative = Annotated[float, msgspec.Meta(ge=0)]
 
@@ -107,6 +108,8 @@ class TokenEntry(_Section, kw_only=True):
     token_sha256: Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{64}$(?!\n)")] | None = None
     token_file: str | None = None  # read at start and on SIGHUP (node/config/secretfiles.py)
     scopes: list[Scope]
+    # policy (issue 47): the approver groups a rule may ask for (`@approvers("1 from finance")`)
+    groups: Annotated[list[GroupName], msgspec.Meta(max_length=100)] = []
 
 
 class AuthSection(_Section, kw_only=True):
@@ -214,7 +217,15 @@ class AgentConfig(_Section, kw_only=True):
         return int(value)
 
     def is_gated(self, capability: str) -> bool:
-        return capability != "timeout_secs" and self.approval.get(capability) is True
+        """Every use waits at the gate: for people (`true`), or for the policy set's ruling
+        (`"policy"`), which may decide it at once."""
+        if capability == "timeout_secs":
+            return False
+        rule = self.approval.get(capability)
+        return rule is True or rule == APPROVE_BY_POLICY
+
+    def decided_by_policy(self, capability: str) -> bool:
+        return capability != "timeout_secs" and self.approval.get(capability) == APPROVE_BY_POLICY
 
     def limits(self) -> dict[str, int]:
         """The limits of each run, by the names the engine's `AgentSpec` and the journal's
@@ -256,6 +267,21 @@ class McpSection(_Section, kw_only=True):
 
 
 # --- end conformance ----------------------------------------------------------------------
+
+
+# ---- policy (issue 47): Cedar policies that decide routine approval requests (node/policy/)
+APPROVE_BY_POLICY = "policy"  # `[agents.approval] cap = "policy"`: the policy set decides
+
+
+class PolicySection(_Section, kw_only=True):
+    """The policy set (docs/approvals.md): Cedar files, read at start and on SIGHUP; the
+    time zone of `context.time`; and each capability's request fields a policy may read."""
+
+    files: Annotated[list[str], msgspec.Meta(max_length=100)] = []
+    timezone: str = "UTC"
+    # capability → {field → Cedar type ("Long", "String", "Bool", "decimal", "Set<String>", a
+    # trailing "?" when optional) or a table of them (a record)}; checked by node/policy/schema.py
+    requests: dict[str, dict[str, Any]] = {}
 
 
 class ActionSection(_Section, kw_only=True):
@@ -331,6 +357,8 @@ class Config(_Section, kw_only=True):
     secrets: dict[str, dict[str, Any]] = {}
     delivery: DeliverySection = msgspec.field(default_factory=DeliverySection)  # delivery
     notifications: NotificationsSection = msgspec.field(default_factory=NotificationsSection)
+
+    policy: PolicySection = msgspec.field(default_factory=PolicySection)  # issue 47
     # Where the file was read from; relative paths in it are relative to its folder.
     base_dir: str = "."
 
@@ -418,8 +446,8 @@ def _check_hosting(config: Config, source: str) -> Iterator[str]:
             if key == "timeout_secs":
                 if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                     yield f"{where}.approval.timeout_secs: expected a positive integer"
-            elif not isinstance(value, bool):
-                yield f"{where}.approval.{key}: expected true or false"
+            elif not isinstance(value, bool) and value != "policy":
+                yield f'{where}.approval.{key}: expected true, false or "policy"'
         if config.hosting and config.mesh.transport != "nats":
             yield f'{where}: hosting placed agents needs [mesh] transport = "nats"'
             return
@@ -517,7 +545,8 @@ def _check_agent(agent: AgentConfig, where: str) -> Iterator[str]:
                 f"registry:ID@VERSION (SemVer), got {agent.component!r}"
             )
     for key, value in agent.approval.items():
-        if key != "timeout_secs" and value is True and agent.capabilities.get(key) is not True:
+        gates = value is True or value == APPROVE_BY_POLICY
+        if key != "timeout_secs" and gates and agent.capabilities.get(key) is not True:
             yield (
                 f"{where}.approval.{key}: gates a capability the agent does not have "
                 f"(set capabilities.{key} = true, or drop the rule)"
@@ -528,8 +557,8 @@ def _check_agent(agent: AgentConfig, where: str) -> Iterator[str]:
             elif value > MAX_APPROVAL_TIMEOUT_SECS:  # the event catalogue's bound
                 limit = MAX_APPROVAL_TIMEOUT_SECS
                 yield f"{where}.approval.timeout_secs: at most {limit} (30 days)"
-        elif not isinstance(value, bool):
-            yield f"{where}.approval.{key}: expected a boolean"
+        elif not isinstance(value, bool) and value != APPROVE_BY_POLICY:
+            yield f'{where}.approval.{key}: expected a boolean, or "policy" (the policies decide)'
     for capability, value in agent.capabilities.items():
         if capability == "timeout_secs":
             yield f"{where}.capabilities.timeout_secs: not a capability name"

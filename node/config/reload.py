@@ -1,16 +1,18 @@
 """SIGHUP: re-read the config and its `*_file`s, apply new tokens and secrets without a restart.
 
-What changes at once: API tokens (`[[auth.tokens]]`, including peers' incoming sync tokens), the
-tokens presented to peers (`[[peers]] token`), and `[secrets.*]` values (an agent's next
-`get-secret` sees the new value), plus the log redactor's list; the open streams (SSE, A2A,
-AG-UI) of a token no longer configured, or that lost the scope its route needs, end at once.
+What changes at once: API tokens (`[[auth.tokens]]`, including peers' incoming sync tokens, and
+their approver `groups`), the tokens presented to peers (`[[peers]] token`), `[secrets.*]` values
+(an agent's next `get-secret` sees the new value), the policy set (`[policy]`: its files, request
+fields and time zone, from the next request on), plus the log redactor's list; the open streams
+(SSE, A2A, AG-UI) of a token no longer configured, or that lost the scope its route needs, end at
+once.
 Everything else needs a restart; a reload that finds other changes says which sections in the
 log and in the event. A config that does not load is refused as a whole and the running one
 stays.
 
 Each applied reload is journaled as `node.reloaded` in the node-level `$node` journal (never
 replicated) with names only: which tokens, peer tokens and secret keys are now configured,
-never a value or a hash.
+never a value or a token's hash; and the hash of the policy set now in force.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from node.config.load import load_config
 from node.config.model import AgentConfig, Config, ConfigError
 from node.context import CONTEXT
 from node.ops.logsetup import Redactor, secrets_of
+from node.policy.policyset import PolicyError
+from node.services.approvals import APPROVALS
 from node.services.deployments import DEPLOYMENTS
 from node.streams.slots import STREAM_SLOTS
 from node.sync.service import SYNC
@@ -75,6 +79,9 @@ class Reloader:
             slots.revoke_invalid(self._app[TOKENS])
         old.auth = new.auth
         old.secrets = new.secrets  # the runtime reads secrets through this config object
+        policy_set = self._apply_policy(new)
+        if policy_set is not None:
+            old.policy = new.policy
         peer_tokens = self._apply_peer_tokens(old, new)
         if self._redactor is not None:
             self._redactor.update(secrets_of(old))
@@ -84,6 +91,7 @@ class Reloader:
             peer_tokens=peer_tokens,
             secrets=sorted(f"{d}.{k}" for d, values in new.secrets.items() for k in values),
             restart_needed=restart_needed,
+            policy_set=policy_set,
         )
         await ctx.store.append(NODE_STREAM, *c.event_of(reloaded))
         log.info(
@@ -95,6 +103,17 @@ class Reloader:
         if restart_needed:
             log.warning("SIGHUP: changes to %s need a restart to apply", ", ".join(restart_needed))
         return True
+
+    def _apply_policy(self, new: Config) -> str | None:
+        """The new policy set in force for the gate's next request; its hash (None: kept)."""
+        gate = self._app.get(APPROVALS)
+        if gate is None:
+            return None
+        try:
+            return gate.policy.reload(new)
+        except PolicyError as exc:  # a file changed again since the config was checked
+            log.error("SIGHUP: policy set not reloaded, the running one stays: %s", exc)
+            return None
 
     async def _reload_certificate(self, running: Config) -> None:
         """The running listener's certificate and key, read again (node/web/tls.py)."""

@@ -63,6 +63,15 @@ class NodeMetrics:
             ["kind"],
             registry=r,
         )
+        # policy (issue 47): what the approval policies ruled (docs/approvals.md)
+        self.policy_rulings = Counter(
+            "svc_policy_rulings",
+            "Approval requests the policy set ruled on, by outcome (permit, forbid, ask)",
+            ["outcome"],
+            registry=r,
+        )
+        for outcome in ("permit", "forbid", "ask"):
+            self.policy_rulings.labels(outcome=outcome)
         self.build_info.labels(version=__version__, commit=build_commit()).set(1)
         for route in ("local", "cloud"):
             self.inference_requests.labels(route=route)

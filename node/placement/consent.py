@@ -20,8 +20,9 @@ consent allows. The component itself passes this node's own compile check before
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Literal
 
 from node.config.model import AgentConfig, Config, HostingConfig
 from projections import catalogue as c
@@ -34,7 +35,7 @@ class Consent:
 
     source: str  # "hosting" | "agents" | "deployed": where it was said (for people)
     capabilities: frozenset[str]  # enabled
-    gated: frozenset[str]
+    gates: dict[str, bool | str]  # capability → True (always ask) or "policy" (this node's set)
     timeout_secs: int | None
     grant_domains: frozenset[str]
     allow_hosts: frozenset[str]
@@ -48,7 +49,7 @@ class Consent:
         return cls(
             source="hosting",
             capabilities=frozenset(k for k, v in entry.capabilities.items() if v is True),
-            gated=frozenset(k for k, v in entry.approval.items() if v is True),
+            gates=_gates(entry.approval),
             timeout_secs=int(timeout) if isinstance(timeout, int) else None,
             grant_domains=frozenset(entry.grants.domains),
             allow_hosts=frozenset(entry.http.allow_hosts),
@@ -68,7 +69,7 @@ class Consent:
         return cls(
             source=source,
             capabilities=frozenset(k for k, v in definition.capabilities.items() if v),
-            gated=frozenset(k for k, v in definition.approval.items() if v is True),
+            gates=_gates(definition.approval),
             timeout_secs=timeout if isinstance(timeout, int) and timeout is not True else None,
             grant_domains=frozenset(definition.grant_domains),
             allow_hosts=frozenset(definition.allow_hosts),
@@ -82,11 +83,11 @@ class Consent:
         capabilities = {
             k: bool(v) and k in self.capabilities for k, v in definition.capabilities.items()
         }
-        approval: dict[str, bool | int] = {
-            k: True
-            for k in sorted({k for k, v in definition.approval.items() if v is True} | self.gated)
-            if k != "timeout_secs"
-        }
+        asked = _gates(definition.approval)
+        approval: dict[str, bool | int | Literal["policy"]] = {}
+        for name in sorted(set(asked) | set(self.gates)):  # the stricter of the two
+            strictness = max(_STRICTNESS[asked.get(name)], _STRICTNESS[self.gates.get(name)])
+            approval[name] = True if strictness == 2 else "policy"
         timeouts = [
             t
             for t in (definition.approval.get("timeout_secs"), self.timeout_secs)
@@ -94,12 +95,12 @@ class Consent:
         ]
         if timeouts:
             approval["timeout_secs"] = min(timeouts)
-        asked, cap = definition.limits, self.limits
+        wanted, cap = definition.limits, self.limits
         limits = c.AgentLimits(
-            tick_interval_ms=max(asked.tick_interval_ms, cap.tick_interval_ms),
-            fuel_per_tick=min(asked.fuel_per_tick, cap.fuel_per_tick),
-            memory_limit_mb=min(asked.memory_limit_mb, cap.memory_limit_mb),
-            tick_timeout_ms=min(asked.tick_timeout_ms, cap.tick_timeout_ms),
+            tick_interval_ms=max(wanted.tick_interval_ms, cap.tick_interval_ms),
+            fuel_per_tick=min(wanted.fuel_per_tick, cap.fuel_per_tick),
+            memory_limit_mb=min(wanted.memory_limit_mb, cap.memory_limit_mb),
+            tick_timeout_ms=min(wanted.tick_timeout_ms, cap.tick_timeout_ms),
         )
         return c.AgentDefinition(
             component=definition.component,
@@ -117,14 +118,26 @@ class Consent:
         """Why this node may not host `definition` (None: it may)."""
         if self.components and definition.sha256 not in self.components:
             return f"its component {definition.sha256} is not one this node allows"
-        asked = set(definition.grant_domains)
-        unconsented = sorted(asked - self.grant_domains)
+        domains = set(definition.grant_domains)
+        unconsented = sorted(domains - self.grant_domains)
         if unconsented:
             return f"it asks for grant domains this node does not grant it: {unconsented}"
-        unserved = sorted(asked - set(served))
+        unserved = sorted(domains - set(served))
         if unserved:
             return f"this node has no secrets for its grant domains {unserved}"
         return None
+
+
+# how strict a gate is: absent (ungated) < "policy" (this node's policy set rules) < True (ask)
+_STRICTNESS: dict[object, int] = {None: 0, False: 0, "policy": 1, True: 2}
+
+
+def _gates(approval: Mapping[str, object]) -> dict[str, bool | str]:
+    return {
+        name: value
+        for name, value in approval.items()
+        if name != "timeout_secs" and value in (True, "policy")
+    }
 
 
 def operator_definition(deployed: DeployedAgent | None) -> c.AgentDefinition | None:

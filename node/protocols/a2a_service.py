@@ -296,6 +296,8 @@ class A2AService:
                 if change.task != task_id or (not change.requested and change.outcome is None):
                     continue
                 approval = change.approval
+                if change.requested and views.approvals.decided_at_once(approval):
+                    continue  # a policy decided it in the same write: no input was required
                 if change.requested:
                     out.append(
                         (

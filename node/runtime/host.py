@@ -57,7 +57,7 @@ TASK_EVENT_WAIT_SECS = 30.0
 
 class ApprovalGate(Protocol):
     """What the host needs of the gate (node/services/approvals.py): journal the request, wait
-    for an operator or the timeout."""
+    for an operator or the timeout (`policy`: the policy set rules first, and may decide)."""
 
     async def ask(
         self,
@@ -66,6 +66,7 @@ class ApprovalGate(Protocol):
         request: str,
         timeout_secs: int | None = None,
         task_id: str | None = None,
+        policy: bool = False,
     ) -> Verdict: ...  # the outcome, with who decided and their reason
 
 
@@ -273,8 +274,11 @@ class JournalHost:
         shown = self.s.redactor.text(request)
         timeout = self.agent.approval_timeout_secs
         task_id = self._run.detail if self._run is not None and self._run.kind == "task" else None
+        by_policy = self.agent.decided_by_policy(capability)
         with exempt_from_deadline():  # waiting for a person is not the agent's wasm time
-            verdict = self._on_loop(gate.ask(self.name, capability, shown, timeout, task_id))
+            verdict = self._on_loop(
+                gate.ask(self.name, capability, shown, timeout, task_id, policy=by_policy)
+            )
         if verdict.outcome == "deny":
             raise HostError("approval-denied", denial_message(capability, verdict))
         if verdict.outcome != "approve":

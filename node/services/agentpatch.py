@@ -6,7 +6,7 @@ runs, so a patch names only what changes, and `null` puts a key back to its defa
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -29,7 +29,7 @@ class AgentPatch(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     tick_timeout_ms: int | None = None
     mcp: bool | None = None
     capabilities: dict[str, bool | None] | None = None
-    approval: dict[str, bool | int | None] | None = None
+    approval: dict[str, bool | int | Literal["policy"] | None] | None = None
     grant_domains: list[str] | None = None
     allow_hosts: list[str] | None = None
     # the nodes that may host it, replaced whole; `null` or absent: the set it has (docs/api.md)

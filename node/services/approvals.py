@@ -33,6 +33,7 @@ from node.context import NodeContext
 from node.display.request_summary import summary  # the one-line `detail`, from the request's shape
 from node.services.approval_decisions import ApprovalDecisions
 from node.services.approval_follower import ApprovalFollower
+from node.services.approval_policy import PolicyStep, Ruled
 from node.services.approval_timeouts import ApprovalTimeouts
 from node.services.journal import ensure_local
 from projections import catalogue as c
@@ -59,13 +60,16 @@ class ApprovalGate(ApprovalDecisions):
         self._waiters: dict[str, asyncio.Future[Outcome]] = {}
         # ids with a resolution being appended: a concurrent decide or timer must not add another
         self._claimed: set[str] = set()
+        self._endorsing = asyncio.Lock()
         self._timeouts = ApprovalTimeouts(ctx, self._claimed)
         self._follower = ApprovalFollower(self)
         self._closed = False
+        self.policy = PolicyStep(ctx)  # the policy set in force (issue 47)
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
         """Follow resolutions in the journal and arm a timer for every local pending request."""
+        self.ctx.store.add_commit_listener(self.policy.on_commit)  # budgets in flight
         self.ctx.store.add_commit_listener(self._follower.on_commit)
         await self._timeouts.start()
 
@@ -87,11 +91,14 @@ class ApprovalGate(ApprovalDecisions):
         request: str,
         timeout_secs: int | None = None,
         task_id: str | None = None,
+        policy: bool = False,
     ) -> Verdict:
         """Journal `approval.requested` and wait: the outcome ("approve", "deny" or "timeout")
         with who decided and why (the host tells the agent).
 
-        `task_id` names the task whose run asks, so that canceling the task denies it.
+        `task_id` names the task whose run asks, so that canceling the task denies it. With
+        `policy`, the policy set rules first: a permit or a forbid is journaled with the request
+        in one write and returned at once; an ask waits for the people it names.
         """
         if self._closed:
             raise GateClosedError("the node is shutting down")
@@ -119,7 +126,6 @@ class ApprovalGate(ApprovalDecisions):
                 self._waiters.pop(orphan.id, None)
         await self._abandon_replaced(agent, capability, task_id, request)
         approval_id = str(uuid.uuid4())
-        self._waiters[approval_id] = future
         data: dict[str, Any] = {
             "id": approval_id,
             "capability": capability,
@@ -130,12 +136,35 @@ class ApprovalGate(ApprovalDecisions):
         }
         if task_id is not None:
             data["task"] = task_id
+        if policy:
+            ruled = self.policy.rule(agent, capability, request, approval_id, request_hash, task_id)
+            data.update(policy=ruled.policy, approvers=ruled.approvers)
+            if ruled.decided is not None:
+                return await self._decided_by_policy(agent, c.ApprovalRequested(**data), ruled)
+        self._waiters[approval_id] = future
         try:
             await self.ctx.store.append(agent, *c.event_of(c.ApprovalRequested(**data)))
             self._timeouts.arm(approval_id, timeout_secs)
             return self._verdict(approval_id, await future)
         finally:
             self._waiters.pop(approval_id, None)
+
+    async def _decided_by_policy(
+        self, agent: str, requested: c.ApprovalRequested, ruled: Ruled
+    ) -> Verdict:
+        """The request and the policy's decision in one atomic write: never pending."""
+        assert ruled.decided is not None
+        try:
+            await self.ctx.store.append_many(
+                [
+                    NewEvent(agent, *c.event_of(requested)),
+                    NewEvent(agent, *c.event_of(ruled.decided)),
+                ]
+            )
+        except Exception:  # not written (a cancel is not: the write may still commit)
+            self.policy.release(requested.id)
+            raise
+        return self._verdict(requested.id, ruled.decided.decision)
 
     def _verdict(self, approval_id: str, outcome: Outcome) -> Verdict:
         """The outcome with the decider and reason the journal holds for it."""

@@ -20,6 +20,7 @@ class Identity:
 
     name: str
     scopes: frozenset[str]
+    groups: frozenset[str] = frozenset()  # approver groups (docs/approvals.md)
 
     def allows(self, needed: Scopes) -> bool:
         return "admin" in self.scopes or any(scope in self.scopes for scope in needed)
@@ -44,7 +45,7 @@ class TokenTable:
         self._entries = [
             (
                 bytes.fromhex(t.token_sha256) if t.token_sha256 else token_digest(t.token or ""),
-                Identity(t.name, frozenset(t.scopes)),
+                Identity(t.name, frozenset(t.scopes), frozenset(t.groups)),
             )
             for t in auth.tokens
         ]

@@ -10,7 +10,13 @@ import time
 
 import pytest
 
-from tests.console_support import ONCALL_TOKEN, console_config, seed_pending
+from tests.console_support import (
+    FINANCE_TOKEN,
+    ONCALL_TOKEN,
+    TWO_WITH_FINANCE,
+    console_config,
+    seed_pending,
+)
 from tests.polling import wait_until
 from tests.support import (
     ADMIN_TOKEN,
@@ -33,6 +39,7 @@ def node(tmp_path_factory, built_agents):
     config = console_config(directory, built_agents, payer_tick_ms=60_000)
     seed_pending(config, "ledger", "refund", ["r-1", "r-2", "r-3"])
     seed_pending(config, "ledger", "export", ["e-1", "e-2"])
+    seed_pending(config, "ledger", "payout", ["p-1"], approvers=TWO_WITH_FINANCE)
     node = NodeProcess(config)
     with logs_on_failure(node.log_path), node:
         yield node
@@ -100,6 +107,24 @@ def test_approvals_list_approve_and_deny_a_group(node):
     assert missing.returncode == 1 and "no pending approvals" in missing.stderr
     usage = cli(node, "approvals", "deny")
     assert usage.returncode == 2 and "--group" in usage.stderr
+
+
+def test_two_approvers_one_from_finance_through_the_cli(node):
+    def row() -> str:
+        listed = cli(node, "approvals", "list").stdout.splitlines()
+        return next(line for line in listed if line.startswith("p-1 "))
+
+    assert "0 of 2, waiting for finance, 1 more approver" in row()
+    first = cli(node, "approvals", "approve", "p-1", token=ONCALL_TOKEN)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.strip() == "approval of p-1 counted: 1 of 2, waiting for finance"
+    assert "1 of 2, waiting for finance" in row()
+    again = cli(node, "approvals", "approve", "p-1", token=ONCALL_TOKEN)
+    assert again.returncode == 1 and "a token counts once" in again.stderr
+    last = cli(node, "approvals", "approve", "p-1", token=FINANCE_TOKEN)
+    assert last.returncode == 0 and last.stdout.startswith("approve p-1 at "), last.stderr
+    history = cli(node, "approvals", "history", "--limit", "1").stdout.splitlines()
+    assert "oncall, finance" in history[1] and "p-1" in history[1]
 
 
 def test_a_read_token_may_list_but_not_decide(node):

@@ -17,7 +17,14 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
-from tests.console_support import ONCALL_TOKEN, console_config, seed_denied, seed_pending
+from tests.console_support import (
+    FINANCE_TOKEN,
+    ONCALL_TOKEN,
+    TWO_WITH_FINANCE,
+    console_config,
+    seed_denied,
+    seed_pending,
+)
 from tests.support import ADMIN_TOKEN, READ_TOKEN, ROOT, NodeProcess, logs_on_failure
 
 CHROMIUM = os.environ.get("CHROMIUM", shutil.which("chromium") or "/usr/bin/chromium")
@@ -47,6 +54,8 @@ def node(tmp_path_factory, built_agents) -> Iterator[NodeProcess]:
     hostile_request = json.dumps({"amount": 90000, "memo": HOSTILE})
     seed_pending(config, "ledger", "spend", ["hostile-1"], detail=HOSTILE, request=hostile_request)
     seed_denied(config, "ledger", "refund", "reversed-1", "\u202eevorppa")
+    # a request a policy asked two people for, one of them from finance
+    seed_pending(config, "ledger", "payout", ["payout-1"], approvers=TWO_WITH_FINANCE)
     node = NodeProcess(config)
     with logs_on_failure(node.log_path), node:
         yield node
@@ -184,6 +193,36 @@ def test_batch_deny_a_group(node, open_page):
         history = {r["id"]: r for r in http.get("/api/v1/approvals/history").json()}
     assert not pending & {"refund-1", "refund-2", "refund-3"}
     assert history["refund-2"]["outcome"] == "deny" and history["refund-2"]["operator"] == "oncall"
+
+
+@screenshot_on_failure
+def test_two_approvers_one_from_finance(node, open_page):
+    """The inbox says how far a request that needs two people is, live on every page; the
+    same token approving twice counts once; the second approver decides."""
+    oncall, finance = open_page(), open_page()
+    sign_in(oncall, node, ONCALL_TOKEN)
+    sign_in(finance, node, FINANCE_TOKEN)
+    mine = oncall.locator('li.request[data-id="payout-1"]')
+    theirs = finance.locator('li.request[data-id="payout-1"]')
+    expect(mine.locator(".approvals")).to_have_text("0 of 2, waiting for finance, 1 more approver")
+    mine.get_by_role("button", name="approve payout-1").click()
+    expect(oncall.locator(".notice")).to_have_text(
+        "Approval of payout-1 counted: 1 of 2, waiting for finance"
+    )
+    expect(mine.locator(".approvals")).to_have_text("1 of 2, waiting for finance")
+    # the other page learns it from the stream
+    expect(theirs.locator(".approvals")).to_have_text("1 of 2, waiting for finance")
+    mine.get_by_role("button", name="approve payout-1").click()
+    expect(oncall.locator("#error")).to_contain_text("a token counts once")
+    expect(mine).to_have_count(1)
+    theirs.get_by_role("button", name="approve payout-1").click()
+    expect(theirs).to_have_count(0)
+    expect(mine).to_have_count(0)  # decided: gone from every inbox
+    for page in (oncall, finance):
+        expect(page.locator("table tr", has_text="payout-1")).to_contain_text("oncall, finance")
+    with node.client() as http:
+        history = {r["id"]: r for r in http.get("/api/v1/approvals/history").json()}
+    assert history["payout-1"]["approvers"] == ["oncall", "finance"]
 
 
 def no_page_overflow(page: Page) -> None:

@@ -29,6 +29,23 @@ function orphaned(request) {
   ];
 }
 
+// A request a policy sent to people, or that needs several approvers: why, and how far it is
+// ("1 of 2, waiting for finance").
+function approvalsNeeded(request) {
+  const parts = [];
+  if (request.approvals) {
+    parts.push(" · ", h("span", { class: "approvals", title: `approved by: ${request.approvals.approved_by.join(", ") || "nobody yet"}` }, request.approvals.progress));
+  }
+  if (request.policy?.reason) parts.push(" · ", h("span", { class: "policy-reason" }, `policy: ${request.policy.reason}`));
+  return parts;
+}
+
+/** Who decided, as the history shows it: every approver when several were needed. */
+function decidedBy(r) {
+  if (r.approvers?.length) return r.approvers.join(", ");
+  return r.operator || (r.outcome === "timeout" ? "(timed out)" : "");
+}
+
 function expiryOf(ts, timeoutSecs) {
   const start = new Date(ts).getTime();
   return Number.isNaN(start) ? ts : new Date(start + timeoutSecs * 1000).toISOString();
@@ -38,7 +55,7 @@ function add(request) {
   if (!pending.has(request.id)) pending.set(request.id, request);
 }
 
-function resolve(id, agent, outcome, at, operator, reason) {
+function resolve(id, agent, outcome, at, operator, reason, approvers) {
   const request = pending.get(id);
   pending.delete(id);
   selected.delete(id);
@@ -51,6 +68,7 @@ function resolve(id, agent, outcome, at, operator, reason) {
     outcome,
     at,
     operator,
+    approvers: approvers || null,
     reason: reason || null,
     capability: request?.capability || "",
     detail: request?.detail || "",
@@ -127,21 +145,39 @@ function decisionBody(decision, reason) {
   return decision === "deny" && text ? { decision, reason: text } : { decision };
 }
 
+/** Re-read how far the requests that need several approvers are (after an approval of one). */
+async function refreshProgress() {
+  const list = await api("/api/v1/approvals");
+  for (const r of list) {
+    const known = pending.get(r.id);
+    if (known) Object.assign(known, { approvals: r.approvals, endorsements: r.endorsements });
+  }
+}
+
 async function decide(ids, decision, reason) {
   await attempt(`${decision} failed`, async () => {
     if (ids.length === 1) {
       const body = decisionBody(decision, reason ?? reasons.get(ids[0]));
       const result = await api(`/api/v1/approvals/${encodeURIComponent(ids[0])}`, { method: "POST", body });
-      resolve(result.id, pending.get(result.id)?.agent, decision, result.decided_at, result.operator, result.reason);
-      notice = `${decision === "approve" ? "Approved" : "Denied"} ${result.id}`;
+      if (result.applies === "waiting") {
+        // one of several approvers: it stays pending until enough have approved
+        const request = pending.get(result.id);
+        if (request) request.approvals = result.approvals;
+        notice = `Approval of ${result.id} counted: ${result.approvals.progress}`;
+      } else {
+        resolve(result.id, pending.get(result.id)?.agent, decision, result.decided_at, result.operator, result.reason, result.approvals?.approved_by);
+        notice = `${decision === "approve" ? "Approved" : "Denied"} ${result.id}`;
+      }
     } else {
       const body = { ids, ...decisionBody(decision, reason ?? batchReason) };
       const result = await api("/api/v1/approvals/batch", { method: "POST", body });
       const now = new Date().toISOString();
       for (const id of result.ids) resolve(id, pending.get(id)?.agent, decision, now, null, body.reason);
       if (body.reason) batchReason = "";
-      const skipped = result.skipped?.length ? `, ${result.skipped.length} skipped (already resolved or not hosted here)` : "";
-      notice = `${decision === "approve" ? "Approved" : "Denied"} ${result.decided}${skipped}`;
+      const waiting = result.waiting?.length ? `, ${result.waiting.length} counted (they need more approvers)` : "";
+      if (waiting) await refreshProgress();
+      const skipped = result.skipped?.length ? `, ${result.skipped.length} skipped (already resolved, not hosted here, or approved by you already)` : "";
+      notice = `${decision === "approve" ? "Approved" : "Denied"} ${result.decided}${waiting}${skipped}`;
     }
     scheduleRender();
   });
@@ -183,6 +219,7 @@ function requestRow(request) {
         { class: "meta" },
         `${request.agent}${request.origin ? ` on ${request.origin}` : ""} · asked ${when(request.requested_at)} · `,
         h("span", { class: "countdown", dataset: { expires: request.expires_at } }, countdown(request.expires_at)),
+        ...approvalsNeeded(request),
         ...orphaned(request),
       ),
       h(
@@ -247,7 +284,7 @@ function historyTable() {
       h("td", {}, r.capability || ""),
       h("td", { class: "what" }, r.detail || ""),
       h("td", { class: `outcome ${r.outcome}` }, r.outcome),
-      h("td", {}, r.operator || (r.outcome === "timeout" ? "(timed out)" : "")),
+      h("td", {}, decidedBy(r)),
       h("td", { class: "reason" }, r.reason || ""),
       h("td", { class: "mono" }, r.id),
     ),
@@ -367,6 +404,13 @@ export default {
       const { ts, timeout_secs: _t, ...rest } = data;
       add({ ...rest, requested_at: ts, timeout_secs: timeout, expires_at: expiryOf(ts, timeout) });
       scheduleRender();
+      if (Array.isArray(data.approvers) && data.approvers.length) {
+        // needs several approvers: how many and from which groups, in words, from the node
+        attempt("loading approvals", async () => {
+          await refreshProgress();
+          scheduleRender();
+        });
+      }
     } else if (name === "approval_decided" && data.later && pending.has(data.id)) {
       // recorded for a later identical request: it stays pending, with the decision on it
       Object.assign(pending.get(data.id), {
@@ -380,8 +424,14 @@ export default {
       resolve(data.id, data.agent, "abandoned", data.ts, null, data.reason);
       scheduleRender();
     } else if (name === "approval_decided" && pending.has(data.id)) {
-      resolve(data.id, data.agent, data.decision, data.ts, data.operator, data.reason);
+      resolve(data.id, data.agent, data.decision, data.ts, data.operator, data.reason, data.approvers);
       scheduleRender();
+    } else if (name === "approval_endorsed" && pending.has(data.id)) {
+      // someone approved a request that needs several: how far it is now, from the node
+      attempt("loading approvals", async () => {
+        await refreshProgress();
+        scheduleRender();
+      });
     } else if (name === "approval_timed_out" && pending.has(data.id)) {
       resolve(data.id, data.agent, "timeout", data.ts, null);
       scheduleRender();

@@ -1,0 +1,73 @@
+"""Consent (node/placement/consent.py): what a placed agent gets on a node is its definition
+bounded by that node's operator's word; a replicated definition may ask for less, never more."""
+
+from __future__ import annotations
+
+import msgspec
+
+from node.config.model import HostingConfig
+from node.placement.consent import Consent
+from projections import catalogue as c
+
+LIMITS = c.AgentLimits(
+    tick_interval_ms=50, fuel_per_tick=10**10, memory_limit_mb=4096, tick_timeout_ms=60_000
+)
+
+
+def definition(**fields) -> c.AgentDefinition:
+    base = {"component": "registry:payer@1.0.0", "sha256": "sha256:" + "a" * 64, "limits": LIMITS}
+    return c.AgentDefinition(**(base | fields))
+
+
+def hosting(**fields) -> Consent:
+    return Consent.of_hosting(msgspec.convert({"agent": "payer", **fields}, HostingConfig))
+
+
+def test_a_definition_gets_no_capability_the_consent_does_not_enable():
+    asked = definition(capabilities={"spend": True, "http_fetch": True, "mail": False})
+    got = hosting(capabilities={"spend": True}).bound(asked)
+    assert got.capabilities == {"spend": True, "http_fetch": False, "mail": False}
+
+
+def test_the_stricter_gate_holds_true_over_policy_over_none():
+    asked = definition(
+        capabilities={"spend": True, "refund": True, "read": True, "ping": True},
+        approval={"refund": "policy", "read": True, "timeout_secs": 900},
+    )
+    consent = hosting(
+        capabilities={"spend": True, "refund": True, "read": True, "ping": True},
+        approval={"spend": "policy", "refund": True, "timeout_secs": 60},
+    )
+    got = consent.bound(asked)
+    assert got.approval == {"spend": "policy", "refund": True, "read": True, "timeout_secs": 60}
+    ungated = hosting(capabilities={"spend": True}).bound(
+        definition(capabilities={"spend": True}, approval={"spend": "policy"})
+    )
+    assert ungated.approval == {"spend": "policy"}  # a definition's gate is never dropped
+
+
+def test_limits_grants_hosts_and_mcp_are_the_smaller_of_the_two():
+    asked = definition(
+        grant_domains=["payments", "mail"], allow_hosts=["a.example", "b.example"], mcp=True
+    )
+    got = hosting(
+        grants={"domains": ["payments"]}, http={"allow_hosts": ["b.example"]}, mcp=False
+    ).bound(asked)
+    assert got.grant_domains == ["payments"] and got.allow_hosts == ["b.example"]
+    assert got.mcp is False
+    assert got.limits == c.AgentLimits(
+        tick_interval_ms=100,
+        fuel_per_tick=2_000_000_000,
+        memory_limit_mb=64,
+        tick_timeout_ms=10_000,
+    )
+
+
+def test_a_node_is_eligible_only_for_domains_it_consents_to_and_serves_and_pinned_components():
+    asked = definition(grant_domains=["payments"])
+    assert "does not grant" in hosting().refusal(asked, ["payments"])
+    consent = hosting(grants={"domains": ["payments"]})
+    assert "no secrets" in consent.refusal(asked, [])
+    assert consent.refusal(asked, ["payments"]) is None
+    pinned = hosting(grants={"domains": ["payments"]}, components=["sha256:" + "b" * 64])
+    assert "not one this node allows" in pinned.refusal(asked, ["payments"])
