@@ -56,7 +56,7 @@ export function placementPanel(d, move) {
   if (!p) return null;
   const facts = [
     ["Runs on", "placement-home", [runsOn(p), " ", suspectMark(p)]],
-    ["Lease", "placement-lease", [h("span", { id: "placement-lease-text" }, leaseText(p)), " ", suspectMark(p)]],
+    ["Lease", "placement-lease", h("span", { id: "placement-lease-text" }, leaseText(p))],
     ["Stopped by", "placement-stopped", p.stopped_by],
     // the revision its journal names is the one shown above, unless they drifted apart
     ["Journal's revision", "placement-revision", p.revision && p.revision !== d.current.revision ? `${p.revision} (its latest agent.placed)` : null],
