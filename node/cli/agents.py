@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 from node.cli.node_api import ClientError, Node, emit, segment, table
+from node.cli.placed import placement_lines, runs_on, stopped_text
 from node.cli.progress import say, while_waiting
 from node.display.humanize import (
     visible,  # what agents and clients wrote, on one line, shown as it is
@@ -126,18 +127,17 @@ def _path(name: str, verb: str = "") -> str:
 
 
 def _row(agent: dict[str, Any]) -> dict[str, Any]:
-    current = agent["current"]
-    placement = agent.get("placement") or {}
+    current, status = agent["current"], agent["status"]
+    if agent["stopped"]:
+        status = "replica (stopped)" if status == "replica" else "stopped"
     return {
         "name": agent["name"],
         "source": agent["source"],
-        "status": "stopped"
-        if agent["stopped"] and agent["status"] != "replica"
-        else agent["status"],
+        "status": status,
         "revision": current["revision"] or "-",
         "version": current["version"] or "-",
         "component": current["component"],
-        "home": placement.get("home") or "-",
+        "home": runs_on(agent.get("placement")),
     }
 
 
@@ -152,9 +152,15 @@ ROW_COLUMNS = [
 ]
 
 
+def _status_text(agent: dict[str, Any]) -> str:
+    if agent["status"] == "replica":  # its home is named below
+        return "replica" + (f", {stopped_text(agent)}" if agent["stopped"] else "")
+    return stopped_text(agent) if agent["stopped"] else agent["status"]
+
+
 def _agent_text(agent: dict[str, Any]) -> str:
     current, definition = agent["current"], agent["definition"]
-    status = "stopped by an operator" if agent["stopped"] else agent["status"]
+    status = _status_text(agent)
     if agent.get("phase") and not agent["stopped"]:
         reason = f": {agent['reason']}" if agent.get("reason") else ""
         status += f" ({agent['phase']}{reason})"
@@ -162,53 +168,24 @@ def _agent_text(agent: dict[str, Any]) -> str:
         f"agent: {agent['name']} ({agent['source']})",
         f"status: {status}",
         f"revision: {current['revision']}  version: {current['version'] or '-'}",
-        f"component: {current['component']}  {current['sha256']}",
+        f"component: {current['component']}  {current['sha256']}".rstrip(),
         f"capabilities: {', '.join(k for k, v in definition['capabilities'].items() if v) or '-'}",
     ]
     if agent.get("last_error"):
-        lines.append(f"last error: {visible(agent['last_error'])}")
+        lines.append(f"last error: {agent['last_error']}")
     if agent["previous"]:
         back = agent["previous"][-1]
         lines.append(f"rollback goes to: revision {back['revision']} ({back['component']})")
-    lines += [visible(line) for line in _rollout_lines(agent)]  # reasons: an agent's words
-    lines += _placement_lines(agent.get("placement"))
+    lines += _rollout_lines(agent)
+    # a line per line: operators' names, reasons and errors are anyone's words
+    lines = [visible(line) for line in lines]
+    lines += placement_lines(agent)
     history = [_history_row(entry) for entry in agent["history"]]
-    lines += ["history:", table(history, HISTORY_COLUMNS)]
+    if not agent.get("placement"):
+        lines += ["history:", table(history, HISTORY_COLUMNS)]
+    elif history:  # a placed agent's own deployments here (its stops, starts, rollbacks' whys)
+        lines += ["history on this node:", table(history, HISTORY_COLUMNS)]
     return "\n".join(lines)
-
-
-MOVE_COLUMNS = [
-    ("seq", "seq"),
-    ("epoch", "epoch"),
-    ("from", "from"),
-    ("to", "to"),
-    ("reason", "reason"),
-    ("at", "at"),
-]
-
-
-def _placement_lines(placement: dict[str, Any] | None) -> list[str]:
-    """Where a placed agent runs, its lease and its moves (docs/mesh.md)."""
-    if not placement:
-        return []
-    lease = placement.get("lease")
-    if lease:
-        expires = lease.get("expires_in")
-        held = f"held by {lease['holder']}" + (
-            f", {expires:.1f} s left" if expires is not None else ""
-        )
-    else:
-        held = "held by the home (not this node)"
-    lines = [
-        f"runs on: {placement.get('home') or '-'} (epoch {placement.get('epoch', 0)})",
-        f"lease: {held}",
-        f"placement: {', '.join(placement.get('placement') or [])}",
-    ]
-    lines = [visible(line) for line in lines]  # names a peer wrote
-    moves = placement.get("moves") or []
-    if moves:  # the table makes each cell visible, and keeps its rows
-        lines += ["moves:", table(moves, MOVE_COLUMNS)]
-    return lines
 
 
 def _history_row(entry: dict[str, Any]) -> dict[str, Any]:

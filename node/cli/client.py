@@ -32,6 +32,7 @@ from node.cli.node_api import (
     segment,
     table,
 )
+from node.cli.placed import replica_status
 from node.display.humanize import duration, size, visible, visible_lines
 from node.display.request_summary import summary
 
@@ -41,18 +42,32 @@ PAGE = 1000  # the API's largest `limit`
 
 # ---------------------------------------------------------------------------- commands
 def cmd_status(node: Node, args: argparse.Namespace) -> int:
+    """The runtime's agents (GET /api/v1/status) and the replicas this node holds of placed
+    agents other nodes run (GET /api/v1/agents), each saying where it runs; `--json`: the
+    status objects as the node gives them, then an object per replica (placed.py)."""
     params = {"agent": args.agent} if args.agent else None
-    statuses = node.call("GET", "/api/v1/status", params=params)
+    try:
+        statuses = node.call("GET", "/api/v1/status", params=params)
+        refused = None
+    except ClientError as exc:  # `--agent` naming a replica: not in the runtime here
+        if not args.agent:
+            raise
+        statuses, refused = [], exc
+    replicas = [replica_status(agent) for agent in _replicas(node, args.agent)]
+    if refused is not None and not replicas:
+        raise refused
+    elsewhere = {r["name"] for r in replicas}  # an agent that moved away keeps a stopped worker
+    shown = [s for s in statuses if s["name"] not in elsewhere] + replicas
     rows = [
         {
             **s,
             "uptime": _ms(s.get("uptime_ms")),
             "heap": size(s.get("memory_profile", {}).get("heap_bytes")),
-            "fuel": s.get("memory_profile", {}).get("fuel_remaining") or "unlimited",
+            "fuel": _fuel(s),
             "idle": _ms(s.get("last_activity_ms_ago")),
             "phase": phase_text(s),
         }
-        for s in statuses
+        for s in shown
     ]
     columns = [
         ("agent", "name"),
@@ -64,8 +79,26 @@ def cmd_status(node: Node, args: argparse.Namespace) -> int:
         ("idle", "idle"),
         ("phase", "phase"),
     ]
-    emit(args, statuses, lambda _: table(rows, columns))
+    emit(args, shown, lambda _: table(rows, columns))
     return 0
+
+
+def _replicas(node: Node, name: str | None) -> list[dict[str, Any]]:
+    """The placed agents another node runs, as this node's replica of each says."""
+    if name is None:
+        agents = node.call("GET", "/api/v1/agents")
+    else:
+        try:
+            agents = [node.call("GET", f"/api/v1/agents/{segment(name)}")]
+        except ClientError:
+            return []
+    return [a for a in agents if a["status"] == "replica"]
+
+
+def _fuel(status: dict[str, Any]) -> str:
+    if "memory_profile" not in status:  # no instance here
+        return ""
+    return status["memory_profile"].get("fuel_remaining") or "unlimited"
 
 
 def phase_text(status: dict[str, Any]) -> str:

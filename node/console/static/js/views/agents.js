@@ -1,9 +1,12 @@
 // Agents: status, uptime, heap, fuel, restarts and last activity, refreshed live; per agent its
 // deployment (revision, version, source, history; stop/start/upgrade/roll back/remove for an
-// admin token) and its recent logs, findings, tasks and grants.
+// admin token), where a placed agent runs (placement.js) and its recent logs, findings, tasks
+// and grants. The list is GET /api/v1/status's agents and GET /api/v1/agents' others: the
+// placed agents this node holds a replica of, which have no instance here.
 
 import { api, tail } from "../api.js";
 import { h, attempt, action, can, duration, bytes, table, when, fill, visible, inlineForm } from "../ui.js";
+import { placementPanel, placementKey, placedState, refreshPlacement, runsOn, suspectMark } from "./placement.js";
 
 const POLL_MS = 2000;
 const RECENT = 20;
@@ -21,9 +24,9 @@ async function load() {
   refreshRollout();
 }
 
-/** What changes the deployment panel: a new rollout state or a new history entry. */
+/** What changes the deployment panel: a new rollout state or history entry, a move. */
 function rolloutKey(d) {
-  return `${d.current.revision}:${d.rollout?.revision ?? ""}:${d.rollout?.state ?? ""}:${d.history.length}:${d.stopped}`;
+  return `${d.current.revision}:${d.rollout?.revision ?? ""}:${d.rollout?.state ?? ""}:${d.history.length}:${d.stopped}:${d.status === "replica"}:${placementKey(d.placement)}`;
 }
 
 /** Keep the chosen agent's rollout live: its probation's progress, and the panel afresh once
@@ -39,7 +42,8 @@ function refreshRollout() {
   const line = panel.querySelector("#deploy-rollout");
   if (line) line.textContent = rolloutText(d.rollout);
   const state = panel.querySelector("#deploy-state");
-  if (state) state.textContent = stateText(d);
+  if (state) state.textContent = visible(stateText(d));
+  refreshPlacement(panel, d.placement);
 }
 
 function rolloutText(r) {
@@ -60,6 +64,7 @@ function rolloutText(r) {
 }
 
 function stateText(d) {
+  if (d.placement && (d.stopped || d.status === "replica")) return placedState(d);
   if (d.stopped) return "stopped by an operator (tasks stay queued)";
   const change = d.change ? ` — ${d.change.action}: waiting for ${d.change.step}` : "";
   return `${d.status}${d.phase ? ` (${d.phase}${d.reason ? `: ${d.reason}` : ""})` : ""}${change}`;
@@ -70,25 +75,47 @@ function versionOf(d) {
   return `r${d.current.revision}${d.current.version ? ` · ${d.current.version}` : ""}`;
 }
 
+/** A row for an agent the runtime has no instance of here: a replica (a placed agent another
+ * node runs), or one being deployed; what GET /api/v1/agents says of it. */
+function rowOf(d) {
+  const replica = d.status === "replica";
+  const phase = replica ? (d.stopped ? "stopped by an operator" : null) : d.phase;
+  return { name: d.name, status: d.status, phase, reason: replica ? null : d.reason };
+}
+
+/** The runtime's agents (a deployed agent that moved away reads as the replica it is now),
+ * then the others GET /api/v1/agents lists. */
+function listed() {
+  const rows = statuses.map((s) => (deployments[s.name]?.status === "replica" ? rowOf(deployments[s.name]) : s));
+  const known = new Set(statuses.map((s) => s.name));
+  const others = Object.values(deployments).filter((d) => !known.has(d.name)).sort((a, b) => a.name.localeCompare(b.name));
+  return rows.concat(others.map(rowOf));
+}
+
+/** Uptime, heap, fuel left, restarts, last activity: of an instance here ("–" without one). */
+function figures(s) {
+  if (!s.memory_profile) return ["–", "–", "–", "–", "–"];
+  const idle = s.last_activity_ms_ago;
+  return [duration(s.uptime_ms), bytes(s.memory_profile.heap_bytes), s.memory_profile.fuel_remaining ?? "unlimited", s.restart_count, idle === null || idle === undefined ? "never" : `${duration(idle)} ago`];
+}
+
 function renderList() {
   const list = root?.querySelector("#agent-list");
   if (!list) return;
-  const rows = statuses.map((s) =>
-    h(
+  const rows = listed().map((s) => {
+    const placement = deployments[s.name]?.placement;
+    return h(
       "tr",
       { dataset: { agent: s.name }, class: s.name === chosen ? "chosen" : null },
       h("td", {}, h("button", { type: "button", class: "link", onclick: () => choose(s.name) }, s.name)),
       h("td", {}, h("span", { class: `status ${s.status}`, title: s.reason ?? "" }, s.status), s.phase ? h("span", { class: "phase", title: s.reason ?? "" }, ` ${s.phase}`) : null, s.reason ? h("div", { class: "hint phase-reason" }, s.reason) : null),
+      h("td", { class: "runs-on" }, runsOn(placement), " ", suspectMark(placement)),
       h("td", {}, versionOf(deployments[s.name])),
       h("td", {}, deployments[s.name]?.source ?? ""),
-      h("td", {}, duration(s.uptime_ms)),
-      h("td", {}, bytes(s.memory_profile?.heap_bytes)),
-      h("td", {}, s.memory_profile?.fuel_remaining ?? "unlimited"),
-      h("td", {}, s.restart_count),
-      h("td", {}, s.last_activity_ms_ago === null || s.last_activity_ms_ago === undefined ? "never" : `${duration(s.last_activity_ms_ago)} ago`),
-    ),
-  );
-  fill(list, table(["Agent", "Status", "Version", "Source", "Uptime", "Heap", "Fuel left", "Restarts", "Last activity"], rows));
+      figures(s).map((figure) => h("td", {}, figure)),
+    );
+  });
+  fill(list, table(["Agent", "Status", "Runs on", "Version", "Source", "Uptime", "Heap", "Fuel left", "Restarts", "Last activity"], rows));
 }
 
 async function choose(name) {
@@ -136,12 +163,16 @@ async function lifecycle(name, label, path, init) {
 function deploymentPanel(d) {
   if (!d) return h("p", { class: "hint" }, "No deployment record.");
   const base = `/api/v1/agents/${encodeURIComponent(d.name)}`;
-  const api_ = d.source === "api";
+  // a replica is changed on its home (this node would answer 409 naming it)
+  const replica = d.status === "replica";
+  const api_ = d.source === "api" && !replica;
   const upgradeInput = h("input", { id: "upgrade-component", type: "text", placeholder: "registry:ID@VERSION", "aria-label": "component to upgrade to", value: d.current.component.startsWith("registry:") ? d.current.component : "" });
   const buttons = h(
     "div",
     { class: "actions", id: "deploy-actions" },
-    d.stopped
+    replica
+      ? h("p", { class: "hint", id: "replica-hint" }, `A replica: to stop, start, upgrade, roll back, remove or move it, ask its home, ${d.placement?.home ?? "the node that runs it"}.`)
+      : d.stopped
       ? action("admin", "Start", () => lifecycle(d.name, "starting", `${base}/start`, { method: "POST" }), { "aria-label": `start ${d.name}` })
       : action("admin", "Stop", () => lifecycle(d.name, "stopping", `${base}/stop`, { method: "POST" }), { class: "deny", "aria-label": `stop ${d.name}` }),
     api_ && d.previous.length
@@ -189,43 +220,9 @@ function deploymentPanel(d) {
     ),
     buttons,
     upgrade,
-    placementPanel(d),
+    placementPanel(d, (to) => lifecycle(d.name, `moving to ${to}`, `${base}/move`, { method: "POST", body: { to } })),
     h("p", { id: "deploy-note", role: "status" }),
-    table(["Time", "Event", "Revision", "Component", "By", "Reason"], history, "Deployment history"),
-  );
-}
-
-/** A placed agent (docs/mesh.md, "Placement and failover"): where it runs, its lease and its
- * moves; on its home, a form to move it to another node of its placement set. */
-function placementPanel(d) {
-  const p = d.placement;
-  if (!p) return null;
-  const lease = p.lease ? `held by ${p.lease.holder}${p.lease.expires_in != null ? `, ${p.lease.expires_in.toFixed(1)} s left` : ""}` : "held by the home, not this node";
-  const targets = p.placement.filter((n) => n !== p.home);
-  const choice = h("select", { id: "move-target", "aria-label": `node to move ${d.name} to` }, ...targets.map((n) => h("option", { value: n }, n)));
-  const base = `/api/v1/agents/${encodeURIComponent(d.name)}`;
-  const form =
-    p.lease && targets.length && can("admin")
-      ? inlineForm(
-          { id: "move-form" },
-          () => lifecycle(d.name, `moving to ${choice.value}`, `${base}/move`, { method: "POST", body: { to: choice.value } }),
-          choice,
-          h("button", { type: "submit", id: "move-button" }, "Move"),
-        )
-      : null;
-  const moves = (p.moves || []).slice().reverse().map((m) =>
-    h("tr", {}, h("td", {}, when(m.at)), h("td", {}, m.reason), h("td", {}, m.from ?? ""), h("td", {}, m.to ?? ""), h("td", {}, m.epoch), h("td", {}, m.seq)),
-  );
-  return h(
-    "section",
-    { class: "placement", id: "placement" },
-    h("dl", { class: "facts" },
-      h("dt", {}, "Runs on"), h("dd", { id: "placement-home" }, `${p.home ?? "-"} (epoch ${p.epoch})`),
-      h("dt", {}, "Lease"), h("dd", { id: "placement-lease" }, lease),
-      h("dt", {}, "May run on"), h("dd", { id: "placement-set" }, p.placement.join(", ")),
-    ),
-    form,
-    moves.length ? table(["Time", "Move", "From", "To", "Epoch", "Seq"], moves, "Moves") : null,
+    history.length || !d.placement ? table(["Time", "Event", "Revision", "Component", "By", "Reason"], history, d.placement ? "Deployment history on this node" : "Deployment history") : null,
   );
 }
 
