@@ -38,6 +38,7 @@ from bench.common import http_load, percentile, report
 from harness.node import ADMIN_TOKEN, auth, free_port, write_config
 from node.app import build_app
 from node.config.load import load_config
+from node.ops.polling import until
 from node.policy.engine import evaluate
 from node.policy.schema import request_context, time_context
 from node.services.approvals import APPROVALS, ApprovalGate
@@ -153,8 +154,9 @@ async def through_posts(gate: ApprovalGate, url: str, requests: int) -> dict[str
         asyncio.create_task(gate.ask("people", "spend", _payment(n), 3600, None))
         for n in range(requests)
     ]
-    while gate.projection.count < len(before) + requests:
-        await asyncio.sleep(0.01)
+    await until(
+        lambda: gate.projection.count >= len(before) + requests, 60, "the asks journaled", 0.01
+    )
     ids = [r.id for r in gate.projection.list() if r.id not in before]
     context = multiprocessing.get_context("spawn")
     out: multiprocessing.Queue = context.Queue()  # type: ignore[type-arg]

@@ -36,7 +36,12 @@ function refreshRollout() {
   const d = chosen ? deployments[chosen] : null;
   if (!panel || !d || panel.dataset.agent !== d.name) return;
   if (panel.dataset.rollout !== rolloutKey(d)) {
-    panel.replaceWith(deploymentPanel(d));
+    // the answer to the operator's last action stays in view across the panel's renewal
+    const said = panel.querySelector("#deploy-note")?.textContent;
+    const fresh = deploymentPanel(d);
+    panel.replaceWith(fresh);
+    const note = fresh.querySelector("#deploy-note");
+    if (note && said) note.textContent = said;
     return;
   }
   const line = panel.querySelector("#deploy-rollout");
