@@ -147,7 +147,8 @@ class PlacementManager:
         self.check_secs = min(1.0, mesh.lease_ttl_secs / 4)
         deployments.placement = self
         sync.receiver.judge = self.judge
-        sync.receiver.on_moved = self.moved_away
+        sync.receiver.on_moved = self.journal_moved
+        self._wake = asyncio.Event()  # a move named this node: look at once, not next turn
 
     def _in_background(self, work: Awaitable[None]) -> None:
         """Run `work` after this call returns (a callback cannot await): kept referenced
@@ -393,7 +394,9 @@ class PlacementManager:
                 for placed in placed_here:
                     if placed.agent not in self._busy:
                         await self._consider(link, placed)
-                await asyncio.sleep(self.check_secs)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), self.check_secs)
+                self._wake.clear()
         finally:
             self.link = None
 
@@ -706,6 +709,15 @@ class PlacementManager:
         await self.ctx.store.append(agent, *c.event_of(moved_in))
 
     # ------------------------------------------------------------------ stopping here
+    def journal_moved(self, agent: str, home: str) -> None:
+        """The receive path accepted a move of `agent`'s journal to `home`: to this node, it
+        is looked at now (a planned move's target starts it at once); elsewhere, it stops
+        here."""
+        if home == self.ctx.name:
+            self._wake.set()
+        else:
+            self.moved_away(agent, home)
+
     def moved_away(self, agent: str, home: str) -> None:
         """The journal names another home (a move received): stop writing it at once, stop
         the agent, give the lease up. The store refuses its appends already (disowned)."""

@@ -580,11 +580,11 @@ class Receiver:
         self._unjudged.pop(stream, None)
         if home != self._ctx.name:
             self._ctx.store.disown(stream)
-            if self.on_moved is not None:
-                try:
-                    self.on_moved(stream, home)
-                except Exception:  # the store refuses its appends all the same
-                    log.exception("the placement layer failed to hear that %s moved", stream)
+        if self.on_moved is not None:
+            try:
+                self.on_moved(stream, home)
+            except Exception:  # the store refuses its appends all the same
+                log.exception("the placement layer failed to hear that %s moved", stream)
 
     async def _resolve_forks(
         self, peer_id: str, candidates: list[tuple[int, ForeignEnvelope]], screening: _Screening

@@ -3,8 +3,6 @@ nats-server cluster, a lease TTL of 3 s (harness/failover.py)."""
 
 from __future__ import annotations
 
-import re
-
 import pytest
 
 from harness.failover import (
@@ -23,7 +21,6 @@ from harness.failover import (
     wait_for,
     wait_runner,
 )
-from tests.node.test_lifecycle_restart import cli
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -35,10 +32,10 @@ def placed_counter(fm: FailoverMesh, wasm, placement: list[str], **body) -> None
     assert wait_runner(fm, 20) == "node-a"
 
 
-def test_a_placed_agent_is_listed_on_every_node_of_its_set_and_runs_on_one(failover, built_agents):
-    fm = failover()
-    placed_counter(fm, built_agents["counter"], ["node-a", "node-b", "node-c"])
-    for name in ("node-b", "node-c"):  # replicas: where it runs, nothing written by them
+def assert_listed_everywhere_and_run_on_a(fm: FailoverMesh) -> None:
+    """A placed agent is listed on every node of its set and runs on one: replicas say where
+    it runs and wrote nothing of it; the home holds the lease."""
+    for name in ("node-b", "node-c"):
         view = wait_for(lambda n=name: agent_view(fm[n]), 20, f"{name} lists the agent")
         assert view["status"] == "replica"
         assert view["placement"]["home"] == "node-a"
@@ -48,7 +45,7 @@ def test_a_placed_agent_is_listed_on_every_node_of_its_set_and_runs_on_one(failo
     assert home["placement"]["lease"]["holder"] == "node-a"
     assert 0 < home["placement"]["lease"]["expires_in"] <= LEASE_TTL_SECS
     journal = events(fm["node-a"])
-    assert journal[0]["type"] == "agent.placed" or any(e["type"] == "agent.placed" for e in journal)
+    assert any(e["type"] == "agent.placed" for e in journal)
     assert {e["origin"] for e in journal} == {"node-a"}
 
 
@@ -72,47 +69,6 @@ def held_by(fm: FailoverMesh, name: str, agent: str = AGENT) -> dict | None:
 
 def finding_titles(journal: list[dict]) -> set[str]:
     return {e["data"].get("title") for e in journal if e["type"] == "finding"}
-
-
-def test_a_planned_move_under_load_loses_nothing_and_the_counter_goes_on(failover, built_agents):
-    fm = failover()
-    placed_counter(fm, built_agents["counter"], ["node-a", "node-b", "node-c"])
-    with FindingLoad(fm) as load:
-        wait_for(lambda: len(ticks(events(fm["node-a"]))) >= 5, 20, "a few ticks on node-a")
-        moved = cli(fm["node-a"], "move", AGENT, "--to", "node-b")  # the CLI's call
-        assert moved.returncode == 0, moved.stderr
-        assert f"{AGENT}: handed over to node-b (epoch 1, handoff at seq" in moved.stdout
-        assert wait_runner(fm, 20) == "node-b"
-        wait_for(lambda: any(n == "node-b" for _, n in ticks(events(fm["node-b"]))), 20, "b ticks")
-    stop(fm["node-b"])  # a journal that stops growing, to compare copies
-    journal = same_journals(fm, ["node-a", "node-b", "node-c"])
-    counted = ticks(journal)
-    # the counter goes on where it was: 1, 2, ... without a gap or a repeat, a's then b's
-    assert [n for n, _ in counted] == list(range(1, len(counted) + 1)), counted
-    assert counts(journal) == list(range(1, len(counts(journal)) + 1))
-    origins = [o for _, o in counted]
-    assert origins == sorted(origins) and set(origins) == {"node-a", "node-b"}
-    types = [e["type"] for e in journal]
-    handoff = types.index("journal.handoff")
-    assert journal[handoff]["origin"] == "node-a"
-    assert journal[handoff]["data"] == {"to": "node-b", "epoch": 1}
-    assert {e["origin"] for e in journal[handoff + 1 :]} == {"node-b"}  # a stopped writing
-    moved_in = types.index("agent.moved_in")
-    assert journal[moved_in]["data"]["reason"] == "handoff"
-    assert not set(load.acknowledged) - finding_titles(journal)  # nothing acknowledged lost
-    assert len(load.acknowledged) > 5
-    view = agent_view(fm["node-c"])
-    assert view["placement"]["home"] == "node-b" and view["placement"]["epoch"] == 1
-    assert [m["reason"] for m in view["placement"]["moves"]] == ["handoff"]
-    assert agent_view(fm["node-a"])["status"] == "replica"
-    shown = cli(fm["node-c"], "show", AGENT)
-    assert "runs on: node-b (epoch 1)" in shown.stdout, shown.stdout
-    # node-b renews its lease: node-c shows it as the mesh has it
-    assert re.search(r"^lease: node-b's, \d+\.\d s left", shown.stdout, re.M), shown.stdout
-    assert "handoff" in shown.stdout.split("moves:")[1]
-    listed = cli(fm["node-a"], "list")
-    assert "RUNS ON" in listed.stdout and "replica" in listed.stdout, listed.stdout
-    assert listed.stdout.splitlines()[1].split()[-1] == "node-b"
 
 
 def after_takeover(journal: list[dict]) -> tuple[int, list[dict]]:
@@ -139,6 +95,7 @@ def test_kill_9_of_the_home_moves_the_agent_within_the_lease_and_the_old_home_st
 
     fm = failover()
     placed_counter(fm, built_agents["counter"], ["node-a", "node-b", "node-c"])
+    assert_listed_everywhere_and_run_on_a(fm)
     with FindingLoad(fm) as load:
         wait_for(lambda: len(ticks(events(fm["node-a"]))) >= 5, 20, "a few ticks on node-a")
         killed = time.monotonic()
@@ -160,8 +117,8 @@ def test_kill_9_of_the_home_moves_the_agent_within_the_lease_and_the_old_home_st
     takeover = since[0]
     assert takeover["origin"] == new_home
     assert takeover["data"]["previous_home"] == "node-a"
-    epoch = takeover["data"]["epoch"]  # above every lease granted so far (the bucket's seq)
-    assert epoch >= 1
+    epoch = takeover["data"]["epoch"]
+    assert epoch == 1  # epochs go up by one
     assert {e["origin"] for e in since} == {new_home}  # not one envelope by node-a after it
     moved_in = next(e for e in since if e["type"] == "agent.moved_in")
     assert moved_in["data"]["reason"] == "takeover" and moved_in["data"]["from_node"] == "node-a"

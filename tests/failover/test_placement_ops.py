@@ -135,12 +135,20 @@ def test_planned_moves_under_load_stick_every_time(failover, built_agents):
     kinds = [e for e in journal if e["type"] in ("journal.handoff", "journal.takeover")]
     assert [e["type"] for e in kinds] == ["journal.handoff"] * MOVES  # none bounced
     assert [e["data"]["epoch"] for e in kinds] == list(range(1, MOVES + 1))
+    # each home wrote nothing after its handoff: every envelope is its epoch's home's
+    writer = journal[0]["origin"]
+    for e in journal:
+        assert e["origin"] == writer, e
+        if e["type"] == "journal.handoff":
+            writer = e["data"]["to"]
     counted = counts(journal)
     assert counted == list(range(1, len(counted) + 1)), counted
     assert not set(load.acknowledged) - finding_titles(journal)  # nothing acknowledged lost
     assert len(load.acknowledged) > 20
-    shown = cli(fm["node-c"], "show", AGENT)
+    replica = next(n for n in SET if n != home)
+    shown = cli(fm[replica], "show", AGENT)
     assert f"runs on: {home} (epoch {MOVES})" in shown.stdout, shown.stdout
+    assert "handoff" in shown.stdout.split("moves:")[1]
     listed = cli(fm["node-a"] if home != "node-a" else fm["node-b"], "list")
     assert "RUNS ON" in listed.stdout and "replica" in listed.stdout, listed.stdout
 
