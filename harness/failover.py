@@ -21,6 +21,7 @@ from harness.mesh import SYNC_TUNING, Mesh
 from harness.nats import MeshUsers, NatsCluster, nats_mesh_toml, use_nats_user
 from harness.node import PUBLISH_TOKEN, NodeProcess, auth
 from node.ops.polling import wait_until
+from node.runtime.compiled_cache import COMPILED_CACHE_ENV
 
 LEASE_TTL_SECS = 3.0
 NODES = ("node-a", "node-b", "node-c")
@@ -57,7 +58,8 @@ class FailoverMesh:
 
     `members`: one nats-server with the mesh's generated permissions, each node on its own
     NATS user (as a real mesh runs; docs/mesh.md "Generated permissions"), instead of an open
-    3-server cluster. `without_consent`: nodes whose operator consents to host nothing."""
+    3-server cluster. `without_consent`: nodes whose operator consents to host nothing;
+    `own_compile_cache`: nodes that do not share the run's compile cache (a cold node)."""
 
     def __init__(
         self,
@@ -69,6 +71,7 @@ class FailoverMesh:
         lease_ttl: float = LEASE_TTL_SECS,
         extra_toml: str = "",
         members: bool = False,
+        own_compile_cache: tuple[str, ...] = (),
     ) -> None:
         self.users = MeshUsers(root / "users", list(names)) if members else None
         self.cluster = self.users.cluster if self.users else NatsCluster(root / "nats", 3)
@@ -87,6 +90,8 @@ class FailoverMesh:
             if members:
                 use_nats_user(path, name)
             self.mesh.nodes[name] = NodeProcess(path)
+            if name in own_compile_cache:  # compiles for itself, in its data dir
+                self.mesh.nodes[name].env_without = (COMPILED_CACHE_ENV,)
         self.names = names
 
     def __getitem__(self, name: str) -> NodeProcess:

@@ -139,6 +139,7 @@ class NodeProcess:
         self.log_path = config_path.parent / "node.log"
         self.root = ROOT  # the checkout whose node runs (a bench may run another's)
         self.preexec_fn: Callable[[], None] | None = None  # run in the child (setrlimit)
+        self.env_without: tuple[str, ...] = ()  # variables of this process the node does not get
 
     @property
     def pid(self) -> int:
@@ -155,7 +156,10 @@ class NodeProcess:
             cwd=self.root,
             stdout=log,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={
+                **{k: v for k, v in os.environ.items() if k not in self.env_without},
+                "PYTHONUNBUFFERED": "1",
+            },
             preexec_fn=self.preexec_fn,
         )
         log.close()

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from datetime import datetime
 
 from nats.errors import Error as NatsError
+from nats.js import JetStreamContext
 
 from node.context import NodeContext
 from node.placement.catchup import stream_holds
@@ -48,7 +49,7 @@ class TakeoverJudge:
         self,
         ctx: NodeContext,
         leases: LeaseBook,
-        link: Callable[[], object],
+        link: Callable[[], JetStreamContext | None],
         metrics: PlacementMetrics | None = None,
     ) -> None:
         self._ctx = ctx
@@ -71,7 +72,7 @@ class TakeoverJudge:
             self._metrics.refused_takeovers.inc()
         return verdict
 
-    async def _judge(self, js: object, claim: TakeoverClaim) -> Verdict | None:
+    async def _judge(self, js: JetStreamContext, claim: TakeoverClaim) -> Verdict | None:
         home, epoch, journal = claim.previous_home, claim.previous_epoch, claim.stream
         if home == self._ctx.name:
             if self._leases.holds(journal, epoch):
@@ -80,7 +81,7 @@ class TakeoverJudge:
                     f"this node, its home, holds a valid lease at epoch {epoch}",
                 )
         else:
-            view = await self._leases.peek(journal, home)
+            view = await self._leases.peek(journal, home, js)
             if view is not None and view.epoch == epoch:
                 return Verdict(
                     "bad_takeover", f"its home {home!r} holds a live lease at epoch {epoch}"
@@ -89,7 +90,7 @@ class TakeoverJudge:
         writers = {home, *journals.writers_from(journal, claim.seq)} - {claim.origin}
         mesh = self._ctx.config.mesh.name
         for writer in sorted(writers):
-            held = await stream_holds(js, mesh, journal, [writer])  # type: ignore[arg-type]
+            held = await stream_holds(js, mesh, journal, [writer])
             if held >= claim.seq:
                 return Verdict(
                     "bad_takeover",

@@ -264,14 +264,17 @@ class LeaseBook:
         return lease
 
     async def _read(
-        self, agent: str, node: str, cause: BaseException | None = None
+        self,
+        agent: str,
+        node: str,
+        cause: BaseException | None = None,
+        js: JetStreamContext | None = None,
     ) -> RawStreamMsg | None:
-        if self._js is None:
+        js = js or self._js
+        if js is None:
             raise LeaseError("not connected to NATS")
         try:
-            return await last_value(
-                self._js, self._bucket, lease_key(agent, node), self.call_timeout
-            )
+            return await last_value(js, self._bucket, lease_key(agent, node), self.call_timeout)
         except (TimeoutError, NatsError) as exc:
             raise LeaseError(f"the leases bucket did not answer: {_describe(exc)}") from (
                 cause or exc
@@ -371,10 +374,13 @@ class LeaseBook:
             except (TimeoutError, NatsError) as exc:
                 raise LeaseError(f"releasing the lease of {agent}: {_describe(exc)}") from exc
 
-    async def peek(self, agent: str, node: str) -> LeaseView | None:
+    async def peek(
+        self, agent: str, node: str, js: JetStreamContext | None = None
+    ) -> LeaseView | None:
         """`node`'s lease of `agent` as the bucket's leader has it, when it holds one that is
-        believed (signed by `node`, for `agent`); junk is reported (`on_junk`) and ignored."""
-        msg = await self._read(agent, node)
+        believed (signed by `node`, for `agent`); junk is reported (`on_junk`) and ignored.
+        `js`: a connection to read with before this book is attached (the receive path's)."""
+        msg = await self._read(agent, node, js=js)
         if msg is None:
             return None
         data = msg.data or b""

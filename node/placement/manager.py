@@ -128,9 +128,9 @@ class PlacementManager:
             on_junk=self._junk,
         )
         self.metrics = PlacementMetrics(ctx.metrics.registry)
-        self.judge = TakeoverJudge(
-            ctx, self.leases, lambda: self.link.js if self.link else None, self.metrics
-        )
+        # the judge reads the mesh as soon as the node is connected (before this manager's
+        # link: a restarted node's consumer delivers a takeover at once)
+        self.judge = TakeoverJudge(ctx, self.leases, self._nats_js, self.metrics)
         self.prepare = Preparer(registry, self._engine)
         self.running: set[str] = set()  # placed agents this node runs under its lease
         self._busy: set[str] = set()  # agents a takeover, start or move is working on
@@ -163,6 +163,10 @@ class PlacementManager:
         task = asyncio.get_running_loop().create_task(logged())
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+
+    def _nats_js(self) -> Any:
+        nats = self.sync.nats
+        return nats.js if nats is not None else None
 
     def _engine(self) -> Any:
         """The runtime's engine (None while the runtime is not running)."""

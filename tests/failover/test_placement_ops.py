@@ -23,7 +23,6 @@ from harness.failover import (
     wait_for,
     wait_runner,
 )
-from node.runtime.compiled_cache import COMPILED_CACHE_ENV
 from tests.failover.test_failover import finding_titles, held_by, placed_counter, start, stop
 from tests.node.test_lifecycle_restart import cli
 
@@ -153,32 +152,28 @@ def test_planned_moves_under_load_stick_every_time(failover, built_agents):
     assert "RUNS ON" in listed.stdout and "replica" in listed.stdout, listed.stdout
 
 
-def test_a_node_that_never_ran_the_component_takes_over_within_the_lease(
-    failover, built_agents, monkeypatch
-):
-    """Each node compiles for itself (no shared compile cache): node-b and node-c compile the
-    component when they learn of the placement, so after node-a's kill -9 the takeover takes
-    the lease TTL plus seconds, not a compile. Then node-a, dropped from the set, starts again
-    and stays a replica."""
-    monkeypatch.delenv(COMPILED_CACHE_ENV)
-    fm = failover()
-    placed_counter(fm, built_agents["counter"], SET)
+def test_a_node_that_never_ran_the_component_takes_over_within_the_lease(failover, built_agents):
+    """node-b compiles for itself (no shared compile cache): it compiles the component when it
+    learns of the placement, so after node-a's kill -9 its takeover takes the lease TTL plus
+    seconds, not a compile. Then node-a, dropped from the set, starts again as a replica."""
+    fm = failover(own_compile_cache=("node-b",))
+    placed_counter(fm, built_agents["counter"], ["node-a", "node-b"])
     wait_for(
-        lambda: (agent_view(fm["node-a"])["placement"] or {}).get("candidates") == SET[1:],
+        lambda: (agent_view(fm["node-a"])["placement"] or {}).get("candidates") == ["node-b"],
         120,
-        "node-b and node-c ready to host it (compiled there)",
+        "node-b ready to host it (compiled there)",
     )
+    assert "compiled ahead of a takeover" in fm["node-b"].log_path.read_text()
     killed = time.monotonic()
     fm["node-a"].kill()
-    taken = wait_runner(fm, LEASE_TTL_SECS + 15, among=SET[1:])
+    assert wait_runner(fm, LEASE_TTL_SECS + 15, among=["node-b"]) == "node-b"
     took = time.monotonic() - killed
-    print(f"cold takeover by {taken} {took:.1f} s after the kill")
+    print(f"cold takeover by node-b {took:.1f} s after the kill")
     assert took <= LEASE_TTL_SECS + 5, took
-    assert "compiled ahead of a takeover" in fm[taken].log_path.read_text()
 
     # the set without node-a (asked of the new home), then node-a starts again: a replica
-    component = agent_view(fm[taken])["current"]["component"]
-    with fm[taken].client() as client:
+    component = agent_view(fm["node-b"])["current"]["component"]
+    with fm["node-b"].client() as client:
         placed = client.put(
             f"/api/v1/agents/{AGENT}",
             json={"component": component, "tick_interval_ms": 200, "placement": SET[1:]},
@@ -188,9 +183,15 @@ def test_a_node_that_never_ran_the_component_takes_over_within_the_lease(
 
     def caught_up() -> dict | None:
         view = agent_view(fm["node-a"])
-        return view if view and (view.get("placement") or {}).get("home") == taken else None
+        placement = (view or {}).get("placement") or {}
+        return view if placement.get("placement") == SET[1:] else None
 
     view = wait_for(caught_up, 30, "node-a catches up, a replica")
-    assert view["status"] == "replica" and view["placement"]["placement"] == SET[1:]
-    assert wait_runner(fm, 5, among=SET) == taken
+    assert view["status"] == "replica" and view["placement"]["home"] == "node-b"
+    # started again knowing it was dropped (what refused to start before): it starts, a replica
+    assert fm["node-a"].terminate() == 0
+    fm["node-a"].start(60)
     assert "kept as a replica, never run here" in fm["node-a"].log_path.read_text()
+    view = wait_for(lambda: agent_view(fm["node-a"]), 20, "node-a lists it")
+    assert view["status"] == "replica" and view["placement"]["home"] == "node-b"
+    assert wait_runner(fm, 5, among=SET) == "node-b"
