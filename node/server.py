@@ -20,7 +20,8 @@ from node.ops.heap import settle_after_start
 from node.ops.logsetup import AccessLogger, ProtocolLogger, Redactor, access_logger
 from node.runtime.agents import log_agents_starting
 from node.web.connections import ConnectionLimits, GuardedRunner
-from node.web.tls import SERVER_CONTEXT, server_context
+from node.web.tls import SERVER_TLS, server_context
+from node.web.tlsaccept import TlsListener
 
 log = logging.getLogger("agent-node")
 
@@ -33,9 +34,15 @@ async def serve(
     config_path: Path | None = None,
 ) -> None:
     app = build_app(config)
+    context = server_context(config)  # None: plain HTTP (node/web/tls.py)
+    tls = TlsListener(context) if context is not None else None
+    if tls is not None:
+        app[SERVER_TLS] = tls  # SIGHUP swaps a renewed certificate's context in
     runner = GuardedRunner(
         app,
         ConnectionLimits.of(config),
+        tls=tls,  # made after admission, per connection (node/web/tlsaccept.py)
+        count=app[CONTEXT].metrics.count_connection,
         keepalive_timeout=config.node.keepalive_timeout_secs,
         handle_signals=False,
         access_log=access_logger(access_log),
@@ -45,10 +52,7 @@ async def serve(
     )
     await runner.setup()
     host, port = listen_address(config)
-    tls = server_context(config)  # None: plain HTTP (node/web/tls.py)
-    if tls is not None:
-        app[SERVER_CONTEXT] = tls  # SIGHUP loads a renewed certificate into it
-    site = web.TCPSite(runner, host, port, ssl_context=tls)
+    site = web.TCPSite(runner, host, port)  # plain TCP: the runner adds TLS after admission
     try:
         await site.start()
     except OSError:  # the address is taken, say: stop what started (the CLI says why)

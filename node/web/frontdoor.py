@@ -18,12 +18,13 @@ from aiohttp.typedefs import Handler
 from eventstore.writer import Fenced
 from node.context import CONTEXT
 from node.ops.logsetup import REQUEST_ID_HEADER, enter_request, leave_request
-from node.web.auth import refusal
+from node.web.auth import IDENTITY, refusal
 from node.web.http import Problem, problem_for, problem_response
 
 log = logging.getLogger(__name__)
 
 _STREAM_TYPE = "text/event-stream"
+HEALTH_PATH = "/api/v1/health"
 
 # (path prefix, headers) every response under the prefix carries: set here rather than by an
 # `on_response_prepare` hook, which aiohttp awaits for every response of every path
@@ -42,12 +43,30 @@ def _path_headers(request: web.Request) -> Mapping[str, str]:
     return {}
 
 
+def _reserved_refusal(request: web.Request) -> web.Response | None:
+    """On a connection slot kept for operators (node/web/connections.py): only the health
+    check and admin tokens; anything else a 503, and the slot is given back."""
+    identity = request.get(IDENTITY)
+    if request.path == HEALTH_PATH or (identity is not None and "admin" in identity.scopes):
+        return None
+    request.app[CONTEXT].metrics.count_connection("reserved_refused")
+    response = problem_response(
+        503,
+        "this node has too many open connections; retry shortly",
+        headers={"Retry-After": "1"},
+    )
+    response.force_close()
+    return response
+
+
 @web.middleware
 async def front_door(request: web.Request, handler: Handler) -> web.StreamResponse:
     started = time.perf_counter()
     request_id, context = enter_request(request)
     try:
         refused = refusal(request)
+        if getattr(request.protocol, "reserved", False):
+            refused = _reserved_refusal(request) or refused
         response = refused if refused is not None else await handler(request)
     except Problem as exc:
         response = problem_response(exc.status, exc.detail, title=exc.title, **exc.extra)
