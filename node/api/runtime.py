@@ -40,6 +40,7 @@ from node.services.tasks import TASKS, TaskService
 from node.streams.bus import BUS, EventBus
 from node.sync.service import SYNC
 from node.web import jsonrpc as rpc
+from node.web.body import read_body
 from node.web.http import Problem, json_response
 from node.web.routes import Doc, Query, add_route
 from projections.tasks import Tasks
@@ -186,7 +187,9 @@ async def runtime_lifecycle(
                 runtime.notify_task(agent)
 
     ctx.store.add_commit_listener(on_commit)
-    agents.attach(runtime, McpServer(runtime, services.sink.publish, services.redactor.value))
+    page_bytes = ctx.config.node.page_max_kb * 1024
+    mcp = McpServer(runtime, services.sink.publish, services.redactor.value, page_bytes)
+    agents.attach(runtime, mcp)
     deployments.attach(runtime, tasks)
     suspended = deployments.suspended()
     runtime.start(suspended=suspended)
@@ -243,7 +246,7 @@ def _mcp_agent(request: web.Request) -> str:
 
 async def mcp(request: web.Request) -> web.Response:
     name = _mcp_agent(request)
-    answer = await request.app[AGENTS].mcp.handle(name, await request.read())
+    answer = await request.app[AGENTS].mcp.handle(name, await read_body(request))
     if answer is None:
         return web.Response(status=202)
     return json_response(answer)

@@ -47,6 +47,7 @@ from aiohttp.web_protocol import RequestHandler
 
 from node.config.model import Config
 from node.ops.metrics import CONNECTION_REASONS
+from node.web.inflight import release_request
 from node.web.tlsaccept import TlsListener, tls_protocol
 
 log = logging.getLogger(__name__)
@@ -314,9 +315,13 @@ class GuardedHandler(RequestHandler):
             self._header_timer.cancel()
             self._header_timer = None
 
+    releases_after_write = True  # the front door leaves the request's token count to us
+
     def log_access(self, request: Any, response: Any, time: float | None) -> None:
-        """Called by aiohttp once a response is finished: idle (evictable) unless another
-        request is already queued."""
+        """Called by aiohttp once a response is finished (written, or its client gone): the
+        request's place in its token's count is free (node/web/inflight.py); the connection is
+        idle (evictable) unless another request is already queued."""
+        release_request(request)
         super().log_access(request, response, time)
         if not self._messages and self._counted and not self._evictable:
             self._evictable = True

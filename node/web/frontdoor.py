@@ -18,8 +18,10 @@ from aiohttp.typedefs import Handler
 from eventstore.writer import Fenced
 from node.context import CONTEXT
 from node.ops.logsetup import REQUEST_ID_HEADER, enter_request, leave_request
-from node.web.auth import IDENTITY, refusal
+from node.web.auth import IDENTITY, TOKEN_DIGEST, refusal
+from node.web.body import ClientLeft
 from node.web.http import Problem, problem_for, problem_response
+from node.web.inflight import REQUESTS, TICKET, release_request
 
 log = logging.getLogger(__name__)
 
@@ -63,13 +65,22 @@ def _reserved_refusal(request: web.Request) -> web.Response | None:
 async def front_door(request: web.Request, handler: Handler) -> web.StreamResponse:
     started = time.perf_counter()
     request_id, context = enter_request(request)
+    protocol = request.protocol
     try:
         refused = refusal(request)
-        if getattr(request.protocol, "reserved", False):
+        if getattr(protocol, "reserved", False):
             refused = _reserved_refusal(request) or refused
-        response = refused if refused is not None else await handler(request)
+        if refused is None:
+            token = request.get(TOKEN_DIGEST)
+            if token is not None:  # counted until its answer is written (node/web/inflight.py)
+                request[TICKET] = request.app[REQUESTS].take(token)
+            response = await handler(request)
+        else:
+            response = refused
     except Problem as exc:
-        response = problem_response(exc.status, exc.detail, title=exc.title, **exc.extra)
+        response = problem_response(
+            exc.status, exc.detail, title=exc.title, headers=exc.headers, **exc.extra
+        )
     except Fenced as exc:  # a placed agent's journal this node may not write now (docs/mesh.md)
         response = problem_response(
             503, f"{exc}: the agent runs on another node now, or is moving; ask its home"
@@ -81,11 +92,16 @@ async def front_door(request: web.Request, handler: Handler) -> web.StreamRespon
             exc.headers[REQUEST_ID_HEADER] = request_id
             raise
         response = answer
+    except ClientLeft:  # mid-body (node/web/body.py): counted there; nobody reads this
+        response = problem_response(400, "the client closed the connection before its body")
+        response.force_close()
     except Exception:
         log.exception("unhandled error in %s %s", request.method, request.path)
         response = problem_response(500, "the node failed to handle this request; see its log")
     finally:
         leave_request(context)
+        if not getattr(protocol, "releases_after_write", False):
+            release_request(request)
     if not response.prepared:
         response.headers.update(_path_headers(request))
         response.headers[REQUEST_ID_HEADER] = request_id

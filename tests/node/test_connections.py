@@ -267,7 +267,8 @@ def read_to_end(sock: socket.socket) -> int:
 
 @pytest.mark.timeout(60)
 def test_clients_that_never_read_are_dropped_and_their_buffers_freed(tmp_path):
-    node = limited_node(tmp_path, "write_timeout_secs = 1.0\npage_max_kb = 16384\n")
+    keys = "write_timeout_secs = 1.0\npage_max_kb = 16384\nrequests_per_token = 8\n"
+    node = limited_node(tmp_path, keys)
     with logs_on_failure(node.log_path), node:
         with httpx.Client(base_url=node.url, headers=auth(OPERATE_TOKEN), timeout=30) as client:
             for i in range(100):  # 6 MB of findings
@@ -282,15 +283,23 @@ def test_clients_that_never_read_are_dropped_and_their_buffers_freed(tmp_path):
         path = "/api/v1/findings?limit=1000"
         fds_before = settled_fds(node.pid)
         rss_before = rss_anon_kb(node.pid)
+
+        def reader_status() -> int:
+            return httpx.get(node.url + "/api/v1/status", headers=auth(READ_TOKEN)).status_code
+
         rounds = []
         for _ in range(ROUNDS):
             started = time.monotonic()
             socks = [never_reader(host, int(port), path) for _ in range(8)]
             wait_until(lambda: open_fds(node.pid) >= fds_before + 8, timeout=5, interval=0.01)
+            if not rounds:  # unread answers count as the reader's requests in flight until
+                # dropped (node/web/inflight.py): its ninth is refused meanwhile
+                wait_until(lambda: reader_status() == 429, timeout=1, interval=0.01)
             wait_until(lambda: open_fds(node.pid) <= fds_before, timeout=10)
             rounds.append((time.monotonic() - started, rss_anon_kb(node.pid)))
             # each response was cut short: the node dropped the connection, it did not finish
             assert all(read_to_end(sock) < 6_000_000 for sock in socks)
+        assert reader_status() == 200
         # dropped within the write deadline; had the node kept the unread responses, it would
         # hold ROUNDS x 8 x 6 MB; what it holds after the last round is under two rounds' worth
         assert all(seconds < 1 + 3 for seconds, _ in rounds), rounds

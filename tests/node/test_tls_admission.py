@@ -138,3 +138,22 @@ def test_a_reload_with_broken_tls_files_still_applies_tokens_and_says_so(tls_nod
         assert node.client(READ_TOKEN).get("/api/v1/status").status_code == 200
     finally:
         node.config_path.write_text(config)
+
+
+async def test_asyncio_s_own_loop_admits_before_the_handshake_too(tmp_path):
+    """The TLS protocol is the event loop's own (uvloop's or asyncio's): the same bounds on
+    asyncio's loop (`[node] event_loop = "asyncio"`)."""
+    ca = make_ca(tmp_path)
+    cert, key = make_server_cert(tmp_path / "tls", ca)
+    keys = f'header_timeout_secs = {HEADER_TIMEOUT}\nevent_loop = "asyncio"\n'
+    path = with_tls(write_config(tmp_path / "node", node=keys), cert, key)
+    node = NodeProcess(path, ca_file=ca[0])
+    with logs_on_failure(node.log_path), node:
+        assert "event loop: asyncio" in node.log_path.read_text()
+        host, port = node.config.node.listen.rsplit(":", 1)
+        held = await asyncio.gather(
+            *(silent(host, int(port), "127.0.0.1", hello) for hello in (b"", b"\x16\x03\x01"))
+        )
+        assert all(HEADER_TIMEOUT - 0.1 < seconds < HEADER_TIMEOUT + 1.5 for seconds in held)
+        await health(node, ssl.create_default_context(cafile=str(ca[0])))
+        assert closes(node)["handshake_timeout"] == 2
