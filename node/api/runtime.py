@@ -148,7 +148,7 @@ async def runtime_lifecycle(
     tasks = TaskQueue(names)
     read_model = ctx.projections.get(Tasks)
     for name in names:  # unfinished tasks from before a restart are delivered again
-        tasks.seed(name, ((t.id, t.from_, t.input) for t in read_model.open_tasks(name)))
+        tasks.seed(name, read_model.open_tasks(name))
     services = HostServices(
         config=config,
         store=ctx.store,

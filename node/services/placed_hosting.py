@@ -37,7 +37,7 @@ class PlacedHosting(DeploymentBase):
             runtime = self.runtime
             if self._tasks is not None:
                 open_tasks = self.ctx.projections.get(Tasks).open_tasks(name)
-                self._tasks.add_agent(name, ((t.id, t.from_, t.input) for t in open_tasks))
+                self._tasks.add_agent(name, open_tasks)
             suspended = deployed is not None and deployed.suspended
             if name in runtime.workers:
                 await asyncio.to_thread(

@@ -26,7 +26,7 @@ from node.services.deployment_base import DeploymentBase
 from node.services.journal import ensure_local
 from node.services.registry import parse_reference
 from node.services.rollouts import Change
-from node.web.http import Problem
+from node.web.http import Problem, problem_list
 from projections import catalogue as c
 from projections.deployments import NODE_STREAM, DeployedAgent
 from projections.tasks import Tasks
@@ -56,7 +56,7 @@ class Upgrades(DeploymentBase):
             raise Problem(400, f"invalid body: {str(exc).replace('`$.', '`')}") from None
         problems = [p.removeprefix("agent.") for p in agent_problems(agent, "agent")]
         if problems:
-            raise Problem(400, "; ".join(problems))
+            raise Problem(400, problem_list(problems))
         try:
             parse_reference(agent.component)
         except ValueError as exc:
@@ -145,7 +145,7 @@ class Upgrades(DeploymentBase):
         await self._follow_grants(name, "not asked for by revision 1")
         if self._tasks is not None:
             open_tasks = self.ctx.projections.get(Tasks).open_tasks(name)
-            self._tasks.add_agent(name, ((t.id, t.from_, t.input) for t in open_tasks))
+            self._tasks.add_agent(name, open_tasks)
         worker = await asyncio.to_thread(self.runtime.add, self._spec(name))
         why = await self._probation(worker.probation, definition)
         if why is not None:
