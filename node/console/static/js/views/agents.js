@@ -36,10 +36,11 @@ function refreshRollout() {
     panel.replaceWith(deploymentPanel(d));
     return;
   }
+  // what agents and peers wrote (reasons) shown as the first render shows it: escaped
   const line = panel.querySelector("#deploy-rollout");
-  if (line) line.textContent = rolloutText(d.rollout);
+  if (line) line.textContent = visible(rolloutText(d.rollout));
   const state = panel.querySelector("#deploy-state");
-  if (state) state.textContent = stateText(d);
+  if (state) state.textContent = visible(stateText(d));
 }
 
 function rolloutText(r) {
