@@ -65,6 +65,8 @@ REFUSED = (
     b"Content-Length: " + str(len(_REFUSED_BODY)).encode() + b"\r\n\r\n" + _REFUSED_BODY
 )
 _WARN_EVERY_SECS = 10.0
+# a connection younger than this is evicted only when nothing older or idle is left
+SILENT_GRACE_SECS = 1.0
 
 
 def fd_limit() -> int:
@@ -205,18 +207,25 @@ class ConnectionTable:
 
     def _evict(self, client: str | None) -> bool:
         """Close the oldest connection (of `client`, or of anyone) without a request yet, else
-        the oldest idle keep-alive one."""
-        for queue, reason, what in (
-            (self.silent, "evicted_silent", "that sent no request yet"),
-            (self.idle, "evicted_idle", "idle between requests"),
-        ):
-            handler = queue.oldest(client)
-            if handler is not None:
-                self.count(reason, f"evicting a connection from {queue.all[handler]} {what}")
-                self.busy(handler)  # not evicted twice; its connection_lost releases it
-                handler.drop()
-                return True
+        the oldest idle keep-alive one. A connection accepted less than SILENT_GRACE_SECS ago
+        goes only when neither is left: a newcomer's request may not have come in yet (under a
+        flood of reconnects, several are accepted in one turn of the loop)."""
+        silent = self.silent.oldest(client)
+        if silent is not None and silent.age() >= SILENT_GRACE_SECS:
+            return self._drop(silent, "evicted_silent", "that sent no request yet")
+        idle = self.idle.oldest(client)
+        if idle is not None:
+            return self._drop(idle, "evicted_idle", "idle between requests")
+        if silent is not None:
+            return self._drop(silent, "evicted_silent", "that sent no request yet")
         return False
+
+    def _drop(self, handler: GuardedHandler, reason: str, what: str) -> bool:
+        client = self.silent.all.get(handler) or self.idle.all.get(handler, "?")
+        self.count(reason, f"evicting a connection from {client} {what}")
+        self.busy(handler)  # not evicted twice; its connection_lost releases it
+        handler.drop()
+        return True
 
     def _reserve(self, handler: GuardedHandler) -> bool:
         if self.total >= self.limits.max_total:
@@ -338,6 +347,10 @@ class GuardedHandler(RequestHandler):
     @property
     def client(self) -> str:
         return self._client
+
+    def age(self) -> float:
+        """Seconds since the accept."""
+        return self._loop.time() - self._accepted_at
 
     def drop(self) -> None:
         """Close at once, whatever is buffered (before the TLS handshake too)."""
