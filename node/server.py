@@ -24,6 +24,7 @@ from node.web.tls import SERVER_TLS, server_context
 from node.web.tlsaccept import TlsListener
 
 log = logging.getLogger("agent-node")
+LISTEN_BACKLOG = 1024
 
 
 async def serve(
@@ -52,7 +53,10 @@ async def serve(
     )
     await runner.setup()
     host, port = listen_address(config)
-    site = web.TCPSite(runner, host, port)  # plain TCP: the runner adds TLS after admission
+    # plain TCP: the runner adds TLS after admission. A backlog of LISTEN_BACKLOG (the kernel
+    # caps it at net.core.somaxconn): at aiohttp's 128 a burst of connects overflowed the
+    # queue and a client's SYN waited for its retransmission, a second later (issue 45)
+    site = web.TCPSite(runner, host, port, backlog=LISTEN_BACKLOG)
     try:
         await site.start()
     except OSError:  # the address is taken, say: stop what started (the CLI says why)

@@ -157,6 +157,7 @@ class ConnectionTable:
         self.limits = limits
         self.total = 0
         self.per_client: dict[str, int] = {}
+        self.reserved_of: dict[str, int] = {}  # reserved slots per client (at most one)
         self.silent = _Queue()
         self.idle = _Queue()
         self.counts = dict.fromkeys(CONNECTION_REASONS, 0)
@@ -171,10 +172,8 @@ class ConnectionTable:
         if self.per_client.get(client, 0) >= limits.max_per_client:
             if not self._evict(client):
                 return self._refuse(client, "for this address")
-        elif (
-            self.total >= limits.max_total - limits.reserved
-            and not self._evict(None)
-            and not self._reserve(handler)
+        elif self.total >= limits.max_total - limits.reserved and not (
+            self._evict(None, young=False) or self._reserve(handler, client)
         ):
             return self._refuse(client, "in total")
         self.total += 1
@@ -194,29 +193,28 @@ class ConnectionTable:
     def release(self, handler: GuardedHandler, client: str) -> None:
         self.busy(handler)
         self.total -= 1
-        left = self.per_client[client] - 1
-        if left:
-            self.per_client[client] = left
-        else:
-            del self.per_client[client]
+        _less(self.per_client, client)
+        if handler.reserved:
+            _less(self.reserved_of, client)
 
     def count(self, reason: str, message: str) -> None:
         self.counts[reason] += 1
         self._count(reason)
         self.warn(reason, message)
 
-    def _evict(self, client: str | None) -> bool:
+    def _evict(self, client: str | None, young: bool = True) -> bool:
         """Close the oldest connection (of `client`, or of anyone) without a request yet, else
         the oldest idle keep-alive one. A connection accepted less than SILENT_GRACE_SECS ago
-        goes only when neither is left: a newcomer's request may not have come in yet (under a
-        flood of reconnects, several are accepted in one turn of the loop)."""
+        goes only when neither is left, and only if `young`: a newcomer's request may not have
+        come in yet (under a flood of reconnects, several are accepted in one turn of the loop,
+        and newcomers taking each other's places would leave none of them served)."""
         silent = self.silent.oldest(client)
         if silent is not None and silent.age() >= SILENT_GRACE_SECS:
             return self._drop(silent, "evicted_silent", "that sent no request yet")
         idle = self.idle.oldest(client)
         if idle is not None:
             return self._drop(idle, "evicted_idle", "idle between requests")
-        if silent is not None:
+        if silent is not None and young:
             return self._drop(silent, "evicted_silent", "that sent no request yet")
         return False
 
@@ -227,9 +225,13 @@ class ConnectionTable:
         handler.drop()
         return True
 
-    def _reserve(self, handler: GuardedHandler) -> bool:
-        if self.total >= self.limits.max_total:
+    def _reserve(self, handler: GuardedHandler, client: str) -> bool:
+        """A reserved slot, one per client at a time: a flood from a few addresses leaves the
+        rest to the operator (a slot held by a connection whose request is neither a health
+        check nor an admin's is given back as soon as that request is read)."""
+        if self.total >= self.limits.max_total or self.reserved_of.get(client, 0):
             return False
+        self.reserved_of[client] = 1
         handler.reserved = True
         return True
 
@@ -461,3 +463,11 @@ class GuardedRunner(web.AppRunner):
     async def _cleanup_server(self) -> None:
         self.table.drop_unserved()
         await super()._cleanup_server()
+
+
+def _less(counts: dict[str, int], key: str) -> None:
+    left = counts[key] - 1
+    if left:
+        counts[key] = left
+    else:
+        del counts[key]
