@@ -104,24 +104,25 @@ def addresses(prefix: str, count: int, per_address: int = PER_ADDRESS) -> list[s
 async def probe_health(url: str, secs: float, context: ssl.SSLContext | None) -> dict:
     """GET /api/v1/health on a new connection each time, about 50 a second."""
     latencies: list[float] = []
-    failures = 0
+    failures: dict[str, int] = {}  # why, by status or exception
     connector = aiohttp.TCPConnector(force_close=True, ssl=context or False)
     timeout = aiohttp.ClientTimeout(total=2)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         end = time.monotonic() + secs
         while time.monotonic() < end:
             started = time.perf_counter()
+            why = ""
             try:
                 async with session.get(url + "/api/v1/health") as response:
                     await response.read()
-                    ok = response.status == 200
-            except (aiohttp.ClientError, TimeoutError, OSError):
-                ok = False
+                    why = "" if response.status == 200 else str(response.status)
+            except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+                why = type(exc).__name__
             elapsed = time.perf_counter() - started
-            if ok:
+            if not why:
                 latencies.append(elapsed)
             else:
-                failures += 1
+                failures[why] = failures.get(why, 0) + 1
             await asyncio.sleep(max(0.0, 0.02 - elapsed))
 
     def ms(seconds: float) -> float | None:  # None (JSON null): no probe was answered
@@ -132,7 +133,8 @@ async def probe_health(url: str, secs: float, context: ssl.SSLContext | None) ->
         "health_p99_ms": ms(percentile(latencies, 0.99)),
         "health_max_ms": ms(max(latencies, default=0.0)),
         "health_ok": len(latencies),
-        "health_failed": failures,
+        "health_failed": sum(failures.values()),
+        "health_failed_by": failures,
     }
 
 

@@ -15,10 +15,11 @@ So the node serves with `GuardedRunner`: an AppRunner whose protocol factory mak
   (per client and in total) and arms the header deadline in place of aiohttp's first
   keep-alive timer (with TLS the handshake's deadline is the header deadline, and what is left
   of it bounds the headers). When the node is full, the newest connection takes the place of
-  the oldest one that has not sent a whole request yet (a slow or silent client), else of the
-  oldest idle keep-alive connection (between two requests); when there is neither, it gets one
-  of the `reserved` slots, which serve only `GET /api/v1/health` and admin tokens (the front
-  door answers anything else 503), else a 503 (plain HTTP) or a close (TLS) at once.
+  the oldest one that has not sent a whole request yet (a slow or silent client, accepted at
+  least a second ago: a newcomer gets that long), else of the oldest idle keep-alive connection
+  (between two requests); when there is neither, it gets one of the `reserved` slots (one per
+  client at a time), which serve only `GET /api/v1/health` and admin tokens (the front door
+  answers anything else 503), else a 503 (plain HTTP) or a close (TLS) at once.
 - `data_received`: once a request's headers are complete, the connection is busy (not
   evictable) and the header deadline is disarmed; `log_access`, called by aiohttp when a
   response is finished, makes it idle (evictable) again; aiohttp's keep-alive timer bounds
@@ -40,6 +41,7 @@ import resource
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any, cast
 
 from aiohttp import web
@@ -65,8 +67,9 @@ REFUSED = (
     b"Content-Length: " + str(len(_REFUSED_BODY)).encode() + b"\r\n\r\n" + _REFUSED_BODY
 )
 _WARN_EVERY_SECS = 10.0
-# a connection younger than this is evicted only when nothing older or idle is left
+# a connection younger than this is evicted only for a lighter client's newcomer (_evict)
 SILENT_GRACE_SECS = 1.0
+HEAVIER_SCAN = 8  # young silent connections looked at for a heavier client's, oldest first
 
 
 def fd_limit() -> int:
@@ -165,15 +168,17 @@ class ConnectionTable:
         self._warned_at: dict[str, float] = {}
 
     def admit(self, handler: GuardedHandler, client: str) -> bool:
-        """Count the connection in; False when it must be refused. Past a cap, it takes the
-        place of an evictable connection (of its client, past the client's cap), else, past the
-        total cap, one of the reserved slots (`handler.reserved`)."""
+        """Count the connection in; False when it must be refused. Past its client's cap it
+        takes the place of one of that client's evictable connections; past the total cap, of
+        a silent connection accepted a second ago or more or of an idle one, else it gets a
+        reserved slot (`handler.reserved`)."""
         limits = self.limits
         if self.per_client.get(client, 0) >= limits.max_per_client:
             if not self._evict(client):
                 return self._refuse(client, "for this address")
         elif self.total >= limits.max_total - limits.reserved and not (
-            self._evict(None, young=False) or self._reserve(handler, client)
+            self._evict(None, lighter=self.per_client.get(client, 0))
+            or self._reserve(handler, client)
         ):
             return self._refuse(client, "in total")
         self.total += 1
@@ -202,27 +207,32 @@ class ConnectionTable:
         self._count(reason)
         self.warn(reason, message)
 
-    def _evict(self, client: str | None, young: bool = True) -> bool:
+    def _evict(self, client: str | None, lighter: int | None = None) -> bool:
         """Close the oldest connection (of `client`, or of anyone) without a request yet, else
         the oldest idle keep-alive one. A connection accepted less than SILENT_GRACE_SECS ago
-        goes only when neither is left, and only if `young`: a newcomer's request may not have
-        come in yet (under a flood of reconnects, several are accepted in one turn of the loop,
-        and newcomers taking each other's places would leave none of them served)."""
+        (its request may not have been read yet: under a flood of reconnects many are accepted
+        in one turn of the loop) goes only for one of its own client's, or, when `lighter` (the
+        newcomer's client's count) is given, for a newcomer whose client holds fewer
+        connections than its own: an operator gets in among a flood of young connections, and
+        the flood's newcomers, as heavy as each other, do not take each other's places."""
         silent = self.silent.oldest(client)
         if silent is not None and silent.age() >= SILENT_GRACE_SECS:
             return self._drop(silent, "evicted_silent", "that sent no request yet")
         idle = self.idle.oldest(client)
         if idle is not None:
             return self._drop(idle, "evicted_idle", "idle between requests")
-        if silent is not None and young:
+        if silent is not None and lighter is None:
             return self._drop(silent, "evicted_silent", "that sent no request yet")
+        for handler, owner in islice(self.silent.all.items(), HEAVIER_SCAN):
+            if lighter is not None and self.per_client.get(owner, 0) > lighter + 1:
+                return self._drop(handler, "evicted_silent", "that sent no request yet")
         return False
 
     def _drop(self, handler: GuardedHandler, reason: str, what: str) -> bool:
         client = self.silent.all.get(handler) or self.idle.all.get(handler, "?")
         self.count(reason, f"evicting a connection from {client} {what}")
-        self.busy(handler)  # not evicted twice; its connection_lost releases it
         handler.drop()
+        handler.release()  # now: a burst of newcomers would otherwise count the evicted too
         return True
 
     def _reserve(self, handler: GuardedHandler, client: str) -> bool:
@@ -334,6 +344,12 @@ class GuardedHandler(RequestHandler):
         idle (evictable) unless another request is already queued."""
         release_request(request)
         super().log_access(request, response, time)
+        if not request.content.is_eof():
+            # answered before its body was read (a refusal: the front door marked it
+            # `Connection: close`): closed now, where aiohttp would read the rest of the body
+            # for up to 10 s (`lingering_time`); 3,600 such connections held 150 MB
+            self.force_close()
+            return
         if not self._messages and self._counted and not self._evictable:
             self._evictable = True
             self._table.idle_again(self, self._client)
@@ -396,15 +412,17 @@ class GuardedHandler(RequestHandler):
         if reason:
             what = reason.replace("_", " ")
             self._table.count(reason, f"closing a connection from {self._client}: TLS {what}")
-        self._release()
+        self.release()
 
     def connection_lost(self, exc: BaseException | None) -> None:
-        if not self._counted:
-            return  # refused: aiohttp never saw it
-        self._release()
-        super().connection_lost(exc)
+        self.release()
+        if self.made:  # else refused: aiohttp never saw it
+            super().connection_lost(exc)
 
-    def _release(self) -> None:
+    def release(self) -> None:
+        """Give the connection's slot back (once): when it is lost, or at once when it is
+        evicted (its close completes a turn of the loop later, and the newcomer that took its
+        place is counted now)."""
         if not self._counted:
             return
         self._counted = False

@@ -106,8 +106,8 @@ async def front_door(request: web.Request, handler: Handler) -> web.StreamRespon
         response.headers.update(_path_headers(request))
         response.headers[REQUEST_ID_HEADER] = request_id
         if response.status >= 400 and not request.content.is_eof():
-            # refused before its body was read (401, 408, 429, ...): closed, not kept while
-            # aiohttp reads the rest of the body for up to 10 s (a trickled one held its slot)
+            # refused before its body was read (401, 408, 429, ...): the connection closes
+            # once this is written (node/web/connections.py), and the client is told so
             response.force_close()
     if not response.headers.get(hdrs.CONTENT_TYPE, "").startswith(_STREAM_TYPE):
         request.app[CONTEXT].metrics.request_duration.observe(time.perf_counter() - started)

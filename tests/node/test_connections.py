@@ -57,7 +57,7 @@ def test_ipv6_clients_are_counted_by_their_network():
 
 
 class Connection:
-    """What the table needs of a handler: a close, which releases its slot (connection_lost)."""
+    """What the table needs of a handler: a close, and its slot given back."""
 
     reserved = False
 
@@ -65,6 +65,9 @@ class Connection:
         self.table, self.client = table, client
 
     def drop(self) -> None:
+        pass
+
+    def release(self) -> None:
         self.table.release(self, self.client)  # type: ignore[arg-type]
 
     def age(self) -> float:
