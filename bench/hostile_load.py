@@ -52,6 +52,7 @@ import ssl
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import aiohttp
@@ -218,14 +219,33 @@ async def _hold(reader: asyncio.StreamReader, every: float) -> bytes | None:
         return None
 
 
+Session = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[float]]
+
+
+async def reconnecting(
+    port: int, address: str, stop: asyncio.Event, stats: dict, session: Session
+) -> None:
+    """`session` on a new connection from `address`, again and again until `stop`; it returns
+    how long to wait before the next one."""
+    while not stop.is_set():
+        connection = await connect(port, address, stats)
+        if connection is None:
+            continue
+        stats["connects"] += 1
+        reader, writer = connection
+        try:
+            pause = await session(reader, writer)
+        except ConnectionError:
+            stats["closed_by_node"] += 1
+            pause = 0.0
+        finally:
+            writer.transport.abort()
+        await asyncio.sleep(pause)
+
+
 def slow_flood(port: int, count: int):
-    async def one(address: str, trickle: bool, stop: asyncio.Event, stats: dict) -> None:
-        while not stop.is_set():
-            connection = await connect(port, address, stats)
-            if connection is None:
-                continue
-            reader, writer = connection
-            stats["connects"] += 1
+    def session(trickle: bool, stop: asyncio.Event, stats: dict) -> Session:
+        async def one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> float:
             stats["open"] += 1
             stats["open_max"] = max(stats["open_max"], stats["open"])
             opened = time.monotonic()
@@ -245,11 +265,11 @@ def slow_flood(port: int, count: int):
                         stats["closed_by_node"] += 1
                         stats["held_max_s"] = max(stats["held_max_s"], time.monotonic() - opened)
                         break
-            except ConnectionError:
-                stats["closed_by_node"] += 1
             finally:
                 stats["open"] -= 1
-                writer.transport.abort()
+            return 0.0
+
+        return one
 
     async def attack(stop: asyncio.Event, stats: dict) -> None:
         stats.update(
@@ -257,7 +277,7 @@ def slow_flood(port: int, count: int):
             refused_503=0, connect_errors=0, held_max_s=0.0,
         )  # fmt: skip
         clients = [
-            one(address, i % 2 == 0, stop, stats)
+            reconnecting(port, address, stop, stats, session(i % 2 == 0, stop, stats))
             for i, address in enumerate(addresses("127.0.1", count))
         ]
         await asyncio.gather(*clients)
@@ -272,13 +292,8 @@ def keepalive_fill(port: int, count: int, every: float):
     that each send GET /api/v1/health every `every` s on one kept-alive connection."""
     request = b"GET /api/v1/health HTTP/1.1\r\nHost: b\r\n\r\n"
 
-    async def one(address: str, stop: asyncio.Event, stats: dict) -> None:
-        while not stop.is_set():
-            connection = await connect(port, address, stats)
-            if connection is None:
-                continue
-            reader, writer = connection
-            stats["connects"] += 1
+    def session(stop: asyncio.Event, stats: dict) -> Session:
+        async def one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> float:
             try:
                 while not stop.is_set():
                     writer.write(request)
@@ -286,24 +301,16 @@ def keepalive_fill(port: int, count: int, every: float):
                     length = int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0])
                     await reader.readexactly(length)
                     stats["answered_200" if head.startswith(b"HTTP/1.1 200") else "refused"] += 1
-                    if await asyncio.wait_for(_wait_closed(reader, stop), every + 1):
+                    if await asyncio.wait_for(idle_until_closed(reader, stop), every + 1):
                         stats["closed_by_node"] += 1
                         break
-            except (ConnectionError, asyncio.IncompleteReadError, IndexError, TimeoutError):
+            except (asyncio.IncompleteReadError, IndexError, TimeoutError):
                 stats["closed_by_node"] += 1
-            finally:
-                writer.transport.abort()
-            await asyncio.sleep(0.2)  # then again
+            return 0.2
 
-    async def attack(stop: asyncio.Event, stats: dict) -> None:
-        stats.update(clients=count, every_s=every, connects=0, answered_200=0, refused=0,
-                     closed_by_node=0, connect_errors=0)  # fmt: skip
-        per_address = 250  # under the node's 256
-        await asyncio.gather(
-            *(one(a, stop, stats) for a in addresses("127.0.2", count, per_address))
-        )
+        return one
 
-    async def _wait_closed(reader: asyncio.StreamReader, stop: asyncio.Event) -> bool:
+    async def idle_until_closed(reader: asyncio.StreamReader, stop: asyncio.Event) -> bool:
         """Idle until it is time for the next request (False), or the node closes (True)."""
         end = time.monotonic() + every
         while not stop.is_set() and time.monotonic() < end:
@@ -313,6 +320,17 @@ def keepalive_fill(port: int, count: int, every: float):
             except TimeoutError:
                 continue
         return False
+
+    async def attack(stop: asyncio.Event, stats: dict) -> None:
+        stats.update(clients=count, every_s=every, connects=0, answered_200=0, refused=0,
+                     closed_by_node=0, connect_errors=0)  # fmt: skip
+        per_address = 250  # under the node's 256
+        await asyncio.gather(
+            *(
+                reconnecting(port, a, stop, stats, session(stop, stats))
+                for a in addresses("127.0.2", count, per_address)
+            )
+        )
 
     return attack
 
@@ -345,14 +363,10 @@ DOORS = [
 def slow_bodies(port: int, count: int):
     """Requests whose bodies trickle a byte every TRICKLE_SECS, spread over every door."""
 
-    async def one(i: int, address: str, stop: asyncio.Event, stats: dict) -> None:
-        method, path, token, content_type, head, trickle = DOORS[i % len(DOORS)]
-        while not stop.is_set():
-            connection = await connect(port, address, stats)
-            if connection is None:
-                continue
-            reader, writer = connection
-            stats["sent"] += 1
+    def session(door: int, stop: asyncio.Event, stats: dict) -> Session:
+        method, path, token, content_type, head, trickle = DOORS[door % len(DOORS)]
+
+        async def one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> float:
             writer.write(
                 f"{method} {path} HTTP/1.1\r\nHost: b\r\nAuthorization: Bearer {token}\r\n"
                 f"Content-Type: {content_type}\r\n"
@@ -368,20 +382,23 @@ def slow_bodies(port: int, count: int):
                         break
             except ConnectionError:
                 answer = b""
-            finally:
-                writer.transport.abort()
             if answer is None:
-                continue  # the phase ended first
+                return 0.0  # the phase ended first
             status = answer[9:12].decode(errors="replace") if answer else "closed"
             stats["answers"][status] = stats["answers"].get(status, 0) + 1
             # then again: after Retry-After (1 s) when told to wait (a flood of reconnections
             # is a connection-rate attack, a proxy's to limit: docs/security.md), else at once
-            await asyncio.sleep(1.0 if status in ("429", "503") else 0.2)
+            return 1.0 if status in ("429", "503") else 0.2
+
+        return one
 
     async def attack(stop: asyncio.Event, stats: dict) -> None:
-        stats.update(requests=count, sent=0, connect_errors=0, answers={})
+        stats.update(requests=count, connects=0, closed_by_node=0, connect_errors=0, answers={})
         await asyncio.gather(
-            *(one(i, a, stop, stats) for i, a in enumerate(addresses("127.0.3", count)))
+            *(
+                reconnecting(port, a, stop, stats, session(i, stop, stats))
+                for i, a in enumerate(addresses("127.0.3", count))
+            )
         )
 
     return attack
@@ -455,37 +472,29 @@ def tls_handshake_flood(port: int, count: int):
     """Plain TCP connections to the TLS port that send no ClientHello (half) or its first
     bytes (half), each reconnecting when the node closes it (the issue's fd exhaustion)."""
 
-    async def one(address: str, hello: bytes, stop: asyncio.Event, stats: dict) -> None:
-        while not stop.is_set():
-            connection = await connect(port, address, stats)
-            if connection is None:
-                continue
-            reader, writer = connection
-            stats["connects"] += 1
+    def session(hello: bytes, stop: asyncio.Event, stats: dict) -> Session:
+        async def one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> float:
             opened = time.monotonic()
             writer.write(hello)
-            try:
-                while not stop.is_set():
-                    try:
-                        if await asyncio.wait_for(reader.read(1024), 1.0) == b"":
-                            break
-                    except TimeoutError:
-                        continue
-                else:
+            while not stop.is_set():
+                try:
+                    if await asyncio.wait_for(reader.read(1024), 1.0) == b"":
+                        stats["closed_by_node"] += 1
+                        stats["held_max_s"] = max(stats["held_max_s"], time.monotonic() - opened)
+                        break
+                except TimeoutError:
                     continue
-                stats["closed_by_node"] += 1
-                stats["held_max_s"] = max(stats["held_max_s"], time.monotonic() - opened)
-            except ConnectionError:
-                stats["closed_by_node"] += 1
-            finally:
-                writer.transport.abort()
+            return 0.0
+
+        return one
 
     async def attack(stop: asyncio.Event, stats: dict) -> None:
         stats.update(connections=count, connects=0, closed_by_node=0, connect_errors=0,
                      held_max_s=0.0)  # fmt: skip
+        hellos = (b"\x16\x03\x01\x02\x00", b"")
         await asyncio.gather(
             *(
-                one(a, b"" if i % 2 else b"\x16\x03\x01\x02\x00", stop, stats)
+                reconnecting(port, a, stop, stats, session(hellos[i % 2], stop, stats))
                 for i, a in enumerate(addresses("127.0.4", count))
             )
         )

@@ -25,6 +25,7 @@ from node.web.tlsaccept import TlsListener
 
 log = logging.getLogger("agent-node")
 LISTEN_BACKLOG = 1024
+LINGER_SECS = 1.0
 
 
 async def serve(
@@ -45,6 +46,10 @@ async def serve(
         tls=tls,  # made after admission, per connection (node/web/tlsaccept.py)
         count=app[CONTEXT].metrics.count_connection,
         keepalive_timeout=config.node.keepalive_timeout_secs,
+        # after answering a request whose body it did not read (a refusal), aiohttp reads the
+        # rest for so long, so the client can read the answer before the close; at its 10 s a
+        # trickled body held its slot that long (3,600 such connections held 150 MB)
+        lingering_time=LINGER_SECS,
         handle_signals=False,
         access_log=access_logger(access_log),
         access_log_class=AccessLogger,

@@ -344,12 +344,6 @@ class GuardedHandler(RequestHandler):
         idle (evictable) unless another request is already queued."""
         release_request(request)
         super().log_access(request, response, time)
-        if not request.content.is_eof():
-            # answered before its body was read (a refusal: the front door marked it
-            # `Connection: close`): closed now, where aiohttp would read the rest of the body
-            # for up to 10 s (`lingering_time`); 3,600 such connections held 150 MB
-            self.force_close()
-            return
         if not self._messages and self._counted and not self._evictable:
             self._evictable = True
             self._table.idle_again(self, self._client)

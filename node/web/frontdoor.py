@@ -107,7 +107,8 @@ async def front_door(request: web.Request, handler: Handler) -> web.StreamRespon
         response.headers[REQUEST_ID_HEADER] = request_id
         if response.status >= 400 and not request.content.is_eof():
             # refused before its body was read (401, 408, 429, ...): the connection closes
-            # once this is written (node/web/connections.py), and the client is told so
+            # once this is written and the rest of the body had a second to come
+            # (node/server.py LINGER_SECS), and the client is told so
             response.force_close()
     if not response.headers.get(hdrs.CONTENT_TYPE, "").startswith(_STREAM_TYPE):
         request.app[CONTEXT].metrics.request_duration.observe(time.perf_counter() - started)
