@@ -23,8 +23,8 @@ probe, from 127.0.0.1, about 50 a second), RssAnon and the node's open fds sampl
 5. sse_replay: ten concurrent GET /api/v1/events with Last-Event-ID: 0 by a read token, over a
    journal of `--journal` events, read as fast as they come.
 6. tls_handshake_flood, against the same node serving TLS (a self-signed certificate made here;
-   probes over TLS): as many plain TCP connections as `--fds`, from many addresses, that send
-   no ClientHello or the first bytes of one, each reconnecting when the node closes it.
+   probes over TLS): twice `--fds` plain TCP connections, from many addresses, that send no
+   ClientHello or the first bytes of one, each reconnecting when the node closes it.
 
 Bounded: every phase lasts `--secs`, every connection count is fixed. The node runs with its
 defaults but for `write_timeout_secs` (`--write-timeout`, so that drops land within a phase).
@@ -536,7 +536,7 @@ async def run(node: NodeProcess, args: argparse.Namespace, tls: ssl.SSLContext |
         "slow_bodies": lambda: slow_bodies(port, args.slow_bodies or args.fds),
         "never_read": lambda: never_read(port, args.never_readers, big),
         "sse_replay": lambda: sse_replay(port, 10),
-        "tls_handshake_flood": lambda: tls_handshake_flood(port, args.fds),
+        "tls_handshake_flood": lambda: tls_handshake_flood(port, 2 * args.fds),
     }
     names = [n for n in (TLS_PHASES if tls else PLAIN_PHASES) if n in args.phases]
     unloaded = "unloaded_tls" if tls else "unloaded"
@@ -608,7 +608,7 @@ def main() -> None:
     parser.add_argument("--base", help="a commit to measure after this tree, with its defaults")
     args = parser.parse_args()
     args.phases = args.phases.split(",")
-    needed = 3 * args.fds + 512  # the attacks' own sockets, two phases' worth at most
+    needed = 4 * args.fds + 512  # the attacks' own sockets, two phases' worth at most
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < needed:
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(needed, hard), hard))
@@ -623,6 +623,7 @@ def main() -> None:
         "keepalive_clients": args.keepalive_clients or args.fds,
         "keepalive_every_s": args.keepalive_every,
         "slow_bodies": args.slow_bodies or args.fds,
+        "tls_handshake_flood": 2 * args.fds,
         "secs": args.secs,
         "journal_events": args.journal,
         "findings_60kb": args.findings,
