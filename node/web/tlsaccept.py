@@ -19,10 +19,16 @@ import asyncio
 import asyncio.sslproto
 import ssl
 from functools import cache
-from typing import TYPE_CHECKING, cast
+from typing import Protocol, cast
 
-if TYPE_CHECKING:
-    from node.web.connections import GuardedHandler
+
+class Admitted(Protocol):
+    """What the TLS layer needs of the HTTP protocol behind it (connections.GuardedHandler):
+    admission at the accept, and the news of a connection lost before its handshake ended."""
+
+    def admit(self, transport: asyncio.BaseTransport) -> bool: ...
+
+    def handshake_lost(self, exc: BaseException | None) -> None: ...
 
 
 class TlsListener:
@@ -34,7 +40,7 @@ class TlsListener:
 
 def tls_protocol(
     loop: asyncio.AbstractEventLoop,
-    handler: GuardedHandler,
+    handler: Admitted,
     listener: TlsListener,
     handshake_timeout: float,
 ) -> asyncio.BaseProtocol:
@@ -62,7 +68,7 @@ def _admitting(base: type) -> type:
         def __init__(
             self,
             loop: asyncio.AbstractEventLoop,
-            handler: GuardedHandler,
+            handler: Admitted,
             context: ssl.SSLContext,
             handshake_timeout: float,
         ) -> None:
