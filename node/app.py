@@ -34,6 +34,7 @@ from node.context import CONTEXT, NodeContext
 from node.ops import checkpoint
 from node.ops.faults import FaultReporter
 from node.ops.metrics import NodeMetrics
+from node.web import inflight
 from node.web.auth import TOKENS, TokenTable
 from node.web.frontdoor import front_door
 from projections.base import Projections
@@ -99,6 +100,7 @@ def build_app(config: Config, *, key: SigningKey | None = None) -> web.Applicati
     )
     app[CONTEXT] = ctx
     app[TOKENS] = TokenTable(config.auth)
+    inflight.install(app, config.node, ctx.metrics)
     app.cleanup_ctx.append(journal_lifecycle)
     for area in AREAS:
         area.setup(app)

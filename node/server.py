@@ -20,9 +20,12 @@ from node.ops.heap import settle_after_start
 from node.ops.logsetup import AccessLogger, ProtocolLogger, Redactor, access_logger
 from node.runtime.agents import log_agents_starting
 from node.web.connections import ConnectionLimits, GuardedRunner
-from node.web.tls import SERVER_CONTEXT, server_context
+from node.web.tls import SERVER_TLS, server_context
+from node.web.tlsaccept import TlsListener
 
 log = logging.getLogger("agent-node")
+LISTEN_BACKLOG = 1024
+LINGER_SECS = 1.0
 
 
 async def serve(
@@ -33,10 +36,20 @@ async def serve(
     config_path: Path | None = None,
 ) -> None:
     app = build_app(config)
+    context = server_context(config)  # None: plain HTTP (node/web/tls.py)
+    tls = TlsListener(context) if context is not None else None
+    if tls is not None:
+        app[SERVER_TLS] = tls  # SIGHUP swaps a renewed certificate's context in
     runner = GuardedRunner(
         app,
         ConnectionLimits.of(config),
+        tls=tls,  # made after admission, per connection (node/web/tlsaccept.py)
+        count=app[CONTEXT].metrics.count_connection,
         keepalive_timeout=config.node.keepalive_timeout_secs,
+        # after answering a request whose body it did not read (a refusal), aiohttp reads the
+        # rest for so long, so the client can read the answer before the close; at its 10 s a
+        # trickled body held its slot that long (3,600 such connections held 150 MB)
+        lingering_time=LINGER_SECS,
         handle_signals=False,
         access_log=access_logger(access_log),
         access_log_class=AccessLogger,
@@ -45,10 +58,10 @@ async def serve(
     )
     await runner.setup()
     host, port = listen_address(config)
-    tls = server_context(config)  # None: plain HTTP (node/web/tls.py)
-    if tls is not None:
-        app[SERVER_CONTEXT] = tls  # SIGHUP loads a renewed certificate into it
-    site = web.TCPSite(runner, host, port, ssl_context=tls)
+    # plain TCP: the runner adds TLS after admission. A backlog of LISTEN_BACKLOG (the kernel
+    # caps it at net.core.somaxconn): at aiohttp's 128 a burst of connects overflowed the
+    # queue and a client's SYN waited for its retransmission, a second later (issue 45)
+    site = web.TCPSite(runner, host, port, backlog=LISTEN_BACKLOG)
     try:
         await site.start()
     except OSError:  # the address is taken, say: stop what started (the CLI says why)

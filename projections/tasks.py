@@ -472,15 +472,15 @@ class Tasks:
         with self.space.read() as txn:
             return [_decode(raw) for _, raw in self._turns_of(txn, key)]
 
-    def deliverable(self, agent: str) -> builtins.list[tuple[str, str, dict[str, Any]]]:
-        """(id, from, input) of the agent's tasks its worker has to run, in creation order:
+    def deliverable(self, agent: str) -> builtins.list[Task]:
+        """The agent's tasks its worker has to run, in creation order:
         the open ones that do not await their client, each with the input of its client's
         latest message (the task's own input before any): what a restart delivers again."""
         with self.space.read() as txn:
             found = (self._deliverable(txn, key) for key in self._open_keys(txn, agent))
             return [task for task in found if task is not None]
 
-    def deliverable_task(self, task_id: str) -> tuple[str, str, dict[str, Any]] | None:
+    def deliverable_task(self, task_id: str) -> Task | None:
         """The one task as `deliverable` lists it, or None when its worker has nothing to do
         with it (ended, awaiting its client, unknown)."""
         key = id_key(task_id)
@@ -489,7 +489,8 @@ class Tasks:
         with self.space.read() as txn:
             return self._deliverable(txn, key)
 
-    def _deliverable(self, txn: Txn, key: bytes) -> tuple[str, str, dict[str, Any]] | None:
+    def _deliverable(self, txn: Txn, key: bytes) -> Task | None:
+        """The task, its `input` that of its client's latest message (its own before any)."""
         record = self._record(txn, key)
         if record is None or record.state in s.FINAL_TASK_STATES:
             return None
@@ -497,7 +498,7 @@ class Tasks:
             return None
         raw = txn.get(key, db=self._turn_input)
         task = record.task
-        return task.id, task.from_, _decode(raw) if raw is not None else task.input
+        return msgspec.structs.replace(task, input=_decode(raw)) if raw is not None else task
 
     def _turns_of(self, txn: Txn, key: bytes) -> Iterator[tuple[bytes, bytes]]:
         prefix = key + b"\0"

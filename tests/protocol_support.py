@@ -56,9 +56,10 @@ class Node:
         ]
 
 
-async def start_node(aiohttp_server, tmp_path: Path, toml: str) -> Node:
+async def start_node(aiohttp_server, tmp_path: Path, toml: str, node: str = "") -> Node:
+    """`node`: more keys of its [node] table."""
     port = free_port()
-    app = build_app(make_config(tmp_path, toml, port=port))
+    app = build_app(make_config(tmp_path, toml, port=port, node=node))
     server = await aiohttp_server(app, port=port)
     node = Node(app, str(server.make_url("")).rstrip("/"))
     return node

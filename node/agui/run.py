@@ -19,7 +19,7 @@ from node.protocols.lifecycle import StopSignal, revoked
 from node.streams.slots import STREAM_SLOTS
 from node.streams.sse import ClientGone, SseOut
 from node.web.auth import identity_of
-from node.web.http import json_body
+from node.web.body import json_body
 
 log = logging.getLogger(__name__)
 

@@ -11,21 +11,21 @@ from node.config.model import AgentName
 from node.context import CONTEXT
 from node.services.tasks import ELIDE_BYTES, TASKS, TaskQuery, TaskService
 from node.web.auth import IDENTITY
+from node.web.body import json_body
 from node.web.http import (
     MAX_LIMIT,
     NonNegative,
     Problem,
     int_query,
-    json_body,
     json_response,
     limit_query,
     page_bytes,
 )
+from node.web.pages import CURSOR, NEXT_CURSOR, next_cursor
 from node.web.routes import Doc, Query, add_route
 from projections.tasks import STATUSES, Status, Task
 
 # the response header with the cursor of the next page (absent on the last page)
-NEXT_CURSOR = "X-Next-Cursor"
 
 
 class TaskCreated(msgspec.Struct):
@@ -70,9 +70,7 @@ async def list_tasks(request: web.Request) -> web.Response:
     page = tasks_of(request).page(query)
     response = json_response(page.tasks)
     if page.next_cursor is not None:
-        response.headers[NEXT_CURSOR] = str(page.next_cursor)
-        following = request.rel_url.update_query(cursor=page.next_cursor)
-        response.headers["Link"] = f'<{following}>; rel="next"'
+        next_cursor(request, response, page.next_cursor)
     return response
 
 
@@ -97,7 +95,7 @@ def setup(app: web.Application) -> None:
             query=(
                 Query("status", Status, "only this status"),
                 Query("agent", str, "only tasks assigned to this agent"),
-                Query("cursor", NonNegative, f"the {NEXT_CURSOR} of the previous page"),
+                CURSOR,
                 Query("limit", NonNegative, f"maximum tasks (default and most {MAX_LIMIT})"),
             ),
             description=f"A page ends at `limit` tasks or at about `node.page_max_kb` of "

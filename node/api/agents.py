@@ -18,8 +18,10 @@ from node.services.deployments import DEPLOYMENTS, DeploymentService
 from node.services.mergepatch import MERGE_PATCH
 from node.services.rollouts import ChangeView, RolloutView
 from node.web.auth import IDENTITY
+from node.web.body import json_body, read_body
 from node.web.boundedjson import loads_as
-from node.web.http import Problem, json_body, json_response
+from node.web.http import Problem, json_response
+from node.web.pages import CURSOR, PAGED, page_response
 from node.web.routes import Doc, add_route
 from projections import catalogue as c
 from projections.deployments import (
@@ -243,7 +245,7 @@ async def list_agents(request: web.Request) -> web.Response:
         for p in ctx.projections.get(Placements).placed_on(ctx.name)
         if model.get(p.agent) is None
     ]
-    return json_response(sorted(shown + replicas, key=lambda a: a.name))
+    return page_response(request, sorted(shown + replicas, key=lambda a: a.name))
 
 
 async def get_agent(request: web.Request) -> web.Response:
@@ -307,7 +309,7 @@ async def deploy(request: web.Request) -> web.Response:
 async def patch(request: web.Request) -> web.Response:
     """A JSON merge patch (RFC 7396) of what runs: only the keys given change."""
     await json_body(request, AgentPatch)  # its shape, with a message naming a bad key
-    changes = loads_as(await request.read(), dict[str, Any])
+    changes = loads_as(await read_body(request), dict[str, Any])
     deployed = context_of(request).projections.get(DeployedAgents).get(_name(request))
     if deployed is None:
         raise Problem(404, f"no agent {_name(request)!r} is deployed on this node")
@@ -346,7 +348,8 @@ async def remove(request: web.Request) -> web.Response:
 
 def setup(app: web.Application) -> None:
     read = ("Deployed agents: version, source, status, history", "agents")
-    add_route(app, "GET", BASE, list_agents, "read", Doc(*read, list[AgentView]))
+    paged = Doc(*read, list[AgentView], errors=(400,), query=(CURSOR,), description=PAGED)
+    add_route(app, "GET", BASE, list_agents, "read", paged)
     add_route(app, "GET", BASE + "/{name}", get_agent, "read", Doc(*read, AgentView, errors=(404,)))
     add_route(
         app,

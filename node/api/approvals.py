@@ -16,7 +16,9 @@ from node.policy.approvers import Approver, progress
 from node.services.approval_decisions import Decision, progress_view
 from node.services.approvals import APPROVALS, ApprovalGate
 from node.web.auth import IDENTITY
-from node.web.http import json_body, json_response
+from node.web.body import json_body
+from node.web.http import json_response, page_bytes
+from node.web.pages import CURSOR, PAGED, page_response
 from node.web.routes import Doc, add_route
 from projections.approvals import ApprovalRequest, Approvals, Group
 
@@ -152,7 +154,7 @@ async def list_approvals(request: web.Request) -> web.Response:
                 **msgspec.structs.asdict(r), state=state, note=note, approvals=approvals
             )
         )
-    return json_response(listed)
+    return page_response(request, listed)
 
 
 def approval_progress(request: ApprovalRequest) -> ApprovalProgress:
@@ -161,7 +163,18 @@ def approval_progress(request: ApprovalRequest) -> ApprovalProgress:
 
 
 async def list_batched(request: web.Request) -> web.Response:
-    return json_response({"groups": gate_of(request).projection.groups()})
+    """Every group, with as many of its ids as fit in a page (`count` counts them all)."""
+    room = page_bytes(request.app[CONTEXT])
+    groups: list[Group] = []
+    for group in gate_of(request).projection.groups():
+        ids: list[str] = []
+        for approval_id in group.ids:
+            room -= len(approval_id) + 3
+            if room < 0 and (ids or groups):
+                break
+            ids.append(approval_id)
+        groups.append(Group(group.agent, group.capability, group.count, ids))
+    return json_response({"groups": groups})
 
 
 async def decide(request: web.Request) -> web.Response:
@@ -212,7 +225,14 @@ def setup(app: web.Application) -> None:
         "/api/v1/approvals",
         list_approvals,
         "read",
-        Doc("Pending approval requests, oldest first", "approvals", list[PendingApproval]),
+        Doc(
+            "Pending approval requests, oldest first, a page at a time",
+            "approvals",
+            list[PendingApproval],
+            errors=(400,),
+            query=(CURSOR,),
+            description=PAGED,
+        ),
     )
     add_route(
         app,
@@ -220,7 +240,13 @@ def setup(app: web.Application) -> None:
         "/api/v1/approvals/batched",
         list_batched,
         "read",
-        Doc("Pending approval requests grouped by agent and capability", "approvals", Batched),
+        Doc(
+            "Pending approval requests grouped by agent and capability",
+            "approvals",
+            Batched,
+            description="`count` is the group's size; `ids` holds as many of them (oldest "
+            "first) as fit in about `node.page_max_kb` for all groups together.",
+        ),
     )
     # before /{approval_id}, which would otherwise take "batch" for an id
     add_route(

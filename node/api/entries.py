@@ -9,10 +9,10 @@ from node.context import context_of
 from node.placement.key import confirmed
 from node.services.findings import NewFinding, post_finding
 from node.web.auth import IDENTITY
+from node.web.body import json_body
 from node.web.http import (
     SINCE,
     int_query,
-    json_body,
     json_response,
     limit_param,
     limit_query,

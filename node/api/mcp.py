@@ -22,6 +22,7 @@ from node.runtime.mcp import KNOWN_PROTOCOLS, McpServer
 from node.streams.sse import ClientGone, SseOut, sse_content
 from node.web import jsonrpc as rpc
 from node.web.auth import identity_of
+from node.web.body import read_body
 from node.web.http import Problem, json_response
 from node.web.routes import Doc, add_route
 
@@ -111,7 +112,7 @@ def _mcp_agent(request: web.Request) -> str:
 async def mcp(request: web.Request) -> web.StreamResponse:
     agent = _mcp_agent(request)
     server = request.app[AGENTS].mcp
-    call = rpc.parse(await request.read(), notifications=True)
+    call = rpc.parse(await read_body(request), notifications=True)
     if isinstance(call, dict):
         return json_response(call)
     if call.notification:

@@ -41,7 +41,10 @@ _ERRORS = {
     403: "The token lacks the scope for this call",
     404: "Not found",
     405: "Method not allowed",
-    408: "The request body did not arrive within `node.body_timeout_secs`",
+    408: (
+        "The request body did not arrive within `node.body_timeout_secs` (an upload: with no "
+        "pause that long, and whole within `node.upload_timeout_secs`)"
+    ),
     409: "Conflict",
     413: "Too large",
     415: "Wrong content type",
@@ -51,7 +54,10 @@ _ERRORS = {
     ),
     429: "A limit of this node is reached (`detail` names it): retry after `Retry-After` seconds",
     500: "The node failed to handle the request (its log says why; the body reveals nothing)",
-    503: "Not available now (shutting down, or the runtime is not running)",
+    503: (
+        "Not available now: shutting down, the runtime is not running, or the node is full of "
+        "connections (a slot kept for the health check and admin tokens serves nothing else)"
+    ),
 }
 
 
@@ -120,9 +126,7 @@ def _operation(doc: Doc, schemas: _Schemas) -> dict[str, Any]:
     errors = set(doc.errors)
     if doc.body is not None or doc.body_content is not None:
         errors |= {400, 413}  # any body can be malformed or larger than node.max_body_kb
-    if doc.body is not None:
-        errors.add(408)  # a JSON body slower than node.body_timeout_secs (node/web/http.py)
-    errors.add(500)
+    errors |= {500, 503}  # 503: on a connection slot kept for operators (node/web/connections)
     for code in sorted(errors):
         responses.setdefault(str(code), {"$ref": f"#/components/responses/E{code}"})
     operation: dict[str, Any] = {"summary": doc.summary, "tags": [doc.tag]}
@@ -155,6 +159,8 @@ def build_document(app: web.Application) -> dict[str, Any]:
         if path is None:
             continue
         operation = _operation(entry.doc, schemas)
+        if method in ("POST", "PUT", "PATCH"):  # a body too slow (node/web/body.py)
+            operation["responses"].setdefault("408", {"$ref": "#/components/responses/E408"})
         names = [m.group(1) for m in _PARAM.finditer(path)]
         if names:
             operation["parameters"] = [
@@ -169,6 +175,8 @@ def build_document(app: web.Application) -> dict[str, Any]:
             operation["x-scopes"] = list(entry.scopes)
             operation["responses"]["401"] = {"$ref": "#/components/responses/E401"}
             operation["responses"]["403"] = {"$ref": "#/components/responses/E403"}
+            # too many requests of this token in flight (node/web/inflight.py)
+            operation["responses"].setdefault("429", {"$ref": "#/components/responses/E429"})
         paths.setdefault(path, {})[method.lower()] = operation
     return {
         "openapi": "3.1.0",

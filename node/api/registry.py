@@ -11,7 +11,11 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from node.context import CONTEXT
 from node.services.registry import REGISTRY, RegistryService, StagedUpload
+from node.web.auth import TOKEN_DIGEST
+from node.web.body import BodyClock
 from node.web.http import Problem, json_response
+from node.web.inflight import UPLOADS
+from node.web.pages import CURSOR, PAGED, page_response
 from node.web.routes import Doc, add_route
 from projections.packages import PACKAGE_ID, Package
 
@@ -48,7 +52,7 @@ def registry_of(request: web.Request) -> RegistryService:
 
 
 async def list_packages(request: web.Request) -> web.Response:
-    return json_response(registry_of(request).projection.list())
+    return page_response(request, registry_of(request).projection.list())
 
 
 async def read_package(request: web.Request) -> web.Response:
@@ -73,36 +77,48 @@ async def publish(request: web.Request) -> web.Response:
             f"the upload is larger than this node's limit of {registry.max_bytes >> 20} MiB"
             " (node.max_upload_mb)",
         )
-    with registry.staging() as upload:
-        fields = await _read_parts(request, upload)
-        for name in ("id", "version"):
-            if name not in fields:
-                raise Problem(400, f"the multipart body has no `{name}` part")
-        if "wasm" not in fields:
-            raise Problem(400, "the multipart body has no `wasm` part (the component file)")
-        published = await registry.publish(
-            fields["id"], fields["version"], fields.get("description", ""), upload
-        )
+    ticket = request.app[UPLOADS].take(request.get(TOKEN_DIGEST, b""))  # 429 past the cap
+    try:
+        with registry.staging() as upload:
+            return await _publish(request, registry, upload)
+    finally:
+        ticket.release()
+
+
+async def _publish(
+    request: web.Request, registry: RegistryService, upload: StagedUpload
+) -> web.Response:
+    fields = await _read_parts(request, upload)
+    for name in ("id", "version"):
+        if name not in fields:
+            raise Problem(400, f"the multipart body has no `{name}` part")
+    if "wasm" not in fields:
+        raise Problem(400, "the multipart body has no `wasm` part (the component file)")
+    published = await registry.publish(
+        fields["id"], fields["version"], fields.get("description", ""), upload
+    )
     return json_response(published, status=201)
 
 
 async def _read_parts(request: web.Request, upload: StagedUpload) -> dict[str, str]:
-    """Text parts into a dict; the `wasm` part streamed into `upload` (marked by "wasm": "")."""
+    """Text parts into a dict; the `wasm` part streamed into `upload` (marked by "wasm": "").
+    Every step has its deadlines (node/web/body.py)."""
     fields: dict[str, str] = {}
+    clock = BodyClock(request)
     try:
-        reader = await request.multipart()
-        while (part := await reader.next()) is not None:
+        reader = await clock.step(request.multipart())
+        while (part := await clock.step(reader.next())) is not None:
             if not isinstance(part, BodyPartReader):
                 raise Problem(400, "nested multipart bodies are not accepted")
             name = part.name or ""
             if name in fields:
                 raise Problem(400, f"the multipart body has more than one `{name}` part")
             if name == "wasm":
-                while chunk := await part.read_chunk(1 << 16):
+                while chunk := await clock.step(part.read_chunk(1 << 16)):
                     upload.write(chunk)
                 fields[name] = ""
             elif name in TEXT_PARTS:
-                fields[name] = await _read_text(part, name)
+                fields[name] = await _read_text(part, name, clock)
             else:
                 raise Problem(
                     400,
@@ -115,9 +131,9 @@ async def _read_parts(request: web.Request, upload: StagedUpload) -> dict[str, s
     return fields
 
 
-async def _read_text(part: BodyPartReader, name: str) -> str:
+async def _read_text(part: BodyPartReader, name: str, clock: BodyClock) -> str:
     raw = bytearray()
-    while chunk := await part.read_chunk(4096):
+    while chunk := await clock.step(part.read_chunk(4096)):
         raw += chunk
         if len(raw) > MAX_TEXT_PART:
             raise Problem(400, f"the `{name}` part is longer than {MAX_TEXT_PART} bytes")
@@ -145,7 +161,14 @@ def setup(app: web.Application) -> None:
         "/api/v1/registry/packages",
         list_packages,
         "read",
-        Doc("Packages (latest version of each)", "registry", list[Package]),
+        Doc(
+            "Packages (latest version of each), a page at a time",
+            "registry",
+            list[Package],
+            errors=(400,),
+            query=(CURSOR,),
+            description=PAGED,
+        ),
     )
     add_route(
         app,
@@ -158,7 +181,7 @@ def setup(app: web.Application) -> None:
             "registry",
             PublishResult,
             status=201,
-            errors=(400, 409, 413, 415, 422, 503),
+            errors=(400, 408, 409, 413, 415, 422, 429, 503),
             body_content={"multipart/form-data": PUBLISH_FORM},
         ),
     )

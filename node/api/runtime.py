@@ -163,7 +163,9 @@ async def runtime_lifecycle(
                 runtime.notify_task(agent)
 
     ctx.store.add_commit_listener(on_commit)
-    agents.attach(runtime, McpServer(runtime, services.sink.publish, services.redactor.value))
+    page_bytes = ctx.config.node.page_max_kb * 1024
+    mcp = McpServer(runtime, services.sink.publish, services.redactor.value, page_bytes)
+    agents.attach(runtime, mcp)
     deployments.attach(runtime, tasks)
     suspended = deployments.suspended()
     runtime.start(suspended=suspended)

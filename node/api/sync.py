@@ -17,6 +17,7 @@ from node.sync.receive import Rejection
 from node.sync.service import SYNC, SyncService
 from node.sync.wire import PushedEnvelope, parse_push
 from node.web.auth import IDENTITY
+from node.web.body import read_body
 from node.web.http import (
     SINCE,
     Problem,
@@ -78,7 +79,7 @@ def _journal_query(request: web.Request) -> str:
 
 
 async def post_envelopes(request: web.Request) -> web.Response:
-    push = parse_push(await request.read())
+    push = parse_push(await read_body(request))
     identity = request.get(IDENTITY)
     if identity is None or push.peer_id != identity.name:
         caller = identity.name if identity else "?"

@@ -196,7 +196,8 @@ def _drive(
 
 def _task(runtime: AgentRuntime, host: KitHost, name: str, plan: Plan) -> dict[str, Any]:
     assert plan.task_input is not None
-    host.tasks.append(Task(TASK_ID, plan.task_from, plan.task_input))
+    # as a task the `--from` token made itself (`caller`, WIT 0.2.0): not an asserted `from`
+    host.tasks.append(Task(TASK_ID, plan.task_from, plan.task_input, caller=plan.task_from))
     runtime.notify_task(name)
 
     def ended() -> list[tuple[str, dict[str, Any]]]:

@@ -72,6 +72,12 @@ KEYS: dict[type[msgspec.Struct], dict[str, str]] = {
         "probation_ticks": "After an upgrade or rollback, good runs that end its probation.",
         "probation_secs": "...or seconds of probation, whichever comes first.",
         "probation_max_faults": "More faults than this in probation roll it back by itself.",
+        # edge (issue 45)
+        "reserved_connections": "Connections kept for GET /api/v1/health and admin tokens.",
+        "ipv6_client_prefix": "IPv6 clients are counted per network of this prefix length.",
+        "requests_per_token": "Requests of one token in flight at once, streams aside (429).",
+        "uploads_per_token": "Registry uploads of one token at once (429 past it).",
+        "upload_timeout_secs": "A whole registry upload (each chunk: body_timeout_secs).",
     },
     c.AuthSection: {
         "tokens": "The API's tokens; make one with `agent-node token new NAME --scopes ...`.",

@@ -22,8 +22,10 @@ from node.policy.policyset import policy_problems
 from node.web.tls import tls_problems
 
 
-def load_config(path: str | Path) -> Config:
-    """Read and validate runtime.toml; every problem raises ConfigError naming file and key."""
+def load_config(path: str | Path, *, load_tls: bool = True) -> Config:
+    """Read and validate runtime.toml; every problem raises ConfigError naming file and key.
+    `load_tls=False` (a reload) leaves loading the TLS files to the caller, so that broken
+    ones cannot hold back a reload's tokens and secrets."""
     path = Path(path)
     try:
         raw = tomllib.loads(path.read_text())
@@ -34,24 +36,26 @@ def load_config(path: str | Path) -> Config:
     if "base_dir" in raw:
         raise ConfigError(f"{path}: unknown key `base_dir`")
     raw["base_dir"] = str(path.resolve().parent)
-    return parse_config(raw, str(path))
+    return parse_config(raw, str(path), load_tls=load_tls)
 
 
-def parse_config(raw: dict[str, Any], source: str = "runtime.toml") -> Config:
+def parse_config(
+    raw: dict[str, Any], source: str = "runtime.toml", *, load_tls: bool = True
+) -> Config:
     try:
         config = msgspec.convert(raw, Config)
     except msgspec.ValidationError as exc:
         raise ConfigError(f"{source}: {_readable(str(exc))}") from exc
-    for problem in config_problems(config, source):
+    for problem in config_problems(config, source, load_tls=load_tls):
         raise ConfigError(problem)
     return config
 
 
-def config_problems(config: Config, source: str) -> Iterator[str]:
+def config_problems(config: Config, source: str, *, load_tls: bool = True) -> Iterator[str]:
     """Every problem of a converted config, in order: unreadable `*_file`s, then the checks."""
     yield from read_secret_files(config, source)
     yield from check_config(config, source)
-    yield from tls_problems(config, source)
+    yield from tls_problems(config, source, load=load_tls)
     yield from public_problems(config, source)
     yield from policy_problems(config, source)  # the Cedar files of [policy] (issue 47)
 

@@ -100,6 +100,15 @@ class NodeSection(_Section, kw_only=True):
     probation_ticks: PositiveInt = 3
     probation_secs: Annotated[float, msgspec.Meta(gt=0)] = 30.0
     probation_max_faults: Annotated[int, msgspec.Meta(ge=0)] = 0
+    # edge (issue 45): the node on a public address (node/web/connections.py, node/web/body.py,
+    # node/web/inflight.py): connections kept for the health check and admin tokens, how
+    # IPv6 clients are counted, requests and uploads one token may have in flight, an upload's
+    # whole time (each of its chunks within body_timeout_secs)
+    reserved_connections: Annotated[int, msgspec.Meta(ge=0)] = 16
+    ipv6_client_prefix: Annotated[int, msgspec.Meta(ge=1, le=128)] = 64
+    requests_per_token: PositiveInt = 64
+    uploads_per_token: PositiveInt = 2
+    upload_timeout_secs: Annotated[float, msgspec.Meta(gt=0)] = 600.0
 
 
 class TokenEntry(_Section, kw_only=True):

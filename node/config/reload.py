@@ -8,7 +8,8 @@ fields and time zone, from the next request on), plus the log redactor's list; t
 once.
 Everything else needs a restart; a reload that finds other changes says which sections in the
 log and in the event. A config that does not load is refused as a whole and the running one
-stays.
+stays; TLS files that do not load are not: the rest applies, and the log says (ERROR) that the
+certificate was not reloaded.
 
 Each applied reload is journaled as `node.reloaded` in the node-level `$node` journal (never
 replicated) with names only: which tokens, peer tokens and secret keys are now configured,
@@ -36,7 +37,7 @@ from node.services.deployments import DEPLOYMENTS
 from node.streams.slots import STREAM_SLOTS
 from node.sync.service import SYNC
 from node.web.auth import TOKENS
-from node.web.tls import SERVER_CONTEXT, reload_certificate
+from node.web.tls import SERVER_TLS, reload_certificate
 from projections import catalogue as c
 
 log = logging.getLogger("agent-node")
@@ -64,7 +65,8 @@ class Reloader:
 
     async def reload(self) -> bool:
         try:
-            new = await asyncio.to_thread(load_config, self._path)
+            # the TLS files are loaded below, on their own: broken ones do not hold back tokens
+            new = await asyncio.to_thread(load_config, self._path, load_tls=False)
         except ConfigError as exc:
             log.error("SIGHUP: config not reloaded, the running one stays: %s", exc)
             return False
@@ -117,13 +119,17 @@ class Reloader:
 
     async def _reload_certificate(self, running: Config) -> None:
         """The running listener's certificate and key, read again (node/web/tls.py)."""
-        context = self._app.get(SERVER_CONTEXT)
-        if context is None:
+        listener = self._app.get(SERVER_TLS)
+        if listener is None:
             return
         try:
-            await asyncio.to_thread(reload_certificate, context, running)
+            await asyncio.to_thread(reload_certificate, listener, running)
         except (OSError, ssl.SSLError) as exc:
-            log.error("SIGHUP: TLS certificate not reloaded, the running one stays: %s", exc)
+            log.error(
+                "SIGHUP: TLS certificate NOT reloaded (tokens and secrets were): the files do "
+                "not load, the running certificate stays: %s",
+                exc,
+            )
             return
         log.info("SIGHUP: TLS certificate reloaded")
 

@@ -12,7 +12,8 @@ from aiohttp import web
 from node.context import NodeContext, context_of
 from node.sync.convergence import Convergence, convergence_report
 from node.web.auth import IDENTITY
-from node.web.http import json_response, limit_param, limit_query
+from node.web.http import int_query, json_response, limit_param, limit_query
+from node.web.pages import CURSOR, PAGED, page_response
 from node.web.routes import Doc, add_route
 from projections.approvals import Approvals, Resolution
 from projections.catalogue import FINDING
@@ -56,7 +57,10 @@ async def whoami(request: web.Request) -> web.Response:
 async def approval_history(request: web.Request) -> web.Response:
     """Resolved requests, newest first: the read model keeps them in the order they resolved."""
     limit = limit_query(request, HISTORY_DEFAULT)
-    return json_response(context_of(request).projections.get(Approvals).history(limit))
+    start = int_query(request, "cursor", 0)
+    return page_response(
+        request, context_of(request).projections.get(Approvals).history(start + limit)
+    )
 
 
 async def mesh(request: web.Request) -> web.Response:
@@ -120,8 +124,9 @@ def setup(app: web.Application) -> None:
             "approvals",
             list[Resolution],
             errors=(400,),
-            query=(limit_param(HISTORY_DEFAULT),),
-            description="`outcome` is approve, deny or timeout; `operator` is who decided.",
+            query=(limit_param(HISTORY_DEFAULT), CURSOR),
+            description="`outcome` is approve, deny or timeout; `operator` is who decided. "
+            + PAGED,
         ),
     )
     add_route(

@@ -17,6 +17,19 @@ from node.ops.version import __version__, build_commit
 
 # what aiohttp's parser raises for the requests it refuses most (ops/logsetup.py ProtocolLogger)
 MALFORMED_KINDS = ("BadHttpMessage", "BadHttpMethod", "LineTooLong", "InvalidHeader")
+# why node/web/connections.py closed or refused a connection
+CONNECTION_REASONS = (
+    "refused",  # full, nothing to evict and no reserved slot left
+    "evicted_silent",  # the oldest connection without a whole request made room
+    "evicted_idle",  # the oldest idle keep-alive connection made room
+    "header_timeout",  # no whole request within the header deadline
+    "handshake_timeout",  # the TLS handshake took the whole header deadline
+    "handshake_failed",  # not TLS, or a handshake the node refused
+    "write_timeout",  # the client stopped reading a response
+    "reserved_refused",  # on a reserved slot, a request neither for health nor by an admin
+)
+BODY_REASONS = ("timeout", "disconnect")
+THROTTLE_LIMITS = ("requests_per_token", "uploads_per_token")
 
 disable_created_metrics()  # type: ignore[no-untyped-call]  # prometheus-client has no hint
 
@@ -72,7 +85,32 @@ class NodeMetrics:
         )
         for outcome in ("permit", "forbid", "ask"):
             self.policy_rulings.labels(outcome=outcome)
+        # edge (issue 45): what the node did to protect itself from clients (node/web/)
+        self.connections_closed = Counter(
+            "svc_http_connections_closed",
+            "Connections the node closed or refused to protect itself, by reason",
+            ["reason"],
+            registry=r,
+        )
+        self.bodies_cut = Counter(
+            "svc_http_bodies_cut",
+            "Request bodies that did not arrive whole: too slow (timeout) or the client left",
+            ["reason"],
+            registry=r,
+        )
+        self.requests_throttled = Counter(
+            "svc_http_requests_throttled",
+            "Requests answered 429 because their token had too many in flight, by limit",
+            ["limit"],
+            registry=r,
+        )
         self.build_info.labels(version=__version__, commit=build_commit()).set(1)
+        for reason in CONNECTION_REASONS:
+            self.connections_closed.labels(reason=reason)
+        for reason in BODY_REASONS:
+            self.bodies_cut.labels(reason=reason)
+        for limit in THROTTLE_LIMITS:
+            self.requests_throttled.labels(limit=limit)
         for route in ("local", "cloud"):
             self.inference_requests.labels(route=route)
         for kind in MALFORMED_KINDS:  # a 0 sample from the start, so that alerts see the first
@@ -87,6 +125,9 @@ class NodeMetrics:
 
     def count_malformed(self, kind: str) -> None:
         self.malformed_requests.labels(kind=kind).inc()
+
+    def count_connection(self, reason: str) -> None:
+        self.connections_closed.labels(reason=reason).inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -29,6 +29,7 @@ from node.streams.slots import STREAM_SLOTS
 from node.streams.sse import ClientGone, SseOut
 from node.web import jsonrpc as rpc
 from node.web.auth import identity_of
+from node.web.body import read_body
 from node.web.http import Problem, json_response
 from projections.tasks import Task
 
@@ -176,7 +177,7 @@ STREAMING: dict[str, Callable[[CallContext], Awaitable[tuple[Update, Updates]]]]
 # ---------------------------------------------------------------------------- endpoint
 async def a2a_endpoint(request: web.Request) -> web.StreamResponse:
     agent = hosted_agent(request)
-    call = rpc.parse(await request.read())
+    call = rpc.parse(await read_body(request))
     if isinstance(call, dict):
         return json_response(call)
     version_error = _version_error(request)

@@ -23,6 +23,7 @@ from eventstore.envelope import Envelope
 from eventstore.store import NewEvent
 from node.context import NodeContext
 from node.protocols import a2a_model as m
+from node.protocols.a2a_pages import tasks_page
 from node.protocols.a2a_params import ListTasksParams, Message, SendParams
 from node.protocols.follow import JournalCursor
 from node.protocols.lifecycle import StopSignal
@@ -95,15 +96,18 @@ class A2AService:
             and (after is None or _timestamp(views.status(t)["timestamp"]) >= after)
         ]
         found.sort(key=views.updated, reverse=True)
-        page = found[start : start + size]
-        next_start = start + len(page)
-        return {
-            "tasks": [
+        page, _ = tasks_page(  # bounded in bytes too, large parts left out (a2a_pages.py)
+            (
                 views.to_json(
                     t, history_length=params.history_length, artifacts=params.include_artifacts
                 )
-                for t in page
-            ],
+                for t in found[start : start + size]
+            ),
+            self.ctx.config.node.page_max_kb * 1024,
+        )
+        next_start = start + len(page)
+        return {
+            "tasks": page,
             "nextPageToken": str(next_start) if next_start < len(found) else "",
             "pageSize": size,
             "totalSize": len(found),

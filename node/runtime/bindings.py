@@ -1,4 +1,5 @@
-"""Binds an `AgentHost` to the WIT imports of `agent-runtime:agent/host@0.1.0`.
+"""Binds an `AgentHost` to the WIT imports of `agent-runtime:agent/host`, in every version of
+the world the node hosts (0.1.0 and 0.2.0 have the same functions; node/runtime/witversion.py).
 
 Each import is wrapped so that: a `HostError` becomes the WIT `host-error` case; the run's
 epoch deadline is re-armed from its one wall-clock budget when the call returns (host calls
@@ -20,10 +21,11 @@ from wasmtime import _ffi as ffi
 from wasmtime import component as cm
 
 from node.runtime.hostapi import AgentHost, HostError, run_clock
+from node.runtime.witversion import PACKAGE, VERSIONS
 
 log = logging.getLogger(__name__)
 
-HOST_INTERFACE = "agent-runtime:agent/host@0.1.0"
+HOST_INTERFACES = tuple(f"{PACKAGE}host@{version}" for version in VERSIONS)
 
 _RESULT_FUNCS = {
     "invoke": "invoke",
@@ -85,9 +87,14 @@ def make_linker(engine: wasmtime.Engine, host: AgentHost, interval_ms: int) -> c
     `interval_ms` is the engine's epoch interval."""
     linker = cm.Linker(engine)
     linker.add_wasip2()
-    with linker.root() as root, root.add_instance(HOST_INTERFACE) as iface:
-        for wit_name, attr in _RESULT_FUNCS.items():
-            iface.add_func(wit_name, _result_func(wit_name, getattr(host, attr), interval_ms))
-        for wit_name, attr in _PLAIN_FUNCS.items():
-            iface.add_func(wit_name, _plain_func(wit_name, getattr(host, attr), interval_ms))
+    with linker.root() as root:
+        for interface in HOST_INTERFACES:
+            with root.add_instance(interface) as iface:
+                for wit_name, attr in _RESULT_FUNCS.items():
+                    func = _result_func(wit_name, getattr(host, attr), interval_ms)
+                    iface.add_func(wit_name, func)
+                for wit_name, attr in _PLAIN_FUNCS.items():
+                    iface.add_func(
+                        wit_name, _plain_func(wit_name, getattr(host, attr), interval_ms)
+                    )
     return linker

@@ -84,11 +84,15 @@ def exempt_from_deadline() -> Iterator[None]:
 
 @dataclass(frozen=True)
 class Task:
-    """An A2A task to deliver to the agent's `handle-task`; `input` is JSON text."""
+    """An A2A task to deliver to the agent's `handle-task`; `input` is JSON text. `caller` is
+    who made it as the node checked it (a token's name, or the creating agent's), and
+    `from_asserted` whether `from_` is only that caller's word (node/runtime/witversion.py)."""
 
     id: str
     from_: str
     input: str
+    caller: str = ""
+    from_asserted: bool = False
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from node.runtime.hostapi import AgentFault, FaultKind, run_clock
 from node.runtime.memory import MemoryMeter, metering
 from node.runtime.output import OutputCapture
 from node.runtime.spec import AgentSpec
+from node.runtime.witversion import task_fields, world_version
 
 UNLIMITED_FUEL = 1 << 62
 EXPORTS = ("tick", "handle-task", "list-tools", "call-tool")
@@ -93,6 +94,9 @@ class AgentInstance:
             self.close()
             raise AgentFaultError(self.classify(e, "load")) from None
         self.fuel_remaining = self._read_fuel()
+        # the world version it was built against, and the task record it takes (witversion.py)
+        self.wit_version = world_version(component, engine.engine)
+        self.task_fields = task_fields(component, engine.engine)
         if "tick" not in self.funcs:
             self.close()
             raise AgentFaultError(AgentFault("load", "component does not export `tick`"))

@@ -1,7 +1,8 @@
 """MCP over JSON-RPC 2.0 for one agent: `tools/list` → `list-tools`, `tools/call` → `call-tool`.
 
 Also `initialize`, `ping`, `logging/setLevel` and notifications, so the official `mcp` SDK
-client can connect. The one optional server feature offered is logging (with progress): what
+client can connect. `tools/list` answers a page at a time, bounded in bytes (`nextCursor`
+goes on). The one optional server feature offered is logging (with progress): what
 the agent logs while a tool runs is sent to the caller as `notifications/message`, and what it
 reports with `task-progress("", ...)` as `notifications/progress` (mcp_notices.py); the minimum
 level is kept per token and agent, in memory. Resources, prompts, completion, sampling and
@@ -20,12 +21,15 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
+
 from node.ops.version import __version__
 from node.runtime.hostapi import Tool
 from node.runtime.mcp_notices import DEFAULT_LEVEL, MCP_LEVELS, CallNotices
 from node.runtime.runtime import AgentRuntime
 from node.web import jsonrpc as rpc
 from node.web.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND, RpcError
+from node.web.pages import byte_page
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +54,15 @@ def tool_json(tool: Tool) -> dict[str, Any]:
 class McpServer:
     """Answers JSON-RPC messages for the agents of `runtime` (the route checks `mcp = true`)."""
 
-    def __init__(self, runtime: AgentRuntime, publish: Any = None, redact: Any = None) -> None:
+    def __init__(
+        self,
+        runtime: AgentRuntime,
+        publish: Any = None,
+        redact: Any = None,
+        page_bytes: int = 1 << 20,
+    ) -> None:
         self.runtime = runtime
+        self.page_bytes = page_bytes  # a tools/list page stops near this size (its cursor goes on)
         emit = publish or (lambda agent, event, data: None)
         # secret values agents have read stay out of tool results and tool-call events
         self.redact = redact or (lambda value: value)
@@ -113,10 +124,24 @@ class McpServer:
             self.levels[(caller, agent)] = level
             return {}
         if method == "tools/list":
-            return {"tools": [tool_json(t) for t in await self._tools(agent)]}
+            return await self._list(agent, params)
         if method == "tools/call":
             return await self._call(agent, params, notices)
         raise RpcError(METHOD_NOT_FOUND, f"method {method!r} not found")
+
+    async def _list(self, agent: str, params: dict[str, Any]) -> dict[str, Any]:
+        """A page of the agent's tools, bounded in bytes (node/web/pages.py): a tool is never
+        cut (a client needs its whole schema), the next page starts at `nextCursor`."""
+        cursor = params.get("cursor") or "0"
+        if not isinstance(cursor, str) or not cursor.isdigit() or len(cursor) > 9:
+            raise RpcError(INVALID_PARAMS, "`cursor` is not one this server gave")
+        start = int(cursor)
+        tools = await self._tools(agent)
+        page, more = byte_page((tool_json(t) for t in tools[start:]), self.page_bytes)
+        listed: dict[str, Any] = {"tools": [msgspec.Raw(tool) for tool in page]}
+        if more:
+            listed["nextCursor"] = str(start + len(page))
+        return listed
 
     async def _tools(self, agent: str) -> list[Tool]:
         try:

@@ -16,13 +16,13 @@ import json
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from typing import Any
 
 from node.runtime.hostapi import Task
 from projections.states import TaskChanged
+from projections.tasks import Task as SpecTask
 
-# (id, from, input) of a task its agent's worker has to run, or None (projections/tasks.py)
-Deliverable = Callable[[str], tuple[str, str, dict[str, Any]] | None]
+# a task its agent's worker has to run, or None (projections/tasks.py `deliverable_task`)
+Deliverable = Callable[[str], SpecTask | None]
 
 
 class TaskQueue:
@@ -31,15 +31,14 @@ class TaskQueue:
         self._open: dict[str, OrderedDict[str, Task]] = {a: OrderedDict() for a in agents}
         self._delivered: set[str] = set()
 
-    def seed(self, agent: str, open_tasks: Iterable[tuple[str, str, dict[str, Any]]]) -> None:
-        """Start from the tasks read model's deliverable tasks, (id, from, input), oldest
-        first."""
+    def seed(self, agent: str, open_tasks: Iterable[SpecTask]) -> None:
+        """Start from the tasks read model's deliverable tasks, oldest first."""
         with self._lock:
             tasks = self._open[agent]
-            for task_id, sender, task_input in open_tasks:
-                tasks[task_id] = Task(task_id, sender, json.dumps(task_input or {}))
+            for task in open_tasks:
+                tasks[task.id] = delivered(task)
 
-    def add_agent(self, agent: str, open_tasks: Iterable[tuple[str, str, dict[str, Any]]]) -> None:
+    def add_agent(self, agent: str, open_tasks: Iterable[SpecTask]) -> None:
         """An agent deployed on the running node, with the deliverable tasks its journal
         holds."""
         with self._lock:
@@ -69,8 +68,7 @@ class TaskQueue:
                     tasks.pop(change.task, None)
                     self._delivered.discard(change.task)
                 elif change.task not in tasks:  # created, or its client's next message came
-                    task_id, sender, task_input = found
-                    tasks[task_id] = Task(task_id, sender, json.dumps(task_input))
+                    tasks[found.id] = delivered(found)
                     woken.append(change.agent)
         return woken
 
@@ -86,3 +84,13 @@ class TaskQueue:
     def is_open(self, agent: str, task_id: str) -> bool:
         with self._lock:
             return task_id in self._open.get(agent, {})
+
+
+def delivered(task: SpecTask) -> Task:
+    """What the agent's `handle-task` gets: who made the task as the node checked it (the
+    token's name, or the creating agent's: then `from` is that agent), and whether `from` is
+    only that caller's word."""
+    caller = task.created_by if isinstance(task.created_by, str) else task.from_
+    return Task(
+        task.id, task.from_, json.dumps(task.input or {}), caller, task.from_asserted is True
+    )

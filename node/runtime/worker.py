@@ -43,6 +43,7 @@ from node.runtime.memory import MemoryMeter
 from node.runtime.output import OutputCapture
 from node.runtime.spec import REGISTRY_PREFIX, AgentSpec, RuntimeOptions
 from node.runtime.status import AgentStatus, State
+from node.runtime.witversion import task_record
 
 log = logging.getLogger(__name__)
 
@@ -396,12 +397,12 @@ class AgentWorker:
 
     def _run_task(self, task: Task) -> None:
         self.hooks.task_started(task)
-        # a Record's fields are plain attributes, whatever the WIT record names (not declared)
-        wit_task: Any = cm.Record()
-        wit_task.id, wit_task.input = task.id, task.input
-        setattr(wit_task, "from", task.from_)
+
+        def handle(inst: AgentInstance) -> Any:  # the record of the world it was built for
+            return inst.call("handle-task", task_record(task, inst.task_fields))
+
         try:
-            result = self._execute("task", task.id, lambda inst: inst.call("handle-task", wit_task))
+            result = self._execute("task", task.id, handle)
         except MissingExportError as e:
             self.hooks.task_failed(task, str(e))
             return

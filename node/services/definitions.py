@@ -14,7 +14,7 @@ import msgspec
 from eventstore.store import NewEvent
 from node.config.model import AgentConfig, ConfigError, placement_problems
 from node.context import NodeContext
-from node.web.http import Problem
+from node.web.http import Problem, problem_list
 from projections import catalogue as c
 from projections.deployments import DeployedAgents
 from projections.journals import Journals
@@ -100,7 +100,7 @@ def placement_set(ctx: NodeContext, given: list[str] | None, name: str) -> tuple
         return placed.placement if placed is not None else (ctx.name,)
     problems = list(placement_problems(given, ctx.config, "placement"))
     if problems:
-        raise Problem(422, "; ".join(problems))
+        raise Problem(422, problem_list(problems))
     return tuple(given) if given else (ctx.name,)
 
 

@@ -21,7 +21,7 @@ import shutil
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from aiohttp import web
 
@@ -56,7 +56,9 @@ class RegistryError(LookupError):
 
 
 class StagedUpload:
-    """A WASM upload streamed to a temporary file, hashed on the way, refused past the limit."""
+    """A WASM upload streamed to a temporary file, hashed on the way, refused past the limit.
+    The file is opened with the component's first byte: a client that never sends one holds
+    no file."""
 
     def __init__(self, path: Path, limit: int) -> None:
         self.path = path
@@ -64,7 +66,7 @@ class StagedUpload:
         self.size = 0
         self.head = b""
         self._hash = hashlib.sha256()
-        self._file = open(path, "wb")  # noqa: SIM115 - closed by close()/finish()
+        self._file: BinaryIO | None = None  # closed by close()/finish()
 
     def write(self, chunk: bytes) -> None:
         self.size += len(chunk)
@@ -77,6 +79,8 @@ class StagedUpload:
         if len(self.head) < 8:
             self.head += chunk[: 8 - len(self.head)]
         self._hash.update(chunk)
+        if self._file is None:
+            self._file = open(self.path, "wb")  # noqa: SIM115
         self._file.write(chunk)
 
     @property
@@ -85,12 +89,14 @@ class StagedUpload:
 
     def finish(self) -> None:
         """Flush and fsync the bytes (blocking: run in a thread)."""
+        if self._file is None:
+            self._file = open(self.path, "wb")  # noqa: SIM115
         self._file.flush()
         os.fsync(self._file.fileno())
         self._file.close()
 
     def close(self) -> None:
-        if not self._file.closed:
+        if self._file is not None and not self._file.closed:
             self._file.close()
 
 

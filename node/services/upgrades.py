@@ -26,7 +26,7 @@ from node.services.deployment_base import DeploymentBase
 from node.services.journal import ensure_local
 from node.services.registry import parse_reference
 from node.services.rollouts import Change
-from node.web.http import Problem
+from node.web.http import Problem, problem_list
 from projections import catalogue as c
 from projections.deployments import NODE_STREAM, DeployedAgent
 from projections.tasks import Tasks
@@ -56,7 +56,7 @@ class Upgrades(DeploymentBase):
             raise Problem(400, f"invalid body: {str(exc).replace('`$.', '`')}") from None
         problems = [p.removeprefix("agent.") for p in agent_problems(agent, "agent")]
         if problems:
-            raise Problem(400, "; ".join(problems))
+            raise Problem(400, problem_list(problems))
         try:
             parse_reference(agent.component)
         except ValueError as exc:

@@ -22,6 +22,7 @@ from aiohttp import web
 from node.config.model import NodeSection
 from node.web.auth import IDENTITY, TOKEN_DIGEST, TOKENS, TokenTable
 from node.web.http import PROBLEM_TYPE
+from node.web.inflight import release_request
 from node.web.routes import Scopes, scopes_of
 
 log = logging.getLogger(__name__)
@@ -85,6 +86,7 @@ class StreamSlots:
         slot = StreamSlot(token, name, needed)
         self._open[slot] = None
         self._per_token[token] += 1
+        release_request(request)  # a stream now: counted here, not as a request in flight
         return slot
 
     def close(self, slot: StreamSlot) -> None:

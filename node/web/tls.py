@@ -1,7 +1,8 @@
 """TLS: the node's own listener (`[node] tls_cert_file`, `tls_key_file`) and the trust used
 for HTTPS to peers (`[mesh] ca_file`) and by the CLI (`--ca-file`, AGENT_NODE_CA_FILE).
 
-SIGHUP reads the certificate and key again (a renewal; node/config/reload.py). Without a certificate
+SIGHUP reads the certificate and key again (a renewal; node/config/reload.py) into a new
+context that new connections get (node/web/tlsaccept.py). Without a certificate
 the node serves plain HTTP: fine on 127.0.0.1 or behind a TLS proxy
 (docs/deploy.md), a warning anywhere else (node/config/exposure.py).
 """
@@ -16,13 +17,14 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from node.ops.filemodes import exposure
+from node.web.tlsaccept import TlsListener
 
 if TYPE_CHECKING:
     from node.config.model import Config
 
 
-# the listener's context, kept so that SIGHUP can load a renewed certificate into it
-SERVER_CONTEXT = web.AppKey("tls_server_context", ssl.SSLContext)
+# the listener's context holder, kept so that SIGHUP can swap in a renewed certificate's
+SERVER_TLS = web.AppKey("tls_listener", TlsListener)
 
 
 def server_context(config: Config) -> ssl.SSLContext | None:
@@ -37,14 +39,14 @@ def server_context(config: Config) -> ssl.SSLContext | None:
     return context
 
 
-def reload_certificate(context: ssl.SSLContext, config: Config) -> None:
-    """Load the certificate and key files again (a renewal) into the running listener's
-    context: new connections get them, open ones keep theirs. The files are checked in a
-    context of their own first, so a bad pair leaves the running one untouched (raises)."""
-    server_context(config)  # raises OSError / ssl.SSLError, naming nothing secret
-    node = config.node
-    assert node.tls_cert_file is not None and node.tls_key_file is not None
-    context.load_cert_chain(config.path(node.tls_cert_file), config.path(node.tls_key_file))
+def reload_certificate(listener: TlsListener, config: Config) -> None:
+    """Load the certificate and key files again (a renewal) into a new context and swap it in
+    whole: new connections get it, open ones keep theirs. A pair that does not load raises
+    (OSError, ssl.SSLError) and leaves the running context as it was: nothing is loaded into
+    a context in use, so a file changing meanwhile cannot leave the listener without a key."""
+    context = server_context(config)  # raises OSError / ssl.SSLError, naming nothing secret
+    if context is not None:
+        listener.context = context
 
 
 def client_context(ca_file: str | Path | None) -> ssl.SSLContext:
@@ -62,9 +64,9 @@ def peer_context(config: Config) -> ssl.SSLContext | None:
     return client_context(config.path(ca_file)) if ca_file else None
 
 
-def tls_problems(config: Config, source: str) -> Iterator[str]:
+def tls_problems(config: Config, source: str, *, load: bool = True) -> Iterator[str]:
     """Both or neither of the certificate and key; a key others may read; files that do not
-    load. Never echoes a file's content."""
+    load (unless `load` is False). Never echoes a file's content."""
     node = config.node
     where = f"{source}: node"
     if (node.tls_cert_file is None) != (node.tls_key_file is None):
@@ -75,6 +77,8 @@ def tls_problems(config: Config, source: str) -> Iterator[str]:
         why = exposure(key)
         if why:
             yield f"{where}.tls_key_file: {key} {why}"
+        if not load:
+            return
         try:
             server_context(config)
         except (OSError, ssl.SSLError) as exc:
@@ -82,7 +86,7 @@ def tls_problems(config: Config, source: str) -> Iterator[str]:
                 f"{where}.tls_cert_file/tls_key_file: cannot load "
                 f"{config.path(node.tls_cert_file or '')} with {key}: {_reason(exc)}"
             )
-    if config.mesh.ca_file is not None:
+    if config.mesh.ca_file is not None and load:
         try:
             peer_context(config)
         except (OSError, ssl.SSLError) as exc:

@@ -120,6 +120,11 @@ async def test_a_bad_patch_is_a_problem_and_changes_nothing(aiohttp_client, tmp_
         assert response.status == status, (body, await response.text())
         assert response.content_type == "application/problem+json"
         assert says in (await response.json())["detail"], body
+    # 50,000 bad keys: the answer names ten and counts the rest (it was 5.6 MB)
+    many = await patch(client, "a", {"approval": {f"k{i:05d}": True for i in range(50_000)}})
+    assert many.status == 400 and len(await many.read()) < 4096
+    detail = (await many.json())["detail"]
+    assert "approval.k00000: gates a capability" in detail and detail.endswith("; and 49990 more")
     shown = await client.get("/api/v1/agents/a", headers=auth(ADMIN_TOKEN))
     agent = await shown.json()
     assert agent["current"]["revision"] == 1

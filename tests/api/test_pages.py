@@ -3,13 +3,24 @@ of findings and of pushed envelopes stopping at `node.page_max_kb`, and the open
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from node.api.a2a import NEXT_CURSOR
 from node.app import build_app
+from node.context import CONTEXT
 from node.services.tasks import ELIDE_BYTES
+from node.web.pages import NEXT_CURSOR
+from projections.approvals import hash_request
 from tests.api.test_tasks import AGENTS  # worker and helper, one tiny component
-from tests.support import OPERATE_TOKEN, READ_TOKEN, auth, make_config, tiny_component
+from tests.support import (
+    OPERATE_TOKEN,
+    READ_TOKEN,
+    auth,
+    make_config,
+    replicate,
+    tiny_component,
+)
 
 PAGE_KB = 16
 
@@ -132,3 +143,36 @@ async def test_open_tasks_per_agent_are_capped_with_a_429(client):
     problem = await refused.json()
     assert "max_open_tasks_per_agent" in problem["detail"] and "30" in problem["detail"]
     await create(client, {"n": 0}, to="helper")  # another agent's tasks are not counted
+
+
+async def every_rest_page(client, path: str, token: str = READ_TOKEN) -> tuple[list[int], list]:
+    """Follow `X-Next-Cursor` of a REST list to the end: each page's bytes, every item."""
+    sizes, items, cursor = [], [], None
+    while True:
+        params = {"cursor": cursor} if cursor else {}
+        response = await client.get(path, params=params, headers=auth(token))
+        assert response.status == 200, await response.text()
+        body = await response.read()
+        sizes.append(len(body))
+        items += await response.json()
+        cursor = response.headers.get(NEXT_CURSOR)
+        if cursor is None:
+            return sizes, items
+
+
+async def test_pending_approvals_and_their_groups_stop_at_the_byte_budget(client):
+    store = client.app[CONTEXT].store
+    request = json.dumps({"to": "acme", "note": "z" * 5000})
+    for i in range(10):  # each about 5 KB, as a peer replicated them
+        data = {"id": f"remote-{i}", "capability": "spend", "detail": "x", "request": request}
+        data["request_hash"] = hash_request(request)
+        [result] = await replicate(store, "remote-agent", "approval.requested", data)
+        assert result.status == "accepted"
+    sizes, listed = await every_rest_page(client, "/api/v1/approvals")
+    assert [a["id"] for a in listed] == [f"remote-{i}" for i in range(10)]
+    assert len(sizes) > 2 and max(sizes) <= PAGE_KB * 1024
+    assert all(a["request"] == request for a in listed)  # the request is whole: it is decided on
+    groups = (await (await client.get("/api/v1/approvals/batched", headers=auth())).json())[
+        "groups"
+    ]
+    assert groups[0]["count"] == 10 and groups[0]["ids"] == [a["id"] for a in listed]

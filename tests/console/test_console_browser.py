@@ -25,6 +25,7 @@ from tests.console_support import (
     seed_denied,
     seed_pending,
 )
+from tests.polling import wait_until
 from tests.support import ADMIN_TOKEN, READ_TOKEN, ROOT, NodeProcess, logs_on_failure
 
 CHROMIUM = os.environ.get("CHROMIUM", shutil.which("chromium") or "/usr/bin/chromium")
@@ -502,3 +503,38 @@ def test_the_agent_page_shows_a_probation_and_marks_the_automatic_rollback(
     page.once("dialog", lambda dialog: dialog.accept())
     page.locator("#deployment").get_by_role("button", name="remove watched").click()
     expect(row).to_have_count(0)
+
+
+@screenshot_on_failure
+def test_the_agent_page_keeps_hostile_reasons_escaped_when_it_refreshes(
+    node, open_page, built_agents
+):
+    """Issue 45: the live refresh of the chosen agent's state writes the reason as the first
+    render does, escaped (an agent's error is text another party wrote)."""
+    with node.client() as http:
+        published = http.post(
+            "/api/v1/registry/packages",
+            data={"id": "deceiver", "version": "1.0.0"},
+            files={"wasm": ("a.wasm", built_agents["bad_hostile_err"].read_bytes())},
+            timeout=120,
+        )
+        assert published.status_code == 201, published.text
+        body = {"component": "registry:deceiver@1.0.0", "tick_interval_ms": 300}
+        deployed = http.put("/api/v1/agents/deceiver", json=body, timeout=120)
+        assert deployed.status_code in (201, 422), deployed.text  # its first tick fails
+    page = open_page()
+    sign_in(page, node, ADMIN_TOKEN, view="agents")
+    page.get_by_role("button", name="deceiver", exact=True).click()
+    state = page.locator("#deploy-state")
+    expect(state).to_contain_text("APPROVED", timeout=30_000)
+    # count the refreshes that rewrite it in place, and wait for two of them
+    state.evaluate(
+        "el => { window.stateWrites = 0; new MutationObserver(() => window.stateWrites++)"
+        ".observe(el, {childList: true, characterData: true, subtree: true}); }"
+    )
+    wait_until(lambda: page.evaluate("() => window.stateWrites") >= 2, timeout=15)
+    shown = state.evaluate("el => el.textContent")
+    assert HOSTILE_SHOWN in shown and not any(char in shown for char in INVISIBLE), shown
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.locator("#deployment").get_by_role("button", name="remove deceiver").click()
+    expect(page.locator('#agent-list tr[data-agent="deceiver"]')).to_have_count(0)

@@ -14,9 +14,15 @@ from pathlib import Path
 import httpx
 import pytest
 
-from node.web.connections import connection_cap
-from tests.polling import wait_until
+from node.web.connections import (
+    ConnectionLimits,
+    ConnectionTable,
+    client_key,
+    connection_cap,
+)
+from tests.polling import until, wait_until
 from tests.support import (
+    ADMIN_TOKEN,
     OPERATE_TOKEN,
     READ_TOKEN,
     NodeProcess,
@@ -39,8 +45,52 @@ def test_the_connection_cap_leaves_room_below_the_fd_limit():
     assert connection_cap(5000, 256) == 192  # never past the fd limit's room
 
 
+def test_ipv6_clients_are_counted_by_their_network():
+    assert client_key("2001:db8:1:2:aaaa::1", 64) == "2001:db8:1:2::/64"
+    assert client_key("2001:db8:1:2:ffff:ffff:ffff:ffff", 64) == "2001:db8:1:2::/64"
+    assert client_key("2001:db8:1:3::1", 64) == "2001:db8:1:3::/64"
+    assert client_key("2001:db8:1:3::1", 48) == "2001:db8:1::/48"
+    assert client_key("2001:db8:1:3::1", 128) == "2001:db8:1:3::1"
+    assert client_key("fe80::1%eth0", 64) == "fe80::/64"
+    assert client_key("::ffff:192.0.2.7", 64) == "192.0.2.7"  # IPv4 behind a v6 socket
+    assert client_key("192.0.2.7", 64) == "192.0.2.7"
+
+
+class Connection:
+    """What the table needs of a handler: a close, and its slot given back."""
+
+    reserved = False
+
+    def __init__(self, table: ConnectionTable, client: str) -> None:
+        self.table, self.client = table, client
+
+    def drop(self) -> None:
+        pass
+
+    def release(self) -> None:
+        self.table.release(self, self.client)  # type: ignore[arg-type]
+
+    def age(self) -> float:
+        return 0.0
+
+
+def test_one_ipv6_host_cannot_take_more_than_its_networks_share():
+    limits = ConnectionLimits(
+        header_timeout=1, write_timeout=1, max_total=100, max_per_client=3, ipv6_prefix=64
+    )
+    table = ConnectionTable(limits)
+    # a host rotating through the addresses of its /64
+    clients = [client_key(f"2001:db8::{i:x}", 64) for i in range(1, 6)]
+    admitted = [table.admit(Connection(table, c), c) for c in clients]  # type: ignore[arg-type]
+    assert admitted == [True] * 5  # the oldest silent ones made room
+    assert table.per_client == {"2001:db8::/64": 3}
+    assert table.counts["evicted_silent"] == 2
+
+
 def limited_node(tmp_path: Path, extra: str = "") -> NodeProcess:
-    keys = f"header_timeout_secs = {HEADER_TIMEOUT}\nkeepalive_timeout_secs = 2.0\n" + extra
+    keys = f"header_timeout_secs = {HEADER_TIMEOUT}\n" + extra
+    if "keepalive_timeout_secs" not in extra:
+        keys += "keepalive_timeout_secs = 2.0\n"
     path = write_config(tmp_path, node=keys)
     node = NodeProcess(path)
     node.preexec_fn = lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (FD_LIMIT, FD_LIMIT))
@@ -131,13 +181,8 @@ async def test_a_client_over_its_address_cap_gets_503_and_others_are_served(tmp_
     node = limited_node(tmp_path, "max_connections_per_client = 5\n")
     with logs_on_failure(node.log_path), node:
         host, port = node.config.node.listen.split(":")
-        # five kept-alive connections that each made a request: busy, not evictable
-        held = []
-        for _ in range(5):
-            reader, writer = await asyncio.open_connection(host, int(port), local_addr=(FLOOD, 0))
-            writer.write(b"GET /api/v1/health HTTP/1.1\r\nHost: x\r\n\r\n")
-            assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 200")
-            held.append((reader, writer))
+        # five open event streams: busy, not evictable
+        held = [await stream(host, int(port), FLOOD) for _ in range(5)]
         reader, writer = await asyncio.open_connection(host, int(port), local_addr=(FLOOD, 0))
         refused = await asyncio.wait_for(reader.read(), 5)
         head, _, body = refused.partition(b"\r\n\r\n")
@@ -148,6 +193,19 @@ async def test_a_client_over_its_address_cap_gets_503_and_others_are_served(tmp_
         await health_ok(node.url)  # another address is served
         for _, w in held:
             w.close()
+
+
+async def stream(
+    host: str, port: int, address: str, token: str = READ_TOKEN
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """An open GET /api/v1/events from `address`, its headers read: a busy connection."""
+    reader, writer = await asyncio.open_connection(host, port, local_addr=(address, 0))
+    writer.write(
+        f"GET /api/v1/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\r\n".encode()
+    )
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+    assert head.startswith(b"HTTP/1.1 200"), head
+    return reader, writer
 
 
 async def test_a_full_address_lets_its_oldest_silent_connection_go_not_anothers(tmp_path):
@@ -215,7 +273,8 @@ def read_to_end(sock: socket.socket) -> int:
 
 @pytest.mark.timeout(60)
 def test_clients_that_never_read_are_dropped_and_their_buffers_freed(tmp_path):
-    node = limited_node(tmp_path, "write_timeout_secs = 1.0\npage_max_kb = 16384\n")
+    keys = "write_timeout_secs = 1.0\npage_max_kb = 16384\nrequests_per_token = 4\n"
+    node = limited_node(tmp_path, keys)
     with logs_on_failure(node.log_path), node:
         with httpx.Client(base_url=node.url, headers=auth(OPERATE_TOKEN), timeout=30) as client:
             for i in range(100):  # 6 MB of findings
@@ -230,17 +289,136 @@ def test_clients_that_never_read_are_dropped_and_their_buffers_freed(tmp_path):
         path = "/api/v1/findings?limit=1000"
         fds_before = settled_fds(node.pid)
         rss_before = rss_anon_kb(node.pid)
+
+        def reader_status() -> int:
+            return httpx.get(node.url + "/api/v1/status", headers=auth(READ_TOKEN)).status_code
+
         rounds = []
         for _ in range(ROUNDS):
             started = time.monotonic()
             socks = [never_reader(host, int(port), path) for _ in range(8)]
             wait_until(lambda: open_fds(node.pid) >= fds_before + 8, timeout=5, interval=0.01)
+            if not rounds:  # unread answers count as the reader's requests in flight until
+                # dropped (node/web/inflight.py): past four, the reader is refused meanwhile
+                wait_until(lambda: reader_status() == 429, timeout=2, interval=0.01)
             wait_until(lambda: open_fds(node.pid) <= fds_before, timeout=10)
             rounds.append((time.monotonic() - started, rss_anon_kb(node.pid)))
             # each response was cut short: the node dropped the connection, it did not finish
             assert all(read_to_end(sock) < 6_000_000 for sock in socks)
+        assert reader_status() == 200
         # dropped within the write deadline; had the node kept the unread responses, it would
         # hold ROUNDS x 8 x 6 MB; what it holds after the last round is under two rounds' worth
         assert all(seconds < 1 + 3 for seconds, _ in rounds), rounds
         assert rounds[-1][1] - rss_before < 2 * 8 * 6 * 1024, (rss_before, rounds)
         assert httpx.get(node.url + "/api/v1/health", timeout=5).status_code == 200
+
+
+# ------------------------------------------------------------------ a node full of clients
+CROWD_CAP, CROWD_RESERVED, CROWD_PER_CLIENT = 40, 4, 10
+CROWD = [f"127.0.0.{i}" for i in range(2, 6)]  # four addresses, ten connections each: the cap
+
+
+@pytest.fixture(scope="module")
+def crowded_node(tmp_path_factory):
+    """One node for the tests below, with room for 40 connections (4 of them reserved)."""
+    keys = (
+        f"max_connections = {CROWD_CAP}\nreserved_connections = {CROWD_RESERVED}\n"
+        f"max_connections_per_client = {CROWD_PER_CLIENT}\nkeepalive_timeout_secs = 60\n"
+    )
+    node = limited_node(tmp_path_factory.mktemp("crowded"), keys)
+    with logs_on_failure(node.log_path), node:
+        yield node
+
+
+async def kept_alive(
+    host: str, port: int, address: str
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A keep-alive connection from `address` that made one request and now idles."""
+    reader, writer = await asyncio.open_connection(host, port, local_addr=(address, 0))
+    writer.write(b"GET /api/v1/health HTTP/1.1\r\nHost: x\r\n\r\n")
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+    assert head.startswith(b"HTTP/1.1 200"), head
+    await reader.readexactly(int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0]))
+    return reader, writer
+
+
+async def closed_by_node(reader: asyncio.StreamReader, within: float) -> bool:
+    try:
+        return await asyncio.wait_for(reader.read(), within) == b""
+    except TimeoutError:
+        return False
+    except ConnectionError:
+        return True
+
+
+def connection_closes(node: NodeProcess) -> dict[str, float]:
+    """svc_http_connections_closed_total by reason, from the node's metrics."""
+    text = httpx.get(node.url + "/api/v1/metrics", headers=auth(ADMIN_TOKEN), timeout=5).text
+    prefix = 'svc_http_connections_closed_total{reason="'
+    return {
+        line[len(prefix) :].split('"')[0]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(prefix)
+    }
+
+
+async def drained(node: NodeProcess, before: int) -> None:
+    """The node holds no more fds than `before` (the loop runs meanwhile: closes go out)."""
+    await until(lambda: open_fds(node.pid) <= before, timeout=10, what="the node's fds drained")
+
+
+async def test_idle_keepalive_connections_from_several_addresses_give_way_oldest_first(
+    crowded_node,
+):
+    node = crowded_node
+    host, port = node.config.node.listen.split(":")
+    fds = settled_fds(node.pid)
+    evicted_before = connection_closes(node)["evicted_idle"]
+    # the issue's attack, scaled: every slot held by an idle keep-alive connection, from
+    # addresses under their own cap
+    held = [await kept_alive(host, int(port), address) for address in CROWD for _ in range(10)]
+    idle = [reader for reader, _ in held]
+    # the last four took the places of the four oldest (the cap keeps 4 for operators)
+    assert all(await asyncio.gather(*(closed_by_node(r, 1) for r in idle[:CROWD_RESERVED])))
+    # a client from elsewhere gets in: the oldest idle one gives way (once: the client's
+    # connection is gone after its answer, and the next one takes its place)
+    for _ in range(5):
+        await health_ok(node.url)
+    closed = await asyncio.gather(*(closed_by_node(r, 0.3) for r in idle))
+    assert closed == [True] * (CROWD_RESERVED + 1) + [False] * (len(idle) - CROWD_RESERVED - 1)
+    assert connection_closes(node)["evicted_idle"] - evicted_before == CROWD_RESERVED + 1
+    for _, writer in held:
+        writer.close()
+    await drained(node, fds)
+
+
+async def test_when_every_slot_is_busy_reserved_ones_serve_health_and_admins_only(
+    crowded_node,
+):
+    node = crowded_node
+    host, port = node.config.node.listen.split(":")
+    fds = settled_fds(node.pid)
+    refused_before = connection_closes(node)["reserved_refused"]
+    busy = [
+        await stream(host, int(port), address)
+        for address in CROWD
+        for _ in range((CROWD_CAP - CROWD_RESERVED) // len(CROWD))
+    ]
+    # the node is full of streams: a reader's next one lands on a reserved slot and is refused
+    reader, writer = await asyncio.open_connection(host, int(port), local_addr=(CROWD[0], 0))
+    writer.write(
+        f"GET /api/v1/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {READ_TOKEN}\r\n\r\n"
+        .encode()
+    )  # fmt: skip
+    refused = await asyncio.wait_for(reader.read(), 5)  # and closed
+    assert refused.startswith(b"HTTP/1.1 503") and b"Retry-After: 1" in refused
+    # the health check and an admin get in
+    for _ in range(3):
+        await health_ok(node.url)
+    async with httpx.AsyncClient(timeout=5) as client:
+        answer = await client.get(node.url + "/api/v1/status", headers=auth(ADMIN_TOKEN))
+        assert answer.status_code == 200, answer.text
+    assert connection_closes(node)["reserved_refused"] - refused_before == 1
+    for _, w in busy:
+        w.close()
+    await drained(node, fds)

@@ -44,8 +44,9 @@ function refreshRollout() {
     if (note && said) note.textContent = said;
     return;
   }
+  // what agents and peers wrote (reasons) shown as the first render shows it: escaped
   const line = panel.querySelector("#deploy-rollout");
-  if (line) line.textContent = rolloutText(d.rollout);
+  if (line) line.textContent = visible(rolloutText(d.rollout));
   const state = panel.querySelector("#deploy-state");
   if (state) state.textContent = visible(stateText(d));
   refreshPlacement(panel, d.placement);
