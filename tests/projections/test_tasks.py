@@ -320,6 +320,11 @@ def message(j: Journal, agent: str, task_id: str, text: str) -> None:
     j.add(agent, "task.message", {**data, "a2a": {"messageId": text, "role": "ROLE_USER"}})
 
 
+def delivered(tasks: Tasks, agent: str) -> list[tuple[str, str, dict]]:
+    """(id, from, input) of each task `deliverable` hands the agent's worker."""
+    return [(t.id, t.from_, t.input) for t in tasks.deliverable(agent)]
+
+
 def test_a_task_awaiting_its_client_is_open_but_not_delivered_until_its_next_message() -> None:
     """task.awaiting ends the run, not the task: it stays running (or input-required when the
     agent asks), keeps its open-task slot, and is not what a restart delivers again until the
@@ -333,7 +338,7 @@ def test_a_task_awaiting_its_client_is_open_but_not_delivered_until_its_next_mes
     assert tasks.state_of("t1") == TaskState.RUNNING and tasks.awaits("t1")
     assert tasks.working_on("alice") is None  # the run ended
     assert ids(tasks.open_tasks("alice")) == ["t1", "t2"]  # both hold a slot
-    assert tasks.deliverable("alice") == [("t2", "boss", {})]
+    assert delivered(tasks, "alice") == [("t2", "boss", {})]
     assert tasks.deliverable_task("t1") is None
     served = tasks.get("t1")
     assert served is not None and served.status == "running"
@@ -342,7 +347,7 @@ def test_a_task_awaiting_its_client_is_open_but_not_delivered_until_its_next_mes
     message(j, "alice", "t1", "second")
     tasks = fold(Tasks(), j.envelopes)
     assert not tasks.awaits("t1") and tasks.state_of("t1") == TaskState.RUNNING
-    assert tasks.deliverable("alice") == [
+    assert delivered(tasks, "alice") == [
         ("t1", "boss", {"text": "second"}),
         ("t2", "boss", {}),
     ]
