@@ -42,6 +42,7 @@ PERIODIC = {
     ),
     ("bench/hostile_load.py", "one"),  # a slow client, reconnecting until the phase ends
     ("bench/hostile_load.py", "probe_health"),  # /health sampled for the phase
+    ("bench/hostile_load.py", "reconnecting"),  # an attacker reconnecting until the phase ends
     # loops that ignore cancellation on purpose: what run_together must stop for sure
     ("tests/sync/test_loops.py", "losing"),
     ("tests/sync/test_loops.py", "stubborn"),
