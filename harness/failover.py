@@ -23,7 +23,7 @@ from harness.node import PUBLISH_TOKEN, NodeProcess, auth
 from node.ops.polling import wait_until
 from node.runtime.compiled_cache import COMPILED_CACHE_ENV
 
-LEASE_TTL_SECS = 3.0
+LEASE_TTL_SECS = 4.0
 NODES = ("node-a", "node-b", "node-c")
 AGENT = "counter"
 # a secrets domain node-a and node-b serve and node-c does not (no grant domains: never chosen)

@@ -293,6 +293,9 @@ class PlacementManager:
 
     def started_here(self, name: str) -> None:
         self.running.add(name)
+        placed = self.placements.get(name)
+        if placed is not None:
+            self.prepare.loaded(placed.definition)
 
     async def retired(self, name: str) -> None:
         """Removed here, its home (`agent.retired` is in the stream): never run again, and
@@ -668,6 +671,7 @@ class PlacementManager:
         started = time.monotonic()
         await self.deployments.host_placed(placed.agent, self.definition_here(placed))
         self.running.add(placed.agent)
+        self.prepare.loaded(placed.definition)
         self._gone_since.pop(placed.agent, None)
         self.metrics.leases_held.set(len(self.leases.held()))
         worker = self.deployments.runtime.workers.get(placed.agent)

@@ -59,6 +59,12 @@ class Preparer:
         state = self._states.get(definition.sha256)
         return state.error if state is not None else ""
 
+    def loaded(self, definition: c.AgentDefinition) -> None:
+        """The component runs here (it is in the registry and compiled): ready, for a move
+        back or a takeover, without a look."""
+        self._states[definition.sha256] = _State(ready=True)
+        self._queue.pop(definition.sha256, None)
+
     def want(self, definition: c.AgentDefinition) -> None:
         """Make this definition's component ready here (in the background)."""
         state = self._states.setdefault(definition.sha256, _State())

@@ -122,6 +122,11 @@ def test_planned_moves_under_load_stick_every_time(failover, built_agents):
         for epoch in range(2, MOVES + 1):
             assert wait_runner(fm, 20) == home
             to = SET[epoch % 3]
+            wait_for(  # what the console's Move offers: a node ready to take it
+                lambda h=home, t=to: t in (agent_view(fm[h])["placement"] or {})["candidates"],
+                20,
+                f"{to} ready to take it",
+            )
             with fm[home].client() as client:
                 answer = client.post(f"/api/v1/agents/{AGENT}/move", json={"to": to})
             assert answer.status_code == 200, (epoch, answer.text)
