@@ -1,5 +1,5 @@
 """A hostile member against placement (issue 43): three honest node processes and node-x, each
-on its own NATS user of the generated permissions on one real nats-server (lease TTL 3 s).
+on its own NATS user of the generated permissions on one real nats-server (lease TTL 4 s).
 node-x runs a real node too (its operator consents to host nothing), and the test also plays
 node-x raw: its NATS user and its pinned node key, publishing what a member may publish.
 

@@ -1,7 +1,7 @@
 """Placement operators can trust (issue 44): an operator's stop, start and removal go with the
 agent through failovers; SIGTERM hands an agent over; planned moves stick; a node that never ran
 the component takes over within the lease; a node dropped from the set starts as a replica.
-Real node processes on a real 3-server cluster (harness/failover.py, lease TTL 3 s)."""
+Real node processes on a real 3-server cluster (harness/failover.py, lease TTL 4 s)."""
 
 from __future__ import annotations
 
@@ -115,6 +115,11 @@ def test_planned_moves_under_load_stick_every_time(failover, built_agents):
     home = "node-a"
     with FindingLoad(fm) as load:
         wait_for(lambda: len(ticks(events(fm["node-a"]))) >= 3, 20, "a few ticks on node-a")
+        wait_for(
+            lambda: "node-b" in (agent_view(fm["node-a"])["placement"] or {})["candidates"],
+            30,
+            "node-b ready to take it",
+        )
         moved = cli(fm["node-a"], "move", AGENT, "--to", "node-b")  # the CLI's call
         assert moved.returncode == 0, moved.stderr
         assert f"{AGENT}: handed over to node-b (epoch 1, handoff at seq" in moved.stdout
