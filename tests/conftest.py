@@ -11,6 +11,7 @@ from node.config.model import Config
 from node.runtime.compiled_cache import COMPILED_CACHE_ENV
 from tests.runtime_support import COMPILED_CACHE
 from tests.support import make_config
+from tests.wheel_support import PureWheel, build_pure_wheel
 
 # built_agents: the agents of agents/, built once per session (tests/conftest_agents.py)
 pytest_plugins = ["tests.conftest_agents", "tests.leakcheck"]
@@ -42,3 +43,9 @@ def config(tmp_path) -> Config:
 async def client(aiohttp_client, config) -> TestClient:
     """The node's app on aiohttp's test server, with a fresh LMDB journal in tmp_path."""
     return await aiohttp_client(build_app(config))
+
+
+@pytest.fixture(scope="session")
+def pure_wheel(tmp_path_factory) -> PureWheel:
+    """The package built where no C compiler exists and installed alone (tests/wheel_support.py)."""
+    return build_pure_wheel(tmp_path_factory.mktemp("wheel"))

@@ -11,6 +11,7 @@ to run agents are in tests.runtime_support.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterable
@@ -20,6 +21,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+# Set to 1 by scripts/test for a session of tests that run no agent: it starts while the other
+# shard compiles them, instead of waiting for that compile or compiling them a second time.
+NO_PRECOMPILE_ENV = "AGENT_NODE_TESTS_NO_PRECOMPILE"
 
 
 _built: dict[str, Path] = {}
@@ -32,8 +36,9 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 
 def prepare() -> None:
-    """Also run alone (`python -m tests.conftest_agents`): scripts/test does, once, before its
-    two shards start, so that they do not both compile every agent at the same time."""
+    """Also run alone (`python -m tests.conftest_agents`): scripts/test does, once, at the start
+    of the shard that needs the agents first, so that two sessions do not both compile every
+    agent at the same time."""
     run = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "build-agents"), "--json"],
         capture_output=True,
@@ -43,7 +48,8 @@ def prepare() -> None:
     if run.returncode != 0:
         raise pytest.UsageError(f"scripts/build-agents failed:\n{run.stderr}")
     _built.update({name: Path(p) for name, p in json.loads(run.stdout).items()})
-    precompile(_built.values())
+    if os.environ.get(NO_PRECOMPILE_ENV) != "1":
+        precompile(_built.values())
 
 
 @pytest.fixture(scope="session")

@@ -8,21 +8,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import sys
 from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from node.authoring import build as builder
-from node.authoring import project
-from node.authoring.project import ProjectError
+from node.authoring import LANGUAGES
 from node.cli.node_api import CA_FILE_ENV, TOKEN_ENV, URL_ENV, ClientError, Node
 from node.display.humanize import visible, visible_lines
-from projections import catalogue as c
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # a project, the build, the harness load in the commands (CLI start-up time)
     from node.authoring import harness
 
 CACHE_ENV = "AGENT_NODE_COMPILED_CACHE"  # the node's own variable for its compiled cache
@@ -45,7 +41,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     new = action("new", cmd_new, "make a new agent project: source, WIT world, test, README")
     new.add_argument("name", help="agent name, also its registry package id (lower case)")
-    new.add_argument("--lang", choices=sorted(project.LANGUAGES), default="python")
+    new.add_argument("--lang", choices=sorted(LANGUAGES), default="python")
     new.add_argument("--dir", default=".", help="folder to make the project in (default .)")
 
     built = action("build", cmd_build, "build the project into build/NAME.wasm")
@@ -141,6 +137,9 @@ class UsageError(Exception):
 
 def _reporting(func: Any) -> Any:
     def run(args: argparse.Namespace) -> int:
+        from node.authoring import build as builder
+        from node.authoring.project import ProjectError
+
         try:
             return int(func(args))
         except ClientError as exc:  # the node's words: one line
@@ -165,6 +164,8 @@ def _positive(text: str) -> int:
 
 # ---------------------------------------------------------------------------- new
 def cmd_new(args: argparse.Namespace) -> int:
+    from node.authoring import project
+
     made = project.create(args.name, args.lang, Path(args.dir))
     where = os.path.relpath(made.root)
     if where.startswith(".."):
@@ -180,6 +181,9 @@ def cmd_new(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------------- build
 def cmd_build(args: argparse.Namespace) -> int:
+    from node.authoring import build as builder
+    from node.authoring import project
+
     target = project.load(Path(args.dir))
     print(f"building {target.name} ({target.language}) ...", file=sys.stderr)
     built = builder.build(target)
@@ -189,7 +193,11 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------------- test
 def cmd_test(args: argparse.Namespace) -> int:
-    from node.authoring import harness  # wasmtime: only this command needs it
+    import logging
+
+    from node.authoring import build as builder
+    from node.authoring import harness, project  # harness: wasmtime, only this command needs it
+    from node.authoring.project import ProjectError
 
     logging.getLogger("node.runtime").setLevel(logging.ERROR)  # faults are in the report
     fakes = _fakes(args)
@@ -295,6 +303,8 @@ def human_report(report: dict[str, Any]) -> str:
 
 
 def _event_line(event: dict[str, Any]) -> str:
+    from projections import catalogue as c
+
     kind = event["type"]
     if kind == "run.started":
         detail = f" {event['detail']}" if event["detail"] else ""
@@ -323,6 +333,8 @@ def _compact(value: Any) -> str:
 
 # ---------------------------------------------------------------------------- publish
 def cmd_publish(args: argparse.Namespace) -> int:
+    from node.authoring import project
+    from node.authoring.project import ProjectError
     from node.authoring.publish import publish, reference
 
     if not args.url:

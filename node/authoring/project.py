@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from node.authoring import LANGUAGES
 from projections.packages import PACKAGE_ID, is_semver
 
 MANIFEST = "agent.toml"
 WORLD = "agent"
-LANGUAGES = {"python": "app.py", "js": "app.js"}
 PACKAGE_ID_RE = re.compile(PACKAGE_ID)
 PLACEHOLDER = "__AGENT_NAME__"
 # template file (under templates/<language>/) -> file in the new project

@@ -15,16 +15,15 @@ import sys
 import tomllib
 import typing
 from pathlib import Path
-from typing import Any
-
-import msgspec
+from typing import TYPE_CHECKING, Any
 
 from node.cli import config_init
-from node.config import help as config_help
-from node.config.exposure import config_file_problem, public_warnings
-from node.config.load import config_problems
-from node.config.model import Config
 from node.display.humanize import visible
+
+if TYPE_CHECKING:  # msgspec and the config's model load in the functions (CLI start-up time)
+    import msgspec
+
+    from node.config.model import Config
 
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 _INTERNAL_FIELDS = ("base_dir",)  # set by the loader, never written in a file
@@ -64,6 +63,11 @@ def cmd_config_check(args: argparse.Namespace) -> int:
 def exposure_warnings(path: Path) -> list[str]:
     """What the node would warn about at start (node/config/exposure.py), also beside problems;
     none when the config does not even convert."""
+    import msgspec
+
+    from node.config.exposure import public_warnings
+    from node.config.model import Config
+
     try:
         raw = tomllib.loads(path.read_text())
         config = msgspec.convert({**raw, "base_dir": str(path.resolve().parent)}, Config)
@@ -79,6 +83,12 @@ def cmd_config_schema(args: argparse.Namespace) -> int:
 
 def check_file(path: Path) -> list[str]:
     """Every problem of the config file at `path`; empty when the node would accept it."""
+    import msgspec
+
+    from node.config.exposure import config_file_problem
+    from node.config.load import config_problems
+    from node.config.model import Config
+
     source = str(path)
     try:
         raw = tomllib.loads(path.read_text())
@@ -111,6 +121,8 @@ def _shape_problems(
 
     Where each problem sits goes into `bad`, so the rest can still be checked without it.
     """
+    import msgspec
+
     struct = _struct_type(expected)
     if struct is not None and isinstance(raw, dict):
         fields = {f.encode_name: f for f in msgspec.structs.fields(struct)}
@@ -172,6 +184,8 @@ def _without(raw: Any, paths: list[Path_]) -> Any:
 
 
 def _struct_type(expected: Any) -> type[msgspec.Struct] | None:
+    import msgspec
+
     if typing.get_origin(expected) is typing.Annotated:
         expected = typing.get_args(expected)[0]
     if isinstance(expected, type) and issubclass(expected, msgspec.Struct):
@@ -199,6 +213,11 @@ def _missing_components(config: Config, source: str) -> list[str]:
 
 def config_schema() -> dict[str, Any]:
     """JSON Schema (2020-12) of runtime.toml, from the same msgspec types the node validates."""
+    import msgspec
+
+    from node.config import help as config_help
+    from node.config.model import Config
+
     schema = msgspec.json.schema(Config)
     root = schema["$defs"]["Config"]
     for name in _INTERNAL_FIELDS:

@@ -14,9 +14,7 @@ import sys
 from pathlib import Path
 
 from node.cli.docs import documented_parser
-from node.config.load import parse_config
-from node.config.model import AGENT_NAME_RE, ConfigError
-from node.web.auth import new_token, token_digest
+from node.config.names import AGENT_NAME_RE, ConfigError
 
 TEMPLATE = """\
 # runtime.toml of agent-node, made by `agent-node config init`.
@@ -64,6 +62,9 @@ def render(name: str, listen: str, digest: str) -> str:
 
 
 def cmd_config_init(args: argparse.Namespace) -> int:
+    from node.config.load import parse_config  # the whole config, aiohttp: CLI start-up time
+    from node.web.auth import new_token, token_digest
+
     path = Path(args.config)
     if not AGENT_NAME_RE.fullmatch(args.name):
         print(f"agent-node: --name {args.name!r}: letters, digits, . _ -", file=sys.stderr)

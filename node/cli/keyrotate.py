@@ -16,21 +16,16 @@ envelopes verify with the old *public* key, which the signed event records.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
+from typing import TYPE_CHECKING
 
-from nacl.signing import SigningKey
-
-from eventstore.durable import fsync_path
-from eventstore.keys import KEY_FILE, KeyFileError, load_key, public_key_multibase, write_key
-from eventstore.store import EventStore, StoreAlreadyOpenError
-from node.config.load import load_config
-from node.config.model import Config
 from node.display.humanize import visible, visible_lines
-from node.ops.filemodes import make_private
-from node.ops.files import move_durably
-from projections.catalogue import KeyRotated, event_of
-from projections.keys import KeyHistory, key_journal
+
+if TYPE_CHECKING:  # the journal, keys and the config load in the functions (CLI start-up time)
+    from nacl.signing import SigningKey
+
+    from eventstore.store import EventStore
+    from node.config.model import Config
 
 PENDING_KEY_FILE = "node.key.next"
 
@@ -48,6 +43,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def check_no_pending_rotation(config: Config) -> None:
     """At start: a rotation interrupted between its event and its rename must be finished first
     (the old key would otherwise sign what peers expect from the new one)."""
+    from eventstore.keys import KeyFileError
+
     if (config.data_path / PENDING_KEY_FILE).exists():
         raise KeyFileError(
             f"{config.data_path / PENDING_KEY_FILE} exists: a key rotation was interrupted; "
@@ -58,7 +55,9 @@ def check_no_pending_rotation(config: Config) -> None:
 def check_key_matches_journal(config: Config) -> None:
     """At start: after a rotation, `node.key` must be the journal's newest key. An older key (a
     backup restored over it) would sign envelopes every peer rejects as `bad_signature`."""
+    from eventstore.keys import KEY_FILE, KeyFileError, load_key, public_key_multibase
     from node.app import open_store
+    from projections.keys import KeyHistory, key_journal
 
     key_path = config.data_path / KEY_FILE
     if not key_path.exists():
@@ -81,7 +80,13 @@ def check_key_matches_journal(config: Config) -> None:
 
 
 def cmd_key_rotate(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from eventstore.keys import KEY_FILE, load_key
+    from eventstore.store import StoreAlreadyOpenError
     from node.app import open_store
+    from node.config.load import load_config
+    from node.ops.filemodes import make_private
 
     config = load_config(args.config)
     make_private(config.data_path)
@@ -103,6 +108,14 @@ def cmd_key_rotate(args: argparse.Namespace) -> int:
 
 async def rotate(config: Config, store: EventStore, old_key: SigningKey) -> str:
     """Rotate (or finish an interrupted rotation); closes the store. Returns what it did."""
+    from nacl.signing import SigningKey
+
+    from eventstore.durable import fsync_path
+    from eventstore.keys import KEY_FILE, KeyFileError, load_key, public_key_multibase, write_key
+    from node.ops.files import move_durably
+    from projections.catalogue import KeyRotated, event_of
+    from projections.keys import KeyHistory, key_journal
+
     me, data = config.node.name, config.data_path
     pending = data / PENDING_KEY_FILE
     store.start()  # takes the writer lock: refused while a node writes this journal

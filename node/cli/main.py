@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import base64
 import errno
 import json
@@ -12,13 +11,8 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from nacl.signing import SigningKey
-
-from eventstore.audit import verify_journals
-from eventstore.envelope import Envelope
-from eventstore.keys import KEY_FILE, KeyFileError, load_or_create_key, public_key_multibase
-from eventstore.store import EventStore
 from node.authoring import cli as authoring
 from node.cli import config as cli_config
 from node.cli import docs as cli_docs
@@ -26,14 +20,18 @@ from node.cli import keyrotate, progress
 from node.cli import mesh as cli_mesh
 from node.cli import policy as cli_policy
 from node.cli.client import add_client_commands
-from node.config import exposure
-from node.config.load import load_config
-from node.config.model import SCOPES, Config, ConfigError
+from node.config.names import SCOPES, ConfigError
 from node.display.humanize import duration, visible
-from node.ops import logsetup
-from node.ops.filemodes import make_private
+from node.ops import logflags
 from node.ops.version import __version__
-from node.sync.keyring import key_resolver
+
+# CLI start-up time: the node's heavy modules (config model, journal, aiohttp) load in commands
+if TYPE_CHECKING:
+    from nacl.signing import SigningKey
+
+    from eventstore.envelope import Envelope
+    from eventstore.store import EventStore
+    from node.config.model import Config
 
 EPILOG = "documentation: `agent-node docs` (topics), e.g. `agent-node docs agents`"
 
@@ -46,13 +44,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         return int(args.func(args))
-    except (ConfigError, KeyFileError) as exc:
+    except _reported() as exc:
         print(f"agent-node: {visible(str(exc))}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `agent-node journal export | head`: the reader left; end quietly
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # no second error when Python flushes at exit
         return 1
+
+
+def _reported() -> tuple[type[Exception], ...]:
+    """The errors main() reports as one line. Called only once a command raised (an `except`
+    clause is evaluated then), so the key file's module loads only for commands that use it."""
+    from eventstore.keys import KeyFileError
+
+    return (ConfigError, KeyFileError)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -69,7 +75,7 @@ def _parser() -> argparse.ArgumentParser:
         p.set_defaults(func=func)
         return p
 
-    logsetup.add_arguments(command("run", cmd_run, "run the node until SIGTERM or SIGINT"))
+    logflags.add_arguments(command("run", cmd_run, "run the node until SIGTERM or SIGINT"))
     command("keygen", cmd_keygen, "create the node key in data_dir (if absent) and show it")
 
     token = sub.add_parser("token", help="manage API tokens").add_subparsers(metavar="ACTION")
@@ -149,7 +155,13 @@ def _describe(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from node.config import exposure
+    from node.config.load import load_config
+    from node.ops import logsetup
     from node.ops.eventloop import loop_factory
+    from node.ops.filemodes import make_private
     from node.server import serve
 
     config = load_config(args.config)
@@ -193,6 +205,10 @@ def listen_problem(config: Config, path: str, exc: OSError) -> str:
 
 
 def cmd_keygen(args: argparse.Namespace) -> int:
+    from eventstore.keys import KEY_FILE, load_or_create_key, public_key_multibase
+    from node.config.load import load_config
+    from node.ops.filemodes import make_private
+
     config = load_config(args.config)
     make_private(config.data_path)
     existed = (config.data_path / KEY_FILE).exists()
@@ -224,7 +240,9 @@ def cmd_token_new(args: argparse.Namespace) -> int:
 
 
 def _open_offline(config: Config) -> tuple[SigningKey, EventStore]:
+    from eventstore.keys import load_or_create_key
     from node.app import open_store
+    from node.ops.filemodes import make_private
 
     make_private(config.data_path)
     key = load_or_create_key(config.data_path)
@@ -232,6 +250,10 @@ def _open_offline(config: Config) -> tuple[SigningKey, EventStore]:
 
 
 def cmd_audit_verify(args: argparse.Namespace) -> int:
+    from eventstore.audit import verify_journals
+    from node.config.load import load_config
+    from node.sync.keyring import key_resolver
+
     config = load_config(args.config)
     key, store = _open_offline(config)
     try:
@@ -262,7 +284,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
     touched, so this runs next to a running node), report their sizes, and compare the
     rebuilt on-disk read models with the node's stored ones, database by database."""
     from node.app import build_app
+    from node.config.load import load_config
     from node.context import CONTEXT
+    from node.ops.filemodes import make_private
 
     config = load_config(args.config)
     make_private(config.data_path)
@@ -309,6 +333,8 @@ def _sizes(state: object) -> str:
 def cmd_journal_export(args: argparse.Namespace) -> int:
     import msgspec
 
+    from node.config.load import load_config
+
     config = load_config(args.config)
     _key, store = _open_offline(config)
     out = open(args.output, "w") if args.output else sys.stdout  # noqa: SIM115
@@ -338,6 +364,8 @@ def cmd_journal_compact(args: argparse.Namespace) -> int:
     from eventstore.compaction import compact
     from eventstore.store import StoreAlreadyOpenError
     from node.app import JOURNAL_DIR
+    from node.config.load import load_config
+    from node.ops.filemodes import make_private
 
     config = load_config(args.config)
     make_private(config.data_path)

@@ -12,7 +12,7 @@ import argparse
 from pathlib import Path
 
 from node.cli import mesh_init
-from node.config.model import AGENT_NAME_RE, ConfigError
+from node.config.names import AGENT_NAME_RE, ConfigError
 from node.sync.nats_permissions import Member, check_members, members_of, render
 from node.sync.nats_server_config import ServerSettings, render_server
 

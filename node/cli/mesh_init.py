@@ -25,14 +25,11 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import secrets
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from eventstore.keys import load_or_create_key, public_key_multibase
-from node.config.load import load_config
-from node.config.model import AGENT_NAME_RE, MESH_NAME, ConfigError
+from node.config.names import AGENT_NAME_RE, MESH_NAME, ConfigError
 from node.sync.nats_permissions import Member
 from node.sync.nats_server_config import (
     ServerSettings,
@@ -41,7 +38,6 @@ from node.sync.nats_server_config import (
     quotable,
     render_server,
 )
-from node.web.auth import new_token, token_digest
 
 DEFAULT_NATS = "nats://127.0.0.1:4222"
 NATS_FOLDER = "nats"
@@ -102,6 +98,8 @@ def node_toml(
 ) -> str:
     """One node's runtime.toml; `received[peer]` is the token `peer` presents to this node,
     `hosted` the placed agents every node consents to host (`[[hosting]]`)."""
+    from node.web.auth import token_digest  # aiohttp: CLI start-up time
+
     others = [n for n in nodes if n.name != node.name]
     names = ", ".join(n.name for n in nodes)
     parts = [
@@ -196,6 +194,12 @@ def write_mesh(
 def _write_mesh(
     out: Path, nodes: list[Planned], mesh: str, nats_url: str, listen: str, hosted: tuple[str, ...]
 ) -> str:
+    import secrets
+
+    from eventstore.keys import load_or_create_key, public_key_multibase
+    from node.config.load import load_config
+    from node.web.auth import new_token, token_digest
+
     admin = new_token()
     admin_digest = token_digest(admin).hex()
     # (sender, receiver) → the token the sender presents to the receiver

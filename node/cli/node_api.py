@@ -43,7 +43,7 @@ class Node:
     ) -> None:
         import httpx  # here, not at the top: `agent-node run` should not pay for importing it
 
-        from node.web.tls import client_context
+        from node.web.tlsclient import client_context
 
         self.url = url.rstrip("/")
         ca_file = ca_file or os.environ.get(CA_FILE_ENV) or None  # else the system's trust

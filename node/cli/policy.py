@@ -21,24 +21,19 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from eventstore.envelope import Envelope
-from eventstore.keys import load_or_create_key
-from eventstore.store import EventStore
-from node.app import JOURNAL_DIR
 from node.cli.node_api import table
-from node.config.load import load_config
-from node.config.model import Config
 from node.display.humanize import visible, visible_lines
-from node.display.request_summary import summary
-from node.ops.filemodes import make_private
-from node.policy.approvers import describe
-from node.policy.budgets import Budget
-from node.policy.engine import Ruling, TaskFacts, evaluate, within_budgets
-from node.policy.policyset import PolicyError, PolicySet, load_policy_set
-from node.services.approval_policy import task_facts
-from projections import catalogue as c
+
+if TYPE_CHECKING:  # the journal, the catalogue, policies load in the functions (CLI start-up time)
+    from eventstore.envelope import Envelope
+    from eventstore.store import EventStore
+    from node.config.model import Config
+    from node.policy.budgets import Budget
+    from node.policy.engine import TaskFacts
+    from node.policy.policyset import PolicySet
+    from projections import catalogue as c
 
 _SINCE = re.compile(r"^([0-9]{1,6})([smhdw])$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 7 * 86_400}
@@ -95,6 +90,9 @@ class Row:
 
 
 def cmd_policy_test(args: argparse.Namespace) -> int:
+    from node.config.load import load_config
+    from node.policy.policyset import PolicyError, load_policy_set
+
     config = load_config(args.config)
     if args.policy:
         config.policy.files = [str(Path(p).resolve()) for p in args.policy]
@@ -128,6 +126,11 @@ def _since(text: str) -> datetime:
 
 def _open_journal(config: Config) -> EventStore:
     """The journal alone, read as `audit verify` reads it (no read model is touched)."""
+    from eventstore.keys import load_or_create_key
+    from eventstore.store import EventStore
+    from node.app import JOURNAL_DIR
+    from node.ops.filemodes import make_private
+
     make_private(config.data_path)
     key = load_or_create_key(config.data_path)
     path = config.data_path / JOURNAL_DIR
@@ -158,6 +161,9 @@ def replay(
 ) -> Iterator[Row]:
     """Every past request (of `agent`, since `since`) with the set's ruling and its ending,
     in journal order."""
+    from node.services.approval_policy import task_facts
+    from projections import catalogue as c
+
     tasks: dict[str, TaskFacts] = {}
     rows: dict[str, Row] = {}
     ledger = _Ledger()
@@ -184,6 +190,11 @@ def _judge(
     since: datetime | None,
     agent: str | None,
 ) -> Row | None:
+    from node.display.request_summary import summary
+    from node.policy.approvers import describe
+    from node.policy.engine import Ruling, TaskFacts, evaluate, within_budgets
+    from projections import catalogue as c
+
     at = c.parse_ts(envelope.event.ts)
     if at is None or (since is not None and at < since) or (agent and envelope.stream != agent):
         return None
@@ -226,13 +237,12 @@ def _charge(charge: c.BudgetCharge) -> dict[str, Any]:
     return {"budget": charge.budget, "amount": charge.amount, "total": charge.total}
 
 
-ENDS = (c.ApprovalDecided, c.ApprovalTimedOut, c.ApprovalAbandoned)
-
-
 def _ended(rows: dict[str, Row], envelope: Envelope, payload: c.Payload | None) -> None:
     """How a request ended: its first resolution in its own journal (as the read model
     reads it); a decision recorded for later is not one yet."""
-    if not isinstance(payload, ENDS):
+    from projections import catalogue as c
+
+    if not isinstance(payload, c.ApprovalDecided | c.ApprovalTimedOut | c.ApprovalAbandoned):
         return
     row = rows.get(payload.id)
     if row is None or row.actual != "pending" or row.agent != envelope.stream:

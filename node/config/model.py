@@ -10,6 +10,11 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from node.config.names import AGENT_NAME as AGENT_NAME
+from node.config.names import AGENT_NAME_RE as AGENT_NAME_RE
+from node.config.names import MESH_NAME as MESH_NAME
+from node.config.names import SCOPES as SCOPES
+from node.config.names import ConfigError as ConfigError
 from node.ops.filemodes import exposure
 from node.runtime.limits import DEFAULT_FUEL_PER_TICK
 from projections.catalogue import MAX_APPROVAL_TIMEOUT_SECS
@@ -17,11 +22,6 @@ from projections.packages import is_semver
 
 REGISTRY_REFERENCE = "registry:"  # an agent component from the registry: registry:ID@VERSION
 
-# `(?!\n)`: Python's `$` also matches before a final newline, so "scanner\n" would pass
-# msgspec's pattern check (a search); the look-ahead makes the match whole in Python and ECMA.
-AGENT_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$(?!\n)"
-AGENT_NAME_RE = re.compile(AGENT_NAME)
-SCOPES = ("read", "operate", "publish", "sync", "admin")
 Scope = Literal["read", "operate", "publish", "sync", "admin"]
 AgentName = Annotated[str, msgspec.Meta(pattern=AGENT_NAME)]
 GroupName = Annotated[str, msgspec.Meta(pattern=AGENT_NAME)]  # an approver group of tokens
@@ -40,10 +40,6 @@ def secret_env_name(domain: str, key: str) -> str | None:
     if not (ENV_SECRET_PART.fullmatch(domain) and ENV_SECRET_PART.fullmatch(key)):
         return None
     return f"AGENT_SECRET_{domain}_{key}".upper()
-
-
-class ConfigError(Exception):
-    """The configuration cannot be used; the message names the file and the key."""
 
 
 class _Section(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -145,9 +141,6 @@ class SyncSection(_Section, kw_only=True):
     heartbeat_secs: Annotated[float, msgspec.Meta(gt=0)] = 10.0
     request_timeout_secs: Annotated[float, msgspec.Meta(gt=0)] = 30.0
     ack_flush_secs: NonNegative = 0.2
-
-
-MESH_NAME = r"^[A-Za-z0-9_-]{1,32}$(?!\n)"
 
 
 class MeshSection(_Section, kw_only=True):

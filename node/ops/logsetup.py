@@ -9,7 +9,6 @@ so a secret that slips into a message or a traceback is written as `[redacted]`.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextvars
 import logging
@@ -28,11 +27,10 @@ from aiohttp.http_exceptions import HttpProcessingError
 from node.config.model import Config
 from node.display.humanize import visible
 from node.ops.ids import new_id
+from node.ops.logflags import ACCESS_LOGGER
 from node.web.auth import identity_of
 
 LogFormat = Literal["text", "json"]
-LEVELS = ("debug", "info", "warning", "error", "critical")
-ACCESS_LOGGER = "agent-node.access"
 REQUEST_ID: web.RequestKey[str] = web.RequestKey("request_id", str)
 REQUEST_ID_HEADER = "X-Request-Id"
 REDACTED = "[redacted]"
@@ -269,14 +267,3 @@ class ProtocolLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
 
 def access_logger(enabled: bool) -> logging.Logger | None:
     return logging.getLogger(ACCESS_LOGGER) if enabled else None
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """`agent-node run`'s logging flags."""
-    parser.add_argument("--log-level", choices=LEVELS, default="info", help="default info")
-    parser.add_argument(
-        "--log-format", choices=("text", "json"), default="text", help="json: one object a line"
-    )
-    parser.add_argument(
-        "--access-log", action="store_true", help=f"one line per request (logger {ACCESS_LOGGER})"
-    )

@@ -9,11 +9,12 @@ bytes of the text the agent passed.
 
 from __future__ import annotations
 
+from node.display.request_summary import MAX_DETAIL as MAX_DETAIL  # a title, a summary
+
 MAX_PAYLOAD_BYTES = 64 * 1024  # approval request, state value, task input/output/progress
 MAX_STATE_KEY_BYTES = 256
 MAX_EVENT_BYTES = 256 * 1024  # a whole task.created (input and the A2A message that carried it)
 MAX_TEXT = 64 * 1024  # log messages and finding details (longer ones are cut, not refused)
-MAX_DETAIL = 1000  # a finding's title, an approval's one-line summary
 # Fuel of one run when `fuel_per_tick` is not set: a trivial Python tick takes ~25k-250k,
 # so this is thousands of ticks' worth, yet a loop ends within a few seconds of wasm time.
 DEFAULT_FUEL_PER_TICK = 2_000_000_000

@@ -26,7 +26,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from node.config.model import AGENT_NAME_RE, MESH_NAME, ConfigError
+from node.config.names import AGENT_NAME_RE, MESH_NAME, ConfigError
 from node.sync.nats_subjects import (
     Bucket,
     bucket_name,

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from node.config.model import ConfigError
+from node.config.names import ConfigError
 from node.sync.nats_permissions import Member, check_members, render
 
 # what a value written inside double quotes here may hold (names, paths, addresses, passwords)

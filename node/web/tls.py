@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import ssl
 from collections.abc import Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from node.ops.filemodes import exposure
 from node.web.tlsaccept import TlsListener
+from node.web.tlsclient import client_context
 
 if TYPE_CHECKING:
     from node.config.model import Config
@@ -47,14 +47,6 @@ def reload_certificate(listener: TlsListener, config: Config) -> None:
     context = server_context(config)  # raises OSError / ssl.SSLError, naming nothing secret
     if context is not None:
         listener.context = context
-
-
-def client_context(ca_file: str | Path | None) -> ssl.SSLContext:
-    """Verifies servers against `ca_file` only (a private CA, a self-signed certificate), or
-    the system's trust store without one. Host names are always checked."""
-    context = ssl.create_default_context(cafile=str(ca_file) if ca_file else None)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    return context
 
 
 def peer_context(config: Config) -> ssl.SSLContext | None:

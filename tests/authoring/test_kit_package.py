@@ -3,11 +3,8 @@ are package data of the wheel."""
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import sys
-import sysconfig
 import zipfile
 
 from node.authoring.project import TEMPLATE_FILES, wit_text
@@ -19,40 +16,15 @@ def test_the_shipped_wit_is_the_repos():
     assert wit_text() == (ROOT / "wit" / "0.2.0" / "agent.wit").read_text()
 
 
-def test_a_wheel_carries_the_wit_and_the_templates_and_agent_new_works_from_it(tmp_path):
-    source = tmp_path / "src"
-    shutil.copytree(
-        ROOT,
-        source,
-        ignore=shutil.ignore_patterns(
-            ".venv", ".git", "tests", "agents", "bench", ".cache", "build", "node_modules",
-            "data", "*.so", "*.egg-info",
-        ),
-    )  # fmt: skip
-    env = {**os.environ, "CC": "/nonexistent/cc", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
-    built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(tmp_path / "w"), "."],
-        cwd=source,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
-    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
-    (wheel,) = (tmp_path / "w").glob("agent_node-*.whl")
-    names = set(zipfile.ZipFile(wheel).namelist())
+def test_a_wheel_carries_the_wit_and_the_templates_and_agent_new_works_from_it(
+    pure_wheel, tmp_path
+):
+    names = set(zipfile.ZipFile(pure_wheel.wheel).namelist())
     assert "node/authoring/wit/agent.wit" in names
     for language, files in TEMPLATE_FILES.items():
         for template in files:
             assert f"node/authoring/templates/{language}/{template}" in names
-    target = tmp_path / "site"
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--no-deps", "-t", str(target), str(wheel)],
-        check=True,
-        capture_output=True,
-        env=env,
-        timeout=300,
-    )
+    target, env = pure_wheel.site, pure_wheel.env
     code = (
         "import sys, node\n"
         f"assert node.__file__.startswith({str(target)!r}), node.__file__\n"
@@ -60,7 +32,7 @@ def test_a_wheel_carries_the_wit_and_the_templates_and_agent_new_works_from_it(t
         "sys.exit(main(['agent', 'new', 'from-wheel', '--lang', sys.argv[1]]))\n"
     )
     # -S: no .pth files, so the dev install's editable finder cannot supply `node`
-    path = f"{target}{os.pathsep}{sysconfig.get_paths()['purelib']}"
+    path = pure_wheel.python_path
     for language, files in TEMPLATE_FILES.items():
         where = tmp_path / language
         where.mkdir()

@@ -5,7 +5,6 @@ import os
 import shutil
 import subprocess
 import sys
-import sysconfig
 import zipfile
 
 from nacl.signing import SigningKey
@@ -118,49 +117,17 @@ def test_the_switch_picks_pynacl_and_refuses_nonsense():
     assert bad.returncode != 0 and "use auto, pynacl or extension" in bad.stderr
 
 
-def test_a_build_without_a_c_compiler_installs_and_signs_through_pynacl(tmp_path):
+def test_a_build_without_a_c_compiler_installs_and_signs_through_pynacl(pure_wheel, tmp_path):
     """pip builds the wheel with CC pointing nowhere (and no gcc/cc on PATH): the optional
     extension fails as a warning, the wheel has no compiled module, and the installed package
     signs the design's test vector through PyNaCl."""
-    source = tmp_path / "src"
-    shutil.copytree(
-        ROOT,
-        source,
-        ignore=shutil.ignore_patterns(
-            ".venv", ".git", "tests", "agents", "bench", ".cache", "build", "*.so", "*.egg-info"
-        ),
-    )
-    bin_dir = os.path.dirname(sys.executable)
-    env = {
-        **os.environ,
-        "CC": "/nonexistent/cc",
-        "PATH": f"{bin_dir}:/usr/bin/nonexistent",
-        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
-    }
-    env.pop(ENV_SWITCH, None)
-    built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "-w", str(tmp_path / "w"), "."],
-        cwd=source,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
-    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
-    log = built.stdout + built.stderr
+    log = pure_wheel.build_log
     assert 'building extension "eventstore._sign_batch" failed' in log, log[-3000:]
-    (wheel,) = (tmp_path / "w").glob("agent_node-*.whl")
-    names = zipfile.ZipFile(wheel).namelist()
+    names = zipfile.ZipFile(pure_wheel.wheel).namelist()
     assert "eventstore/signing.py" in names
     assert not [n for n in names if "_sign_batch" in n], names
-    target = tmp_path / "site"
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--no-deps", "-t", str(target), str(wheel)],
-        check=True,
-        capture_output=True,
-        env=env,
-        timeout=300,
-    )
+    target, env = pure_wheel.site, {**pure_wheel.env}
+    env.pop(ENV_SWITCH, None)
     code = (
         "import base64, eventstore.signing as s\n"
         "from nacl.signing import SigningKey\n"
@@ -170,9 +137,8 @@ def test_a_build_without_a_c_compiler_installs_and_signs_through_pynacl(tmp_path
         "[signed_bytes('payer', 1, digest_of(b'{\"hello\":\"world\"}'))])[0]\n"
         "print(s.SIGNER, base64.b64encode(sig).decode())\n"
     )
-    # -S: no .pth files, so the dev install's editable finder cannot supply the compiled module;
-    # the dependencies come from this venv's site-packages, named explicitly after the wheel
-    path = f"{target}{os.pathsep}{sysconfig.get_paths()['purelib']}"
+    # -S: no .pth files, so the dev install's editable finder cannot supply the compiled module
+    path = pure_wheel.python_path
     ran = subprocess.run(
         [sys.executable, "-S", "-c", code],
         capture_output=True,

@@ -155,7 +155,12 @@ def test_a_node_without_the_grant_domains_never_runs_the_agent(failover, built_a
     fm = failover(without_secrets=("node-c",))
     placed_counter(fm, built_agents["counter"], ["node-a", "node-c"], grant_domains=["payments"])
     with fm["node-a"].client() as client:  # a planned move to it is refused
-        refused = client.post(f"/api/v1/agents/{AGENT}/move", json={"to": "node-c"})
+
+        def move_to_c():  # 409 until node-a has read node-c's first advert
+            answer = client.post(f"/api/v1/agents/{AGENT}/move", json={"to": "node-c"})
+            return answer if answer.status_code != 409 else None
+
+        refused = wait_for(move_to_c, 20, "node-a knows node-c's advert")
         assert refused.status_code == 422, refused.text
         assert "not ready to host" in refused.json()["detail"]
         outside = client.post(f"/api/v1/agents/{AGENT}/move", json={"to": "node-b"})

@@ -21,12 +21,13 @@ def seed_journal(config_path, streams=("a", "b"), per_stream=5):
     async def write():
         store = open_store(config, load_or_create_key(config.data_path))
         store.start()
+        writes = []  # side by side, so that they share group commits (one fsync each batch)
         for i in range(per_stream):
             for stream in streams:
-                await store.append(
-                    stream, "finding", {"severity": "low", "title": f"title-{i}", "detail": ""}
-                )
-                await store.append(stream, "log", {"level": "info", "message": f"m{i}"})
+                finding = {"severity": "low", "title": f"title-{i}", "detail": ""}
+                writes.append(store.append(stream, "finding", finding))
+                writes.append(store.append(stream, "log", {"level": "info", "message": f"m{i}"}))
+        await asyncio.gather(*writes)
         await store.close()
 
     asyncio.run(write())

@@ -7,13 +7,10 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import os
-import shutil
 import socket
 import stat
 import subprocess
 import sys
-import sysconfig
 import zipfile
 
 import httpx
@@ -99,42 +96,12 @@ def test_the_docs_come_with_the_install():
     assert "agent-node docs agents" in run_cli("agent", "--help").stdout
 
 
-def test_a_wheel_carries_the_docs_and_its_cli_prints_them(tmp_path):
+def test_a_wheel_carries_the_docs_and_its_cli_prints_them(pure_wheel, tmp_path):
     """What a pip-only author has: the built wheel, installed apart from this checkout."""
-    source = tmp_path / "src"
-    shutil.copytree(
-        ROOT,
-        source,
-        ignore=shutil.ignore_patterns(
-            ".venv", ".git", "tests", "agents", "bench", ".cache", "build", "*.so", "*.egg-info"
-        ),
-    )
-    env = {**os.environ, "AGENT_NODE_NO_EXTENSION": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
-    env.pop("PYTHONPATH", None)
-    wheels = tmp_path / "w"
-    built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels), "."],
-        cwd=source,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
-    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
-    (wheel,) = wheels.glob("agent_node-*.whl")
-    names = zipfile.ZipFile(wheel).namelist()
+    names = zipfile.ZipFile(pure_wheel.wheel).namelist()
     for name in ("agents.md", "api.md", "configuration.md", "deploy.md", "protocols/mcp.md"):
         assert f"node/docs/{name}" in names, names
-    target = tmp_path / "site"
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "-t", str(target), str(wheel)],
-        check=True,
-        capture_output=True,
-        env=env,
-        timeout=300,
-    )
-    # -S: no .pth files, so this checkout's editable install cannot answer instead
-    path = f"{target}{os.pathsep}{sysconfig.get_paths()['purelib']}"
+    target, env, path = pure_wheel.site, pure_wheel.env, pure_wheel.python_path
     docs = subprocess.run(
         [sys.executable, "-S", "-m", "node", "docs", "agents"],
         capture_output=True,

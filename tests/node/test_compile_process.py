@@ -1,6 +1,7 @@
 """A real node compiles components in child processes: its own memory stays at the warm-start
 level, its API answers while a compile runs, and a component the compiler refuses or cannot
-handle costs that agent or that upload only (issue 29 item 3)."""
+handle costs that agent or that upload only (issue 29 item 3); while it compiles, the status of
+an agent with no live instance yet says what it waits for (issue 37 item 8)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,19 @@ import httpx
 import pytest
 
 from node.runtime.compiled_cache import COMPILED_CACHE_ENV
+from node.runtime.compiler import default_parallelism
 from tests.polling import wait_until
 from tests.runtime_support import COMPILED_CACHE
-from tests.support import PUBLISH_TOKEN, NodeProcess, auth, logs_on_failure, write_config
+from tests.support import (
+    PUBLISH_TOKEN,
+    NodeProcess,
+    auth,
+    logs_on_failure,
+    run_cli,
+    write_config,
+)
 
-# Two cold compiles of Python-built agents: a minute on a quiet 2-core machine, more when shared.
+# Three cold compiles of Python-built agents: a minute on a quiet 2-core machine, more if shared.
 pytestmark = pytest.mark.timeout(900)
 
 # A component header (version 0x0d, layer 1) followed by bytes no compiler accepts.
@@ -60,6 +69,22 @@ def status_of(client: httpx.Client, agent: str) -> str:
     return client.get("/api/v1/status", params={"agent": agent}).json()[0]["status"]
 
 
+def stopped_phases(statuses: list[dict]) -> set[str]:
+    """The phases of agents with no live instance yet, checked against the spec's object: a
+    live one has no phase, one not yet running is `stopped`, uptime and heap 0, with a phase
+    and its reason (GET /api/v1/status while a fresh node compiles, issue 37 item 8)."""
+    phases = set()
+    for s in statuses:
+        if s["status"] in {"idle", "running"}:
+            assert "phase" not in s and "reason" not in s, s
+        elif s["name"] != "broken":
+            assert s["status"] == "stopped", s
+            assert s["uptime_ms"] == 0 and s["memory_profile"]["heap_bytes"] == 0, s
+            assert s["phase"] and s["reason"], s
+            phases.add(s["phase"])
+    return phases
+
+
 def test_cold_start_compiles_in_a_child_and_the_node_stays_small(
     tmp_path, built_agents, monkeypatch
 ):
@@ -80,6 +105,11 @@ component = "{built_agents["task_worker"]}"
 tick_interval_ms = 200
 
 [[agents]]
+name = "tools"
+component = "{built_agents["mcp_tools"]}"
+tick_interval_ms = 200
+
+[[agents]]
 name = "broken"
 component = "{broken}"
 """,
@@ -90,9 +120,13 @@ component = "{broken}"
         children_seen: set[int] = set()
         answered_while_compiling = 0
         slowest_health = 0.0
+        phases: set[str] = set()
         with node.client() as client:
+            first = client.get("/api/v1/status").json()
+            token = client.headers["Authorization"][7:]
+            cli = run_cli("status", "--url", node.url, "--token", token)
 
-            def hello_running() -> bool:
+            def all_running() -> bool:
                 nonlocal answered_while_compiling, slowest_health
                 children = compile_children(node.proc.pid)  # type: ignore[union-attr]
                 start = time.perf_counter()
@@ -102,17 +136,28 @@ component = "{broken}"
                 if children:
                     children_seen.update(children)
                     answered_while_compiling += 1
-                return ran(client, "hello") and ran(client, "worker")
+                phases.update(stopped_phases(client.get("/api/v1/status").json()))
+                return ran(client, "hello") and ran(client, "worker") and ran(client, "tools")
 
-            wait_until(hello_running, 600, "hello and worker compiled and ran", interval=0.05)
+            wait_until(all_running, 600, "the agents compiled and ran", interval=0.05)
             assert children_seen, "no compile child of the node was seen"
             assert node.proc.pid not in children_seen
             assert answered_while_compiling >= 1, "health was not asked while compiling"
             assert slowest_health < 5, f"health took {slowest_health:.1f} s during a compile"
             # the broken component is that agent's error only; hello runs on
             wait_until(lambda: status_of(client, "broken") == "error", 60, "broken in error")
-            assert status_of(client, "hello") != "error" and status_of(client, "worker") != "error"
+            assert all(status_of(client, a) != "error" for a in ("hello", "worker", "tools"))
             cold_kb = rss_anon_kb(node.proc.pid)
+        # right after the start none of them ran: nothing was compiled (issue 37 item 8)
+        assert {s["status"] for s in first} == {"stopped"}, first
+        assert "compiling" in phases, phases
+        # three components, two compile slots on two cores: one waited for a slot, and said so
+        if default_parallelism() < 3:
+            assert "waiting to compile" in phases, phases
+        assert cli.returncode == 0, cli.stderr  # the CLI shows the phase and its reason
+        header, *rows = cli.stdout.splitlines()
+        assert header.split()[-1] == "PHASE"
+        assert any(" stopped " in row and "compil" in row for row in rows), cli.stdout
         assert list((tmp_path / "compiled").glob("*.cwasm")), "the artifact was not cached"
         assert not list((tmp_path / "compiled").glob(".compiling-*")), "a partial was left"
         assert node.terminate() == 0

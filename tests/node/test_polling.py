@@ -60,11 +60,6 @@ PERIODIC = {
         "tests/failover/test_placement_ops.py",
         "test_an_operators_decisions_follow_the_agent_and_sigterm_hands_it_over",
     ),
-    # samples every agent's status (each phase seen) until all run
-    (
-        "tests/runtime/test_status_start.py",
-        "test_agents_compiling_at_start_are_stopped_with_their_phase",
-    ),
 }
 
 

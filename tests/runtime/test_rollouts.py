@@ -187,7 +187,7 @@ async def test_a_release_that_breaks_on_its_second_tick_is_rolled_back_by_its_pr
 
     rollout = await until(ended, 60, "the probation ends")
     assert rollout["state"] == "rolled_back" and rollout["rolled_back_to"] == 1, rollout
-    assert rollout["faults"] == 1 and "tick 2 of this instance" in rollout["reason"]
+    assert rollout["faults"] == 1 and "tick 2 or later of this instance" in rollout["reason"]
     (rolled,) = node_events(app, "agent.rolled_back")
     assert rolled["automatic"] is True and rolled["from_revision"] == 2
     assert rolled["to_revision"] == 1
