@@ -253,11 +253,19 @@ def wait_for(check: Callable[[], Any], timeout: float, what: str) -> Any:
 
 
 def same_journals(fm: FailoverMesh, nodes: list[str], timeout: float = 30) -> list[dict[str, Any]]:
-    """Wait until every node in `nodes` holds the same agent journal; that journal."""
+    """Wait until every node in `nodes` holds at least as much of the agent's journal as the
+    furthest of them held when asked, the same envelopes in the same order; the part all of them
+    hold. An agent still running keeps writing meanwhile (the counter: two events a tick), so
+    whole copies read one after the other rarely end at the same seq: the common part counts."""
+    target = max(len(events(fm[n])) for n in nodes)
 
     def same() -> list[dict[str, Any]] | None:
-        copies = [[(e["seq"], e["signature"]) for e in events(fm[n])] for n in nodes]
-        return events(fm[nodes[0]]) if all(c == copies[0] for c in copies) else None
+        copies = [events(fm[n]) for n in nodes]
+        held = min(len(c) for c in copies)
+        if held < target:
+            return None
+        keys = [[(e["seq"], e["signature"]) for e in c[:held]] for c in copies]
+        return copies[0][:held] if all(k == keys[0] for k in keys) else None
 
     try:
         journal: list[dict[str, Any]] = wait_for(same, timeout, f"identical journals on {nodes}")

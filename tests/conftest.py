@@ -17,9 +17,11 @@ from tests.wheel_support import PureWheel, build_pure_wheel
 pytest_plugins = ["tests.conftest_agents", "tests.leakcheck"]
 # tests.leakcheck: the session fails when a process the tests started is still alive at its end
 
-# Every response the suite produces, in this process and in the node processes it starts, is
-# checked against the node's OpenAPI document (node/api/conformance.py).
-os.environ[conformance.ENV] = "1"
+# The responses the suite produces, in this process and in the node processes it starts, are
+# checked against the node's OpenAPI document (node/api/conformance.py): the first 25 of each
+# route and status of every app (an app a test builds: all of them, in practice), then one in
+# twenty (the polls of a long-lived node: jsonschema's check is most of such a request's CPU).
+os.environ[conformance.ENV] = conformance.SAMPLE
 # Every node the suite starts (in this process and as a subprocess) loads its agents from the
 # session's compiled cache, filled once before the first test (tests/conftest_agents.py), instead
 # of compiling them into each test's new data dir: seconds per agent per test otherwise, and

