@@ -31,12 +31,13 @@ async def agui_run(request: web.Request) -> web.StreamResponse:
     runs = request.app[AGUI_RUNS]
     identity = identity_of(request)
     operator = identity.name if identity else "anonymous"
+    groups = identity.groups if identity else frozenset()
     slots = request.app[STREAM_SLOTS]
     slot = slots.open(request)
     out = SseOut(request)
     stop = StopSignal(request.app)
     slot.on_revoke = lambda: revoked(stop, out)
-    events = runs.run(agent, run, operator, stop, ctx.config.node.sse_keepalive_secs)
+    events = runs.run(agent, run, operator, stop, ctx.config.node.sse_keepalive_secs, groups)
     try:
         await out.open()
         async for event in events:

@@ -84,9 +84,16 @@ class AguiRuns:
         self._ticks: dict[str, TickWork] = {}
 
     async def run(
-        self, agent: str, run: RunInput, operator: str, stop: StopSignal, keepalive: float
+        self,
+        agent: str,
+        run: RunInput,
+        operator: str,
+        stop: StopSignal,
+        keepalive: float,
+        groups: frozenset[str] = frozenset(),
     ) -> AsyncGenerator[Event | None, None]:
-        """The run's events in order; None when `keepalive` passed quietly (ping the client)."""
+        """The run's events in order; None when `keepalive` passed quietly (ping the client).
+        `groups`: the caller's approver groups, for the seats of an N-of-M request it fills."""
         events = RunEvents(run.thread_id, run.run_id, run.parent_run_id)
         results: dict[str, str] = {}  # capability → tool call awaiting its action's result
         if run.resume:
@@ -102,7 +109,7 @@ class AguiRuns:
             for warning in plan.warnings:
                 yield events.custom(WARNING, warning)
             cursor = JournalCursor.at_head(self.ctx, agent)
-            for event in await self._decide(plan, operator, events, results):
+            for event in await self._decide(plan, operator, groups, events, results):
                 yield event
             work = plan.work
             if work is None:
@@ -185,14 +192,19 @@ class AguiRuns:
         return plan
 
     async def _decide(
-        self, plan: ResumePlan, operator: str, events: RunEvents, results: dict[str, str]
+        self,
+        plan: ResumePlan,
+        operator: str,
+        groups: frozenset[str],
+        events: RunEvents,
+        results: dict[str, str],
     ) -> list[Event]:
         gate = self.approvals
         out: list[Event] = []
         for approval_id, decision in plan.decide:
             request = self.ctx.projections.get(Approvals).get(approval_id)
             try:
-                await gate.decide(approval_id, decision, operator)
+                await gate.decide(approval_id, decision, operator, groups=groups)
             except Problem as exc:
                 out.append(
                     events.custom(

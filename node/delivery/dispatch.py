@@ -159,6 +159,8 @@ class Dispatcher:
             await self.writer.submit(self.book.end_head(lane, entry, now))
             return
         outcome = await self._send(lane, entry)
+        if self.book.lane(lane_id) is not lane or self.book.head(lane_id) != pending:
+            return  # closed, replaced or forgotten while it was sent: nothing of it to write back
         now = time.time()
         stamp = _iso(now)
         lane.attempts += 1

@@ -113,8 +113,8 @@ def _refusal_in(exc: aiohttp.ClientConnectorError) -> DestinationRefused | None:
 
 
 def _retry_after(value: str | None) -> float | None:
-    if value is None or not value.strip().isdigit():
-        return None
+    if value is None or not (value.strip().isascii() and value.strip().isdigit()):
+        return None  # isdigit() alone takes "²", which float() refuses
     return min(float(value.strip()), MAX_RETRY_AFTER)
 
 

@@ -77,7 +77,7 @@ def evaluate(
     """The policy set's ruling on one request, asked at `now`."""
     try:
         parsed = json.loads(request)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested deeper than the parser goes
         return Ruling("ask", reason="the request is not JSON, which policies cannot read")
     if capability not in policies.actions:
         return Ruling(

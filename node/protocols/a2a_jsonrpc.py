@@ -62,6 +62,7 @@ class CallContext:
         self.call = call
         identity = identity_of(request)
         self.operator = identity.name if identity else "anonymous"
+        self.groups = identity.groups if identity else frozenset()  # approver groups
         self.stop: StopSignal | None = None  # a streaming call's, set before it is called
 
     @property
@@ -82,13 +83,16 @@ async def _sent(c: CallContext) -> tuple[SendParams, Task, JournalCursor]:
     params = decode_params(c.call.params, SendParams)
     raw_config = params.configuration.task_push_notification_config
     preceded_by = await a2a_push.with_message(c, raw_config) if raw_config is not None else None
-    task, cursor = await c.service.send(c.agent, params, c.operator, preceded_by)
+    task, cursor = await c.service.send(c.agent, params, c.operator, preceded_by, c.groups)
     return params, task, cursor
 
 
 async def send_message(c: CallContext) -> Any:
     params, task, cursor = await _sent(c)
-    if not params.configuration.return_immediately:
+    # an answer that left the task input-required (one approval of several, counted) has
+    # reached the interrupted state a blocking call waits for already: nothing is to come
+    still_waiting = bool(params.message.task_id) and c.service.views.state(task) == m.INPUT_REQUIRED
+    if not params.configuration.return_immediately and not still_waiting:
         stop = StopSignal(c.request.app)
         deadline = asyncio.get_running_loop().time() + BLOCKING_WAIT_SECS
         try:

@@ -149,6 +149,7 @@ async def with_message(c: CallContext, raw: dict[str, Any]) -> Callable[[str], l
     params = decode(raw, push.PushConfigParams)
     outbox = _outbox(c)
     await _checked(outbox, params)
+    _room(outbox, "", params.id, c.operator)  # a new task has no configs: the token's bound
     destination = push.destination_of(params)
 
     def events(task_id: str) -> list[NewEvent]:

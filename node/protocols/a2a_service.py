@@ -120,10 +120,11 @@ class A2AService:
         params: SendParams,
         operator: str,
         preceded_by: Callable[[str], builtins.list[NewEvent]] | None = None,
+        groups: frozenset[str] = frozenset(),
     ) -> tuple[Task, JournalCursor]:
         """A new task (or the answer to an input-required one), and a cursor placed before
         everything that happens to it next. `preceded_by`: events journaled with a new task,
-        before it (its push notification config)."""
+        before it (its push notification config); `groups`: the caller's approver groups."""
         _check_history_length(params.configuration.history_length)
         message = params.message
         if message.task_id:
@@ -133,7 +134,7 @@ class A2AService:
                     "a push notification config comes with a message that starts a task; "
                     "for an existing task use CreateTaskPushNotificationConfig",
                 )
-            return await self._answer(agent, message, operator)
+            return await self._answer(agent, message, operator, groups)
         task_input = m.input_from_parts(message.parts)
         context_id = message.context_id or str(uuid.uuid4())
         record = {**m.message_record(message), "contextId": context_id}
@@ -152,7 +153,7 @@ class A2AService:
         return self.get(agent, created["id"]), cursor
 
     async def _answer(
-        self, agent: str, message: Message, operator: str
+        self, agent: str, message: Message, operator: str, groups: frozenset[str]
     ) -> tuple[Task, JournalCursor]:
         """A message to an existing task: the next turn of a task that awaits its client, or
         the decision on the approvals an input-required task waits for."""
@@ -182,7 +183,7 @@ class A2AService:
                 '"deny" (a text part, or a data part {"decision": ...})',
             )
         cursor = JournalCursor.at_head(self.ctx, agent)
-        await self._decide_all(task.id, decision, operator)
+        await self._decide_all(task.id, decision, operator, groups)
         return self.get(agent, task.id), cursor
 
     async def _next_turn(
@@ -213,11 +214,13 @@ class A2AService:
         reason = f"task {task_id} was canceled by {operator}"
         await self.approvals.deny_for_task(agent, task_id, operator, reason)
 
-    async def _decide_all(self, task_id: str, decision: Decision, operator: str) -> None:
+    async def _decide_all(
+        self, task_id: str, decision: Decision, operator: str, groups: frozenset[str]
+    ) -> None:
         gate = self.approvals
         for approval_id in self.views.view.pending_approvals(task_id):
             with contextlib.suppress(Problem):  # decided or timed out meanwhile
-                await gate.decide(approval_id, decision, operator)
+                await gate.decide(approval_id, decision, operator, groups=groups)
 
     # ------------------------------------------------------------------ streams
     def submitted(self, task: Task) -> Update:

@@ -59,12 +59,16 @@ class Lifecycle(DeploymentBase):
             self._only_api(deployed, "remove")
             async with self._changing(name, "remove", "journaling") as change:
                 placed = self.placement is not None and self._is_placed(name)
+                # the instance first: a run still under way would journal its last events
+                # after `agent.retired`, which ends the journal. Should the write below fail,
+                # the agent stays stopped here (and deployed: a retry removes it)
+                self._draining(change, name)
+                if name in self.runtime.workers:
+                    await asyncio.to_thread(self.runtime.remove, name, "removed", self.drain_secs)
+                change.step = "journaling"
                 await self._remove(name, "", operator)
                 if placed and self.placement is not None:
                     await self.placement.confirm(name)  # `agent.retired` held by the stream
-                self._draining(change, name)
-                await asyncio.to_thread(self.runtime.remove, name, "removed", self.drain_secs)
-                if placed and self.placement is not None:
                     await self.placement.retired(name)
                 self._set_hosted()
                 self.rollouts.forget(name)

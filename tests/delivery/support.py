@@ -28,21 +28,24 @@ class Received:
 
 @dataclass
 class Receiver:
-    """Records what arrives; `answer(received)` gives the status (200 by default)."""
+    """Records what arrives; `answer(received)` gives the status (200 by default), or the status
+    and headers to answer with."""
 
     received: list[Received] = field(default_factory=list)
-    answer: Callable[[Received], int] = lambda _: 200
+    answer: Callable[[Received], int | tuple[int, dict[str, str]]] = lambda _: 200
     url: str = ""
     refused: int = 0  # requests answered with something other than 2xx
 
     async def handle(self, request: web.Request) -> web.Response:
         got = Received(request.path_qs, dict(request.headers), await request.read())
-        status = self.answer(got)
+        answer = self.answer(got)
+        status, headers = answer if isinstance(answer, tuple) else (answer, {})
         if 200 <= status < 300:
             self.received.append(got)
         else:
             self.refused += 1
-        headers = {"Location": "http://127.0.0.1:9/elsewhere"} if 300 <= status < 400 else {}
+        if 300 <= status < 400:
+            headers = {"Location": "http://127.0.0.1:9/elsewhere", **headers}
         return web.Response(status=status, headers=headers)
 
     def at(self, path: str) -> list[Received]:

@@ -211,7 +211,8 @@ async def test_a_config_set_on_a_waiting_task_gets_its_later_changes(node, recei
 
 
 async def test_failed_deliveries_are_retried_in_order_and_their_state_shown(node, receiver, http):
-    answers = iter([503, 500, 302])  # then 200
+    # then 200; "²" is a digit to str.isdigit, not to float(): an unreadable Retry-After
+    answers = iter([(503, {"Retry-After": "²"}), 500, 302])
     receiver.answer = lambda _: next(answers, 200)
     params = send_params({"numbers": [2]}, push_url=f"{receiver.url}/retry")
     sent = await rpc(http, node, "worker", "SendMessage", params)
@@ -334,3 +335,22 @@ async def test_the_outbox_is_bounded_per_task_and_per_client(
     two = await delivered(http, node, tasks[1], 1)
     assert (one["dropped"], two["dropped"]) == (1, 2)
     assert one["pending"] == two["pending"] == 0
+
+
+async def test_a_config_past_the_tokens_bound_is_refused_with_its_message(
+    aiohttp_server, tmp_path, built_agents, receiver, http
+):
+    """SendMessage's config counts against the token's bound like CreateTaskPushNotificationConfig:
+    past it, the message is refused saying why, and no task is made (nor a config journaled that
+    nothing would deliver)."""
+    toml = agent_toml("worker", built_agents["task_worker"]) + DELIVERY_TOML
+    node = await start_node(aiohttp_server, tmp_path, toml + "max_configs_per_client = 1\n")
+    await started(node, "worker")
+    first = await rpc(http, node, "worker", "SendMessage", send_params({}, push_url=receiver.url))
+    first_id = first["result"]["task"]["id"]
+    second = await rpc(http, node, "worker", "SendMessage", send_params({}, push_url=receiver.url))
+    assert "most push configs" in second["error"]["message"], second
+    await receiver.wait_for(2)
+    assert all(first_id.encode() in r.body for r in receiver.received)  # the first task's only
+    listed = await http.get(f"{node.url}/api/v1/a2a/tasks", headers=auth(READ_TOKEN))
+    assert [t["id"] for t in listed.json()] == [first_id], listed.text

@@ -76,6 +76,8 @@ def test_what_the_policies_cannot_judge_asks_people(examples, tmp_path):
         "the policies cannot judge this request: request.payee is missing (declared String)"
     )
     assert evaluate(examples, "payer", "spend", "pay 3 EUR", at).outcome == "ask"
+    deep = evaluate(examples, "payer", "spend", "[" * 100_000, at)  # RecursionError in json
+    assert deep.outcome == "ask" and "not JSON" in deep.reason
     fine = evaluate(examples, "payer", "spend", pay(3.00001), at)
     assert "more than 4 decimal places" in fine.reason  # never rounded into a permit
     other = evaluate(examples, "payer", "refund", pay(3), at)

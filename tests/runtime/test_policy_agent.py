@@ -9,7 +9,8 @@ import uuid
 
 import httpx
 import pytest
-from a2a.types.a2a_pb2 import TaskState
+from a2a.helpers.proto_helpers import new_text_message
+from a2a.types.a2a_pb2 import Role, SendMessageRequest, TaskState
 
 from node.services.approvals import APPROVALS
 from tests.policy_support import FINANCE_TOKEN, POLICY_TOML, write_policy
@@ -132,3 +133,26 @@ async def test_over_a2a_and_ag_ui_a_policy_decision_asks_for_no_input(node, http
     assert node.journal("cashier", "approval.decided")[-1]["operator"] == (
         "policy:automatic-invoices"
     )
+
+
+async def test_over_a2a_two_approvers_one_from_finance_fill_the_request(node, http):
+    """The finance seat of an N-of-M request is filled by a finance token's A2A answer, as by
+    its REST one: the token's groups go with its decision, whatever the protocol."""
+    client = await sdk_client(http, f"{node.url}/a2a/cashier", streaming=False)
+    waiting = await collect(client.send_message(user_data({"pay": {"amount": 1500}})))
+    task = waiting[0].task
+    assert task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+    answer = SendMessageRequest(
+        message=new_text_message("approve", role=Role.ROLE_USER, task_id=task.id)
+    )
+    (first,) = await collect(client.send_message(answer))  # the operator's: one seat of two
+    assert first.task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+    async with httpx.AsyncClient(headers=auth(FINANCE_TOKEN), timeout=30) as finance_http:
+        finance = await sdk_client(finance_http, f"{node.url}/a2a/cashier", streaming=False)
+        (second,) = await collect(finance.send_message(answer))
+        await finance.close()
+    assert second.task.status.state == TaskState.TASK_STATE_COMPLETED
+    assert output_of(node, task.id)["paid"] is True
+    decided = node.journal("cashier", "approval.decided")[-1]
+    assert decided["decision"] == "approve" and decided["operator"] == "finance"
+    await client.close()
