@@ -149,6 +149,13 @@ def kills_and_moves(args: argparse.Namespace, hostile: bool) -> dict[str, Any]:
                 # the next node, never the one just started again on the first move
                 target = next(n for n in NODES if n not in (home, back))
                 back = ""
+                wait_for(  # what the console's Move offers: a node ready to take it (its advert)
+                    lambda h=home, t=target: (
+                        t in (agent_view(fm[h])["placement"] or {}).get("candidates", [])
+                    ),
+                    30,
+                    f"{target} ready to take it",
+                )
                 head = max(e["seq"] for e in events(fm[target]))
                 started = time.monotonic()
                 with fm[home].client() as client:
@@ -203,7 +210,10 @@ def cold_failover(args: argparse.Namespace) -> float:
         assert deployed.status_code == 201, deployed.text
         assert wait_runner(fm, 120) == "node-a"
         wait_for(
-            lambda: (agent_view(fm["node-a"])["placement"] or {}).get("candidates") == NODES[1:],
+            lambda: (
+                set((agent_view(fm["node-a"])["placement"] or {}).get("candidates", []))
+                == set(NODES[1:])
+            ),
             300,
             "node-b and node-c compiled it",
         )
