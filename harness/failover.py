@@ -135,8 +135,9 @@ def publish_component(
 def deploy(
     node: NodeProcess, component: str, placement: list[str], agent: str = AGENT, **body: Any
 ) -> httpx.Response:
-    """The PUT's answer; asked again while the node's NATS link is still coming up (a 503 that
-    says so), for up to 30 s, as a script deploying right after a start would."""
+    """The PUT's answer; asked again while the node's NATS link is still coming up (a 503:
+    not connected, or a fresh cluster's store not answering yet), for up to 30 s, as a script
+    deploying right after a start would."""
     answers: list[httpx.Response] = []
 
     def answered() -> bool:
@@ -150,7 +151,7 @@ def deploy(
                 )
             )
         last = answers[-1]
-        return not (last.status_code == 503 and "not connected" in last.text)
+        return last.status_code != 503
 
     wait_until(answered, 30, f"{node.config.node.name} takes the deploy (its NATS link up)", 0.2)
     return answers[-1]

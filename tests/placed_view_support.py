@@ -17,7 +17,7 @@ import asyncio
 import base64
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +27,8 @@ import httpx
 import msgspec
 import nats
 from nacl.signing import SigningKey
+from nats.js.api import DiscardPolicy
+from nats.js.errors import KeyNotFoundError
 
 from eventstore.envelope import Event, digest_of, encode_event, sign, utc_now
 from eventstore.keys import public_key_multibase
@@ -35,7 +37,7 @@ from harness.mesh import SYNC_TUNING, peer_token, peer_toml
 from harness.nats import NatsServer, nats_mesh_toml
 from harness.node import NodeProcess, auth, free_port, write_config
 from node.placement.leases import LeaseRecord, lease_key, sign_record
-from node.sync.nats_subjects import Bucket, bucket_name, token
+from node.sync.nats_subjects import Bucket, bucket_name, stream_name, token
 from projections import catalogue as c
 from tests.polling import wait_until
 
@@ -77,18 +79,44 @@ class PlacedViews:
         record = sign_record(PEERS[holder], LeaseRecord(agent, holder, epoch, 0.0))
         self._kv(Bucket.LEASES, "put", lease_key(agent, holder), record)
 
-    def _kv(self, bucket: Bucket, verb: str, key: str, *value: bytes) -> None:
-        async def write() -> None:
+    def lease_of(self, agent: str, holder: str) -> bytes | None:
+        """`holder`'s lease record of `agent` in the bucket, if any."""
+        try:
+            entry = self._kv(Bucket.LEASES, "get", lease_key(agent, holder))
+        except KeyNotFoundError:
+            return None
+        return entry.value if entry is not None else None
+
+    def stream_full(self, full: bool) -> None:
+        """The mesh's stream takes no more messages (as when it reaches its limit), or again."""
+
+        async def limit(nc: nats.NATS) -> None:
+            js = nc.jetstream()
+            info = await js.stream_info(stream_name(MESH))
+            info.config.max_msgs = info.state.messages if full else -1
+            info.config.discard = DiscardPolicy.NEW
+            await js.update_stream(info.config)
+
+        self._run(limit)
+
+    def _kv(self, bucket: Bucket, verb: str, key: str, *value: bytes) -> Any:
+        async def call(nc: nats.NATS) -> Any:
+            kv = await nc.jetstream().key_value(bucket_name(MESH, bucket))
+            return await getattr(kv, verb)(key, *value)
+
+        return self._run(call)
+
+    def _run(self, work: Callable[[nats.NATS], Awaitable[Any]]) -> Any:
+        async def connected() -> Any:
             nc = await nats.connect(self.nats_url, connect_timeout=5)
             try:
-                kv = await nc.jetstream().key_value(bucket_name(MESH, bucket))
-                await getattr(kv, verb)(key, *value)
+                return await work(nc)
             finally:
                 await nc.close()
 
         # in a thread of its own: Playwright's sync API keeps an event loop in this one
         with ThreadPoolExecutor(1) as pool:
-            pool.submit(asyncio.run, write()).result(30)
+            return pool.submit(asyncio.run, connected()).result(30)
 
     def agent(self, name: str) -> dict[str, Any]:
         with self.node.client() as client:
@@ -162,8 +190,8 @@ def placed_views(root: Path, counter_wasm: Path) -> Iterator[PlacedViews]:
             )
             for name, key in PEERS.items()
         )
-        # adverts live 3 intervals: long enough for the tests' own
-        mesh = nats_mesh_toml([server.url]) + "advert_interval_secs = 30\n"
+        # adverts live 3 intervals: long enough for the tests' own; a lease lapses in 4 s
+        mesh = nats_mesh_toml([server.url]) + "advert_interval_secs = 30\nlease_ttl_secs = 4\n"
         node = NodeProcess(write_config(root / "node-a", SYNC_TUNING + mesh + peers))
         with node:
             component = publish_component(node, counter_wasm)

@@ -3,6 +3,7 @@ rollback and DELETE one (node/services/deployments.py; docs/api.md, docs/operati
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -11,6 +12,7 @@ from aiohttp import web
 from node.config.model import AGENT_NAME
 from node.context import context_of
 from node.placement.key import PLACEMENT
+from node.placement.manager import DRAIN_SECS, MAX_DRAIN_SECS, MIN_DRAIN_SECS
 from node.runtime.agents import AGENTS
 from node.services.agentpatch import AgentPatch, patched
 from node.services.definitions import DeployRequest, RollbackRequest
@@ -22,7 +24,7 @@ from node.web.body import json_body, read_body
 from node.web.boundedjson import loads_as
 from node.web.http import Problem, json_response
 from node.web.pages import CURSOR, PAGED, page_response
-from node.web.routes import Doc, add_route
+from node.web.routes import Doc, Query, add_route
 from projections import catalogue as c
 from projections.deployments import (
     DeployedAgent,
@@ -291,12 +293,30 @@ async def move(request: web.Request) -> web.Response:
     return json_response(msgspec.convert(moved, MoveView))
 
 
+def _drain_within(raw: str | None) -> float:
+    if raw is None:
+        return DRAIN_SECS
+    try:
+        within = float(raw)
+    except ValueError:
+        within = math.nan
+    if not MIN_DRAIN_SECS <= within <= MAX_DRAIN_SECS:  # NaN too
+        raise Problem(
+            400,
+            f"within_s must be a number of seconds from {MIN_DRAIN_SECS} to {MAX_DRAIN_SECS}, "
+            f"got {raw[:40]!r}",
+        )
+    return within
+
+
 async def drain(request: web.Request) -> web.Response:
-    """Hand every placed agent this node runs to another node of its set; take none again."""
+    """Hand every placed agent this node runs to another node of its set; take none again.
+    `?within_s=` bounds how long (DRAIN_SECS unless given): what is not handed over by then
+    has its lease given up."""
     manager = request.app.get(PLACEMENT)
     if manager is None:
         raise Problem(409, 'draining needs the NATS mesh ([mesh] transport = "nats")')
-    drained = await manager.drain()
+    drained = await manager.drain(_drain_within(request.query.get("within_s")))
     return json_response(msgspec.convert({"agents": drained}, Drained))
 
 
@@ -447,11 +467,20 @@ def setup(app: web.Application) -> None:
             "Hand every placed agent this node runs to another node of its set (drain)",
             "agents",
             Drained,
-            errors=(409,),
+            errors=(400, 409),
+            query=(
+                Query(
+                    "within_s",
+                    msgspec.json.schema(float)
+                    | {"minimum": MIN_DRAIN_SECS, "maximum": MAX_DRAIN_SECS},
+                    f"hand over within this many seconds (default {DRAIN_SECS:.0f})",
+                ),
+            ),
             description=(
                 "Each placed agent this node homes is moved (a planned move) to a live node of "
                 "its placement set that is ready to host it, the one with the most free slots; "
-                "one that no node can take, or left after 20 s, has its lease given up so that "
+                "one that no node can take, or left when the time is up (a handoff cut short "
+                "included: its agent is stopped here), has its lease given up so that "
                 "a node of its set takes it over at once. From then on the node takes no placed "
                 "agent until it restarts. A SIGTERM drains the same way before the node stops. "
                 'See docs/mesh.md, "Draining a node".'

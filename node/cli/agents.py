@@ -400,7 +400,8 @@ def cmd_drain(node: Node, args: argparse.Namespace) -> int:
             f"({seconds:.0f} s)"
         )
 
-    drained = while_waiting(lambda: node.call("POST", "/api/v1/node/drain"), step)
+    query = f"?within_s={args.within}" if args.within is not None else ""
+    drained = while_waiting(lambda: node.call("POST", f"/api/v1/node/drain{query}"), step)
 
     def text(body: dict[str, Any]) -> str:
         rows = body["agents"]
@@ -497,12 +498,18 @@ def add_agents_commands(
     node_commands = sub.add_parser(
         "node", help="the running node as a whole", description="The running node (admin token)."
     ).add_subparsers(metavar="ACTION")
-    command(
+    p = command(
         node_commands,
         "drain",
         cmd_drain,
         "hand the placed agents this node runs to other nodes of their sets",
         LIFECYCLE_TIMEOUT_SECS,
+    )
+    p.add_argument(
+        "--within",
+        type=float,
+        metavar="SECONDS",
+        help="hand over within this long (default 20); the leases of the agents left are given up",
     )
 
 

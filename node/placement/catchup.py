@@ -2,32 +2,42 @@
 
 A node that is about to become an agent's home (a takeover, a handoff, a start) must first
 hold every envelope the old home got acknowledged: else it would write after a gap, or fork
-from an acknowledged write. The stream's last message on each placement node's subject for the
-journal names, in its message id, the last seq it carries (node/sync/nats_subjects.py).
+from an acknowledged write. What the stream holds of a journal from a node is the seq of the
+last envelope in the last message on that node's subject for it, counted only when that
+envelope is of the journal and signed by that node (its pinned key). A message id says the same
+but is the publisher's word, not a signature: a member could put any number there, and so hold
+an agent down (an honest home waiting for history that does not exist). A message that is not
+such an envelope counts as nothing here; the consumer refuses it and reports its publisher.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Iterable
 
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
+from eventstore.imports import KeyLookup, Verified, precheck
 from node.context import NodeContext
 from node.ops.polling import DeadlineExceeded, until
-from node.sync.nats_subjects import MSG_ID_HEADER, seq_of_msg_id, stream_name, subject
+from node.sync.nats_envelopes import envelopes_of
+from node.sync.nats_subjects import stream_name, subject
+from node.sync.wire import MalformedEnvelope, parse_envelope
 from projections.journals import Journals
 
 CATCH_UP_POLL_SECS = 0.05
 GET_TIMEOUT_SECS = 2.0
+log = logging.getLogger("agent-node.placement")
 
 
 async def stream_holds(
-    js: JetStreamContext, mesh: str, journal: str, writers: Iterable[str]
+    js: JetStreamContext, mesh: str, journal: str, writers: Iterable[str], lookup: KeyLookup
 ) -> int:
-    """The highest seq of `journal` the stream holds on the subjects of `writers` (0: none)."""
+    """The highest seq of `journal` the stream holds, signed, on the subjects of `writers`
+    (0: none)."""
     best = 0
     for node in writers:
         try:
@@ -37,16 +47,38 @@ async def stream_holds(
             )
         except NotFoundError:
             continue
-        best = max(best, seq_of_msg_id((last.headers or {}).get(MSG_ID_HEADER, "")) or 0)
+        best = max(best, signed_seq(last.data or b"", journal, node, lookup))
     return best
 
 
+def signed_seq(data: bytes, journal: str, node: str, lookup: KeyLookup) -> int:
+    """The seq of the last envelope in a message, when it is `journal`'s and `node` signed
+    it; else 0."""
+    envelopes = envelopes_of(data)
+    try:
+        item = parse_envelope(envelopes[-1]) if envelopes else None
+    except MalformedEnvelope:
+        item = None
+    if item is None or item.stream != journal:
+        return 0
+    (checked,) = precheck([item], lookup)
+    if not isinstance(checked, Verified) or checked.event.origin != node:
+        log.info("the stream's last message of %s from %s is no envelope it signed", journal, node)
+        return 0
+    return item.seq
+
+
 async def caught_up(
-    ctx: NodeContext, js: JetStreamContext, journal: str, writers: Iterable[str], deadline: float
+    ctx: NodeContext,
+    js: JetStreamContext,
+    journal: str,
+    writers: Iterable[str],
+    lookup: KeyLookup,
+    deadline: float,
 ) -> bool:
     """True once the local head of `journal` reaches what the stream holds; False when
     `deadline` (time.monotonic()) passes first."""
-    want = await stream_holds(js, ctx.config.mesh.name, journal, writers)
+    want = await stream_holds(js, ctx.config.mesh.name, journal, writers, lookup)
     heads = ctx.projections.get(Journals).head
     try:
         await until(

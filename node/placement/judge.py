@@ -6,13 +6,14 @@ of the journal's placement set, raising its epoch by exactly one, following this
 sane: the checks here ask the mesh's NATS buckets and stream what the takeover cannot prove
 by itself, and refuse it (reported, naming its signer) when:
 
-- the journal's home still holds its lease at the epoch taken over: this node's own lease when
-  it is the home, else the home's signed record in the leases bucket (node/placement/leases.py).
-  A member cannot take over an agent whose home is alive;
-- the stream holds an envelope of the journal at the takeover's seq or later from its home, or
-  from whoever wrote the part of this node's copy the takeover would remove: the takeover would
-  overtake or erase history the stream acknowledged (an honest new home first catches up with
-  the stream, node/placement/catchup.py, so it never does);
+- the journal's home still holds its lease at the epoch taken over: the home's signed record
+  in the leases bucket (node/placement/leases.py), which every node reads alike (the home
+  itself too: after a restart within a TTL its record outlives what it remembers), or, on the
+  home, its own lease. A member cannot take over an agent whose home is alive;
+- the stream holds a signed envelope of the journal at the takeover's seq or later from its
+  home, or from whoever wrote the part of this node's copy the takeover would remove: the
+  takeover would overtake or erase history the stream acknowledged (an honest new home first
+  catches up with the stream, node/placement/catchup.py, so it never does);
 - it forks this node's copy over a tail that began more than FORK_SPAN_TTLS lease TTLs (plus
   FORK_SLACK_SECS) before the takeover: an honest old home can write past what the stream has
   only until its lease runs out.
@@ -74,23 +75,20 @@ class TakeoverJudge:
 
     async def _judge(self, js: JetStreamContext, claim: TakeoverClaim) -> Verdict | None:
         home, epoch, journal = claim.previous_home, claim.previous_epoch, claim.stream
-        if home == self._ctx.name:
-            if self._leases.holds(journal, epoch):
-                return Verdict(
-                    "bad_takeover",
-                    f"this node, its home, holds a valid lease at epoch {epoch}",
-                )
-        else:
-            view = await self._leases.peek(journal, home, js)
-            if view is not None and view.epoch == epoch:
-                return Verdict(
-                    "bad_takeover", f"its home {home!r} holds a live lease at epoch {epoch}"
-                )
+        if home == self._ctx.name and self._leases.holds(journal, epoch):
+            return Verdict(
+                "bad_takeover", f"this node, its home, holds a valid lease at epoch {epoch}"
+            )
+        # the bucket's record, also when this node is the home (it may have restarted within
+        # a TTL, or be renewing late): every node judges by the same record
+        view = await self._leases.peek(journal, home, js)
+        if view is not None and view.epoch == epoch:
+            return Verdict("bad_takeover", f"its home {home!r} holds a live lease at epoch {epoch}")
         journals = self._ctx.projections.get(Journals)
         writers = {home, *journals.writers_from(journal, claim.seq)} - {claim.origin}
         mesh = self._ctx.config.mesh.name
         for writer in sorted(writers):
-            held = await stream_holds(js, mesh, journal, [writer])
+            held = await stream_holds(js, mesh, journal, [writer], self._leases.lookup)
             if held >= claim.seq:
                 return Verdict(
                     "bad_takeover",

@@ -169,7 +169,7 @@ class LeaseBook:
         self.node = node
         self._mesh = mesh
         self._key = key
-        self._lookup = lookup
+        self.lookup = lookup  # members' pinned keys: whose records and envelopes count
         self._bucket = bucket_name(mesh.name, Bucket.LEASES)
         self._fence = fence
         self._on_lost = on_lost
@@ -384,7 +384,7 @@ class LeaseBook:
         if msg is None:
             return None
         data = msg.data or b""
-        checked = check_record(data, agent, node, self._lookup)
+        checked = check_record(data, agent, node, self.lookup)
         if isinstance(checked, str):
             self._on_junk(agent, node, checked)
             return None

@@ -48,6 +48,7 @@ from eventstore.writer import Fenced
 from node.context import NodeContext
 from node.placement.adverts import served_domains
 from node.placement.buckets import BucketError
+from node.placement.components import ComponentError, ComponentRefused
 from node.placement.consent import Consent, consent_of
 from node.placement.judge import TakeoverJudge
 from node.placement.leases import RENEW_SHARE, LeaseBook, LeaseError
@@ -78,6 +79,7 @@ NODE_LOST = "node lost"
 HANDOFF_RETURN_TTLS = 3  # the old home waits this many TTLs for a target that never took it
 SHARE_CHECK_SECS = 60.0  # the home checks the mesh still serves its agents' components
 DRAIN_SECS = 20.0  # a drain (`node drain`, SIGTERM) hands agents over within this long
+MIN_DRAIN_SECS, MAX_DRAIN_SECS = 0.1, 300.0  # what `POST /node/drain?within_s=` may ask
 
 
 @dataclass
@@ -277,8 +279,15 @@ class PlacementManager:
 
     # ------------------------------------------------------------------ deployments' hooks
     async def share(self, name: str, definition: c.AgentDefinition, path: Path) -> None:
+        """The component in the mesh's store before a deployment names it (else no node of
+        the set could fetch it): 503 when the store does not answer, 422 when it refuses it."""
         link = self._linked()
-        await link.components.put(path, definition.sha256.removeprefix("sha256:"))
+        try:
+            await link.components.put(path, definition.sha256.removeprefix("sha256:"))
+        except ComponentRefused as exc:
+            raise Problem(422, f"the mesh's component store refuses it: {exc}") from None
+        except ComponentError as exc:
+            raise Problem(503, f"the mesh's component store did not take it: {exc}") from None
         self._shared_at[name] = time.monotonic()
 
     async def claim(self, name: str) -> None:
@@ -414,7 +423,8 @@ class PlacementManager:
             if home not in (None, self.ctx.name):
                 self.moved_away(agent, str(home))
             elif time.monotonic() - self._shared_at.get(agent, 0.0) > SHARE_CHECK_SECS:
-                await self._keep_shared(link, placed)
+                self._shared_at[agent] = time.monotonic()
+                self._in_background(self._keep_shared(link, placed))
             return
         if self.draining:
             return
@@ -454,8 +464,8 @@ class PlacementManager:
 
     async def _keep_shared(self, link: Link, placed: Placed) -> None:
         """The component of an agent this node runs stays fetchable by the set: a member's
-        forged meta is healed by putting it again."""
-        self._shared_at[placed.agent] = time.monotonic()
+        forged meta is healed by putting it again. In the background (the store bounds how
+        long): a re-read of a large component must not hold up the placement of the others."""
         try:
             path = self.registry.resolve(placed.definition.component)
             if await link.components.put(path, placed.definition.sha256.removeprefix("sha256:")):
@@ -485,7 +495,9 @@ class PlacementManager:
         from node.placement.catchup import caught_up
 
         deadline = time.monotonic() + CATCH_UP_SECS
-        return await caught_up(self.ctx, link.js, placed.agent, placed.placement, deadline)
+        return await caught_up(
+            self.ctx, link.js, placed.agent, placed.placement, self.leases.lookup, deadline
+        )
 
     async def _others_wrote_since(self, link: Link, placed: Placed, seq: int) -> int:
         """The highest seq of the journal another node of the set put in the stream, when it
@@ -493,7 +505,8 @@ class PlacementManager:
         from node.placement.catchup import stream_holds
 
         others = [n for n in placed.placement if n != self.ctx.name]
-        held = await stream_holds(link.js, self.ctx.config.mesh.name, placed.agent, others)
+        mesh = self.ctx.config.mesh.name
+        held = await stream_holds(link.js, mesh, placed.agent, others, self.leases.lookup)
         return held if held >= seq else 0
 
     def _tenure_start(self, agent: str) -> int:
@@ -662,15 +675,12 @@ class PlacementManager:
             raise
 
     async def _run_here(self, link: Link, placed: Placed) -> None:
-        definition = placed.definition
-        path = self.registry.resolve(definition.component)  # prepared: in the registry
-        try:
-            await self.share(placed.agent, definition, path)
-        except Exception as exc:  # the agent runs; a takeover would lack its component
-            log.warning("agent %s: its component is not shared: %s", placed.agent, exc)
         started = time.monotonic()
         await self.deployments.host_placed(placed.agent, self.definition_here(placed))
         self.running.add(placed.agent)
+        # shared (healed if a member forged its meta) after the start, not before it
+        self._shared_at[placed.agent] = time.monotonic()
+        self._in_background(self._keep_shared(link, placed))
         self.prepare.loaded(placed.definition)
         self._gone_since.pop(placed.agent, None)
         self.metrics.leases_held.set(len(self.leases.held()))
@@ -772,9 +782,8 @@ class PlacementManager:
                     continue
                 except (Problem, TimeoutError) as exc:
                     outcome["why"] = getattr(exc, "detail", None) or "the time was up"
-            if agent in self.running:
-                self.running.discard(agent)
-                await self._give_up(agent, "node drained")
+            self.running.discard(agent)  # not moved (a handoff cut short included): given up
+            await self._give_up(agent, "node drained")
             outcomes.append(outcome | {"done": "released"})
         return outcomes
 
@@ -847,18 +856,24 @@ class PlacementManager:
         started = time.monotonic()
         epoch = self.journals.epoch_of(agent) + 1
         self.running.discard(agent)
-        await self.deployments.unhost_placed(agent, f"moved to {to}", self.deployments.drain_secs)
-        # the last envelope this node writes (the store disowns the journal as it stages it):
-        # a finding or task queued behind it is refused
-        envelope = await self.ctx.store.append_sealing(
-            agent, *c.event_of(c.JournalHandoff(to=to, epoch=epoch))
-        )
-        self._handed[agent] = (epoch, time.monotonic())
-        published = await link.publisher.wait_published(agent, envelope.seq, MOVE_ACK_SECS)
-        # released either way: this node wrote its last envelope; if the stream never gets
-        # the handoff, a node of the set takes over once the lease is gone (a fork that the
-        # takeover resolves on this node)
-        await self.leases.release(agent)
+        try:
+            await self.deployments.unhost_placed(
+                agent, f"moved to {to}", self.deployments.drain_secs
+            )
+            # the last envelope this node writes (the store disowns the journal as it stages
+            # it): a finding or task queued behind it is refused
+            envelope = await self.ctx.store.append_sealing(
+                agent, *c.event_of(c.JournalHandoff(to=to, epoch=epoch))
+            )
+            self._handed[agent] = (epoch, time.monotonic())
+            published = await link.publisher.wait_published(agent, envelope.seq, MOVE_ACK_SECS)
+        finally:
+            # released whatever happened, a cancel (a drain's deadline) included: the agent is
+            # stopped here, so a lease kept renewed would hold it down; if the stream never
+            # gets the handoff, a node of the set takes over at once (a fork that the
+            # takeover resolves on this node)
+            with contextlib.suppress(LeaseError, TimeoutError):
+                await self.leases.release(agent)
         if not published:
             raise Problem(
                 503,

@@ -115,12 +115,16 @@ def placed_event(
 ) -> NewEvent | None:
     """The `agent.placed` to journal in the agent's own journal, or None: for an agent never
     placed on more than one node, and when neither the set nor (unless `only_if_moved`) the
-    definition changed. It names the deployment (revision, `change`, `operator`) it follows,
-    so every node of the set shows the agent's history whoever made it."""
+    definition changed. A deployment of a name whose placement was retired journals one (of
+    this node alone): the journal then says the retirement is over, so no node forgets the
+    new deployment for the old removal. It names the deployment (revision, `change`,
+    `operator`) it follows, so every node of the set shows the agent's history whoever made
+    it."""
     placement = tuple(placement) or (ctx.name,)
-    current = ctx.projections.get(Placements).get(name)
-    if current is None and len(placement) <= 1:
-        return None
+    placements = ctx.projections.get(Placements)
+    current = placements.get(name)
+    if current is None and len(placement) <= 1 and name not in placements.agents:
+        return None  # never placed; one that was and is removed gets one: it is no longer
     same_set = current is not None and current.placement == placement
     if same_set and (only_if_moved or current.definition == definition):  # type: ignore[union-attr]
         return None

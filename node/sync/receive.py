@@ -16,7 +16,10 @@ finds sound against the mesh: the home's lease lapsed, nothing the stream acknow
 overtaken or erased. That holds even for a journal homed here: this node then becomes a
 replica, disowns the journal in its store (no local append, whatever a lease renewal says)
 and tells the placement layer (`on_moved`), which stops the agent. Other moves are refused
-(BAD_HANDOFF, BAD_TAKEOVER; a refused move is journaled as a finding naming its signer). Moves
+(BAD_HANDOFF, BAD_TAKEOVER; a refused move is journaled as a finding naming its signer). A
+move's signature is checked before anything else looks at it (`_forged`): a forged one is
+refused as the import would refuse it, and is never judged, reported or counted as a gap, so
+no member can get another node named in a finding or stall a journal with one. Moves
 screened but not yet folded into the journals projection (this batch, or one staged before it)
 count for the envelopes after them (`_Pending`). A takeover at a seq this node already holds
 (an old-epoch tail that never reached the new home) whose `prev` is our seq before it wins once
@@ -81,6 +84,11 @@ PENDING_SECS = 60.0
 STAGED_PEER = "(stream)"  # who pushed a staged batch, as far as a fork's finding says
 UNJUDGED = "takeover_unverified"  # the judge could not look (no NATS link, no answer)
 GAP = ImportStatus.GAP.value
+MOVES = (JOURNAL_TAKEOVER, JOURNAL_HANDOFF)  # events that change a journal's writer
+# a batch's takeovers are judged this many at a time, all within one deadline (the judge's
+# own per-claim deadline is JUDGE_TIMEOUT_SECS in node/placement/judge.py)
+JUDGE_LANES = 8
+BATCH_JUDGE_SECS = 6.0
 
 
 @dataclass(frozen=True)
@@ -162,6 +170,13 @@ class _Screening:
     # takeovers that passed the envelope's own checks, for the judge: index → claim
     claims: dict[int, TakeoverClaim] = field(default_factory=dict)
     verdicts: dict[int, Verdict] = field(default_factory=dict)  # the judge's refusals
+    # moves (takeovers, handoffs) read, by index: their signatures are checked before any
+    # of them is judged or reported, so a forgery names nobody (`_Screening.forged`)
+    moves_read: dict[int, ForeignEnvelope] = field(default_factory=dict)
+    forged: dict[int, ImportResult] = field(default_factory=dict)
+    # journal → the unjudged takeover's seq, when this batch holds its writer's own envelope
+    # there (the store imports what follows it only if that one is stored)
+    settling: dict[str, int] = field(default_factory=dict)
     incidents: list[tuple[str, str, str]] = field(default_factory=list)  # key, title, detail
 
 
@@ -245,29 +260,65 @@ class Receiver:
         outcome = PushOutcome()
         screening = _Screening(next(self._tokens))
         candidates, origins = self._screen(items, outcome, screening)
-        if not screening.takeovers:
+        if not screening.moves_read:
+            return outcome, candidates, origins, screening
+        forged = await self._forged(screening.moves_read)
+        if not screening.takeovers and not forged:
             return outcome, candidates, origins, screening
         self._forget(screening)
-        await self._ctx.store.barrier()
-        outcome, screening = PushOutcome(), _Screening(next(self._tokens))
+        if screening.takeovers:
+            await self._ctx.store.barrier()
+        outcome, screening = PushOutcome(), _Screening(next(self._tokens), forged=forged)
         candidates, origins = self._screen(items, outcome, screening)
         if screening.claims:
             verdicts = await self._judged(screening.claims)
             self._forget(screening)
-            outcome, screening = PushOutcome(), _Screening(next(self._tokens), verdicts=verdicts)
+            outcome = PushOutcome()
+            screening = _Screening(next(self._tokens), verdicts=verdicts, forged=forged)
             candidates, origins = self._screen(items, outcome, screening)
         if screening.forks:
             candidates = self._old_epoch_refused(candidates, screening, outcome)
         return outcome, candidates, origins, screening
 
+    async def _forged(self, moves: dict[int, ForeignEnvelope]) -> dict[int, ImportResult]:
+        """The moves whose signature does not hold (or whose signer is unknown), by index:
+        refused as the import would refuse them, before anything judges or reports them."""
+        await self._keys.ensure({decode_event(item.payload).origin for item in moves.values()})
+        checked = await verify_foreign(list(moves.values()), self._keys.lookup)
+        return {
+            index: result
+            for index, result in zip(moves, checked, strict=True)
+            if isinstance(result, ImportResult)
+        }
+
     async def _judged(self, claims: dict[int, TakeoverClaim]) -> dict[int, Verdict]:
-        judge, verdicts = self.judge, {}
-        for index, claim in claims.items():
-            if judge is None:
-                verdict: Verdict | None = Verdict(UNJUDGED, "placement is not running", False)
-            else:
-                verdict = await judge.judge(claim)
-            if verdict is not None:
+        """The judge's refusals of a batch's takeovers, judged JUDGE_LANES at a time within
+        one deadline (BATCH_JUDGE_SECS): what it has not answered by then is unjudged."""
+        judge = self.judge
+        if judge is None:
+            idle = Verdict(UNJUDGED, "placement is not running", report=False)
+            return dict.fromkeys(claims, idle)
+        lanes = asyncio.Semaphore(JUDGE_LANES)
+
+        async def judged(claim: TakeoverClaim) -> Verdict | None:
+            async with lanes:
+                return await judge.judge(claim)
+
+        tasks = {index: asyncio.ensure_future(judged(claim)) for index, claim in claims.items()}
+        try:
+            await asyncio.wait(tasks.values(), timeout=BATCH_JUDGE_SECS)
+        finally:
+            for task in tasks.values():
+                task.cancel()
+        late = Verdict(UNJUDGED, "the mesh did not answer in time", report=False)
+        verdicts = {}
+        for index, task in tasks.items():
+            if not task.done() or task.cancelled():
+                verdicts[index] = late
+            elif task.exception() is not None:
+                log.error("judging %s failed", claims[index], exc_info=task.exception())
+                verdicts[index] = Verdict(UNJUDGED, "the judge failed", report=False)
+            elif (verdict := task.result()) is not None:
                 verdicts[index] = verdict
         return verdicts
 
@@ -320,6 +371,8 @@ class Receiver:
                 outcome.accepted += 1
                 if screening is not None and index in screening.moves:
                     self._moved(*screening.moves[index])
+                elif self._unjudged.get(item.stream) == item.seq:
+                    del self._unjudged[item.stream]  # that seq is its writer's: no takeover's
                 continue
             outcome.rejections.append(
                 Rejection(index, item.stream, item.seq, result.status.value, result.detail)
@@ -358,11 +411,21 @@ class Receiver:
                 reason = ImportStatus.MALFORMED.value
                 outcome.rejections.append(Rejection(index, agent, seq, reason, str(exc)[:300]))
                 continue
+            if event.type in MOVES:
+                forged = screening.forged.get(index)
+                if forged is not None:
+                    reason = forged.status.value
+                    rejection = Rejection(index, item.stream, item.seq, reason, forged.detail)
+                    outcome.rejections.append(rejection)
+                    continue
+                screening.moves_read[index] = item
             refusal = self._refusal(index, item, event, now, screening)
             if refusal is not None:
                 reason, detail = refusal
                 outcome.rejections.append(Rejection(index, item.stream, item.seq, reason, detail))
                 continue
+            if self._unjudged.get(item.stream) == item.seq and index not in screening.moves:
+                screening.settling[item.stream] = item.seq
             writer = self._writer_of(item, event, index, screening)
             if writer is not None:
                 item = item._replace(writer=writer)
@@ -387,7 +450,7 @@ class Receiver:
             return exc.reason, exc.detail
         stream, journals = item.stream, self._ctx.projections.get(Journals)
         unjudged = self._unjudged.get(stream)
-        if unjudged is not None and item.seq > unjudged:
+        if unjudged is not None and item.seq > unjudged and batch.settling.get(stream) != unjudged:
             return GAP, f"after the takeover at seq {unjudged}, not judged yet"
         pending = self._pending_of(stream)
         if pending is not None:
@@ -589,13 +652,10 @@ class Receiver:
     async def _resolve_forks(
         self, peer_id: str, candidates: list[tuple[int, ForeignEnvelope]], screening: _Screening
     ) -> None:
-        """Each takeover at a held seq, once its signature holds: journal the fork, rewind
-        the journal to the seq before it (the takeover is then imported as the next)."""
+        """Each takeover at a held seq (its signature holds: `_forged`): journal the fork,
+        rewind the journal to the seq before it (the takeover is then imported as the next)."""
         for index in screening.forks:
             item = next(item for i, item in candidates if i == index)
-            checked = await verify_foreign([item], self._keys.lookup)
-            if isinstance(checked[0], ImportResult):
-                continue  # refused by the import, as any bad signature
             await self._resolve_fork(peer_id, item)
 
     async def _resolve_fork(self, peer_id: str, item: ForeignEnvelope) -> None:

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from playwright.sync_api import expect
 
+from harness.failover import events, ticks
 from node.cli.main import main
 from tests.console.test_console_browser import (  # the browser and its pages, shared
     browser as browser,
@@ -22,12 +23,14 @@ from tests.console.test_console_browser import screenshot_on_failure, sign_in
 from tests.placed_view_support import (
     DEPLOYER,
     DEPLOYER_SHOWN,
+    HOME_SET,
     INVISIBLE,
     STOPPER,
     STOPPER_SHOWN,
     PlacedViews,
     placed_views,
 )
+from tests.polling import wait_until
 from tests.support import ADMIN_TOKEN, READ_TOKEN, logs_on_failure
 
 
@@ -208,3 +211,47 @@ def test_status_on_a_replica_says_where_it_runs(mesh, cli):
         "stopped_by": STOPPER,
     }
     assert "no agent 'nope' on this node" in cli("status", "--agent", "nope", code=1)
+
+
+# ------------------------------------------------------------------- changes on the home
+def test_a_placed_agent_removed_and_deployed_again_alone_keeps_running(mesh):
+    """Its placement's retirement is over once it is deployed again: the placement layer does
+    not forget the new deployment for the old removal (it looks every second)."""
+    with mesh.node.client() as client:
+        component = mesh.agent("counter")["current"]["component"]
+        assert client.delete("/api/v1/agents/counter").status_code == 200
+        again = {"component": component, "tick_interval_ms": 100}
+        answer = client.put("/api/v1/agents/counter", json=again, timeout=60)
+        assert answer.status_code == 201, answer.text
+    since = len(events(mesh.node))
+    wait_until(
+        lambda: len(ticks(events(mesh.node)[since:])) >= 20, 20, "20 ticks of the new deployment"
+    )
+    assert mesh.agent("counter")["status"] in ("running", "idle")
+    placed = [e for e in events(mesh.node) if e["type"] == "agent.placed"]
+    assert placed[-1]["data"]["placement"] == ["node-a"]
+
+
+def test_a_drain_cut_short_gives_the_lease_up(mesh):
+    """A handoff that the stream does not acknowledge (it takes no message) is cut short by
+    the drain's deadline: the agent is stopped here and its lease is given up, not renewed
+    for ever with nothing running."""
+    with mesh.node.client() as client:
+        placed = client.patch(
+            "/api/v1/agents/counter",
+            content=json.dumps({"placement": HOME_SET}),
+            headers={"Content-Type": "application/merge-patch+json"},
+            timeout=60,
+        )
+        assert placed.status_code == 200, placed.text
+        wait_until(lambda: mesh.lease_of("counter", "node-a"), 20, "node-a holds the lease")
+        mesh.advert("node-b", ["counter"])
+        mesh.stream_full(True)
+        try:
+            drained = client.post("/api/v1/node/drain", params={"within_s": 1}, timeout=30)
+        finally:
+            mesh.stream_full(False)
+    assert drained.status_code == 200, drained.text
+    (row,) = drained.json()["agents"]
+    assert row | {"why": None} == {"agent": "counter", "done": "released", "why": None}, row
+    wait_until(lambda: mesh.lease_of("counter", "node-a") is None, 10, "the lease given up")

@@ -10,6 +10,8 @@ from __future__ import annotations
 import base64
 import itertools
 import json
+import signal
+import time
 
 import msgspec
 import nats
@@ -21,8 +23,10 @@ from eventstore.keys import public_key_multibase
 from eventstore.store import Fenced
 from node.context import CONTEXT
 from node.ops import checkpoint
+from node.placement.catchup import stream_holds
 from node.placement.key import PLACEMENT
 from node.placement.leases import LeaseRecord, lease_key, sign_record
+from node.sync import receive
 from node.sync.nats_subjects import MSG_ID_HEADER, Bucket, bucket_name, msg_id, subject
 from node.sync.service import SYNC
 from projections import catalogue as c
@@ -89,29 +93,35 @@ class MeshAsNodeB:
     def __init__(self, url: str, mesh: str) -> None:
         self.url, self.mesh = url, mesh
 
-    async def lease(self, agent: str, epoch: int | None) -> None:
-        """node-b's signed lease record of `agent` at `epoch` (None: deleted)."""
+    async def lease(
+        self, agent: str, epoch: int | None, node: str = "node-b", key: SigningKey | None = None
+    ) -> None:
+        """`node`'s signed lease record of `agent` at `epoch` (None: deleted)."""
         nc = await nats.connect(self.url)
         try:
             kv = await nc.jetstream().key_value(bucket_name(self.mesh, Bucket.LEASES))
-            key = lease_key(agent, "node-b")
             if epoch is None:
-                await kv.delete(key)
+                await kv.delete(lease_key(agent, node))
             else:
-                record = LeaseRecord(agent, "node-b", epoch, 0.0)
-                await kv.put(key, sign_record(KEYS["node-b"], record))
+                record = LeaseRecord(agent, node, epoch, 0.0)
+                await kv.put(lease_key(agent, node), sign_record(key or KEYS[node], record))
         finally:
             await nc.close()
 
-    async def published(self, envelopes: list[dict]) -> None:
-        """node-b's envelopes in the stream, as its publisher puts them (one message)."""
+    async def published(
+        self, envelopes: list[dict], *, data: bytes | None = None, last: int | None = None
+    ) -> None:
+        """node-b's envelopes in the stream, as its publisher puts them (one message); `data`
+        and `last`: other bytes, another last seq in its message id (a member's lie)."""
         nc = await nats.connect(self.url)
         try:
-            agent, first, last = envelopes[0]["agent"], envelopes[0]["seq"], envelopes[-1]["seq"]
+            agent, first = envelopes[0]["agent"], envelopes[0]["seq"]
             await nc.jetstream().publish(
                 subject(self.mesh, "node-b", agent),
-                json.dumps(envelopes).encode(),
-                headers={MSG_ID_HEADER: msg_id("node-b", agent, first, last)},
+                json.dumps(envelopes).encode() if data is None else data,
+                headers={
+                    MSG_ID_HEADER: msg_id("node-b", agent, first, last or envelopes[-1]["seq"])
+                },
             )
         finally:
             await nc.close()
@@ -460,3 +470,108 @@ async def test_a_takeover_forking_a_journal_homed_here_rewinds_this_nodes_tail(c
     assert json.loads(critical["detail"])["removed_seqs"] == "3..3"
     with pytest.raises(Fenced):
         await ctx.store.append("local", "log", {"level": "info", "message": "4"})
+
+
+def branch(chain: Chain, seq: int) -> Chain:
+    """Another chain of the same journal, sharing `chain`'s envelopes up to `seq`."""
+    other = Chain(chain.stream)
+    other.digests = {n: d for n, d in chain.digests.items() if n <= seq}
+    return other
+
+
+def forged(envelope: dict) -> dict:
+    """The envelope with a signature its origin never made."""
+    return envelope | {"signature": "ed25519:" + base64.b64encode(bytes(64)).decode()}
+
+
+async def test_a_forged_move_names_nobody_and_holds_up_no_journal(client, mesh):
+    """A member cannot frame a node of the set: a takeover or handoff naming it as signer but
+    not signed by it is refused as a bad signature before it is judged, with no finding; and
+    one that could not be judged marks nothing, so the home's envelopes go on."""
+    chain, first = placed_journal("node-b", "node-c")
+    assert (await push(client, first))["accepted"] == 3
+    await mesh.lease("mover", 0)  # node-b is alive: a real takeover would be reported
+    moves = [
+        forged(chain.add(4, "node-c", takeover(1))),
+        forged(chain.add(4, "node-d", takeover(1))),  # an outsider
+        forged(branch(chain, 3).add(4, "node-b", c.JournalHandoff(to="node-c", epoch=1))),
+    ]
+    for move in moves:
+        assert reasons(await push(client, [move])) == ["bad_signature"]
+    receiver = client.server.app[SYNC].receiver
+    receiver.judge = None  # placement not running: nothing can be judged
+    assert reasons(await push(client, [moves[0]])) == ["bad_signature"]
+    assert await findings(client, "high") == []
+    # a signed takeover that cannot be judged is a gap for now; the home's own seq 4 then
+    # settles it, and what follows is no gap
+    body = await push(client, [branch(chain, 3).add(4, "node-c", takeover(1))])
+    assert reasons(body) == ["gap"]
+    fresh = branch(chain, 3)
+    body = await push(
+        client, [fresh.add(4, "node-b", title="b #4"), fresh.add(5, "node-b", title="b #5")]
+    )
+    assert (body["accepted"], body["rejected"]) == (2, 0), body
+    assert journals(client).home_of("mover") == "node-b"
+
+
+async def test_what_the_stream_holds_is_what_its_signed_envelopes_say(client, mesh):
+    """A member's message id (or junk) on the stream claims no history: a takeover after the
+    home's lease is gone is judged by the seqs of the envelopes the home signed."""
+    chain, first = placed_journal("node-b", "node-c")
+    assert (await push(client, first))["accepted"] == 3
+    await mesh.published(first, last=999_999_999)  # node-b's envelopes, its id lying
+    lookup = client.server.app[SYNC].keys.lookup
+    nc = await nats.connect(mesh.url)
+    try:
+        js = nc.jetstream()
+        assert await stream_holds(js, mesh.mesh, "mover", ["node-b"], lookup) == 3
+        await mesh.published(first, data=b"junk", last=888_888_888)
+        assert await stream_holds(js, mesh.mesh, "mover", ["node-b"], lookup) == 0
+        by_c = [Chain("mover").add(1, "node-c", placed("node-b", "node-c"))]
+        await mesh.published(by_c)  # node-c's envelope on node-b's subject
+        assert await stream_holds(js, mesh.mesh, "mover", ["node-b"], lookup) == 0
+    finally:
+        await nc.close()
+    body = await push(client, [chain.add(4, "node-c", takeover(1))])
+    assert (body["accepted"], body["rejected"]) == (1, 0), body
+    assert journals(client).home_of("mover") == "node-c"
+
+
+async def test_the_home_judges_a_takeover_of_its_journal_by_its_record_in_the_bucket(client, mesh):
+    """node-a is the home of `local` and its signed record is live in the bucket, though this
+    process holds no lease (it restarted within a TTL): it refuses the takeover, as every other
+    node does."""
+    ctx = client.server.app[CONTEXT]
+    kind, data = c.event_of(placed("node-a", "node-b"))
+    await ctx.store.append("local", kind, data)
+    ours = await ctx.store.append("local", "log", {"level": "info", "message": "mine"})
+    await mesh.lease("local", 0, node="node-a", key=ctx.key)
+    chain = Chain("local")
+    chain.digests[2] = ours.payload_hash
+    body = await push(client, [chain.add(3, "node-b", takeover(1, "node-a"))])
+    assert reasons(body) == ["bad_takeover"], body
+    assert "its home 'node-a' holds a live lease at epoch 0" in body["rejections"][0]["detail"]
+    assert journals(client).home_of("local") == "node-a"
+
+
+async def test_a_batch_of_takeovers_is_judged_within_one_deadline(client, nats_server, monkeypatch):
+    """The mesh does not answer (its server is stopped): a batch of takeovers of several
+    journals waits one deadline in all, not one per takeover; each is a gap for now."""
+    chains = {}
+    for name in ("j1", "j2", "j3"):
+        chain = chains[name] = Chain(name)
+        assert (await push(client, [chain.add(1, "node-b", placed("node-b", "node-c"))]))[
+            "accepted"
+        ] == 1
+    monkeypatch.setattr(receive, "BATCH_JUDGE_SECS", 0.5)
+    batch = [chain.add(2, "node-c", takeover(1)) for chain in chains.values()]
+    nats_server.proc.send_signal(signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        body = await push(client, batch)
+        took = time.monotonic() - started
+    finally:
+        nats_server.proc.send_signal(signal.SIGCONT)
+    assert reasons(body) == ["gap"] * 3, body
+    assert "did not answer in time" in body["rejections"][0]["detail"]
+    assert took < 3.0, took  # one deadline, not one judge's 5 s per takeover
