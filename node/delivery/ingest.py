@@ -128,9 +128,9 @@ class Ingester:
             chunk, last = self._live[:CHUNK], self._seen
             if len(self._live) > CHUNK:
                 last = chunk[-1].position
-            folded = await self._fold_chunk(chunk, last)
+            went = await self._fold_chunk(chunk, last)
             del self._live[: len(chunk)]  # only once folded and committed: else tried again
-            return folded
+            return went
         store = self.ctx.store
         folded = store.last_position
         if folded <= self.cursor:
