@@ -65,9 +65,11 @@ def states(receiver: Receiver) -> list[str]:
     return [json.loads(r.body)["task"]["status"]["state"] for r in receiver.received]
 
 
-async def waiting_task(node, http, receiver: Receiver) -> tuple[Outbox, str, str]:
+@pytest.fixture
+async def waiting(node, http, aiohttp_server) -> tuple[Receiver, Outbox, str, str, FullDisk]:
     """A cashier task waiting for its approval, its first three notifications delivered and
-    committed: the outbox, the task id, its push lane."""
+    committed: the receiver, the outbox (its disk as the test makes it), the task, its lane."""
+    receiver = await start_receiver(aiohttp_server)
     params = send_params({"pay": {"invoice": "INV-9"}}, push_url=f"{receiver.url}/hook")
     task = (await rpc(http, node.url, "cashier", "SendMessage", params, OPERATE_TOKEN))["result"]
     task_id = task["task"]["id"]
@@ -77,7 +79,8 @@ async def waiting_task(node, http, receiver: Receiver) -> tuple[Outbox, str, str
     await until(lambda: outbox.book.head(lane_id) is None, 10, "the three are ended")
     await outbox.writer.idle()
     assert states(receiver) == BEFORE
-    return outbox, task_id, lane_id
+    assert outbox.store is not None
+    return receiver, outbox, task_id, lane_id, FullDisk(outbox.store)
 
 
 async def approve(node, http, task_id: str) -> None:
@@ -98,14 +101,9 @@ def book_matches_store(outbox: Outbox) -> None:
         assert held == stored, lane_id
 
 
-async def test_a_failed_commit_folds_its_envelopes_again_and_none_is_lost(
-    node, http, aiohttp_server
-):
-    receiver = await start_receiver(aiohttp_server)
-    outbox, task_id, lane_id = await waiting_task(node, http, receiver)
+async def test_a_failed_commit_folds_its_envelopes_again_and_none_is_lost(node, http, waiting):
+    receiver, outbox, task_id, lane_id, disk = waiting
     assert outbox.store is not None
-    disk = FullDisk(outbox.store)
-
     disk.refuses = lambda ops: True
     await approve(node, http, task_id)  # the journal is not the outbox: the task completes
     completed_at = node.ctx.store.last_position
@@ -130,13 +128,9 @@ async def test_a_failed_commit_folds_its_envelopes_again_and_none_is_lost(
     assert cursor is not None and cursor >= completed_at
 
 
-async def test_a_head_the_store_lost_is_skipped_once_and_the_lane_goes_on(
-    node, http, aiohttp_server
-):
-    receiver = await start_receiver(aiohttp_server)
-    outbox, task_id, lane_id = await waiting_task(node, http, receiver)
+async def test_a_head_the_store_lost_is_skipped_once_and_the_lane_goes_on(node, http, waiting):
+    receiver, outbox, task_id, lane_id, disk = waiting
     assert outbox.store is not None
-    disk = FullDisk(outbox.store)
     dispatcher = outbox.dispatcher
     tries = 0
     real_try: Callable[[str], Awaitable[Any]] = dispatcher._try_head
