@@ -109,8 +109,12 @@ class AguiRuns:
             for warning in plan.warnings:
                 yield events.custom(WARNING, warning)
             cursor = JournalCursor.at_head(self.ctx, agent)
-            for event in await self._decide(plan, operator, groups, events, results):
+            decided, refusal = await self._decide(plan, operator, groups, events, results)
+            for event in decided:
                 yield event
+            if refusal is not None:
+                yield events.error(refusal, "APPROVAL_REFUSED")
+                return
             work = plan.work
             if work is None:
                 yield events.success()
@@ -198,9 +202,13 @@ class AguiRuns:
         groups: frozenset[str],
         events: RunEvents,
         results: dict[str, str],
-    ) -> list[Event]:
+    ) -> tuple[list[Event], str | None]:
+        """The events the decisions make, and why the run ends here when none of them
+        counted because each was refused (403: the token fills no open seat; 409: it approved
+        already, or the request was abandoned); a CUSTOM warning says it per interrupt."""
         gate = self.approvals
         out: list[Event] = []
+        counted, refused = 0, []
         for approval_id, decision in plan.decide:
             request = self.ctx.projections.get(Approvals).get(approval_id)
             try:
@@ -212,13 +220,18 @@ class AguiRuns:
                         {"code": "NOT_DECIDED", "interruptId": approval_id, "message": exc.detail},
                     )
                 )
+                if exc.status in (403, 409):
+                    refused.append(f"{approval_id}: {exc.detail}")
                 continue
+            counted += 1
             call_id = tool_call_id(approval_id)
             if decision == "deny":
                 out.append(events.tool_result(call_id, {"decision": "deny", "by": operator}))
             elif request is not None:
                 results[request.capability] = call_id
-        return out
+        if refused and not counted:
+            return out, "the resume decided none of its interrupts: " + "; ".join(refused)
+        return out, None
 
     # ------------------------------------------------------------------ following
     async def _follow(

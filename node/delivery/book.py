@@ -93,6 +93,14 @@ class Book:
         for journal, done_id in store.done():
             self.done.setdefault(journal, []).append(done_id)
 
+    def reload(self, store: s.OutboxStore) -> None:
+        """Rebuilt from the store, in place (every part of the node holds this book): after a
+        write that failed, what the book holds beyond the store goes. Nothing changes if the
+        store cannot be read."""
+        fresh = Book(self.limits)
+        fresh.load(store)
+        vars(self).update(vars(fresh))
+
     # ------------------------------------------------------------------ push configs
     def config(self, task: str, config_id: str) -> PushConfig | None:
         return self.configs.get(task, {}).get(config_id)

@@ -146,7 +146,10 @@ class Dispatcher:
         lane = self.book.lane(lane_id)
         pending = self.book.head(lane_id)
         entry = self.store.head(lane_id)
-        if lane is None or pending is None or entry is None:
+        if lane is None or pending is None:
+            return
+        if entry is None:
+            await self._forget_lost(lane, pending)
             return
         if (entry.seq, entry.n) != (pending.seq, pending.n):
             lane.due = time.time() + 0.05  # the store is behind the book: soon again
@@ -188,6 +191,21 @@ class Dispatcher:
         delay = self.backoff(entry.attempts, outcome.retry_after)
         lane.due = now + delay
         await self.writer.submit([s.put_entry(entry), s.put_lane(lane)])
+
+    async def _forget_lost(self, lane: s.Lane, pending: b.Pending) -> None:
+        """The book's head is not in the store: once every write submitted so far has ended
+        (it may be one of them), a head still missing was lost by a failed write, and goes
+        from the book too (else the lane would be tried again at once, forever)."""
+        await self.writer.idle()
+        if self.book.lane(lane.id) is not lane or self.book.head(lane.id) != pending:
+            return  # rebuilt (the fold's recovery) or moved on meanwhile
+        if self.store.head(lane.id) is not None:
+            return  # it was a write in flight: tried again when scheduled
+        log.warning(
+            "lane %r: entry %s is not in the outbox's store; forgotten", lane.id, pending.entry_id
+        )
+        lane.last_error = "an entry the outbox's store did not hold was skipped (a failed write)"
+        await self.writer.submit(self.book.forget_entry(lane.id, pending.seq, pending.n))
 
     def backoff(self, attempts: int, retry_after: float | None) -> float:
         """Exponential, with up to half taken off at random (so that many lanes that failed

@@ -12,13 +12,15 @@ cursor, becomes the notifications it implies.
 
 Entries and the cursor are committed together, so after `kill -9` the fold resumes exactly
 where its last commit left it; envelopes after it that implied nothing are folded again, to
-the same nothing. The fold runs on the loop, a bounded chunk at a time, after the read models
-folded the same envelopes.
+the same nothing. A commit that fails (the disk) leaves its chunk to be folded again, on the
+book rebuilt from the store: the book never holds what the store lacks. The fold runs on
+the loop, a bounded chunk at a time, after the read models folded the same envelopes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -79,6 +81,7 @@ class Ingester:
         self._live: list[Envelope] | None = None
         self._seen = 0
         self._wake = asyncio.Event()
+        self._stale = False  # the book may differ from the store: rebuilt before the next fold
 
     def start_at(self, stored: int | None) -> None:
         """Where the fold starts: the stored cursor, or (a new outbox) the journal's end."""
@@ -125,8 +128,9 @@ class Ingester:
             chunk, last = self._live[:CHUNK], self._seen
             if len(self._live) > CHUNK:
                 last = chunk[-1].position
-            del self._live[: len(chunk)]
-            return await self._fold_chunk(chunk, last)
+            went = await self._fold_chunk(chunk, last)
+            del self._live[: len(chunk)]  # only once folded and committed: else tried again
+            return went
         store = self.ctx.store
         folded = store.last_position
         if folded <= self.cursor:
@@ -141,16 +145,27 @@ class Ingester:
         return await self._fold_chunk(chunk, chunk[-1].position)
 
     async def _fold_chunk(self, chunk: list[Envelope], last: int) -> bool:
+        if self._stale:
+            await self._reload()
         ops: list[s.Op] = []
         ready: set[str] = set()
         moved: set[str] = set()
         now = time.time()
-        for envelope in chunk:
-            self.fold(envelope, ops, ready, moved, now)
-        if ops or now - self._written_at >= CURSOR_EVERY_SECS:
-            ops.append(s.put_cursor(last))
-            await self.writer.submit(ops)
-            self._written_at = now
+        try:
+            for envelope in chunk:
+                self.fold(envelope, ops, ready, moved, now)
+            if ops or now - self._written_at >= CURSOR_EVERY_SECS:
+                ops.append(s.put_cursor(last))
+                await self.writer.submit(ops)
+                self._written_at = now
+        except BaseException as exc:
+            # the book holds what the store may not (the disk failed, or the fold did): it is
+            # rebuilt from the store before the same chunk is folded again
+            self._stale = True
+            if isinstance(exc, Exception):
+                with contextlib.suppress(Exception):
+                    await self._reload()
+            raise
         self.cursor = last
         self._advanced.set()
         self._advanced.clear()
@@ -159,6 +174,15 @@ class Ingester:
         if moved:
             self.on_moved(moved)
         return True
+
+    async def _reload(self) -> None:
+        """The book as the store holds it, once every write submitted so far has ended (so
+        none lands after the rebuild); its lanes are scheduled again."""
+        await self.writer.idle()
+        self.book.reload(self.writer.store)
+        self._stale = False
+        log.warning("the outbox's book was rebuilt from its store after a failed write")
+        self.on_ready(set(self.book.pending))
 
     async def reached(self, position: int, timeout: float = 5.0) -> None:
         """Once the fold has passed `position` (read-your-writes for a config just set)."""

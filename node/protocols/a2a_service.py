@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import contextlib
 import uuid
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime
@@ -217,10 +216,22 @@ class A2AService:
     async def _decide_all(
         self, task_id: str, decision: Decision, operator: str, groups: frozenset[str]
     ) -> None:
+        """Decide every approval the task waits for. When none counted because each was
+        refused (403: the token fills no open seat; 409: it approved already, or the request
+        was abandoned), the client learns which and why; one that was decided or timed out
+        meanwhile (404) is no refusal."""
         gate = self.approvals
+        counted, refused = 0, []
         for approval_id in self.views.view.pending_approvals(task_id):
-            with contextlib.suppress(Problem):  # decided or timed out meanwhile
+            try:
                 await gate.decide(approval_id, decision, operator, groups=groups)
+            except Problem as exc:
+                if exc.status in (403, 409):
+                    refused.append((approval_id, exc))
+                continue
+            counted += 1
+        if refused and not counted:
+            raise _refused(task_id, refused)
 
     # ------------------------------------------------------------------ streams
     def submitted(self, task: Task) -> Update:
@@ -405,6 +416,20 @@ def _timestamp(value: str) -> datetime:
         return datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         raise RpcError(INVALID_PARAMS, f"not an RFC 3339 timestamp: {value!r}") from None
+
+
+def _refused(task_id: str, refused: builtins.list[tuple[str, Problem]]) -> RpcError:
+    """The answer decided nothing: -32004 (what a 409 maps to here), reason
+    APPROVAL_REFUSED, each refused approval with its status and why."""
+    why = "; ".join(f"{approval_id}: {exc.detail}" for approval_id, exc in refused)
+    return RpcError(
+        m.UNSUPPORTED_OPERATION,
+        f"the answer decided none of the approvals task {task_id} waits for: {why}",
+        reason="APPROVAL_REFUSED",
+        taskId=task_id,
+        approvals=",".join(approval_id for approval_id, _ in refused),
+        status=",".join(str(exc.status) for _, exc in refused),
+    )
 
 
 def _rpc_error(exc: Problem) -> RpcError:

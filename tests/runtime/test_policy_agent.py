@@ -13,11 +13,11 @@ from a2a.helpers.proto_helpers import new_text_message
 from a2a.types.a2a_pb2 import Role, SendMessageRequest, TaskState
 
 from node.services.approvals import APPROVALS
-from tests.policy_support import FINANCE_TOKEN, POLICY_TOML, write_policy
+from tests.policy_support import AUDITOR_TOKEN, FINANCE_TOKEN, POLICY_TOML, write_policy
 from tests.polling import until
 from tests.protocol_support import agent_toml, start_node, started
 from tests.protocols.test_protocol_a2a import collect, kind, sdk_client, user_data
-from tests.protocols.test_protocol_agui import finished, run, run_input
+from tests.protocols.test_protocol_agui import finished, run, run_input, types
 from tests.support import OPERATE_TOKEN, auth
 
 # the cashier asks `spend` with what a task's `pay` holds, or {"invoice": ...} for a text
@@ -147,6 +147,20 @@ async def test_over_a2a_two_approvers_one_from_finance_fill_the_request(node, ht
     )
     (first,) = await collect(client.send_message(answer))  # the operator's: one seat of two
     assert first.task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+    (asked,) = node.app[APPROVALS].projection.list()
+    # an answer that decides nothing is the client's error, saying which approval and why
+    refusals = {
+        OPERATE_TOKEN: (409, "operator approved"),  # the same token counts once
+        AUDITOR_TOKEN: (403, "in none of the groups still missing"),  # no finance seat
+    }
+    for token, (status, why) in refusals.items():
+        error = await a2a_error(node, task.id, "approve", token)
+        assert error["code"] == -32004, error
+        assert asked.id in error["message"] and why in error["message"], error
+        info = error["data"][0]
+        assert info["reason"] == "APPROVAL_REFUSED", info
+        assert info["metadata"] == {"taskId": task.id, "approvals": asked.id, "status": str(status)}
+    assert len(node.journal("cashier", "approval.endorsed")) == 1
     async with httpx.AsyncClient(headers=auth(FINANCE_TOKEN), timeout=30) as finance_http:
         finance = await sdk_client(finance_http, f"{node.url}/a2a/cashier", streaming=False)
         (second,) = await collect(finance.send_message(answer))
@@ -156,3 +170,41 @@ async def test_over_a2a_two_approvers_one_from_finance_fill_the_request(node, ht
     decided = node.journal("cashier", "approval.decided")[-1]
     assert decided["decision"] == "approve" and decided["operator"] == "finance"
     await client.close()
+
+
+async def a2a_error(node, task_id: str, text: str, token: str) -> dict:
+    """The JSON-RPC error a blocking SendMessage answering `task_id` with `text` gets."""
+    message = {"messageId": str(uuid.uuid4()), "role": "ROLE_USER", "taskId": task_id}
+    body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage"}
+    body["params"] = {"message": {**message, "parts": [{"text": text}]}}
+    async with httpx.AsyncClient(headers=auth(token), timeout=30) as http:
+        answer = await http.post(f"{node.url}/a2a/cashier", json=body)
+    assert answer.status_code == 200, answer.text
+    assert "result" not in answer.json(), answer.text
+    return answer.json()["error"]
+
+
+async def test_over_ag_ui_a_resume_that_decides_nothing_ends_the_run_with_why(node, http):
+    """A resume whose every decision is refused (the token approved already, or fills no seat
+    still open) ends with RUN_ERROR APPROVAL_REFUSED, not a run that follows a task still
+    waiting; a finance token's resume completes the request."""
+    thread = str(uuid.uuid4())
+    events = await run(node, "cashier", run_input(thread, '{"pay": {"amount": 1500}}'))
+    (interrupt,) = finished(events)["outcome"]["interrupts"]
+    url = f"{node.url}/api/v1/approvals/{interrupt['id']}"
+    counted = await http.post(url, json={"decision": "approve"})  # the operator's seat
+    assert counted.status_code == 200, counted.text
+
+    resume = [{"interruptId": interrupt["id"], "status": "resolved"}]
+    for token, why in ((OPERATE_TOKEN, "operator approved"), (AUDITOR_TOKEN, "in none of the")):
+        refused = await run(node, "cashier", run_input(thread, resume=resume), token=token)
+        assert types(refused) == ["RUN_STARTED", "CUSTOM", "RUN_ERROR"], refused
+        assert refused[1]["value"]["code"] == "NOT_DECIDED"
+        end = refused[-1]
+        assert end["code"] == "APPROVAL_REFUSED", end
+        assert interrupt["id"] in end["message"] and why in end["message"], end
+
+    done = await run(node, "cashier", run_input(thread, resume=resume), token=FINANCE_TOKEN)
+    assert finished(done)["result"]["paid"] is True
+    decided = node.journal("cashier", "approval.decided")[-1]
+    assert decided["decision"] == "approve" and decided["operator"] == "finance"
