@@ -364,12 +364,19 @@ class PlacementManager:
             with contextlib.suppress(asyncio.CancelledError):
                 await renewing
 
+    async def _until_changed(self, mesh: Any) -> None:
+        """Until the node's NATS connection changes (or check_secs pass)."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(mesh.changed.wait(), self.check_secs)
+        mesh.changed.clear()
+
     async def _follow(self, mesh: Any, open_link: LinkOpener) -> None:
         """One connection's turn: attach, serve until the connection changes."""
+        mesh.changed.clear()
         js = mesh.js
         if js is None or mesh.publisher is None:
             self.leases.detach()
-            await asyncio.sleep(self.check_secs)
+            await self._until_changed(mesh)
             return
         try:
             await self.leases.attach(js)
@@ -388,7 +395,7 @@ class PlacementManager:
         preparing = asyncio.create_task(self.prepare.run(link.components), name="preparing")
         try:
             while mesh.js is js and not serving.done():
-                await asyncio.sleep(self.check_secs)
+                await self._until_changed(mesh)
         finally:
             for task in (serving, preparing, *link.tasks):
                 task.cancel()

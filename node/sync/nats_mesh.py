@@ -64,6 +64,7 @@ class NatsMesh:
         # the live connection's JetStream context (None while away): node/placement/ uses it
         self.js: JetStreamContext | None = None
         self.nc: RawClient | None = None
+        self.changed = asyncio.Event()  # set each time `js` changes (placement follows it)
 
     async def run(self) -> None:
         """The repair queue and the link, started again (logged, counted) if either ever
@@ -96,6 +97,7 @@ class NatsMesh:
                 self.connected, self.last_error = False, text
             finally:
                 self.repair.js = self.js = self.nc = None
+                self.changed.set()
                 if nc is not None:  # a close that hangs must not hold the mesh back
                     with contextlib.suppress(Exception):
                         await asyncio.wait_for(nc.close(), CLOSE_SECS)
@@ -121,6 +123,7 @@ class NatsMesh:
         self.heads = HeadsBoard(link, kv, self._acks, self.claims)
         self.repair.js = self.js = js
         self.nc = nc
+        self.changed.set()
         if not self.connected:
             log.info("nats mesh %s: connected", mesh.name)
         self.connected, self.last_error = True, ""
