@@ -14,10 +14,12 @@ import pytest
 from node.config.load import parse_config
 from node.placement.adverts import Advert, NodeAdverts, served_domains
 from node.placement.components import (
+    CHUNK_BYTES,
     MAX_METAS_TRIED,
     ComponentMissing,
     ComponentRefused,
     ComponentStore,
+    ObjectOptions,
     ObjectRecord,
     digest_of,
 )
@@ -155,7 +157,10 @@ async def test_a_wrong_checksum_or_an_oversized_component_is_refused(one_server,
             nuid = f"forged{forged}"
             for chunk in chunks:
                 await js_x.publish(f"$O.{bucket}.C.{nuid}", chunk)
-            meta = ObjectRecord(name, bucket, nuid, size, len(chunks), digest)
+            largest = max(map(len, chunks), default=CHUNK_BYTES)  # a chunk count that fits
+            meta = ObjectRecord(
+                name, bucket, nuid, size, len(chunks), digest, options=ObjectOptions(largest)
+            )
             await js_x.publish(store._meta_subject(name), msgspec.json.encode(meta))
 
         evil = b"\0asm" + b"y" * 300_000
@@ -169,7 +174,7 @@ async def test_a_wrong_checksum_or_an_oversized_component_is_refused(one_server,
 
         # forged metas over a sound one hide nothing: a fetch goes back to the sound one
         await forge(sha, [evil[:200_000], evil[200_000:]], len(evil), digest_of(sha))
-        await forge(sha, [evil[:1000], evil[1000:]], 1000, digest_of(sha))  # more than said
+        await forge(sha, [evil[:10_000], evil[10_000:40_000]], 20_000, digest_of(sha))  # more
         await forge(sha, [evil], len(evil), digest_of(other))
         assert (await store.fetch(sha, dest)).read_bytes() == data
         assert await store.has(sha) is False  # the latest meta is not sound: a put heals it
