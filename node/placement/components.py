@@ -17,6 +17,26 @@ The stream allows no purge, delete or roll-up (a member's `Nats-Rollup: all` wou
 a failed put leaves its chunks behind, a later put of the same object adds a meta (the last
 one counts for the `nats` CLI), and a put of what is already there (its latest meta sound and
 its chunks these bytes) does nothing.
+
+A meta's chunk count is held to what a sane writer produces: at least `size / max_chunk_size`
+(its `options`, at most MAX_CHUNK_BYTES) and at most `size / MIN_CHUNK_BYTES`, so a forged meta
+cannot make a reader take one round trip per byte. Not exactly `size / CHUNK_BYTES`, though
+this node always writes that: the clients let a writer choose the chunk size (nats-py's
+`max_chunk_size`, the Go client's `ChunkSize`), and the Go client (the `nats` CLI's) cuts a
+chunk at whatever one `Read` returns, so an object piped into `nats object put` has chunks of
+the pipe's reads (at most 64 KiB on Linux). 16 KiB on average keeps those readable (a put
+through a pipe that trickles in smaller reads is refused, as any meta that does not fit) and
+bounds the count at 64 per MiB (4096 for a 64 MiB component).
+
+Every call has one deadline, and its expiry is never a refusal (ComponentError: the store was
+slow, the bytes were not judged): `call_timeout` to find a meta, plus `call_timeout + size /
+MIN_RATE` for each meta whose chunks are read (or, for `put`, written), so neither a meta
+pointing at many small chunks nor a server that answers each call just in time holds the
+caller (the serve loop, the one preparation at a time) for longer than the object justifies.
+Each call keeps its own `call_timeout` too. Hashing a whole component (`put`, up to
+`node.max_upload_mb`) runs on a worker thread (30 MiB took 22 ms of sha256 on the dev box, more
+on a loaded one); the chunks of a read are hashed as they come, on the loop: a chunk is at most
+MAX_CHUNK_BYTES (11 ms), and a 128 KiB one 0.1 ms, less than the round trip that fetched it.
 """
 
 from __future__ import annotations
@@ -28,7 +48,7 @@ import hashlib
 import os
 import re
 import secrets
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -42,7 +62,10 @@ from node.config.model import MeshSection
 from node.placement.buckets import check_settings, info_or_create
 from node.sync.nats_subjects import Bucket, bucket_name, object_stream
 
-CHUNK_BYTES = 128 * 1024  # nats-py's and the CLI's chunk size
+CHUNK_BYTES = 128 * 1024  # nats-py's and the CLI's default chunk size, the one this node writes
+MIN_CHUNK_BYTES = 16 * 1024  # a meta's chunks are this large on average, at least
+MAX_CHUNK_BYTES = 8 * 1024 * 1024  # a meta's max_chunk_size (NATS's largest sane max_payload)
+MIN_RATE = 1024 * 1024  # bytes a second a read or write must keep up, on top of call_timeout
 MAX_META_BYTES = 64 * 1024
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 MAX_METAS_TRIED = 8  # a fetch goes back this many metas of an object for a sound one
@@ -171,9 +194,11 @@ class ComponentStore:
                 low = (msg.seq or middle) + 1
         return (found.data or b"", found.seq or 0) if found is not None else None
 
-    def _checked_meta(self, sha256: str, data: bytes) -> ObjectRecord | None:
+    def _checked_meta(
+        self, sha256: str, data: bytes, size: int | None = None
+    ) -> ObjectRecord | None:
         """The meta in `data`; None when deleted; ComponentRefused when it is not the meta
-        of this checksum within the bound."""
+        of this checksum (of `size` bytes, when known) within the bounds."""
         if len(data) > MAX_META_BYTES:
             raise ComponentRefused(f"the meta of {sha256} is {len(data)} bytes")
         try:
@@ -187,27 +212,48 @@ class ComponentStore:
             problem = "names another object or digest"
         elif not 0 <= meta.size <= self.max_bytes:
             problem = f"is {meta.size} bytes, over the bound of {self.max_bytes}"
-        elif not (0 <= meta.chunks <= meta.size and (meta.chunks > 0) == (meta.size > 0)):
+        elif not 1 <= _max_chunk(meta) <= MAX_CHUNK_BYTES:
+            problem = f"claims chunks of up to {_max_chunk(meta)} bytes"
+        elif not _chunks_fit(meta):
             problem = f"claims {meta.chunks} chunks for {meta.size} bytes"
+        elif size is not None and meta.size != size:
+            problem = f"is {meta.size} bytes, not {size}"
         elif not _NUID.fullmatch(meta.nuid):
             problem = "has a bad chunk subject"
         if problem is not None:
             raise ComponentRefused(f"the component {sha256} in the bucket {problem}")
         return meta
 
-    async def has(self, sha256: str) -> bool:
-        """The bucket's latest meta for this checksum is sound and its chunks are the bytes."""
-        found = await self._meta_msg(_checked_sha(sha256), None)
-        if found is None:
-            return False
+    def _budget(self, size: int) -> float:
+        """Seconds to read or write `size` bytes of chunks: slower than MIN_RATE is stuck."""
+        return self.call_timeout + size / MIN_RATE
+
+    @contextlib.asynccontextmanager
+    async def _deadline(self, seconds: float, what: str) -> AsyncIterator[asyncio.Timeout]:
+        """One deadline for a whole call (extended as metas justify more work); on expiry a
+        ComponentError, never a refusal: nothing was judged."""
         try:
-            meta = self._checked_meta(sha256, found[0])
-            if meta is None:
+            async with asyncio.timeout(seconds) as deadline:
+                yield deadline
+        except TimeoutError as exc:
+            raise ComponentError(f"{what}: the component store was too slow") from exc
+
+    async def has(self, sha256: str, size: int | None = None) -> bool:
+        """The bucket's latest meta for this checksum is sound (of `size` bytes, when known)
+        and its chunks are the bytes."""
+        async with self._deadline(self.call_timeout, f"checking {sha256}") as deadline:
+            found = await self._meta_msg(_checked_sha(sha256), None)
+            if found is None:
                 return False
-            await self._read_chunks(sha256, meta, None)
-        except ComponentRefused:
-            return False
-        return True
+            try:
+                meta = self._checked_meta(sha256, found[0], size)
+                if meta is None:
+                    return False
+                _extend(deadline, self._budget(meta.size))
+                await self._read_chunks(sha256, meta, None)
+            except ComponentRefused:
+                return False
+            return True
 
     async def put(self, source: Path | bytes, sha256: str) -> bool:
         """Store a component under its checksum: True when stored now, False when the bucket
@@ -222,9 +268,9 @@ class ComponentStore:
             data = source
         if len(data) > self.max_bytes:
             raise ComponentRefused(f"the component is {len(data)} bytes, over {self.max_bytes}")
-        if hashlib.sha256(data).hexdigest() != sha256:
+        if await asyncio.to_thread(lambda: hashlib.sha256(data).hexdigest()) != sha256:
             raise ComponentRefused(f"the bytes given are not the component {sha256}")
-        if await self.has(sha256):
+        if await self.has(sha256, len(data)):
             return False
         js = self._jetstream()
         nuid = secrets.token_hex(11)
@@ -241,13 +287,14 @@ class ComponentStore:
             options=ObjectOptions(),
         )
         try:
-            for start in range(0, len(data), CHUNK_BYTES):
+            async with self._deadline(self._budget(len(data)), f"storing {sha256}"):
+                for start in range(0, len(data), CHUNK_BYTES):
+                    async with asyncio.timeout(self.call_timeout):
+                        await js.publish(chunk_subject, data[start : start + CHUNK_BYTES])
+                    chunks += 1
                 async with asyncio.timeout(self.call_timeout):
-                    await js.publish(chunk_subject, data[start : start + CHUNK_BYTES])
-                chunks += 1
-            async with asyncio.timeout(self.call_timeout):
-                await js.publish(self._meta_subject(sha256), msgspec.json.encode(meta))
-        except (TimeoutError, NatsError) as exc:
+                    await js.publish(self._meta_subject(sha256), msgspec.json.encode(meta))
+        except (TimeoutError, NatsError, ComponentError) as exc:
             raise ComponentError(
                 f"storing {sha256} failed after {chunks} of {meta.chunks} chunks: {exc!r}"
             ) from exc
@@ -261,18 +308,22 @@ class ComponentStore:
         _checked_sha(sha256)
         before: int | None = None
         first_refusal: ComponentRefused | None = None
-        for _ in range(MAX_METAS_TRIED):
-            found = await self._meta_msg(sha256, before)
-            if found is None:
-                break
-            data, before = found
-            try:
-                meta = self._checked_meta(sha256, data)
-                if meta is None:
+        async with self._deadline(self.call_timeout, f"fetching {sha256}") as deadline:
+            for _ in range(MAX_METAS_TRIED):
+                if before is not None:  # one more meta to find
+                    _extend(deadline, self.call_timeout)
+                found = await self._meta_msg(sha256, before)
+                if found is None:
                     break
-                return await self._fetch_from(sha256, meta, dest)
-            except ComponentRefused as exc:
-                first_refusal = first_refusal or exc
+                data, before = found
+                try:
+                    meta = self._checked_meta(sha256, data)
+                    if meta is None:
+                        break
+                    _extend(deadline, self._budget(meta.size))
+                    return await self._fetch_from(sha256, meta, dest)
+                except ComponentRefused as exc:
+                    first_refusal = first_refusal or exc
         if first_refusal is not None:
             raise first_refusal
         raise ComponentMissing(f"no component {sha256} in {self.bucket}")
@@ -292,11 +343,11 @@ class ComponentStore:
     async def _read_chunks(
         self, sha256: str, meta: ObjectRecord, write: Callable[[bytes], object] | None
     ) -> None:
-        """Read the meta's chunks in order (to `write`, if given); ComponentRefused unless
-        they are exactly the component's bytes."""
+        """Read the meta's chunks in order (to `write`, if given) within the caller's deadline;
+        ComponentRefused unless they are exactly the component's bytes."""
         js = self._jetstream()
         chunk_subject = f"$O.{self.bucket}.C.{meta.nuid}"
-        hasher, size, seq = hashlib.sha256(), 0, 1
+        hasher, size, seq, max_chunk = hashlib.sha256(), 0, 1, _max_chunk(meta)
         for _ in range(meta.chunks):
             try:
                 async with asyncio.timeout(self.call_timeout):
@@ -307,11 +358,27 @@ class ComponentStore:
                 raise ComponentError(f"reading {sha256}: {exc!r}") from exc
             chunk = msg.data or b""
             size += len(chunk)
-            if size > meta.size:
-                raise ComponentRefused(f"the chunks of {sha256} exceed {meta.size} bytes")
+            if size > meta.size or len(chunk) > max_chunk:
+                raise ComponentRefused(f"the chunks of {sha256} exceed what its meta announced")
             hasher.update(chunk)
             if write is not None:
                 write(chunk)
             seq = (msg.seq or seq) + 1
         if size != meta.size or hasher.hexdigest() != sha256:
             raise ComponentRefused(f"what the bucket holds as {sha256} is not it")
+
+
+def _chunks_fit(meta: ObjectRecord) -> bool:
+    """The meta's chunk count is one a sane writer produces for its size (module docstring)."""
+    return -(-meta.size // _max_chunk(meta)) <= meta.chunks <= -(-meta.size // MIN_CHUNK_BYTES)
+
+
+def _max_chunk(meta: ObjectRecord) -> int:
+    return meta.options.max_chunk_size if meta.options is not None else CHUNK_BYTES
+
+
+def _extend(deadline: asyncio.Timeout, seconds: float) -> None:
+    """Move a running deadline later by `seconds`."""
+    when = deadline.when()
+    if when is not None:
+        deadline.reschedule(when + seconds)

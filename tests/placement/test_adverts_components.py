@@ -1,12 +1,14 @@
 """NodeAdverts and ComponentStore against a real nats-server: adverts are put, read back,
-checked, and expire; components go round by checksum, anything else is refused, and a
-member's forged metas hide nothing."""
+checked, and expire; components go round by checksum, anything else is refused, a member's
+forged metas hide nothing, and a slow store holds no caller past its deadline."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import time
+from collections.abc import AsyncIterator
 
 import msgspec
 import pytest
@@ -14,10 +16,15 @@ import pytest
 from node.config.load import parse_config
 from node.placement.adverts import Advert, NodeAdverts, served_domains
 from node.placement.components import (
+    CHUNK_BYTES,
     MAX_METAS_TRIED,
+    MIN_CHUNK_BYTES,
+    MIN_RATE,
+    ComponentError,
     ComponentMissing,
     ComponentRefused,
     ComponentStore,
+    ObjectOptions,
     ObjectRecord,
     digest_of,
 )
@@ -30,9 +37,9 @@ pytestmark = pytest.mark.timeout(120)
 INTERVAL = 0.3
 
 
-@pytest.fixture
-def one_server(tmp_path):
-    servers = NatsCluster(tmp_path / "nats", 1).start()
+@pytest.fixture(scope="module")
+def one_server(tmp_path_factory):
+    servers = NatsCluster(tmp_path_factory.mktemp("nats"), 1).start()
     yield servers
     servers.kill()
 
@@ -155,7 +162,10 @@ async def test_a_wrong_checksum_or_an_oversized_component_is_refused(one_server,
             nuid = f"forged{forged}"
             for chunk in chunks:
                 await js_x.publish(f"$O.{bucket}.C.{nuid}", chunk)
-            meta = ObjectRecord(name, bucket, nuid, size, len(chunks), digest)
+            largest = max(map(len, chunks), default=CHUNK_BYTES)  # a chunk count that fits
+            meta = ObjectRecord(
+                name, bucket, nuid, size, len(chunks), digest, options=ObjectOptions(largest)
+            )
             await js_x.publish(store._meta_subject(name), msgspec.json.encode(meta))
 
         evil = b"\0asm" + b"y" * 300_000
@@ -169,7 +179,7 @@ async def test_a_wrong_checksum_or_an_oversized_component_is_refused(one_server,
 
         # forged metas over a sound one hide nothing: a fetch goes back to the sound one
         await forge(sha, [evil[:200_000], evil[200_000:]], len(evil), digest_of(sha))
-        await forge(sha, [evil[:1000], evil[1000:]], 1000, digest_of(sha))  # more than said
+        await forge(sha, [evil[:10_000], evil[10_000:40_000]], 20_000, digest_of(sha))  # more
         await forge(sha, [evil], len(evil), digest_of(other))
         assert (await store.fetch(sha, dest)).read_bytes() == data
         assert await store.has(sha) is False  # the latest meta is not sound: a put heals it
@@ -187,3 +197,133 @@ async def test_a_wrong_checksum_or_an_oversized_component_is_refused(one_server,
         assert not list(dest.parent.glob(".*part"))
         assert await store.put(data, sha) is True
         assert (await store.fetch(sha, dest)).read_bytes() == data
+
+
+async def _forge_meta(js, store: ComponentStore, sha: str, chunks: list[bytes], **meta) -> None:
+    """A member's object for `sha`: its chunks on a subject of its own, then a meta naming them
+    (the right name, digest and size unless `meta` says otherwise)."""
+    nuid = f"m{time.monotonic_ns()}"
+    for chunk in chunks:
+        await js.publish(f"$O.{store.bucket}.C.{nuid}", chunk)
+    fields = {"size": sum(map(len, chunks)), "chunks": len(chunks), "digest": digest_of(sha)}
+    record = ObjectRecord(sha, store.bucket, nuid, **{**fields, **meta})  # type: ignore[arg-type]
+    await js.publish(store._meta_subject(sha), msgspec.json.encode(record))
+
+
+def _pieces(data: bytes, size: int) -> list[bytes]:
+    return [data[i : i + size] for i in range(0, len(data), size)]
+
+
+async def test_a_meta_with_more_chunks_than_its_size_justifies_is_refused_unread(
+    one_server, tmp_path
+):
+    """The chunks are the component's bytes, cut a thousand bytes each: read, they would pass;
+    the count alone refuses them, and a fetch goes back to the sound meta under them."""
+    mesh = mesh_section(one_server.urls)
+    data = b"\0asm" + b"c" * 300_000
+    sha = hashlib.sha256(data).hexdigest()
+    lone = b"\0asm" + b"d" * 300_000  # with no sound meta to fall back on
+    lone_sha = hashlib.sha256(lone).hexdigest()
+    dest = tmp_path / "agent.wasm"
+    async with jetstream(mesh, "node-a") as js_a, jetstream(mesh, "node-x") as js_x:
+        store = ComponentStore(mesh, 1 << 20)
+        await store.attach(js_a)
+        assert await store.put(data, sha) is True
+        most = -(-len(data) // MIN_CHUNK_BYTES)
+        assert len(_pieces(data, 1000)) > most
+        await _forge_meta(js_x, store, sha, _pieces(data, 1000))
+        assert await store.has(sha) is False
+        assert (await store.fetch(sha, dest)).read_bytes() == data
+        assert await store.put(data, sha) is True  # healed
+        assert await store.has(sha) is True
+
+        await _forge_meta(js_x, store, lone_sha, _pieces(lone, 1000))
+        with pytest.raises(ComponentRefused, match=f"claims 301 chunks for {len(lone)} bytes"):
+            await store.fetch(lone_sha, dest)
+        # too few for the chunk size the meta announces, or an absurd chunk size
+        await _forge_meta(js_x, store, lone_sha, [lone])
+        with pytest.raises(ComponentRefused, match="claims 1 chunks"):
+            await store.fetch(lone_sha, dest)
+        await _forge_meta(js_x, store, lone_sha, [lone], options=ObjectOptions(1 << 30))
+        with pytest.raises(ComponentRefused, match="chunks of up to"):
+            await store.fetch(lone_sha, dest)
+        # five chunks fit 300 KiB of at most 64 KiB each, but the first is larger: refused
+        # as it is read
+        uneven = [lone[:150_000], *_pieces(lone[150_000:], 37_501)]
+        await _forge_meta(js_x, store, lone_sha, uneven, options=ObjectOptions(1 << 16))
+        with pytest.raises(ComponentRefused, match="exceed what its meta announced"):
+            await store.fetch(lone_sha, dest)
+        assert dest.read_bytes() == data
+
+
+@contextlib.asynccontextmanager
+async def _slow_link(url: str, delay: float) -> AsyncIterator[str]:
+    """A TCP relay to the nats-server at `url` that holds each read from the server `delay`
+    seconds: a server (or link) that answers every call, slowly. Yields the relay's URL."""
+    host, port = url.removeprefix("nats://").rsplit(":", 1)
+
+    async def pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, hold: float):
+        with contextlib.suppress(ConnectionError):
+            while data := await reader.read(65536):
+                await asyncio.sleep(hold)
+                writer.write(data)
+                await writer.drain()
+        writer.close()
+
+    relays: set[asyncio.Future] = set()
+
+    async def relay(client_reader, client_writer) -> None:
+        server_reader, server_writer = await asyncio.open_connection(host, int(port))
+        pumps = asyncio.gather(
+            pump(client_reader, server_writer, 0.0), pump(server_reader, client_writer, delay)
+        )
+        relays.add(pumps)
+        with contextlib.suppress(asyncio.CancelledError):
+            await pumps
+
+    server = await asyncio.start_server(relay, "127.0.0.1", 0)
+    try:
+        yield f"nats://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    finally:
+        server.close()
+        for pumps in relays:
+            pumps.cancel()
+        await asyncio.gather(*relays, return_exceptions=True)
+
+
+async def test_a_slow_store_holds_no_call_past_its_deadline(one_server, tmp_path):
+    """A sound object whose latest meta names 16 chunks of 16 KiB (a count that fits), read
+    through a link that answers each call in DELAY (well within call_timeout): the whole read
+    would take 17 round trips; has, put and fetch each give up at their deadline with a
+    ComponentError, not a refusal (fetch does not fall back, put does not upload again)."""
+    call_timeout, delay = 0.2, 0.08
+    data = b"\0asm" + b"s" * (16 * MIN_CHUNK_BYTES - 4)
+    sha = hashlib.sha256(data).hexdigest()
+    dest = tmp_path / "agent.wasm"
+    dest.write_bytes(b"the previous file")
+    deadline = 2 * call_timeout + len(data) / MIN_RATE
+    assert 17 * delay > deadline + 0.5  # the read would outlast it by far
+    mesh = mesh_section(one_server.urls)
+    async with jetstream(mesh, "node-a") as js_a, _slow_link(one_server.urls[0], delay) as url:
+        fast = ComponentStore(mesh, 1 << 20)
+        await fast.attach(js_a)
+        assert await fast.put(data, sha) is True
+        await _forge_meta(js_a, fast, sha, _pieces(data, MIN_CHUNK_BYTES))
+        assert await fast.has(sha) is True  # its chunks are the bytes: sound
+        async with jetstream(mesh_section([url]), "node-b") as js_b:
+            slow = ComponentStore(mesh, 1 << 20, call_timeout=call_timeout)
+            await slow.attach(js_b)
+            calls = {
+                "has": lambda: slow.has(sha),
+                "put": lambda: slow.put(data, sha),
+                "fetch": lambda: slow.fetch(sha, dest),
+            }
+            for name, call in calls.items():
+                started = time.monotonic()
+                with pytest.raises(ComponentError) as raised:
+                    await call()
+                took = time.monotonic() - started
+                assert type(raised.value) is ComponentError, (name, raised.value)
+                assert took < deadline + 0.4, (name, took)
+    assert dest.read_bytes() == b"the previous file"
+    assert not list(tmp_path.glob(".*part"))
