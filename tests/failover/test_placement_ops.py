@@ -77,6 +77,12 @@ def test_an_operators_decisions_follow_the_agent_and_sigterm_hands_it_over(failo
     assert not [e for e in journal[:unhalted] if e["origin"] == taken and e["type"] == "log"]
 
     # SIGTERM of the home: a planned move to the last live node of the set, not a takeover
+    # (once that node is ready to take it: else the drain rightly gives the lease up instead)
+    wait_for(
+        lambda: third in (agent_view(fm[taken])["placement"] or {})["candidates"],
+        20,
+        f"{third} ready to take it",
+    )
     fm[taken].terminate()
     assert wait_runner(fm, 15, among=[third]) == third
     journal = events(fm[third])

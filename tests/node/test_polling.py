@@ -33,6 +33,7 @@ PERIODIC = {
     ("eventstore/writer.py", "_write_loop"),  # sleep(0): one GIL hand-off before a commit
     ("node/sync/nats_mesh.py", "_connected"),  # the NATS link, reconnecting with backoff
     ("node/sync/nats_repair_queue.py", "_work"),  # a peer's repair worker: a bug rests it 1 s
+    ("tests/placement/test_adverts_components.py", "pump"),  # a slow link: holds each read
     ("tests/leakcheck.py", "reap"),  # a grace period for leftovers, then SIGKILL (no failure)
     ("tests/streams/test_streams_replay_memory.py", "watch"),  # samples RSS and /health
     # the honest nodes post and are measured for 45 s while the hostile member acts
