@@ -232,14 +232,19 @@ def test_a_placed_agent_removed_and_deployed_again_alone_keeps_running(mesh):
     assert placed[-1]["data"]["placement"] == ["node-a"]
 
 
-def test_a_drain_cut_short_gives_the_lease_up(mesh):
+def test_a_drain_cut_short_gives_the_lease_up(mesh, cli):
     """A handoff that the stream does not acknowledge (it takes no message) is cut short by
-    the drain's deadline: the agent is stopped here and its lease is given up, not renewed
-    for ever with nothing running."""
+    the drain's deadline (`node drain --within`): the agent is stopped here and its lease is
+    given up, not renewed for ever with nothing running."""
     with mesh.node.client() as client:
+        for within in ("0", "nan", "301"):  # out of bounds: refused before anything moves
+            refused = client.post("/api/v1/node/drain", params={"within_s": within})
+            assert refused.status_code == 400 and "within_s" in refused.text, refused.text
         placed = client.patch(
             "/api/v1/agents/counter",
-            content=json.dumps({"placement": HOME_SET}),
+            # ticks a minute apart: nothing but the handoff is published while the stream is
+            # full (a refused publish drops the node's NATS connection, its adverts' reads too)
+            content=json.dumps({"placement": HOME_SET, "tick_interval_ms": 60_000}),
             headers={"Content-Type": "application/merge-patch+json"},
             timeout=60,
         )
@@ -248,10 +253,8 @@ def test_a_drain_cut_short_gives_the_lease_up(mesh):
         mesh.advert("node-b", ["counter"])
         mesh.stream_full(True)
         try:
-            drained = client.post("/api/v1/node/drain", params={"within_s": 1}, timeout=30)
+            drained = json.loads(cli("node", "drain", "--within", "1", "--json"))
         finally:
             mesh.stream_full(False)
-    assert drained.status_code == 200, drained.text
-    (row,) = drained.json()["agents"]
-    assert row | {"why": None} == {"agent": "counter", "done": "released", "why": None}, row
+    assert drained["agents"] == [{"agent": "counter", "done": "released", "why": "the time was up"}]
     wait_until(lambda: mesh.lease_of("counter", "node-a") is None, 10, "the lease given up")

@@ -11,7 +11,6 @@ import email
 import json
 from email.policy import default as default_policy
 
-import httpx
 import pytest
 from aiosmtpd.controller import Controller
 from standardwebhooks.webhooks import Webhook
@@ -85,12 +84,6 @@ agents = ["payer"]
     node = await start_node(aiohttp_server, tmp_path, toml)
     await started(node, "cashier")
     return node
-
-
-@pytest.fixture
-async def http():
-    async with httpx.AsyncClient(headers=auth(OPERATE_TOKEN), timeout=30) as client:
-        yield client
 
 
 async def pay(http, node, payment: dict) -> str:

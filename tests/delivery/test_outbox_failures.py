@@ -14,7 +14,6 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import httpx
 import lmdb
 import pytest
 
@@ -24,7 +23,7 @@ from node.delivery.service import OUTBOX, Outbox
 from tests.delivery.support import DELIVERY_TOML, Receiver, rpc, send_params, start_receiver
 from tests.polling import until
 from tests.protocol_support import cashier_toml, start_node, started
-from tests.support import OPERATE_TOKEN, auth
+from tests.support import OPERATE_TOKEN
 
 BEFORE = ["TASK_STATE_SUBMITTED", "TASK_STATE_WORKING", "TASK_STATE_INPUT_REQUIRED"]
 AFTER = ["TASK_STATE_WORKING", "TASK_STATE_COMPLETED"]
@@ -53,12 +52,6 @@ async def node(aiohttp_server, tmp_path, built_agents):
     node = await start_node(aiohttp_server, tmp_path, toml)
     await started(node, "cashier")
     return node
-
-
-@pytest.fixture
-async def http():
-    async with httpx.AsyncClient(headers=auth(OPERATE_TOKEN), timeout=30) as client:
-        yield client
 
 
 def states(receiver: Receiver) -> list[str]:

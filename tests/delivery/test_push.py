@@ -51,12 +51,6 @@ async def receiver(aiohttp_server):
     return await start_receiver(aiohttp_server)
 
 
-@pytest.fixture
-async def http():
-    async with httpx.AsyncClient(headers=auth(OPERATE_TOKEN), timeout=30) as client:
-        yield client
-
-
 async def sdk_client(http: httpx.AsyncClient, url: str, **config):
     return await ClientFactory(ClientConfig(httpx_client=http, **config)).create_from_url(url)
 
