@@ -113,9 +113,10 @@ def _refusal_in(exc: aiohttp.ClientConnectorError) -> DestinationRefused | None:
 
 
 def _retry_after(value: str | None) -> float | None:
-    if value is None or not (value.strip().isascii() and value.strip().isdigit()):
+    text = (value or "").strip()
+    if not (text.isascii() and text.isdigit()):
         return None  # isdigit() alone takes "²", which float() refuses
-    return min(float(value.strip()), MAX_RETRY_AFTER)
+    return min(float(text), MAX_RETRY_AFTER)
 
 
 def standard_webhook_headers(secret: str, entry_id: str, body: bytes) -> dict[str, str]:

@@ -14,8 +14,8 @@ import json
 import re
 from typing import Any
 
-# a finding's title, an approval's one-line summary: here, not in node/runtime/limits.py (which
-# lists it too), so the CLI shows approvals without loading the runtime package (wasmtime)
+# a finding's title, an approval's one-line summary: here (node/runtime/limits.py re-exports
+# it), so the CLI shows approvals without loading the runtime package (wasmtime)
 MAX_DETAIL = 1000
 KEY_WIDTH = 40  # a key longer than this is elided in the middle
 VALUE_WIDTH = 80  # so is a value's JSON text

@@ -63,7 +63,9 @@ def signed_seq(data: bytes, journal: str, node: str, lookup: KeyLookup) -> int:
         return 0
     (checked,) = precheck([item], lookup)
     if not isinstance(checked, Verified) or checked.event.origin != node:
-        log.info("the stream's last message of %s from %s is no envelope it signed", journal, node)
+        # the consumer refuses and reports such a message; a member's junk, repeated on every
+        # look, must not fill this node's log
+        log.debug("the stream's last message of %s from %s is no envelope it signed", journal, node)
         return 0
     return item.seq
 
