@@ -458,3 +458,32 @@ def test_a_leases_bucket_made_by_a_member_with_a_years_ttl_is_not_used(tmp_path)
             node.kill()
     finally:
         server.kill()
+
+
+def test_a_node_down_during_two_quick_takeovers_catches_up_and_converges(hostile):
+    """Issue 51, defect 5 (no attacker needed): one honest node is down while another takes the
+    agent over from its killed home, and the home, restarted, takes it back from the killed
+    taker. The node that was down, started again, judges the first takeover against the stream
+    as it was at that move (the home's later seqs are of a later epoch, no erasure), accepts
+    both and ends with the same journal."""
+    fm, _, _ = hostile
+    home = wait_runner(fm, 20)
+    assert home in HONEST
+    first_taker, down = [n for n in HONEST if n != home]
+    fm[down].kill()
+    fm[home].kill()
+    assert wait_runner(fm, LEASE_TTL_SECS + 20, among=[first_taker]) == first_taker
+    fm[home].start(60)
+    wait_for(lambda: (agent_view(fm[home]) or {}).get("status") == "replica", 30, "a replica")
+    fm[first_taker].kill()
+    assert wait_runner(fm, LEASE_TTL_SECS + 20, among=[home]) == home
+    before = len(events(fm[home]))
+    wait_for(lambda: len(events(fm[home])) >= before + 3, 20, "the second taker writes on")
+    fm[down].start(60)
+    fm[first_taker].start(60)
+    journal = same_journals(fm, [home, down, first_taker], timeout=60)
+    takeovers = [e for e in journal if e["type"] == "journal.takeover"]
+    assert [e["origin"] for e in takeovers[-2:]] == [first_taker, home]
+    view = agent_view(fm[down])
+    assert view["placement"]["home"] == home
+    assert view["placement"]["epoch"] == takeovers[-1]["data"]["epoch"]
