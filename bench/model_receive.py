@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import random
+import sys
 import time
 
 from hypothesis import HealthCheck, Phase, settings
@@ -64,6 +65,8 @@ def main() -> None:
             ),
         )
     except Exception as exc:  # the model's counterexample: reported, not raised
+        if True:  # the steps that fail, as Hypothesis prints them, on stderr
+            print(getattr(exc, "__notes__", "") or exc, file=sys.stderr)
         found = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:500]
     seconds = round(time.monotonic() - started, 1)
     result = {

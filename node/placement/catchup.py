@@ -81,12 +81,13 @@ async def stream_signed_at(
     for _ in range(64):  # log2 of any stream's positions
         if lo >= hi:
             break
-        probe = await first_from((lo + hi) // 2)
+        mid = (lo + hi) // 2
+        probe = await first_from(mid)  # its first message at `mid` or after
         if probe is None:
             break
         position, seqs = probe
         if seqs and seqs[-1] >= seq:
-            hi = position
+            hi = mid
         else:
             lo = position + 1
     found = await first_from(lo)
