@@ -289,6 +289,37 @@ async def test_a_takeover_while_the_home_holds_a_live_lease_is_refused_and_repor
     assert journals(client).home_of("mover") == "node-c"
 
 
+async def test_two_takeovers_in_one_push_against_a_live_home_are_both_refused(client, mesh):
+    """Issue 51, defect 1: two takeovers at one seq and epoch (differing in their lease
+    revision) and node-c's envelope after the second, in one push, while node-b holds its
+    lease. The first is judged and refused, the second is an equivocation (refused unjudged),
+    one critical finding carries both; nothing of node-c's is stored."""
+    chain, first = placed_journal("node-b", "node-c")
+    assert (await push(client, first))["accepted"] == 3
+    await mesh.lease("mover", 0)
+    one = chain.add(
+        4, "node-c", c.JournalTakeover(epoch=1, lease_revision=1, previous_home="node-b")
+    )
+    two = chain.add(
+        4, "node-c", c.JournalTakeover(epoch=1, lease_revision=2, previous_home="node-b")
+    )
+    after = chain.add(5, "node-c", c.AgentRetired(reason="node-c says so"))
+    body = await push(client, [one, two, after])
+    assert body["accepted"] == 0, body
+    assert reasons(body)[:2] == ["bad_takeover", "equivocation"], body
+    (critical,) = await findings(client, "critical")
+    assert critical["title"].startswith("equivocation of moves in journal mover at seq 4")
+    both = json.loads(critical["detail"])
+    assert [both["first"]["signature"], both["second"]["signature"]] == [
+        one["signature"],
+        two["signature"],
+    ]
+    assert journals(client).home_of("mover") == "node-b"
+    assert client.server.app[CONTEXT].store.head("mover").seq == 3
+    again = await push(client, [two])  # alone, later: still an equivocation
+    assert reasons(again) == ["equivocation"]
+
+
 async def test_a_deep_takeover_erasing_what_the_stream_holds_is_refused(client, mesh):
     """node-c, a member of the set, signs a takeover at seq 2: it would rewind seqs 2-5 that
     node-b published to the stream (acknowledged). Refused, reported naming node-c, nothing

@@ -65,6 +65,10 @@ class MoveRules:
             )
         if event.origin == home:
             return self.bad_takeover(item, event, batch, f"{home!r} is its home already")
+        if takeover.previous_home != home:  # the journal's moves (and `writer_at`) say it
+            return self.bad_takeover(
+                item, event, batch, f"it names {takeover.previous_home!r} as the home it replaces"
+            )
         head = self._ctx.store.head(stream)
         held = head.seq if head is not None else 0
         if item.seq <= held:
