@@ -12,6 +12,11 @@ ReceiveModel.TestCase.settings = settings(
     max_examples=12,
     stateful_step_count=20,
     deadline=None,
+    # the same examples every run: the suite checks what the model held when this was written
+    # (a long run, bench/model_receive.py, looks for new holes; what it still finds is in
+    # bench/RESULTS.md, "The model of the receive rules")
+    derandomize=True,
+    database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 TestReceiveModel = ReceiveModel.TestCase
