@@ -155,6 +155,7 @@ async def runtime_lifecycle(
         ),
         resolve=deps.registry.resolve,
     )
+    deps.registry.engine = runtime.engine  # a publish compiles once, for the deploys after it
 
     def on_commit(envelopes: list[Any]) -> None:
         changes = [change for e in envelopes for change in read_model.task_changes(e)]
@@ -192,6 +193,7 @@ async def runtime_lifecycle(
             with contextlib.suppress(asyncio.CancelledError):
                 await placing
         await deployments.close()  # a lifecycle change in progress ends first
+        deps.registry.engine = None  # publishes from here on check alone
         await loop.run_in_executor(None, runtime.stop)
         agents.attach(None, None)
         await session.close()
