@@ -23,7 +23,7 @@ from nats.js.api import DiscardPolicy, RawStreamMsg, StorageType, StreamConfig, 
 from nats.js.errors import APIError, NotFoundError
 from nats.js.kv import KeyValue
 
-from node.sync.nats_subjects import kv_stream, kv_subject
+from node.sync.nats.subjects import kv_stream, kv_subject
 
 log = logging.getLogger("agent-node.placement")
 # the server refuses a duplicate window longer than the stream's max age

@@ -42,7 +42,7 @@ from harness.nats import NatsServer, nats_mesh_toml
 from harness.node import NodeProcess, write_config
 from node.placement.leases import LeaseRecord, lease_key, sign_record
 from node.runtime.compiled_cache import COMPILED_CACHE_ENV
-from node.sync.nats_subjects import (
+from node.sync.nats.subjects import (
     kv_stream,
     kv_subject,
 )
