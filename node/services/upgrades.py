@@ -29,6 +29,7 @@ from node.services.rollouts import Change
 from node.web.http import Problem, problem_list
 from projections import catalogue as c
 from projections.deployments import NODE_STREAM, DeployedAgent
+from projections.placements import Placements
 from projections.tasks import Tasks
 
 
@@ -167,7 +168,7 @@ class Upgrades(DeploymentBase):
         placement: tuple[str, ...] = (),
     ) -> str:
         name = deployed.name
-        revision = deployed.last_revision + 1
+        revision = self.ctx.projections.get(Placements).next_revision(name, deployed.last_revision)
         previous = deployed.current.revision
         upgraded = c.AgentUpgraded(
             agent=name, revision=revision, source="api", definition=definition, operator=operator
