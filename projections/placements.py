@@ -54,6 +54,8 @@ class Placed(msgspec.Struct, kw_only=True):
     stopped: bool = False
     retired: bool = False  # removed: it runs nowhere again (a new deployment places it anew)
     history: list[PlacedChange] = msgspec.field(default_factory=list)
+    # the definition an upgrade prepares (`agent.preparing`) until an `agent.placed` follows
+    preparing: c.AgentDefinition | None = None
 
     def revision_of(self, definition: c.AgentDefinition) -> int:
         """The revision the journal names for `definition`: the latest one's, or that of the
@@ -70,7 +72,14 @@ class Placed(msgspec.Struct, kw_only=True):
 class Placements:
     name = "placements"
     handles = frozenset(
-        {AGENT_PLACED, AGENT_MOVED_IN, c.AGENT_HALTED, c.AGENT_UNHALTED, c.AGENT_RETIRED}
+        {
+            AGENT_PLACED,
+            AGENT_MOVED_IN,
+            c.AGENT_HALTED,
+            c.AGENT_UNHALTED,
+            c.AGENT_RETIRED,
+            c.AGENT_PREPARING,
+        }
     )
 
     def __init__(self) -> None:
@@ -97,6 +106,10 @@ class Placements:
                 agent.stopped, agent.stopped_by = False, None
         elif kind == c.AGENT_RETIRED:
             agent.retired = True
+        elif kind == c.AGENT_PREPARING:
+            preparing = c.read(c.AgentPreparing, data)
+            if preparing is not None and not agent.retired:
+                agent.preparing = preparing.definition
 
     def _placed(self, envelope: Envelope) -> None:
         placed = c.read(c.AgentPlaced, envelope.event.data)

@@ -15,6 +15,8 @@ to know, so an advert says nothing more of the node (not its secret domains, not
 `free_slots`: `[mesh] agent_slots` less the placed agents it runs. `draining`: the node is
 draining or drained (`node drain`, SIGTERM): it hosts nothing more (its `hosts` is empty) and
 a move to it is refused, saying so; put at once when the drain begins, not an interval later.
+`prepared`: `agent=sha256:...` of each definition an upgrade prepares (`agent.preparing`) that
+is ready here, so the upgrading home knows a standby is (node/placement/standby.py).
 
 What a node can serve (`served_domains`): the secret domains of its `[secrets.<domain>]` tables
 that hold a value, or for which an `AGENT_SECRET_<DOMAIN>_...` environment variable is set (an
@@ -57,6 +59,9 @@ class Advert(msgspec.Struct):  # fields added later are ignored by this version
     free_slots: Annotated[int, msgspec.Meta(ge=0, le=MAX_SLOTS)] = 0
     at: float = 0.0  # the node's wall clock: for people, never for a decision
     draining: bool = False  # draining or drained: it takes no placed agent until it restarts
+    # "agent=sha256:..." of the definitions upgrades prepare (`agent.preparing`) that are
+    # ready here: the home's upgrade waits for one node of the set to say so
+    prepared: Names = []
 
 
 _decoder = msgspec.json.Decoder(Advert)
@@ -99,6 +104,7 @@ class NodeAdverts:
         hosts: Callable[[], list[str]],
         hosting: Callable[[], int],
         draining: Callable[[], bool] = lambda: False,
+        prepared: Callable[[], list[str]] = list,
     ) -> None:
         self.node = node
         self._mesh = mesh
@@ -106,6 +112,7 @@ class NodeAdverts:
         self._hosts = hosts  # the placed agents this node is ready to host now
         self._hosting = hosting  # placed agents this node runs now
         self._draining = draining
+        self._prepared = prepared
         self._js: JetStreamContext | None = None
         self._kv: KeyValue | None = None
         self.ttl = mesh.advert_interval_secs * ADVERT_LIVES
@@ -136,7 +143,8 @@ class NodeAdverts:
         if self._draining():
             return Advert(self.node, [], free, time.time(), draining=True)
         hosts = [name for name in self._hosts() if len(name) <= MAX_NAME_CHARS][:MAX_NAMES]
-        return Advert(self.node, hosts, free, time.time())
+        prepared = [key for key in self._prepared() if len(key) <= MAX_NAME_CHARS][:MAX_NAMES]
+        return Advert(self.node, hosts, free, time.time(), prepared=prepared)
 
     async def put(self) -> int:
         """Put this node's advert now; its revision."""

@@ -27,6 +27,7 @@ async def open_link(manager: PlacementManager, js: JetStreamContext, publisher: 
         manager.ready_to_host,
         lambda: len(manager.running),
         lambda: manager.draining,
+        manager.prepared_here,
     )
     components = ComponentStore(mesh, ctx.config.node.max_upload_mb << 20)
     await adverts.attach(js)

@@ -43,11 +43,13 @@ import msgspec
 
 from eventstore.writer import Fenced
 from node.context import NodeContext
+from node.placement.adverts import Advert, served_domains
 from node.placement.buckets import BucketError
 from node.placement.components import ComponentError, ComponentRefused
 from node.placement.hosting import MOVE_ACK_SECS, SHARE_CHECK_SECS, Link
 from node.placement.leases import RENEW_SHARE, LeaseError
 from node.placement.moves import Moves
+from node.placement.standby import Standby, prepared_key, wait_for_standby
 from node.placement.takeover import Takeovers
 from node.services.approvals import ApprovalGate
 from node.services.deployments import DeploymentService
@@ -157,6 +159,39 @@ class PlacementManager(Takeovers, Moves):
         except ComponentError as exc:
             raise Problem(503, f"the mesh's component store did not take it: {exc}") from None
         self._shared_at[name] = time.monotonic()
+
+    async def prepare_standby(
+        self,
+        name: str,
+        definition: c.AgentDefinition,
+        wait: bool,
+        progress: Callable[[Standby], None],
+    ) -> Standby:
+        """Before an upgrade switches to `definition`: journal `agent.preparing` (the set's
+        other nodes fetch and compile it), then, if `wait`, wait up to `[mesh]
+        standby_wait_secs` until one of them advertises it ready (standby.py)."""
+        await self.ctx.store.append(name, *c.event_of(c.AgentPreparing(definition=definition)))
+        key = prepared_key(name, definition)
+        return await self._standby(name, lambda advert: key in advert.prepared, wait, progress)
+
+    async def standby(self, name: str, wait: bool, progress: Callable[[Standby], None]) -> Standby:
+        """After a first deploy: the set's other nodes ready to take `name` over (its advert
+        lists it), waited for as `prepare_standby` waits."""
+        return await self._standby(name, lambda advert: name in advert.hosts, wait, progress)
+
+    async def _standby(
+        self,
+        name: str,
+        is_ready: Callable[[Advert], bool],
+        wait: bool,
+        progress: Callable[[Standby], None],
+    ) -> Standby:
+        placed, link = self.placements.get(name), self.link
+        others = [n for n in placed.placement if n != self.ctx.name] if placed else []
+        if not others or link is None:
+            return Standby((), tuple(others))
+        within = self.ctx.config.mesh.standby_wait_secs if wait else 0.0
+        return await wait_for_standby(link.adverts.live, others, is_ready, within, progress)
 
     async def claim(self, name: str) -> None:
         """The lease of a new placed agent, deployed here at epoch 0."""
@@ -297,6 +332,14 @@ class PlacementManager(Takeovers, Moves):
             return
         self._refused.pop(agent, None)
         self.prepare.want(placed.definition)
+        preparing = placed.preparing
+        consent = self.consent(agent)
+        if (
+            preparing is not None
+            and consent is not None
+            and consent.refusal(preparing, served_domains(self.ctx.config)) is None
+        ):
+            self.prepare.want(preparing)  # an upgrade to come: a standby on it before it does
         if not self.prepare.ready(placed.definition):
             return
         self._busy.add(agent)
