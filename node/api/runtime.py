@@ -208,9 +208,9 @@ def keep_as_replicas(
         if name not in deployments.elsewhere:
             log.warning(
                 "agent %s was deployed here, but its placement set no longer names this node: "
-                "kept as a replica, never run here (`agent-node agents rm %s` on its home, or "
-                "drop its [[agents]] entry, to say so)",
-                name,
+                "kept as a replica, never run here; nothing to do on this node (an [[agents]] "
+                "entry of it may be dropped). Not `agent-node agents rm` on its home: that "
+                "removes it from every node of its set",
                 name,
             )
         deployments.elsewhere.add(name)

@@ -16,7 +16,9 @@ to know, so an advert says nothing more of the node (not its secret domains, not
 draining or drained (`node drain`, SIGTERM): it hosts nothing more (its `hosts` is empty) and
 a move to it is refused, saying so; put at once when the drain begins, not an interval later.
 `prepared`: `agent=sha256:...` of each definition an upgrade prepares (`agent.preparing`) that
-is ready here, so the upgrading home knows a standby is (node/placement/standby.py).
+is ready here, so the upgrading home knows a standby is (node/placement/standby.py);
+`preparing`: the same names (or an agent's) for what it is fetching or compiling now, so the
+home waits for those nodes and not for ones that never will be.
 
 What a node can serve (`served_domains`): the secret domains of its `[secrets.<domain>]` tables
 that hold a value, or for which an `AGENT_SECRET_<DOMAIN>_...` environment variable is set (an
@@ -62,6 +64,8 @@ class Advert(msgspec.Struct):  # fields added later are ignored by this version
     # "agent=sha256:..." of the definitions upgrades prepare (`agent.preparing`) that are
     # ready here: the home's upgrade waits for one node of the set to say so
     prepared: Names = []
+    # the same names (an agent, or agent=sha256:...) for what it is fetching or compiling now
+    preparing: Names = []
 
 
 _decoder = msgspec.json.Decoder(Advert)
@@ -105,6 +109,7 @@ class NodeAdverts:
         hosting: Callable[[], int],
         draining: Callable[[], bool] = lambda: False,
         prepared: Callable[[], list[str]] = list,
+        preparing: Callable[[], list[str]] = list,
     ) -> None:
         self.node = node
         self._mesh = mesh
@@ -113,6 +118,7 @@ class NodeAdverts:
         self._hosting = hosting  # placed agents this node runs now
         self._draining = draining
         self._prepared = prepared
+        self._preparing = preparing
         self._js: JetStreamContext | None = None
         self._kv: KeyValue | None = None
         self.ttl = mesh.advert_interval_secs * ADVERT_LIVES
@@ -144,7 +150,8 @@ class NodeAdverts:
             return Advert(self.node, [], free, time.time(), draining=True)
         hosts = [name for name in self._hosts() if len(name) <= MAX_NAME_CHARS][:MAX_NAMES]
         prepared = [key for key in self._prepared() if len(key) <= MAX_NAME_CHARS][:MAX_NAMES]
-        return Advert(self.node, hosts, free, time.time(), prepared=prepared)
+        pending = [key for key in self._preparing() if len(key) <= MAX_NAME_CHARS][:MAX_NAMES]
+        return Advert(self.node, hosts, free, time.time(), prepared=prepared, preparing=pending)
 
     async def put(self) -> int:
         """Put this node's advert now; its revision."""

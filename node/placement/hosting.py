@@ -187,6 +187,21 @@ class Hosting:
                 ready.append(prepared_key(placed.agent, preparing))
         return sorted(ready)
 
+    def preparing_here(self) -> list[str]:
+        """What this node is fetching or compiling to stand by for: the agent's name (its
+        placed definition) or `agent=sha256:...` (an upgrade's). Its advert's `preparing`: a
+        home waiting for a standby waits for such nodes, not for ones that never will be."""
+        pending = []
+        for placed in self.placements.placed_on(self.ctx.name):
+            if self.refusal(placed) is not None:
+                continue
+            if self.prepare.pending(placed.definition):
+                pending.append(placed.agent)
+            preparing = placed.preparing
+            if preparing is not None and self.prepare.pending(preparing):
+                pending.append(prepared_key(placed.agent, preparing))
+        return sorted(pending)
+
     def _linked(self) -> Link:
         if self.link is None:
             if self.unusable:

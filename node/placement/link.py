@@ -28,6 +28,7 @@ async def open_link(manager: PlacementManager, js: JetStreamContext, publisher: 
         lambda: len(manager.running),
         lambda: manager.draining,
         manager.prepared_here,
+        manager.preparing_here,
     )
     components = ComponentStore(mesh, ctx.config.node.max_upload_mb << 20)
     await adverts.attach(js)

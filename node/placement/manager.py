@@ -172,17 +172,30 @@ class PlacementManager(Takeovers, Moves):
         standby_wait_secs` until one of them advertises it ready (standby.py)."""
         await self.ctx.store.append(name, *c.event_of(c.AgentPreparing(definition=definition)))
         key = prepared_key(name, definition)
-        return await self._standby(name, lambda advert: key in advert.prepared, wait, progress)
+        return await self._standby(
+            name,
+            lambda advert: key in advert.prepared,
+            lambda advert: key in advert.preparing,
+            wait,
+            progress,
+        )
 
     async def standby(self, name: str, wait: bool, progress: Callable[[Standby], None]) -> Standby:
         """After a first deploy: the set's other nodes ready to take `name` over (its advert
         lists it), waited for as `prepare_standby` waits."""
-        return await self._standby(name, lambda advert: name in advert.hosts, wait, progress)
+        return await self._standby(
+            name,
+            lambda advert: name in advert.hosts,
+            lambda advert: name in advert.preparing,
+            wait,
+            progress,
+        )
 
     async def _standby(
         self,
         name: str,
         is_ready: Callable[[Advert], bool],
+        is_pending: Callable[[Advert], bool],
         wait: bool,
         progress: Callable[[Standby], None],
     ) -> Standby:
@@ -190,8 +203,12 @@ class PlacementManager(Takeovers, Moves):
         others = [n for n in placed.placement if n != self.ctx.name] if placed else []
         if not others or link is None:
             return Standby((), tuple(others))
-        within = self.ctx.config.mesh.standby_wait_secs if wait else 0.0
-        return await wait_for_standby(link.adverts.live, others, is_ready, within, progress)
+        mesh = self.ctx.config.mesh
+        within = mesh.standby_wait_secs if wait else 0.0
+        grace = mesh.advert_interval_secs * 2 + 1.0  # the set's adverts catch up meanwhile
+        return await wait_for_standby(
+            link.adverts.live, others, is_ready, is_pending, within, grace, progress
+        )
 
     async def claim(self, name: str) -> None:
         """The lease of a new placed agent, deployed here at epoch 0."""

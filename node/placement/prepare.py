@@ -64,6 +64,11 @@ class Preparer:
         state = self._states.get(_key(definition))
         return state is not None and state.ready
 
+    def pending(self, definition: c.AgentDefinition) -> bool:
+        """Being fetched or compiled here, not failed yet: it will be ready soon."""
+        state = self._states.get(_key(definition))
+        return state is not None and not state.ready and not state.error
+
     def error(self, definition: c.AgentDefinition) -> str:
         state = self._states.get(_key(definition))
         return state.error if state is not None else ""

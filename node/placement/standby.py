@@ -58,12 +58,17 @@ async def wait_for_standby(
     live: Callable[[list[str]], Awaitable[dict[str, Advert]]],
     others: list[str],
     is_ready: Callable[[Advert], bool],
+    is_pending: Callable[[Advert], bool],
     within: float,
+    grace: float,
     progress: Callable[[Standby], None],
 ) -> Standby:
-    """Poll the adverts of `others` until one `is_ready` or `within` seconds passed (0: look
-    once); each look is told to `progress`. Adverts that cannot be read count as none."""
-    deadline = time.monotonic() + within
+    """Poll the adverts of `others` until one `is_ready`, or `within` seconds passed (0: look
+    once), or none is live, or, `grace` seconds in (adverts lag an interval), none is
+    preparing (`is_pending`): nobody is left to wait for. Each look is told to `progress`.
+    Adverts that cannot be read count as none."""
+    started = time.monotonic()
+    deadline = started + within
     while True:
         adverts: dict[str, Advert] = {}
         with contextlib.suppress(Exception):
@@ -72,6 +77,8 @@ async def wait_for_standby(
         ready = tuple(n for n in others if (a := adverts.get(n)) is not None and is_ready(a))
         standby = Standby(ready, tuple(others))
         progress(standby)
-        if ready or time.monotonic() >= deadline:
+        now = time.monotonic()
+        pending = any(is_pending(a) for a in adverts.values())
+        if ready or now >= deadline or not adverts or (now - started >= grace and not pending):
             return standby
-        await asyncio.sleep(min(POLL_SECS, max(0.0, deadline - time.monotonic())))
+        await asyncio.sleep(min(POLL_SECS, max(0.0, deadline - now)))

@@ -69,9 +69,7 @@ def first_tick_on(fm: FailoverMesh, among: list[str], since: float) -> tuple[str
     return taker, ticked - since
 
 
-def test_kill_9_and_sigterm_right_after_an_upgrade_find_a_standby(
-    failover, built_agents, tmp_path
-):
+def test_kill_9_and_sigterm_right_after_an_upgrade_find_a_standby(failover, built_agents, tmp_path):
     fm = failover()
     counter = built_agents["counter"]
     placed_counter(fm, counter, SET)
