@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from harness.failover import (
-    AGENT,
     LEASE_TTL_SECS,
     FailoverMesh,
     agent_view,
