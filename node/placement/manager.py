@@ -59,6 +59,16 @@ from projections import catalogue as c
 from projections.deployments import DeployedAgents
 from projections.placements import Placed
 
+QUIET_ATTACH_TRIES = 2  # timed-out attaches in a row logged at INFO before a WARNING
+MAX_ATTACH_PAUSE_SECS = 30.0
+
+
+def attach_backoff(failures: int, check_secs: float) -> float:
+    """The pause after `failures` failed attaches in a row: 1 s, 2 s, 4 s ... up to 30 s
+    (never less than a placement turn)."""
+    return max(check_secs, min(MAX_ATTACH_PAUSE_SECS, 2.0 ** (failures - 1)))
+
+
 if TYPE_CHECKING:  # nats-py is an optional extra: imported where the NATS mesh runs
     from nats.js import JetStreamContext
 
@@ -258,6 +268,8 @@ class PlacementManager(Takeovers, Moves):
             )
 
     # ------------------------------------------------------------------ the loop
+    _attach_failures = 0  # attaches failed in a row (the backoff's count)
+
     async def supervise(self, mesh: Any, open_link: LinkOpener) -> None:
         """Follow the node's NATS connection (node/sync/nats/mesh.py): a Link and the loop
         for each connection, rebuilt after a reconnect (a lease's callbacks die with it)."""
@@ -292,10 +304,21 @@ class PlacementManager(Takeovers, Moves):
             await self._cannot_run(self.unusable)
             await asyncio.sleep(max(self.check_secs, 5.0))
             return
-        except Exception as exc:  # the next connection tries again
-            log.warning("placement: %s: %s", type(exc).__name__, exc)
-            await asyncio.sleep(max(self.check_secs, 2.0))
+        except Exception as exc:  # tried again, sooner first, then backing off
+            self._attach_failures += 1
+            pause = attach_backoff(self._attach_failures, self.check_secs)
+            # a fresh cluster's first attach may time out while another node creates the
+            # streams (RAFT on three servers): said quietly, the next try usually succeeds
+            quiet = isinstance(exc, TimeoutError) and self._attach_failures <= QUIET_ATTACH_TRIES
+            (log.info if quiet else log.warning)(
+                "placement: attaching the buckets: %s: %s; trying again in %.1f s",
+                type(exc).__name__,
+                exc,
+                pause,
+            )
+            await asyncio.sleep(pause)
             return
+        self._attach_failures = 0
         self.unusable = ""
         serving = asyncio.create_task(self.serve(link), name="placement")
         preparing = asyncio.create_task(self.prepare.run(link.components), name="preparing")

@@ -49,3 +49,19 @@ def test_a_drained_node_is_no_target_and_a_lapsed_handoff_is_named(failover, bui
         assert not [t for t in titles if t.startswith(f"agent {AGENT} taken over from ")]
     finally:
         fm["node-b"].proc.send_signal(signal.SIGCONT)
+
+
+def test_the_last_node_shutting_down_hands_to_no_node_that_stopped(failover, built_agents):
+    """Issue 52 item 7: the replicas stopped (SIGTERM) moments before the home does; their
+    adverts still live, but say they drained: the home gives the lease up, it hands nothing to
+    a node that is gone."""
+    fm = failover()
+    placed_counter(fm, built_agents["counter"], SET)
+    wait_for(lambda: candidates(fm["node-a"]) == ["node-b", "node-c"], 30, "b and c ready")
+    for name in ("node-c", "node-b"):
+        assert fm[name].terminate() == 0
+    assert fm["node-a"].terminate() == 0
+    log = fm["node-a"].log_path.read_text()
+    stopping = log[log.rindex("shutting down") :]
+    assert "handed over to" not in stopping, stopping
+    assert f"agent {AGENT}: its lease given up for another node to take" in stopping, stopping
