@@ -184,7 +184,7 @@ def test_agents_show_on_the_home_names_the_lease_and_the_ready_members(mesh, cli
         re.fullmatch(r"lease: held by node-a \(this node\), \d+\.\d s left", x) for x in lines
     )
     assert "ready to take it: node-b" in lines
-    assert lines[lines.index("deployments across homes:") + 2].split()[1:5] == [
+    assert lines[lines.index("deployments across homes (newest first):") + 2].split()[1:5] == [
         "deployed", "1", "node-a", "admin"
     ]  # fmt: skip
 

@@ -40,9 +40,7 @@ def test_targets_are_fresh_ready_members_in_the_sets_order(placement, here, raw,
     for node in chosen:
         assert node in placement and node != here
         assert AGENT in live[node].hosts and not live[node].draining
-    expected = {
-        n for n in placement if n != here and n in raw and raw[n][0] and not raw[n][2]
-    }
+    expected = {n for n in placement if n != here and n in raw and raw[n][0] and not raw[n][2]}
     assert set(chosen) == expected
     # any member's claim of more free slots (one or more) changes nothing of the order
     boosted = {
