@@ -16,17 +16,18 @@ from harness.failover import (
     LEASE_TTL_SECS,
     FailoverMesh,
     agent_view,
-    deploy,
     events,
     publish_component,
     ticks,
     wait_for,
 )
-from tests.failover.test_failover import placed_counter
 from tests.failover.test_placement_ops import SET, new_home
 
 pytestmark = pytest.mark.timeout(420)
 BOUND_SECS = LEASE_TTL_SECS + 5
+# the replicas keep compiled components in their own data dirs: a publish on the home, which
+# compiles into the run's shared cache, does not compile anything for them
+COLD = ("node-b", "node-c")
 
 
 def _leb128(n: int) -> bytes:
@@ -49,13 +50,37 @@ def fresh_bytes(wasm: Path, tag: str, folder: Path) -> Path:
 
 def upgrade(fm: FailoverMesh, home: str, wasm: Path, version: str) -> dict:
     component = publish_component(fm[home], wasm, version=version)
-    answer = deploy(fm[home], component, SET)
+    with fm[home].client() as client:  # it waits for a replica's own compile of the bytes
+        answer = client.put(
+            f"/api/v1/agents/{AGENT}",
+            json={"component": component, "tick_interval_ms": 200, "placement": SET},
+            timeout=300,
+        )
     assert answer.status_code == 200, answer.text
     body = answer.json()
     standby = body["standby"]
     assert standby["ready"] and set(standby["ready"]) <= set(standby["of"]), body
     assert "ready to take it over" in body["message"], body
     return body
+
+
+def placed_cold(fm: FailoverMesh, counter: Path) -> None:
+    """counter 1.0.0 placed on SET from node-a, not waiting for the replicas' own compile of
+    it (minutes on a busy machine), then waited for: both ready on 1.0.0."""
+    component = publish_component(fm["node-a"], counter)
+    with fm["node-a"].client() as client:
+        answer = client.put(
+            f"/api/v1/agents/{AGENT}",
+            params={"wait_standby": "false"},
+            json={"component": component, "tick_interval_ms": 200, "placement": SET},
+            timeout=120,
+        )
+    assert answer.status_code == 201, answer.text
+    wait_for(
+        lambda: (agent_view(fm["node-a"])["placement"] or {}).get("candidates") == SET[1:],
+        300,
+        "b and c compiled 1.0.0 (their own compile)",
+    )
 
 
 def first_tick_on(fm: FailoverMesh, among: list[str], since: float) -> tuple[str, float]:
@@ -70,9 +95,9 @@ def first_tick_on(fm: FailoverMesh, among: list[str], since: float) -> tuple[str
 
 
 def test_kill_9_and_sigterm_right_after_an_upgrade_find_a_standby(failover, built_agents, tmp_path):
-    fm = failover()
+    fm = failover(own_compile_cache=COLD)  # the replicas compile for themselves
     counter = built_agents["counter"]
-    placed_counter(fm, counter, SET)
+    placed_cold(fm, counter)
 
     upgrade(fm, "node-a", fresh_bytes(counter, "two", tmp_path), "1.1.0")
     killed = time.monotonic()
@@ -98,14 +123,9 @@ def test_without_waiting_a_takeover_runs_the_old_version_then_the_upgrade_resume
     kill -9 of it then is still followed by a tick within the bound, on the old version (the
     replicas stood by on it, and the new home says so), and the new home switches to the
     new version once it compiled it."""
-    fm = failover()
+    fm = failover(own_compile_cache=COLD)  # the replicas compile for themselves
     counter = built_agents["counter"]
-    placed_counter(fm, counter, SET)
-    wait_for(
-        lambda: (agent_view(fm["node-a"])["placement"] or {}).get("candidates") == SET[1:],
-        30,
-        "b and c ready on 1.0.0",
-    )
+    placed_cold(fm, counter)
     component = publish_component(
         fm["node-a"], fresh_bytes(counter, "four", tmp_path), "counter", "1.1.0"
     )
