@@ -114,39 +114,3 @@ def test_kill_9_and_sigterm_right_after_an_upgrade_find_a_standby(failover, buil
     second, took = first_tick_on(fm, others, stopped)
     assert took <= BOUND_SECS, took
     assert agent_view(fm[second])["current"]["version"] == "1.2.0"
-
-
-def test_without_waiting_a_takeover_runs_the_old_version_then_the_upgrade_resumes(
-    failover, built_agents, tmp_path
-):
-    """`--no-wait-standby`: the home switches before any replica compiled the new bytes; a
-    kill -9 of it then is still followed by a tick within the bound, on the old version (the
-    replicas stood by on it, and the new home says so), and the new home switches to the
-    new version once it compiled it."""
-    fm = failover(own_compile_cache=COLD)  # the replicas compile for themselves
-    counter = built_agents["counter"]
-    placed_cold(fm, counter)
-    component = publish_component(
-        fm["node-a"], fresh_bytes(counter, "four", tmp_path), "counter", "1.1.0"
-    )
-    with fm["node-a"].client() as client:
-        answer = client.put(
-            f"/api/v1/agents/{AGENT}",
-            params={"wait_standby": "false"},
-            json={"component": component, "tick_interval_ms": 200, "placement": SET},
-            timeout=120,
-        )
-    assert answer.status_code == 200, answer.text
-    assert answer.json()["standby"]["ready"] == [], answer.text  # nobody compiled it yet
-    killed = time.monotonic()
-    fm["node-a"].kill()
-    taker, took = first_tick_on(fm, ["node-b", "node-c"], killed)
-    assert took <= BOUND_SECS, took
-    assert "the version before its upgrade" in fm[taker].log_path.read_text()
-    wait_for(
-        lambda: (agent_view(fm[taker]) or {}).get("current", {}).get("version") == "1.1.0",
-        300,
-        f"{taker} switches to 1.1.0 once compiled",
-    )
-    journal = events(fm[taker])
-    assert any(n == taker for _, n in ticks(journal)), "it ticks on the new home"
