@@ -1,6 +1,6 @@
 """Failover of a placed agent: kill -9 of its home under load, again and again; planned moves;
 takeovers on nodes that never ran the component; the same with a hostile member attacking the
-leases throughout (issues 36, 43, 44).
+leases throughout (issues 36, 43, 44); a deploy right after a publish (issue 52).
 
 Three real nodes (harness/failover.py), every one consenting to host the counter agent
 (agents/counter: a tick every 200 ms, its count in state) placed on all three, and findings about
@@ -11,10 +11,12 @@ come back a replica). Then `--moves` planned moves in a row, each to the next no
 the request to the first tick on the target; a move "bounced" when a takeover follows it.
 `--cold` times, on a fresh mesh whose nodes share no compile cache: the replicas compile the
 component when they learn of the placement, the home is killed, and the first tick on the new
-home is timed. Last, with `--hostile-kills`, the kills again on one nats-server with the
-generated permissions, while node-x (a member with its own NATS user and key, outside the
-agent's set) deletes and writes junk on the home's lease key and junk and claims on its own
-every 0.5 s throughout: `attack_takeovers` counts takeovers beyond one per kill (must be 0).
+home is timed; so are the publish on the fresh mesh (its one compile) and the deploy right after
+it (`deploy_after_publish_s`: it compiles nothing again). Last, with `--hostile-kills`, the kills
+again on one nats-server with the generated permissions, while node-x (a member with its own
+NATS user and key, outside the agent's set) deletes and writes junk on the home's lease key and
+junk and claims on its own every 0.5 s throughout: `attack_takeovers` counts takeovers beyond
+one per kill (must be 0).
 
 Figures: the failover times (median, p95) next to the lease TTL; acknowledged findings missing
 from the final journal (must be 0); envelopes written by a node that was not the home at that
@@ -198,16 +200,24 @@ def kills_and_moves(args: argparse.Namespace, hostile: bool) -> dict[str, Any]:
     return result
 
 
-def cold_failover(args: argparse.Namespace) -> float:
+def cold_failover(args: argparse.Namespace) -> tuple[float, float, float]:
     """One fresh mesh whose nodes compile for themselves: the time from the home's kill to the
-    first tick on a node that never ran the component."""
+    first tick on a node that never ran the component; also how long the publish (its one
+    compile) and the deploy right after it took: (takeover, publish, deploy) seconds."""
     saved = os.environ.pop(COMPILED_CACHE_ENV, None)
     root = Path(tempfile.mkdtemp(prefix="failover-cold-"))
     fm = FailoverMesh(root, lease_ttl=args.lease_ttl).start()
     try:
+        started = time.monotonic()
         component = publish_component(fm["node-a"], built_counter())
+        published = time.monotonic()
         deployed = deploy(fm["node-a"], component, list(NODES))
+        deploy_s = time.monotonic() - published
         assert deployed.status_code == 201, deployed.text
+        print(
+            f"cold publish in {published - started:.2f} s, the deploy after it in {deploy_s:.2f} s",
+            flush=True,
+        )
         assert wait_runner(fm, 120) == "node-a"
         wait_for(
             lambda: (
@@ -223,7 +233,7 @@ def cold_failover(args: argparse.Namespace) -> float:
         new_home = wait_runner(fm, args.lease_ttl + 60, among=list(NODES[1:]))
         took = first_tick_by(fm, new_home, head, 60) - killed
         print(f"cold takeover by {new_home} in {took:.2f} s", flush=True)
-        return took
+        return took, published - started, deploy_s
     finally:
         fm.kill()
         if saved is not None:
@@ -245,11 +255,14 @@ def main() -> None:
     args = parser.parse_args()
     os.environ.setdefault(COMPILED_CACHE_ENV, str(ROOT / ".cache" / "wasmtime"))
     result: dict[str, Any] = {"bench": "failover", "lease_ttl_s": args.lease_ttl}
-    result |= kills_and_moves(args, hostile=False)
+    if args.kills or args.moves:
+        result |= kills_and_moves(args, hostile=False)
     colds = [cold_failover(args) for _ in range(args.cold)]
     if colds:
         result["cold_failovers"] = len(colds)
-        result["cold_failover_p95_s"] = round(p95(colds), 2)
+        result["cold_failover_p95_s"] = round(p95([c[0] for c in colds]), 2)
+        result["publish_cold_s"] = round(statistics.median(c[1] for c in colds), 2)
+        result["deploy_after_publish_s"] = round(statistics.median(c[2] for c in colds), 2)
     if args.hostile_kills:
         result["hostile"] = kills_and_moves(args, hostile=True)
     print(json.dumps(result))

@@ -33,23 +33,25 @@ def verify_journals(
     streams: Iterable[str] | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> AuditReport:
-    """Walk journals in seq order and stop at the first envelope that does not hold up."""
-    heads = store.heads()
-    names = sorted(heads) if streams is None else list(streams)
+    """Walk journals in seq order and stop at the first envelope that does not hold up.
+
+    Each journal is read in one snapshot (its head and records in one read transaction), so
+    a node appending meanwhile cannot make its records end short of, or past, its head."""
+    names = sorted(store.heads()) if streams is None else list(streams)
     checked = 0
     for stream in names:
-        head = heads.get(stream)
-        if head is None:
-            return AuditReport(len(names), checked, AuditFailure(stream, 0, "no such journal"))
-        prev_hash, expected_seq = "", 1
-        for seq, raw in store.iter_stream_records(stream):
-            failure = _check(stream, seq, raw, expected_seq, prev_hash, key_for_origin)
-            if not isinstance(failure, _Ok):
-                return AuditReport(len(names), checked, AuditFailure(stream, seq, failure))
-            prev_hash, expected_seq = failure, seq + 1
-            checked += 1
-            if progress and checked % 1000 == 0:
-                progress(checked)
+        with store.stream_snapshot(stream) as (head, records):
+            if head is None:
+                return AuditReport(len(names), checked, AuditFailure(stream, 0, "no such journal"))
+            prev_hash, expected_seq = "", 1
+            for seq, raw in records:
+                failure = _check(stream, seq, raw, expected_seq, prev_hash, key_for_origin)
+                if not isinstance(failure, _Ok):
+                    return AuditReport(len(names), checked, AuditFailure(stream, seq, failure))
+                prev_hash, expected_seq = failure, seq + 1
+                checked += 1
+                if progress and checked % 1000 == 0:
+                    progress(checked)
         if progress:
             progress(checked)
         if expected_seq - 1 != head.seq or (head.seq and prev_hash != head.payload_hash):

@@ -22,6 +22,7 @@ import concurrent.futures
 import math
 import os
 from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -394,6 +395,12 @@ class EventStore:
     def iter_stream_records(self, stream: str, chunk: int = 5000) -> Iterator[tuple[int, bytes]]:
         """(seq, stored record bytes) of one journal, undecoded: for audits of damaged data."""
         return self._reader.iter_stream_records(stream, chunk)
+
+    def stream_snapshot(
+        self, stream: str
+    ) -> AbstractContextManager[tuple[Head | None, Iterator[tuple[int, bytes]]]]:
+        """A journal's head and stored records read in one transaction (JournalReader)."""
+        return self._reader.stream_snapshot(stream)
 
     def iter_stream(self, stream: str, chunk: int = 5000) -> Iterator[Envelope]:
         return self._reader.iter_stream(stream, chunk)

@@ -70,6 +70,9 @@ AGENT_PLACED = "agent.placed"
 JOURNAL_HANDOFF = "journal.handoff"
 JOURNAL_TAKEOVER = "journal.takeover"
 AGENT_MOVED_IN = "agent.moved_in"
+# by the home, before an upgrade switches to a new definition: the set's other nodes fetch and
+# compile it meanwhile, so one of them is ready to take the agent over on it (issue 52)
+AGENT_PREPARING = "agent.preparing"
 # an operator's stop and start of a placed agent, in its own journal: they follow it to every
 # node that becomes its home (the drain before a handoff is `agent.stopped`, an instance's end)
 AGENT_HALTED = "agent.halted"
@@ -580,6 +583,16 @@ class AgentUnhalted(Payload):
 
     type = AGENT_UNHALTED
     operator: Name | None = None
+
+
+@entry
+class AgentPreparing(Payload):
+    """By the home: the definition an upgrade is about to switch to. It changes nothing that
+    runs; the set's other nodes make its component ready (fetched, compiled) and advertise
+    that they did, and the home's `agent.placed` of it follows."""
+
+    type = AGENT_PREPARING
+    definition: AgentDefinition
 
 
 @entry

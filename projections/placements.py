@@ -47,16 +47,39 @@ class Placed(msgspec.Struct, kw_only=True):
     placed_seq: int
     moved_in_epoch: int = -1
     revision: int = 0
+    # the highest revision its journal named since its last deployment anew: the next
+    # upgrade's is one more, on whichever node is home (revisions are the journal's)
+    last_revision: int = 0
     stopped_by: str | None = None  # an operator's stop (`agent.halted`), until `agent.unhalted`
     stopped: bool = False
     retired: bool = False  # removed: it runs nowhere again (a new deployment places it anew)
     history: list[PlacedChange] = msgspec.field(default_factory=list)
+    # the definition an upgrade prepares (`agent.preparing`) until an `agent.placed` follows
+    preparing: c.AgentDefinition | None = None
+
+    def revision_of(self, definition: c.AgentDefinition) -> int:
+        """The revision the journal names for `definition`: the latest one's, or that of the
+        newest deployment of its component in the history kept (a takeover that runs the
+        version before an upgrade still in preparation); 0 when it names none."""
+        if definition == self.definition:
+            return self.revision
+        for change in reversed(self.history):
+            if change.sha256 == definition.sha256 and change.component == definition.component:
+                return change.revision
+        return 0
 
 
 class Placements:
     name = "placements"
     handles = frozenset(
-        {AGENT_PLACED, AGENT_MOVED_IN, c.AGENT_HALTED, c.AGENT_UNHALTED, c.AGENT_RETIRED}
+        {
+            AGENT_PLACED,
+            AGENT_MOVED_IN,
+            c.AGENT_HALTED,
+            c.AGENT_UNHALTED,
+            c.AGENT_RETIRED,
+            c.AGENT_PREPARING,
+        }
     )
 
     def __init__(self) -> None:
@@ -83,6 +106,10 @@ class Placements:
                 agent.stopped, agent.stopped_by = False, None
         elif kind == c.AGENT_RETIRED:
             agent.retired = True
+        elif kind == c.AGENT_PREPARING:
+            preparing = c.read(c.AgentPreparing, data)
+            if preparing is not None and not agent.retired:
+                agent.preparing = preparing.definition
 
     def _placed(self, envelope: Envelope) -> None:
         placed = c.read(c.AgentPlaced, envelope.event.data)
@@ -110,6 +137,7 @@ class Placements:
             placed_seq=envelope.seq,
             moved_in_epoch=before.moved_in_epoch if before else -1,
             revision=placed.revision,
+            last_revision=max(before.last_revision if carried else 0, placed.revision),  # type: ignore[union-attr]
             stopped=before.stopped if carried else False,  # type: ignore[union-attr]
             stopped_by=before.stopped_by if carried else None,  # type: ignore[union-attr]
             history=history[-MAX_HISTORY:],
@@ -119,6 +147,12 @@ class Placements:
         """The agent's placement, unless it was removed since."""
         placed = self.agents.get(agent)
         return placed if placed is not None and not placed.retired else None
+
+    def next_revision(self, agent: str, local_last: int) -> int:
+        """The revision of an upgrade of `agent` now: one more than any its journal named
+        (and than `local_last`, the node's own last), so every home numbers alike."""
+        placed = self.get(agent)
+        return max(local_last, placed.last_revision if placed is not None else 0) + 1
 
     def placed_on(self, node: str) -> builtins.list[Placed]:
         """The agents placed on more than one node, `node` among them (never a removed one)."""

@@ -133,11 +133,21 @@ class Drained(msgspec.Struct, kw_only=True):
     agents: list[DrainedAgent]
 
 
-class AgentChange(msgspec.Struct, kw_only=True):
-    """What a lifecycle call did (`message`) and the agent afterwards (None once removed)."""
+class StandbyView(msgspec.Struct, kw_only=True):
+    """After a deploy or upgrade of a placed agent: the other nodes of its set (`of`) and
+    those of them ready to take it over on what it runs now (`ready`)."""
+
+    ready: list[str]
+    of: list[str]
+
+
+class AgentChange(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """What a lifecycle call did (`message`) and the agent afterwards (None once removed);
+    after a placed agent's deploy or upgrade, its `standby`."""
 
     message: str
     agent: AgentView | None
+    standby: StandbyView | None = None
 
 
 def _deployment(d: Deployment) -> DeploymentView:
@@ -225,7 +235,18 @@ def _operator(request: web.Request) -> str:
 async def _answer(request: web.Request, message: str, status: int = 200) -> web.Response:
     deployed = context_of(request).projections.get(DeployedAgents).get(_name(request))
     agent = await view(request, deployed) if deployed is not None else None
-    return json_response(AgentChange(message=message, agent=agent), status)
+    found = _service(request).standbys.pop(_name(request), None)
+    standby = StandbyView(ready=list(found.ready), of=list(found.of)) if found else None
+    return json_response(AgentChange(message=message, agent=agent, standby=standby), status)
+
+
+def _wait_standby(request: web.Request) -> bool:
+    """`?wait_standby=false`: a placed agent's deploy or upgrade does not wait for another
+    node of its set to be ready (node/placement/standby.py)."""
+    raw = request.query.get("wait_standby", "true")
+    if raw not in ("true", "false"):
+        raise Problem(400, f"wait_standby must be true or false, got {raw[:40]!r}")
+    return raw == "true"
 
 
 async def _shown(request: web.Request, deployed: DeployedAgent) -> AgentView:
@@ -322,7 +343,8 @@ async def drain(request: web.Request) -> web.Response:
 
 async def deploy(request: web.Request) -> web.Response:
     body = await json_body(request, DeployRequest)
-    status, message = await _service(request).deploy(_name(request), body, _operator(request))
+    wait = _wait_standby(request)
+    status, message = await _service(request).deploy(_name(request), body, _operator(request), wait)
     return await _answer(request, message, status)
 
 
@@ -334,7 +356,8 @@ async def patch(request: web.Request) -> web.Response:
     if deployed is None:
         raise Problem(404, f"no agent {_name(request)!r} is deployed on this node")
     body = patched(deployed.current.definition, changes)
-    status, message = await _service(request).deploy(_name(request), body, _operator(request))
+    wait = _wait_standby(request)
+    status, message = await _service(request).deploy(_name(request), body, _operator(request), wait)
     return await _answer(request, message, status)
 
 

@@ -155,6 +155,7 @@ async def runtime_lifecycle(
         ),
         resolve=deps.registry.resolve,
     )
+    deps.registry.engine = runtime.engine  # a publish compiles once, for the deploys after it
 
     def on_commit(envelopes: list[Any]) -> None:
         changes = [change for e in envelopes for change in read_model.task_changes(e)]
@@ -192,6 +193,7 @@ async def runtime_lifecycle(
             with contextlib.suppress(asyncio.CancelledError):
                 await placing
         await deployments.close()  # a lifecycle change in progress ends first
+        deps.registry.engine = None  # publishes from here on check alone
         await loop.run_in_executor(None, runtime.stop)
         agents.attach(None, None)
         await session.close()
@@ -206,9 +208,9 @@ def keep_as_replicas(
         if name not in deployments.elsewhere:
             log.warning(
                 "agent %s was deployed here, but its placement set no longer names this node: "
-                "kept as a replica, never run here (`agent-node agents rm %s` on its home, or "
-                "drop its [[agents]] entry, to say so)",
-                name,
+                "kept as a replica, never run here; nothing to do on this node (an [[agents]] "
+                "entry of it may be dropped). Not `agent-node agents rm` on its home: that "
+                "removes it from every node of its set",
                 name,
             )
         deployments.elsewhere.add(name)

@@ -361,5 +361,10 @@ def cmd_publish(args: argparse.Namespace) -> int:
         visible(f"published {result['id']} {result['version']} ({result['checksum']})"),
         file=sys.stderr,
     )
-    print(f'run it: component = "{ref}" in an [[agents]] entry of runtime.toml', file=sys.stderr)
+    name = visible(result["id"])
+    print(
+        f"deploy it: agent-node agents deploy {name} {ref} (an admin token), or run it from "
+        f'runtime.toml: component = "{ref}" in an [[agents]] entry',
+        file=sys.stderr,
+    )
     return 0

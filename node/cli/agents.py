@@ -22,7 +22,7 @@ from node.display.humanize import (
 )
 
 # an upgrade drains the old instance (up to 30 s) and waits for the new one's first tick
-LIFECYCLE_TIMEOUT_SECS = 180.0
+LIFECYCLE_TIMEOUT_SECS = 300.0  # a compile check, a standby, a first run
 POLL_SECS = 1.0
 PROBATION_SLACK_SECS = 120.0  # waiting for a probation: its window and this much more
 HISTORY_COLUMNS = [
@@ -319,26 +319,36 @@ def in_flags(detail: str) -> str:
     return detail
 
 
-def _send(node: Node, method: str, name: str, body: dict[str, Any]) -> Any:
+def _send(node: Node, method: str, args: argparse.Namespace, body: dict[str, Any]) -> Any:
+    path = _path(args.name) + ("?wait_standby=false" if args.no_wait_standby else "")
     try:
-        return _waiting(node, name, method, _path(name), json=body)
+        return _waiting(node, args.name, method, path, json=body)
     except ClientError as exc:
         raise ClientError(in_flags(exc.detail), exc.exit_code) from None
+
+
+def _no_standby(args: argparse.Namespace, change: dict[str, Any]) -> bool:
+    """A placed agent no other node of its set is ready to take over (the node waited
+    `[mesh] standby_wait_secs`): not a success, unless `--no-wait-standby` asked so."""
+    standby = change.get("standby") or {}
+    return bool(standby.get("of")) and not standby.get("ready") and not args.no_wait_standby
 
 
 def cmd_deploy(node: Node, args: argparse.Namespace) -> int:
     if _existing(node, args.name) is not None:
         raise ClientError(f"agent {args.name!r} is deployed already; use `agents upgrade`")
-    emit(args, _send(node, "PUT", args.name, _body(args, None)), _change_text)
-    return 0
+    change = _send(node, "PUT", args, _body(args, None))
+    emit(args, change, _change_text)
+    return 1 if _no_standby(args, change) else 0
 
 
 def cmd_upgrade(node: Node, args: argparse.Namespace) -> int:
     current = _existing(node, args.name)
     if current is None:
         raise ClientError(f"no agent {args.name!r} is deployed; use `agents deploy`")
-    change = _send(node, "PATCH", args.name, _patch(args, current["definition"]))
-    return _settled(node, args, change)
+    change = _send(node, "PATCH", args, _patch(args, current["definition"]))
+    code = _settled(node, args, change)
+    return code or (1 if _no_standby(args, change) else 0)
 
 
 def _settled(node: Node, args: argparse.Namespace, change: dict[str, Any]) -> int:
@@ -473,6 +483,12 @@ def add_agents_commands(
         p.add_argument("--tick-timeout-ms", type=int)
         p.add_argument("--description")
         p.add_argument("--mcp", action=argparse.BooleanOptionalAction, default=None)
+        p.add_argument(
+            "--no-wait-standby",
+            action="store_true",
+            help="a placed agent: do not wait for another node of its set to be ready to take "
+            "it over on the new version (the answer still says how many are)",
+        )
         if name == "upgrade":
             _no_wait(p)
     for name, method, verb, help in (

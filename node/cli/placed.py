@@ -93,11 +93,14 @@ def placement_lines(agent: dict[str, Any]) -> list[str]:
         lines.append(f"its journal names revision {revision}")
     lines = [visible(line) for line in lines]
     moves = placement.get("moves") or []
-    if moves:
-        lines += ["moves:", table(moves, MOVE_COLUMNS)]
+    if moves:  # newest first, as the console lists them
+        lines += ["moves (newest first):", table(moves[::-1], MOVE_COLUMNS)]
     history = placement.get("history") or []
     if history:
-        lines += ["deployments across homes:", table(history, DEPLOYMENT_COLUMNS)]
+        lines += [
+            "deployments across homes (newest first):",
+            table(history[::-1], DEPLOYMENT_COLUMNS),
+        ]
     return lines
 
 

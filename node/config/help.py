@@ -130,6 +130,9 @@ KEYS: dict[type[msgspec.Struct], dict[str, str]] = {
         "advert_interval_secs": "How often this node puts its advert (secret domains, "
         "capabilities, free slots); an advert lives three times this.",
         "agent_slots": "Placed agents this node offers to host (its advert's free slots).",
+        "standby_wait_secs": "How long a deploy or upgrade of a placed agent waits for "
+        "another node of its set to be ready to take it over on the new version (0: not at "
+        "all; `--no-wait-standby` for one call).",
     },
     c.InferenceSection: {
         "local_url": "OpenAI-compatible base URL of the local route (.../v1).",

@@ -173,6 +173,9 @@ class MeshSection(_Section, kw_only=True):
     lease_ttl_secs: Annotated[float, msgspec.Meta(ge=1, le=300)] = 10.0
     advert_interval_secs: Annotated[float, msgspec.Meta(ge=0.1, le=60)] = 2.0
     agent_slots: Annotated[int, msgspec.Meta(ge=0, le=100_000)] = 100
+    # a deploy or upgrade of a placed agent waits this long for another node of its set to be
+    # ready to take it over on the new version (issue 52); 0: it does not wait
+    standby_wait_secs: Annotated[float, msgspec.Meta(ge=0, le=3600)] = 120.0
 
 
 class InferenceSection(_Section, kw_only=True):

@@ -12,7 +12,13 @@ holds bad names is skipped whole).
 operator consents (node/placement/consent.py), it serves their grant domains, and their
 component is fetched and compiled here (node/placement/prepare.py). That is all placement needs
 to know, so an advert says nothing more of the node (not its secret domains, not its actions).
-`free_slots`: `[mesh] agent_slots` less the placed agents it runs.
+`free_slots`: `[mesh] agent_slots` less the placed agents it runs. `draining`: the node is
+draining or drained (`node drain`, SIGTERM): it hosts nothing more (its `hosts` is empty) and
+a move to it is refused, saying so; put at once when the drain begins, not an interval later.
+`prepared`: `agent=sha256:...` of each definition an upgrade prepares (`agent.preparing`) that
+is ready here, so the upgrading home knows a standby is (node/placement/standby.py);
+`preparing`: the same names (or an agent's) for what it is fetching or compiling now, so the
+home waits for those nodes and not for ones that never will be.
 
 What a node can serve (`served_domains`): the secret domains of its `[secrets.<domain>]` tables
 that hold a value, or for which an `AGENT_SECRET_<DOMAIN>_...` environment variable is set (an
@@ -54,6 +60,12 @@ class Advert(msgspec.Struct):  # fields added later are ignored by this version
     hosts: Names = []
     free_slots: Annotated[int, msgspec.Meta(ge=0, le=MAX_SLOTS)] = 0
     at: float = 0.0  # the node's wall clock: for people, never for a decision
+    draining: bool = False  # draining or drained: it takes no placed agent until it restarts
+    # "agent=sha256:..." of the definitions upgrades prepare (`agent.preparing`) that are
+    # ready here: the home's upgrade waits for one node of the set to say so
+    prepared: Names = []
+    # the same names (an agent, or agent=sha256:...) for what it is fetching or compiling now
+    preparing: Names = []
 
 
 _decoder = msgspec.json.Decoder(Advert)
@@ -95,12 +107,18 @@ class NodeAdverts:
         mesh: MeshSection,
         hosts: Callable[[], list[str]],
         hosting: Callable[[], int],
+        draining: Callable[[], bool] = lambda: False,
+        prepared: Callable[[], list[str]] = list,
+        preparing: Callable[[], list[str]] = list,
     ) -> None:
         self.node = node
         self._mesh = mesh
         self._bucket = bucket_name(mesh.name, Bucket.NODES)
         self._hosts = hosts  # the placed agents this node is ready to host now
         self._hosting = hosting  # placed agents this node runs now
+        self._draining = draining
+        self._prepared = prepared
+        self._preparing = preparing
         self._js: JetStreamContext | None = None
         self._kv: KeyValue | None = None
         self.ttl = mesh.advert_interval_secs * ADVERT_LIVES
@@ -128,8 +146,12 @@ class NodeAdverts:
 
     def advert(self) -> Advert:
         free = max(0, min(MAX_SLOTS, self._mesh.agent_slots - self._hosting()))
+        if self._draining():
+            return Advert(self.node, [], free, time.time(), draining=True)
         hosts = [name for name in self._hosts() if len(name) <= MAX_NAME_CHARS][:MAX_NAMES]
-        return Advert(self.node, hosts, free, time.time())
+        prepared = [key for key in self._prepared() if len(key) <= MAX_NAME_CHARS][:MAX_NAMES]
+        pending = [key for key in self._preparing() if len(key) <= MAX_NAME_CHARS][:MAX_NAMES]
+        return Advert(self.node, hosts, free, time.time(), prepared=prepared, preparing=pending)
 
     async def put(self) -> int:
         """Put this node's advert now; its revision."""

@@ -24,6 +24,7 @@ from node.placement.judge import TakeoverJudge
 from node.placement.leases import LeaseBook, LeaseError
 from node.placement.metrics import PlacementMetrics
 from node.placement.prepare import Preparer
+from node.placement.standby import prepared_key
 from node.services.approvals import ApprovalGate
 from node.services.deployments import DeploymentService
 from node.services.registry import RegistryService
@@ -175,6 +176,31 @@ class Hosting:
             for placed in self.placements.placed_on(self.ctx.name)
             if self.refusal(placed) is None and self.prepare.ready(placed.definition)
         )
+
+    def prepared_here(self) -> list[str]:
+        """`agent=sha256:...` of the definitions upgrades prepare that are ready here (its
+        advert's `prepared`: the home waits for one such node before it switches)."""
+        ready = []
+        for placed in self.placements.placed_on(self.ctx.name):
+            preparing = placed.preparing
+            if preparing is not None and self.prepare.ready(preparing):
+                ready.append(prepared_key(placed.agent, preparing))
+        return sorted(ready)
+
+    def preparing_here(self) -> list[str]:
+        """What this node is fetching or compiling to stand by for: the agent's name (its
+        placed definition) or `agent=sha256:...` (an upgrade's). Its advert's `preparing`: a
+        home waiting for a standby waits for such nodes, not for ones that never will be."""
+        pending = []
+        for placed in self.placements.placed_on(self.ctx.name):
+            if self.refusal(placed) is not None:
+                continue
+            if self.prepare.pending(placed.definition):
+                pending.append(placed.agent)
+            preparing = placed.preparing
+            if preparing is not None and self.prepare.pending(preparing):
+                pending.append(prepared_key(placed.agent, preparing))
+        return sorted(pending)
 
     def _linked(self) -> Link:
         if self.link is None:

@@ -21,7 +21,15 @@ async def open_link(manager: PlacementManager, js: JetStreamContext, publisher: 
 
     ctx = manager.ctx
     mesh = ctx.config.mesh
-    adverts = NodeAdverts(ctx.name, mesh, manager.ready_to_host, lambda: len(manager.running))
+    adverts = NodeAdverts(
+        ctx.name,
+        mesh,
+        manager.ready_to_host,
+        lambda: len(manager.running),
+        lambda: manager.draining,
+        manager.prepared_here,
+        manager.preparing_here,
+    )
     components = ComponentStore(mesh, ctx.config.node.max_upload_mb << 20)
     await adverts.attach(js)
     await components.attach(js)

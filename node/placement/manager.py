@@ -43,11 +43,13 @@ import msgspec
 
 from eventstore.writer import Fenced
 from node.context import NodeContext
+from node.placement.adverts import Advert, served_domains
 from node.placement.buckets import BucketError
 from node.placement.components import ComponentError, ComponentRefused
 from node.placement.hosting import MOVE_ACK_SECS, SHARE_CHECK_SECS, Link
 from node.placement.leases import RENEW_SHARE, LeaseError
 from node.placement.moves import Moves
+from node.placement.standby import Standby, prepared_key, wait_for_standby
 from node.placement.takeover import Takeovers
 from node.services.approvals import ApprovalGate
 from node.services.deployments import DeploymentService
@@ -56,6 +58,16 @@ from node.web.http import Problem
 from projections import catalogue as c
 from projections.deployments import DeployedAgents
 from projections.placements import Placed
+
+QUIET_ATTACH_TRIES = 2  # timed-out attaches in a row logged at INFO before a WARNING
+MAX_ATTACH_PAUSE_SECS = 30.0
+
+
+def attach_backoff(failures: int, check_secs: float) -> float:
+    """The pause after `failures` failed attaches in a row: 1 s, 2 s, 4 s ... up to 30 s
+    (never less than a placement turn)."""
+    return max(check_secs, min(MAX_ATTACH_PAUSE_SECS, 2.0 ** (failures - 1)))
+
 
 if TYPE_CHECKING:  # nats-py is an optional extra: imported where the NATS mesh runs
     from nats.js import JetStreamContext
@@ -158,6 +170,56 @@ class PlacementManager(Takeovers, Moves):
             raise Problem(503, f"the mesh's component store did not take it: {exc}") from None
         self._shared_at[name] = time.monotonic()
 
+    async def prepare_standby(
+        self,
+        name: str,
+        definition: c.AgentDefinition,
+        wait: bool,
+        progress: Callable[[Standby], None],
+    ) -> Standby:
+        """Before an upgrade switches to `definition`: journal `agent.preparing` (the set's
+        other nodes fetch and compile it), then, if `wait`, wait up to `[mesh]
+        standby_wait_secs` until one of them advertises it ready (standby.py)."""
+        await self.ctx.store.append(name, *c.event_of(c.AgentPreparing(definition=definition)))
+        key = prepared_key(name, definition)
+        return await self._standby(
+            name,
+            lambda advert: key in advert.prepared,
+            lambda advert: key in advert.preparing,
+            wait,
+            progress,
+        )
+
+    async def standby(self, name: str, wait: bool, progress: Callable[[Standby], None]) -> Standby:
+        """After a first deploy: the set's other nodes ready to take `name` over (its advert
+        lists it), waited for as `prepare_standby` waits."""
+        return await self._standby(
+            name,
+            lambda advert: name in advert.hosts,
+            lambda advert: name in advert.preparing,
+            wait,
+            progress,
+        )
+
+    async def _standby(
+        self,
+        name: str,
+        is_ready: Callable[[Advert], bool],
+        is_pending: Callable[[Advert], bool],
+        wait: bool,
+        progress: Callable[[Standby], None],
+    ) -> Standby:
+        placed, link = self.placements.get(name), self.link
+        others = [n for n in placed.placement if n != self.ctx.name] if placed else []
+        if not others or link is None:
+            return Standby((), tuple(others))
+        mesh = self.ctx.config.mesh
+        within = mesh.standby_wait_secs if wait else 0.0
+        grace = mesh.advert_interval_secs * 2 + 1.0  # the set's adverts catch up meanwhile
+        return await wait_for_standby(
+            link.adverts.live, others, is_ready, is_pending, within, grace, progress
+        )
+
     async def claim(self, name: str) -> None:
         """The lease of a new placed agent, deployed here at epoch 0."""
         self._linked()
@@ -206,6 +268,8 @@ class PlacementManager(Takeovers, Moves):
             )
 
     # ------------------------------------------------------------------ the loop
+    _attach_failures = 0  # attaches failed in a row (the backoff's count)
+
     async def supervise(self, mesh: Any, open_link: LinkOpener) -> None:
         """Follow the node's NATS connection (node/sync/nats/mesh.py): a Link and the loop
         for each connection, rebuilt after a reconnect (a lease's callbacks die with it)."""
@@ -240,10 +304,21 @@ class PlacementManager(Takeovers, Moves):
             await self._cannot_run(self.unusable)
             await asyncio.sleep(max(self.check_secs, 5.0))
             return
-        except Exception as exc:  # the next connection tries again
-            log.warning("placement: %s: %s", type(exc).__name__, exc)
-            await asyncio.sleep(max(self.check_secs, 2.0))
+        except Exception as exc:  # tried again, sooner first, then backing off
+            self._attach_failures += 1
+            pause = attach_backoff(self._attach_failures, self.check_secs)
+            # a fresh cluster's first attach may time out while another node creates the
+            # streams (RAFT on three servers): said quietly, the next try usually succeeds
+            quiet = isinstance(exc, TimeoutError) and self._attach_failures <= QUIET_ATTACH_TRIES
+            (log.info if quiet else log.warning)(
+                "placement: attaching the buckets: %s: %s; trying again in %.1f s",
+                type(exc).__name__,
+                exc,
+                pause,
+            )
+            await asyncio.sleep(pause)
             return
+        self._attach_failures = 0
         self.unusable = ""
         serving = asyncio.create_task(self.serve(link), name="placement")
         preparing = asyncio.create_task(self.prepare.run(link.components), name="preparing")
@@ -297,6 +372,14 @@ class PlacementManager(Takeovers, Moves):
             return
         self._refused.pop(agent, None)
         self.prepare.want(placed.definition)
+        preparing = placed.preparing
+        consent = self.consent(agent)
+        if (
+            preparing is not None
+            and consent is not None
+            and consent.refusal(preparing, served_domains(self.ctx.config)) is None
+        ):
+            self.prepare.want(preparing)  # an upgrade to come: a standby on it before it does
         if not self.prepare.ready(placed.definition):
             return
         self._busy.add(agent)

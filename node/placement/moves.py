@@ -2,8 +2,9 @@
 
 A planned move (`move`) drains the agent, appends `journal.handoff` (disowning the journal),
 waits for its publish ack and releases the lease; the target then finds itself home. A drain
-(`node drain`, SIGTERM) hands each agent to a live member of its set that is ready to host it,
-one after another within a deadline, and gives up the lease of the ones no member takes. The
+(`node drain`, SIGTERM) hands each agent to a live member of its set that is ready to host it
+(targets.py: the set's order decides, never a member's claim of free slots), one after another
+within a deadline, and gives up the lease of the ones no member takes. The
 node that handed an agent over never takes it back by itself unless the target took it and
 then lapsed, or never took it for HANDOFF_RETURN_TTLS lease TTLs (takeover.py).
 """
@@ -17,6 +18,7 @@ from typing import Any
 
 from node.placement.hosting import MOVE_ACK_SECS, Hosting, Link
 from node.placement.leases import LeaseError
+from node.placement.targets import ready_targets, refusal_of_target
 from node.web.http import Problem
 from projections import catalogue as c
 
@@ -28,11 +30,13 @@ class Moves(Hosting):
     # ------------------------------------------------------------------ drain
     async def drain(self, within: float = DRAIN_SECS) -> list[dict[str, Any]]:
         """Hand each placed agent this node runs to a live member of its set that is ready to
-        host it (the one with the most free slots), one after another within `within`
-        seconds; one that no member can take, or left when the time is up, has its lease
-        given up, so that a takeover follows at once rather than a TTL later. From then on
-        this node takes no placed agent (until it restarts). What happened to each agent."""
+        host it (the first in its set's order after this node, targets.py), one after another
+        within `within` seconds; one that no member can take, or left when the time is up,
+        has its lease given up, so that a takeover follows at once rather than a TTL later.
+        From then on this node takes no placed agent (until it restarts); its advert says so
+        at once, so no move or drain elsewhere picks it meanwhile. What happened to each agent."""
         self.draining = True
+        await self._advertise_now()
         deadline = time.monotonic() + within
         outcomes: list[dict[str, Any]] = []
         for agent in sorted(self.running):
@@ -60,9 +64,17 @@ class Moves(Hosting):
             live = await link.adverts.live(others)
         except Exception:  # no adverts known: its lease is given up instead
             return None
-        ready = [advert for advert in live.values() if agent in advert.hosts]
-        ready.sort(key=lambda advert: (-advert.free_slots, advert.node))
-        return ready[0].node if ready else None
+        ready = ready_targets(agent, placed.placement, self.ctx.name, live)
+        return ready[0] if ready else None
+
+    async def _advertise_now(self) -> None:
+        """Put this node's advert now (a drain began: it hosts nothing more), not at the
+        next interval; a put that fails is the next interval's to make."""
+        link = self.link
+        if link is not None:
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(1.0):
+                    await link.adverts.put()
 
     # ------------------------------------------------------------------ planned move
     async def move(self, agent: str, to: str) -> dict[str, Any]:
@@ -94,8 +106,9 @@ class Moves(Hosting):
             adverts = await link.adverts.live([to])
         except Exception as exc:  # NATS did not answer: not knowing is no advert
             raise Problem(503, f"the nodes' adverts could not be read: {exc}") from None
-        if to not in adverts:
-            raise Problem(409, f"node {to!r} has no fresh advert: it is not connected")
+        refused = refusal_of_target(agent, to, adverts.get(to))
+        if refused is not None:
+            raise Problem(409, refused)
         if agent not in adverts[to].hosts:
             raise Problem(
                 422,

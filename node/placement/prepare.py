@@ -35,6 +35,15 @@ FIRST_BACKOFF_SECS = 1.0
 MAX_BACKOFF_SECS = 300.0
 
 
+# A component is ready here by its bytes *and* its reference: the same bytes published under
+# another version (an upgrade that only renames) still have to be adopted into this registry.
+_Key = tuple[str, str]
+
+
+def _key(definition: c.AgentDefinition) -> _Key:
+    return definition.component, definition.sha256
+
+
 @dataclass
 class _State:
     ready: bool = False
@@ -47,36 +56,42 @@ class Preparer:
     def __init__(self, registry: RegistryService, engine: Callable[[], AgentEngine | None]) -> None:
         self._registry = registry
         self._engine = engine
-        self._states: dict[str, _State] = {}
-        self._queue: dict[str, c.AgentDefinition] = {}  # sha256 → a definition naming it
+        self._states: dict[_Key, _State] = {}
+        self._queue: dict[_Key, c.AgentDefinition] = {}
         self._wake = asyncio.Event()
 
     def ready(self, definition: c.AgentDefinition) -> bool:
-        state = self._states.get(definition.sha256)
+        state = self._states.get(_key(definition))
         return state is not None and state.ready
 
+    def pending(self, definition: c.AgentDefinition) -> bool:
+        """Being fetched or compiled here, not failed yet: it will be ready soon."""
+        state = self._states.get(_key(definition))
+        return state is not None and not state.ready and not state.error
+
     def error(self, definition: c.AgentDefinition) -> str:
-        state = self._states.get(definition.sha256)
+        state = self._states.get(_key(definition))
         return state.error if state is not None else ""
 
     def loaded(self, definition: c.AgentDefinition) -> None:
         """The component runs here (it is in the registry and compiled): ready, for a move
         back or a takeover, without a look."""
-        self._states[definition.sha256] = _State(ready=True)
-        self._queue.pop(definition.sha256, None)
+        self._states[_key(definition)] = _State(ready=True)
+        self._queue.pop(_key(definition), None)
 
     def want(self, definition: c.AgentDefinition) -> None:
         """Make this definition's component ready here (in the background)."""
-        state = self._states.setdefault(definition.sha256, _State())
-        if not state.ready and definition.sha256 not in self._queue:
-            self._queue[definition.sha256] = definition
+        key = _key(definition)
+        state = self._states.setdefault(key, _State())
+        if not state.ready and key not in self._queue:
+            self._queue[key] = definition
             self._wake.set()
 
     def forget(self, keep: set[str]) -> None:
         """Drop what is known of components no placed agent here names any more."""
-        for sha in [s for s in self._states if s not in keep]:
-            del self._states[sha]
-            self._queue.pop(sha, None)
+        for key in [k for k in self._states if k[1] not in keep]:
+            del self._states[key]
+            self._queue.pop(key, None)
 
     async def run(self, components: ComponentStore) -> None:
         """Prepare what is wanted, one at a time, until cancelled."""
@@ -84,22 +99,22 @@ class Preparer:
             now = time.monotonic()
             due = [
                 definition
-                for sha, definition in self._queue.items()
-                if self._states.setdefault(sha, _State()).next_try <= now
+                for key, definition in self._queue.items()
+                if self._states.setdefault(key, _State()).next_try <= now
             ]
             if not due:
                 self._wake.clear()
-                waits = [self._states[sha].next_try - now for sha in self._queue]
+                waits = [self._states[key].next_try - now for key in self._queue]
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), min(waits, default=60.0))
                 continue
             definition = due[0]
             await self._prepare(components, definition)
-            if self._states[definition.sha256].ready:
-                self._queue.pop(definition.sha256, None)
+            if self._states[_key(definition)].ready:
+                self._queue.pop(_key(definition), None)
 
     async def _prepare(self, components: ComponentStore, definition: c.AgentDefinition) -> None:
-        state = self._states[definition.sha256]
+        state = self._states[_key(definition)]
         started = time.monotonic()
         try:
             path = await self._fetched(components, definition)

@@ -167,24 +167,33 @@ class Takeovers(Hosting):
         gap = _seconds_between(last_ts, envelope.event.ts)
         if gap is not None:
             self.metrics.failover_seconds.observe(gap)
-        await self._report_takeover(agent, previous, epoch, gap)
+        # the journal ends at a handoff: its target never wrote a line of it (never home)
+        handed_by = last.event.origin if last and last.event.type == c.JOURNAL_HANDOFF else None
+        await self._report_takeover(agent, previous, epoch, gap, handed_by)
 
     async def _report_takeover(
-        self, agent: str, previous: str, epoch: int, gap: float | None
+        self, agent: str, previous: str, epoch: int, gap: float | None, handed_by: str | None
     ) -> None:
         """Every takeover is worth a look: a finding in the agent's journal, naming the home it
-        replaced and how long the agent wrote nothing."""
+        replaced (or the handoff that lapsed: its target never took the agent up) and how
+        long the agent wrote nothing."""
         after = f" after {gap:.1f} s without a write" if gap is not None else ""
-        finding = NewFinding(
-            agent=agent,
-            severity="medium",
-            title=f"agent {agent} taken over from {previous}{after}",
-            detail=(
+        if handed_by is not None:
+            title = f"agent {agent} taken over: its handoff to {previous} lapsed{after}"
+            detail = (
+                f"{self.ctx.name} took {agent} over at epoch {epoch}: {handed_by} handed it to "
+                f"{previous} in a planned move, and {previous} never took it up (no lease, "
+                "nothing written since the handoff: it was draining, stopped, not ready or "
+                "not connected). The gap is from the handoff to the takeover."
+            )
+        else:
+            title = f"agent {agent} taken over from {previous}{after}"
+            detail = (
                 f"{self.ctx.name} took {agent} over at epoch {epoch}: the lease of its home "
                 f"{previous} had lapsed (it died, froze or lost NATS). The gap is from "
                 f"{previous}'s last envelope to the takeover."
-            ),
-        )
+            )
+        finding = NewFinding(agent=agent, severity="medium", title=title, detail=detail)
         with contextlib.suppress(Exception):  # the takeover stands without its finding
             await report_finding(self.ctx, finding)
 

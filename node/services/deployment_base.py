@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -16,6 +16,7 @@ import wasmtime
 from eventstore.store import NewEvent
 from node.config.model import AgentConfig
 from node.context import NodeContext
+from node.placement.standby import Standby
 from node.runtime.runtime import AgentRuntime
 from node.runtime.spec import AgentSpec, spec_from_config
 from node.runtime.tasks import TaskQueue
@@ -54,6 +55,29 @@ class PlacementHooks(Protocol):
     async def retired(self, name: str) -> None:
         """The placed agent was removed here, its home: its lease is given up for good."""
 
+    async def prepare_standby(
+        self,
+        name: str,
+        definition: c.AgentDefinition,
+        wait: bool,
+        progress: Callable[[Standby], None],
+    ) -> Standby:
+        """Before an upgrade switches: the set's other nodes make it ready (and, with
+        `wait`, until one is)."""
+
+    async def standby(self, name: str, wait: bool, progress: Callable[[Standby], None]) -> Standby:
+        """After a first deploy: the set's other nodes ready to take it over (waited for)."""
+
+
+def standby_step(action: str) -> Callable[[Standby], str]:
+    """The step a change waiting for a standby shows (`agents deploy|upgrade` say it)."""
+
+    def step(standby: Standby) -> str:
+        ready, of = len(standby.ready), len(standby.of)
+        return f"a standby: {ready} of {of} other nodes of its set ready on the {action}"
+
+    return step
+
 
 class DeploymentBase:
     """What every kind of change shares: the service's state, the journal's view of the
@@ -84,6 +108,8 @@ class DeploymentBase:
         # placed agents deployed here that another node runs now (node/placement/manager.py)
         self.elsewhere: set[str] = set()
         self.placement: PlacementHooks | None = None
+        # the standby the last deploy or upgrade of each agent found (its answer says it)
+        self.standbys: dict[str, Standby] = {}
 
     @property
     def projection(self) -> DeployedAgents:

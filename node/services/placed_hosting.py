@@ -21,15 +21,7 @@ class PlacedHosting(DeploymentBase):
         its deployment journaled in this node's journal as the agent's journal says it (the
         same component and definition), its open tasks queued, its instance started."""
         async with self._lock:
-            deployed = self.projection.get(name)
-            event: c.Payload | None = None
-            if deployed is None:
-                event = c.AgentDeployed(agent=name, revision=1, source="api", definition=definition)
-            elif deployed.current.definition != definition:
-                revision = deployed.last_revision + 1
-                event = c.AgentUpgraded(
-                    agent=name, revision=revision, source=deployed.source, definition=definition
-                )
+            event = self._deployment_moved_in(name, definition)
             if event is not None:
                 await self._append(event)
             self.elsewhere.discard(name)
@@ -45,6 +37,27 @@ class PlacedHosting(DeploymentBase):
                 )
             else:
                 await asyncio.to_thread(runtime.add, self._spec(name), not suspended)
+
+    def _deployment_moved_in(self, name: str, definition: c.AgentDefinition) -> c.Payload | None:
+        """This node's record of the deployment it takes over, under the revision the agent's
+        journal names (`agent.placed`), so the home and every replica call it the same; None
+        when the record already says so. A journal of an older version names none (0): the
+        node then numbers it itself."""
+        deployed = self.projection.get(name)
+        placed = self.ctx.projections.get(Placements).get(name)
+        named = placed.revision_of(definition) if placed is not None else 0
+        if deployed is None:
+            return c.AgentDeployed(
+                agent=name, revision=named or 1, source="api", definition=definition
+            )
+        if deployed.current.definition == definition and named in (0, deployed.current.revision):
+            return None
+        return c.AgentUpgraded(
+            agent=name,
+            revision=named or deployed.last_revision + 1,
+            source=deployed.source,
+            definition=definition,
+        )
 
     async def _follow_stop(self, name: str) -> bool:
         """Whether an operator stopped the agent, as its own journal says (wherever that was

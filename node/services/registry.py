@@ -31,6 +31,7 @@ from node.context import NodeContext
 from node.ops.files import move_durably
 from node.runtime.compiled_cache import artifact_path, compiled_cache_dir
 from node.runtime.compiler import CompileError, Compiler
+from node.runtime.engine import AgentEngine
 from node.runtime.spec import compile_limits
 from node.web.http import Problem
 from projections import catalogue as c
@@ -112,6 +113,9 @@ class RegistryService:
         # child process bounded in time and memory, so an upload cannot grow or crash the node
         self._checks = ThreadPoolExecutor(1, thread_name_prefix="registry-validate")
         self._compiler = Compiler(compile_limits(ctx.config), parallel=1)
+        # the runtime's engine once it runs (node/api/runtime.py): an upload is then compiled
+        # into the compiled-component cache, so a deploy of it compiles nothing again
+        self.engine: AgentEngine | None = None
 
     @property
     def projection(self) -> Registry:
@@ -167,8 +171,8 @@ class RegistryService:
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, upload.finish)
         digest = upload.hex_digest
-        # these exact bytes compiled on this node once (with the full settings, stricter than
-        # the check): no compile child for them again
+        # these exact bytes compiled on this node once (with the engine's settings, keyed by
+        # their sha256): the verdict is kept, no compile child for them again
         if not artifact_path(compiled_cache_dir(self.ctx.config.data_path), digest).exists():
             await loop.run_in_executor(self._checks, self._validate, upload.path)
         checksum = f"sha256:{digest}"
@@ -235,9 +239,18 @@ class RegistryService:
 
     def _validate(self, path: Path) -> None:
         """Compile the component in a child (blocking: the check thread runs it); 400 when
-        wasmtime refuses it, 422 when compiling it exceeds this node's limits or crashes."""
+        wasmtime refuses it, 422 when compiling it exceeds this node's limits or crashes.
+
+        With the runtime's engine, the compile is the one a deploy would do (its settings,
+        into its cache by sha256): the check and the deploy's compile are one, and a deploy
+        or upgrade after the publish only loads the artifact (milliseconds). Without it (the
+        runtime not started yet) the check compiles fast and keeps nothing."""
         try:
-            self._compiler.compile(path, None)
+            engine = self.engine
+            if engine is not None:
+                engine.prepare(path)
+            else:
+                self._compiler.compile(path, None)
         except CompileError as exc:
             if exc.failure == "rejected":
                 raise Problem(400, f"wasmtime rejects the component: {exc}") from None

@@ -22,13 +22,14 @@ from node.services.definitions import (
     placed_event,
     placement_set,
 )
-from node.services.deployment_base import DeploymentBase
+from node.services.deployment_base import DeploymentBase, standby_step
 from node.services.journal import ensure_local
 from node.services.registry import parse_reference
 from node.services.rollouts import Change
 from node.web.http import Problem, problem_list
 from projections import catalogue as c
 from projections.deployments import NODE_STREAM, DeployedAgent
+from projections.placements import Placements
 from projections.tasks import Tasks
 
 
@@ -71,8 +72,13 @@ class Upgrades(DeploymentBase):
             raise Problem(404, str(exc)) from None
         return agent, path
 
-    async def deploy(self, name: str, body: DeployRequest, operator: str) -> tuple[int, str]:
-        """Deploy a new agent (201) or upgrade a deployed one (200); (status, message)."""
+    async def deploy(
+        self, name: str, body: DeployRequest, operator: str, wait_standby: bool = True
+    ) -> tuple[int, str]:
+        """Deploy a new agent (201) or upgrade a deployed one (200); (status, message). A
+        placed agent's deploy or upgrade waits for a standby unless not `wait_standby`
+        (node/placement/standby.py); `standbys[name]` says what it found."""
+        self.standbys.pop(name, None)
         async with self._lock:
             ensure_local(self.ctx, name)  # a replica names the home before anything else
             agent, path = self._check_request(name, body)
@@ -85,7 +91,9 @@ class Upgrades(DeploymentBase):
             placement = placement_set(self.ctx, body.placement, name)
             if deployed is None:
                 async with self._changing(name, "deploy", "the component's compile check"):
-                    return 201, await self._deploy_new(name, definition, path, operator, placement)
+                    return 201, await self._deploy_new(
+                        name, definition, path, operator, placement, wait_standby
+                    )
             self._only_api(deployed, "change")
             self._here(name)
             if deployed.current.definition == definition:
@@ -98,7 +106,7 @@ class Upgrades(DeploymentBase):
                 )
             async with self._changing(name, "upgrade", "the component's compile check") as change:
                 return 200, await self._upgrade(
-                    deployed, definition, path, operator, runtime, change, placement
+                    deployed, definition, path, operator, runtime, change, placement, wait_standby
                 )
 
     async def _replaced(
@@ -121,6 +129,7 @@ class Upgrades(DeploymentBase):
         path: Path,
         operator: str,
         placement: tuple[str, ...] = (),
+        wait_standby: bool = True,
     ) -> str:
         why = await self._loads(path)
         if why is not None:
@@ -152,9 +161,17 @@ class Upgrades(DeploymentBase):
         self.rollouts.step(name, "its first run")
         worker = await asyncio.to_thread(self.runtime.add, self._spec(name))
         why = await self._probation(worker.probation, definition)
+        standby = ""
+        if placed is not None and self.placement is not None:
+            step = standby_step("component")
+            found = await self.placement.standby(
+                name, wait_standby, lambda s: self.rollouts.step(name, step(s))
+            )
+            self.standbys[name] = found
+            standby = f"; {found.text()}" if found.text() else ""
         if why is not None:
-            return f"deployed as revision 1, but its first run failed: {why}"
-        return "deployed as revision 1"
+            return f"deployed as revision 1, but its first run failed: {why}{standby}"
+        return f"deployed as revision 1{standby}"
 
     async def _upgrade(
         self,
@@ -165,9 +182,10 @@ class Upgrades(DeploymentBase):
         runtime: AgentRuntime,
         change: Change,
         placement: tuple[str, ...] = (),
+        wait_standby: bool = True,
     ) -> str:
         name = deployed.name
-        revision = deployed.last_revision + 1
+        revision = self.ctx.projections.get(Placements).next_revision(name, deployed.last_revision)
         previous = deployed.current.revision
         upgraded = c.AgentUpgraded(
             agent=name, revision=revision, source="api", definition=definition, operator=operator
@@ -179,9 +197,17 @@ class Upgrades(DeploymentBase):
                 [NewEvent(NODE_STREAM, *c.event_of(e)) for e in (upgraded, rolled_back)]
             )
             raise self._failed(name, revision, previous, why)
+        standby = ""
         if len(placement) > 1 and self.placement is not None:  # the new bytes, where needed
             change.step = "the mesh to hold the new component"
             await self.placement.share(name, definition, path)
+            # a node of the set ready on the new version before this one switches to it
+            step = standby_step("new version")
+            found = await self.placement.prepare_standby(
+                name, definition, wait_standby, lambda s: setattr(change, "step", step(s))
+            )
+            self.standbys[name] = found
+            standby = f"; {found.text()}" if found.text() else ""
         await self._append(upgraded)
         current = placement or self._current_placement(name)
         await self._placed(name, definition, current, "upgraded", operator)
@@ -192,12 +218,12 @@ class Upgrades(DeploymentBase):
         worker = await asyncio.to_thread(
             runtime.replace, self._spec(name), reason, self.drain_secs, not deployed.suspended
         )
-        change.worker, change.step = None, "waiting for the new instance's first good run"
+        change.worker, change.step = None, "the new instance's first good run"
         if deployed.suspended:
-            return f"upgraded to revision {revision} (stopped: it runs once started)"
+            return f"upgraded to revision {revision} (stopped: it runs once started){standby}"
         why = await self._probation(worker.probation, definition)
         if why is None:
-            return f"upgraded to revision {revision}" + self._watch(name, revision, worker)
+            return f"upgraded to revision {revision}{standby}" + self._watch(name, revision, worker)
         await self._append(self._rolled_back(name, revision, previous, why))
         current = self._current_placement(name)
         await self._placed(name, deployed.current.definition, current, "rolled_back", None)

@@ -41,6 +41,11 @@ tick_interval_ms = 200
         assert published.stdout == "registry:kit-demo@0.1.0\n"
         checksum = "sha256:" + hashlib.sha256(wasm.read_bytes()).hexdigest()
         assert f"published kit-demo 0.1.0 ({checksum})" in published.stderr
+        # the next step, as the node's API takes it (issue 52 item 9)
+        assert (
+            "deploy it: agent-node agents deploy kit-demo registry:kit-demo@0.1.0"
+            in published.stderr
+        )
 
         package = client.get("/api/v1/registry/packages/kit-demo").json()
         assert package["versions"] == ["0.1.0"] and package["checksum"] == checksum

@@ -146,17 +146,17 @@ def test_agents_show_tells_the_truth_about_a_replica(mesh, cli):
         "over once the lease has lapsed)" in lines  # fmt: skip
     assert "revision: 2  version: 1.2.0" in lines
     assert "ready to take it: no other node of its set now" in lines
-    moves = lines.index("moves:")
+    moves = lines.index("moves (newest first):")  # as the console lists them
     assert lines[moves + 1].split() == ["SEQ", "EPOCH", "FROM", "TO", "REASON", "AT"]
     assert lines[moves + 2].split()[:5] == ["2", "1", "node-c", "node-b", "handoff"]
-    history = lines.index("deployments across homes:")
+    history = lines.index("deployments across homes (newest first):")
     assert lines[history + 1].split() == [
         "AT", "CHANGE", "REVISION", "NODE", "OPERATOR", "COMPONENT"
     ]  # fmt: skip
-    assert lines[history + 2].split()[1:] == [
+    assert lines[history + 3].split()[1:] == [
         "deployed", "1", "node-c", "alice", "registry:ticker@1.0.0"
     ]  # fmt: skip
-    upgraded = lines[history + 3]
+    upgraded = lines[history + 2]
     assert upgraded.split()[1:4] == ["upgraded", "2", "node-b"]
     assert DEPLOYER_SHOWN in upgraded and upgraded.endswith("registry:ticker@1.2.0")
     assert len(lines) == history + 4  # every row on its own line, nothing after
@@ -184,7 +184,7 @@ def test_agents_show_on_the_home_names_the_lease_and_the_ready_members(mesh, cli
         re.fullmatch(r"lease: held by node-a \(this node\), \d+\.\d s left", x) for x in lines
     )
     assert "ready to take it: node-b" in lines
-    assert lines[lines.index("deployments across homes:") + 2].split()[1:5] == [
+    assert lines[lines.index("deployments across homes (newest first):") + 2].split()[1:5] == [
         "deployed", "1", "node-a", "admin"
     ]  # fmt: skip
 

@@ -163,7 +163,7 @@ def test_planned_moves_under_load_stick_every_time(failover, built_agents):
     replica = next(n for n in SET if n != home)
     shown = cli(fm[replica], "show", AGENT)
     assert f"runs on: {home} (epoch {MOVES})" in shown.stdout, shown.stdout
-    assert "handoff" in shown.stdout.split("moves:")[1]
+    assert "handoff" in shown.stdout.split("moves (newest first):")[1]
     listed = cli(fm["node-a"] if home != "node-a" else fm["node-b"], "list")
     assert "RUNS ON" in listed.stdout and "replica" in listed.stdout, listed.stdout
 
@@ -207,7 +207,9 @@ def test_a_node_that_never_ran_the_component_takes_over_within_the_lease(failove
     # started again knowing it was dropped (what refused to start before): it starts, a replica
     assert fm["node-a"].terminate() == 0
     fm["node-a"].start(60)
-    assert "kept as a replica, never run here" in fm["node-a"].log_path.read_text()
+    warned = fm["node-a"].log_path.read_text()
+    assert "kept as a replica, never run here" in warned
+    assert "Not `agent-node agents rm` on its home" in warned  # that would remove it everywhere
     view = wait_for(lambda: agent_view(fm["node-a"]), 20, "node-a lists it")
     assert view["status"] == "replica" and view["placement"]["home"] == "node-b"
     assert wait_runner(fm, 5, among=SET) == "node-b"

@@ -255,7 +255,7 @@ def placed_and_moved(nodes: dict[str, NodeProcess], token: str, wasm: Path, mode
     shown = agents_cli(b, token, "show", AGENT)
     assert shown.returncode == 0, shown.stderr
     assert "\\n" not in shown.stdout, shown.stdout  # the moves are rows, not escapes
-    rows = shown.stdout.split("moves:\n")[1].splitlines()
+    rows = shown.stdout.split("moves (newest first):\n")[1].splitlines()
     assert rows[0].split() == ["SEQ", "EPOCH", "FROM", "TO", "REASON", "AT"]
     assert rows[1].split()[1:5] == ["1", "node-a", "node-c", "handoff"]
 

@@ -1,0 +1,116 @@
+"""A standby at every moment (issue 52 item 1): an upgrade of a placed agent switches only
+once another node of its set has the new version compiled, so a kill -9 or a SIGTERM of the
+home right after the upgrade answered is followed by a tick on another node within the lease
+TTL + 5 s, the replicas never having compiled the new bytes before. Real node processes on a
+real 3-server cluster (harness/failover.py), each new version bytes no node compiled yet."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.failover import (
+    AGENT,
+    LEASE_TTL_SECS,
+    FailoverMesh,
+    agent_view,
+    events,
+    publish_component,
+    ticks,
+    wait_for,
+)
+from tests.failover.test_placement_ops import SET, new_home
+
+pytestmark = pytest.mark.timeout(420)
+BOUND_SECS = LEASE_TTL_SECS + 5
+# the replicas keep compiled components in their own data dirs: a publish on the home, which
+# compiles into the run's shared cache, does not compile anything for them
+COLD = ("node-b", "node-c")
+
+
+def _leb128(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        out.append(byte | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def fresh_bytes(wasm: Path, tag: str, folder: Path) -> Path:
+    """The same agent with a custom section appended: bytes no node has compiled."""
+    name, payload = b"agent-node-test", tag.encode()
+    body = _leb128(len(name)) + name + payload
+    path = folder / f"counter-{tag}.wasm"
+    path.write_bytes(wasm.read_bytes() + b"\x00" + _leb128(len(body)) + body)
+    return path
+
+
+def upgrade(fm: FailoverMesh, home: str, wasm: Path, version: str) -> dict:
+    component = publish_component(fm[home], wasm, version=version)
+    with fm[home].client() as client:  # it waits for a replica's own compile of the bytes
+        answer = client.put(
+            f"/api/v1/agents/{AGENT}",
+            json={"component": component, "tick_interval_ms": 200, "placement": SET},
+            timeout=300,
+        )
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    standby = body["standby"]
+    assert standby["ready"] and set(standby["ready"]) <= set(standby["of"]), body
+    assert "ready to take it over" in body["message"], body
+    return body
+
+
+def placed_cold(fm: FailoverMesh, counter: Path) -> None:
+    """counter 1.0.0 placed on SET from node-a, not waiting for the replicas' own compile of
+    it (minutes on a busy machine), then waited for: both ready on 1.0.0."""
+    component = publish_component(fm["node-a"], counter)
+    with fm["node-a"].client() as client:
+        answer = client.put(
+            f"/api/v1/agents/{AGENT}",
+            params={"wait_standby": "false"},
+            json={"component": component, "tick_interval_ms": 200, "placement": SET},
+            timeout=120,
+        )
+    assert answer.status_code == 201, answer.text
+    wait_for(
+        lambda: (agent_view(fm["node-a"])["placement"] or {}).get("candidates") == SET[1:],
+        300,
+        "b and c compiled 1.0.0 (their own compile)",
+    )
+
+
+def first_tick_on(fm: FailoverMesh, among: list[str], since: float) -> tuple[str, float]:
+    """The node that took the agent over and seconds from `since` to its first tick there."""
+    taker = new_home(fm, among)
+    ticked = wait_for(
+        lambda: any(n == taker for _, n in ticks(events(fm[taker]))) and time.monotonic(),
+        BOUND_SECS + 60,
+        f"a tick on {taker}",
+    )
+    return taker, ticked - since
+
+
+def test_kill_9_and_sigterm_right_after_an_upgrade_find_a_standby(failover, built_agents, tmp_path):
+    fm = failover(own_compile_cache=COLD)  # the replicas compile for themselves
+    counter = built_agents["counter"]
+    placed_cold(fm, counter)
+
+    upgrade(fm, "node-a", fresh_bytes(counter, "two", tmp_path), "1.1.0")
+    killed = time.monotonic()
+    fm["node-a"].kill()  # right after the answer: the replicas compiled 1.1.0 before it
+    taker, took = first_tick_on(fm, ["node-b", "node-c"], killed)
+    assert took <= BOUND_SECS, took
+    assert agent_view(fm[taker])["current"]["version"] == "1.1.0"
+
+    fm["node-a"].start(60)
+    upgrade(fm, taker, fresh_bytes(counter, "three", tmp_path), "1.2.0")
+    stopped = time.monotonic()
+    fm[taker].terminate()
+    others = [n for n in SET if n != taker]
+    second, took = first_tick_on(fm, others, stopped)
+    assert took <= BOUND_SECS, took
+    assert agent_view(fm[second])["current"]["version"] == "1.2.0"
