@@ -184,6 +184,9 @@ class ApprovalRequested(Payload):
     # the policies that asked people, and how many distinct approvers (absent: one)
     policy: PolicyRef | None = None
     approvers: Annotated[list[ApproverSlot], msgspec.Meta(max_length=MAX_APPROVERS)] | None = None
+    # the recorded host call that asked ("<run>#<position>", projections/call_records.py): an
+    # approval given to it holds when a resumed run makes the same call there again
+    call: Name | None = None
 
 
 @entry
@@ -787,3 +790,7 @@ def check_replicated(event: Event, now: datetime | None = None) -> None:
             FUTURE_TIMESTAMP,
             f"ts {event.ts!r} is more than {MAX_FUTURE_SKEW_SECS} s ahead of this node's clock",
         )
+
+
+# the recorded host calls' event types register themselves here (after everything they use)
+from projections import call_events as _call_events  # noqa: E402,F401
