@@ -1,11 +1,12 @@
 """Which runs of one agent were interrupted, and what each of their host calls returned.
 
-A pure fold of the agent's journal (projections/call_events.py): a run is open from its
-`run.opened` to its `run.closed`, or until its task ends; it holds the calls it recorded by
-position and the approvals given to its calls (an `approval.requested` naming the call, then
-approved), so that a resumed run neither performs a completed call again nor asks again for a
-call already approved. Only open runs are kept; a later run of the same kind and subject
-replaces an open one (it can never be resumed any more).
+A pure fold of the agent's journal (`run.opened`, `call.recorded`, `run.closed`, in
+projections/catalogue.py): a run is open from its `run.opened` to its `run.closed`, or until
+its task ends; it holds the calls it recorded by position and the approvals given to its calls
+(an `approval.requested` naming the call, then approved), so that a resumed run neither
+performs a completed call again nor asks again for a call already approved. Only open runs
+are kept; a later run of the same kind and subject replaces an open one (it can never be
+resumed any more).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from projections import catalogue as c
-from projections.call_events import CallRecorded, RunClosed, RunOpened
+from projections.catalogue import CallRecorded, RunClosed, RunOpened
 
 RunKey = tuple[str, str]  # (kind, subject): what a new run is matched to
 _TASK_ENDS = frozenset({c.TASK_COMPLETED, c.TASK_FAILED, c.TASK_CANCELED})

@@ -32,14 +32,14 @@ from eventstore.store import EventStore, NewEvent
 from node.runtime.hostapi import HostError, Run
 from projections import catalogue as c
 from projections.approvals import hash_request
-from projections.call_events import (
+from projections.call_records import CallRecords, OpenRun, call_ref
+from projections.catalogue import (
     MAX_RECORD_RESULT,
     CallName,
     CallRecorded,
     RunClosed,
     RunOpened,
 )
-from projections.call_records import CallRecords, OpenRun, call_ref
 
 log = logging.getLogger(__name__)
 RECORDED_KINDS = frozenset({"tick", "task", "tool"})
