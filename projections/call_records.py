@@ -50,6 +50,7 @@ class CallRecords:
     def apply(self, payload: c.Payload | None) -> None:
         if isinstance(payload, RunOpened):
             self._drop(self.open.get((payload.kind, payload.subject)))
+            self._drop(self.by_run.get(payload.run))  # the same id opened twice: the later
             opened = OpenRun(payload.run, payload.kind, payload.subject)
             self.open[opened.key] = self.by_run[opened.run] = opened
         elif isinstance(payload, CallRecorded):
