@@ -132,8 +132,9 @@ async def _one_variant(wasm: Path, cache: Path, port: int, recorded: bool) -> di
     from node.context import CONTEXT
     from node.ops.polling import until
     from node.runtime.callrecords import CallRecorder
+    from node.runtime.compiled_cache import COMPILED_CACHE_ENV
 
-    os.environ[area.COMPILED_CACHE_ENV] = str(cache)
+    os.environ[COMPILED_CACHE_ENV] = str(cache)
     host_module.CallRecorder = CallRecorder if recorded else TodayRecorder  # type: ignore[misc]
     node_port = _port()
     out: dict[str, float] = {}

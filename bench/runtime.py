@@ -240,8 +240,9 @@ async def bench_approval_http(wasm: Path, cache: Path, rounds: int) -> dict[str,
     from node.app import AREAS, build_app
     from node.config.load import load_config
     from node.context import CONTEXT
+    from node.runtime.compiled_cache import COMPILED_CACHE_ENV
 
-    os.environ[area.COMPILED_CACHE_ENV] = str(cache)
+    os.environ[COMPILED_CACHE_ENV] = str(cache)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

@@ -78,6 +78,7 @@ class _Current:
     opened: bool
     resumed: OpenRun | None
     position: int = 0
+    cut: bool = False  # a call of it was refused because the agent is being stopped
 
 
 class CallRecorder:
@@ -127,11 +128,14 @@ class CallRecorder:
         else:
             self._current = _Current(run, run.run_id, False, None)
 
-    def run_finished(self, run: Run) -> None:
-        """The run returned or faulted: close it, unless the agent is being stopped (then the
-        run was cut, and the next instance resumes it)."""
+    def run_finished(self, run: Run, faulted: bool = False) -> None:
+        """The run returned or faulted: close it, unless the stop of the agent cut it (a call
+        refused, a fault, or a task, which a stop hands over to the next instance: then the
+        next instance resumes it)."""
         current, self._current = self._current, None
-        if current is None or not current.opened or self.stopping.is_set():
+        if current is None or not current.opened:
+            return
+        if self.stopping.is_set() and (current.cut or faulted or run.kind == "task"):
             return
         closed = RunClosed(run=current.journal_id)
         self.store.append_blocking(self.agent, *c.event_of(closed))
@@ -230,7 +234,9 @@ class CallRecorder:
         try:
             result = perform(context)
         except HostError as e:
-            if not self.stopping.is_set():  # a stop cuts the call: the resumed run makes it
+            if self.stopping.is_set():  # a stop cuts the call: the resumed run makes it
+                current.cut = True
+            else:
                 text, omitted = self._bounded(e.message)
                 failed = CallRecorded(
                     run=run_id,

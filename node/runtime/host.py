@@ -469,7 +469,7 @@ class JournalHost:
     def run_finished(self, run: Run, result: RunResult) -> None:
         self._run = None
         try:
-            self.calls.run_finished(run)
+            self.calls.run_finished(run, faulted=result.error is not None)
         except Exception as e:  # the store closing under a stop: the run stays open
             log.warning("agent %s: cannot close run %s: %s", self.name, run.run_id, e)
         if result.fuel_consumed:
