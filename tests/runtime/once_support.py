@@ -96,7 +96,7 @@ class Receiver:
             runner = web.AppRunner(app)
             loop.run_until_complete(runner.setup())
             loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", self.port).start())
-            self._loop = loop
+            self._loop, self._runner = loop, runner
             ready.set()
             loop.run_forever()
 
@@ -106,4 +106,5 @@ class Receiver:
 
     def stop(self) -> None:
         self.release.set()
+        asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
