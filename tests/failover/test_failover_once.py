@@ -62,7 +62,9 @@ def test_the_new_home_resumes_the_cut_task_and_makes_each_spend_once(failover, b
         others = [n for n in fm.names if n != home]
         wait_for(
             lambda: all(
-                [e for e in events(fm[n], AGENT) if e["type"] == "call.recorded"] for n in others
+                # written in one write with its call.recorded
+                [e for e in events(fm[n], AGENT) if e["type"] == "action.performed"]
+                for n in others
             ),
             20,
             "the other nodes hold the first spend's record",
