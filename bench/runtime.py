@@ -13,6 +13,9 @@
    the node to its first agent started and to all started (their `agent_started` events on
    GET /api/v1/events), and the node's RssAnon (/proc/PID/status) once all have started;
    `rss_cold_vs_warm` is cold ÷ warm (issue 29's target: at most 1.2).
+6. `once`: recorded host calls (bench/calls_once.py): a spend's and an inference's cost with
+   the call recorder ÷ today's path in the same run, the resume of a task with 100 recorded
+   calls after kill -9, and journal bytes per recorded call.
 
 Run: .venv/bin/python bench/runtime.py [--agents 10] [--seconds 2] [--approvals 200]
 [--parts cold,tick,approval,e2e] (builds the agents first through scripts/build-agents; uses a
@@ -60,6 +63,7 @@ PYTHON_AGENTS = [
     "secrets_reader",
     "inference",
     "sandbox_probe",
+    "once",
 ]
 
 
@@ -236,8 +240,9 @@ async def bench_approval_http(wasm: Path, cache: Path, rounds: int) -> dict[str,
     from node.app import AREAS, build_app
     from node.config.load import load_config
     from node.context import CONTEXT
+    from node.runtime.compiled_cache import COMPILED_CACHE_ENV
 
-    os.environ[area.COMPILED_CACHE_ENV] = str(cache)
+    os.environ[COMPILED_CACHE_ENV] = str(cache)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -447,7 +452,7 @@ def main() -> None:
     parser.add_argument("--agents", type=int, default=10)
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--approvals", type=int, default=200)
-    parser.add_argument("--parts", default="cold,tick,approval,e2e", help="and startup")
+    parser.add_argument("--parts", default="cold,tick,approval,e2e", help="and startup, once")
     parser.add_argument("--base", help="a commit to measure side by side")
     parser.add_argument("--rounds", type=int, default=3, help="with --base")
     args = parser.parse_args()
@@ -516,6 +521,13 @@ def main() -> None:
                 approval_e2e_p50_ms=round(e2e["p50_ms"], 2),
                 approval_e2e_p99_ms=round(e2e["p99_ms"], 2),
             )
+        if "once" in parts:
+            from bench.calls_once import bench_cost, bench_resume
+
+            once = {**bench_cost(agents["once"], cache), **bench_resume(agents["once"])}
+            for key, value in once.items():
+                print(f"  {key}: {value}")
+            figures.update(once)
     print(json.dumps(figures))
 
 

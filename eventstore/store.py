@@ -257,6 +257,15 @@ class EventStore:
         self._submit(Request(future, appends=events, single=True))
         return future.result(timeout)
 
+    def append_many_blocking(
+        self, events: Sequence[NewEvent], timeout: float | None = None
+    ) -> list[Envelope]:
+        """`append_many` for worker threads: all or none, returned once durable and folded."""
+        self._check_streams(events)
+        future: concurrent.futures.Future[list[Envelope]] = concurrent.futures.Future()
+        self._submit(Request(future, appends=events))
+        return future.result(timeout)
+
     # ----------------------------------------------------------------- fences (writer.py)
     def fence(self, stream: str, deadline: float | None) -> None:
         """Let this store append to `stream` only until `deadline` (`time.monotonic()`

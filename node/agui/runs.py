@@ -109,7 +109,7 @@ class AguiRuns:
             for warning in plan.warnings:
                 yield events.custom(WARNING, warning)
             cursor = JournalCursor.at_head(self.ctx, agent)
-            decided, refusal = await self._decide(plan, operator, groups, events, results)
+            decided, refusal = await self._decide(agent, plan, operator, groups, events, results)
             for event in decided:
                 yield event
             if refusal is not None:
@@ -197,6 +197,7 @@ class AguiRuns:
 
     async def _decide(
         self,
+        agent: str,
         plan: ResumePlan,
         operator: str,
         groups: frozenset[str],
@@ -231,6 +232,11 @@ class AguiRuns:
                 results[request.capability] = call_id
         if refused and not counted:
             return out, "the resume decided none of its interrupts: " + "; ".join(refused)
+        if counted and self.tasks.confirm is not None:
+            try:  # acknowledged once the mesh's stream holds it, as the REST API's decisions
+                await self.tasks.confirm(agent)
+            except Problem as exc:
+                return out, f"the decisions are not acknowledged: {exc.detail}"
         return out, None
 
     # ------------------------------------------------------------------ following

@@ -65,6 +65,8 @@ KEYS: dict[type[msgspec.Struct], dict[str, str]] = {
         "max_connections_per_client": "Open connections from one client address.",
         "page_max_kb": "A page of logs, findings, tasks or envelopes stops near this size.",
         "max_open_tasks_per_agent": "Pending and running tasks of one agent (429 past it).",
+        "call_record_max_kb": "A recorded host call's result kept in the journal, at most "
+        "(1-192 KiB); a larger one is not kept and a resumed run gets an error for it.",
         "sse_streams_max": "Open SSE, A2A and AG-UI streams on the node (429 past it).",
         "sse_streams_per_token": "Open streams of one token (429 past it).",
         "sse_replays_max": "Streams replaying a backlog at once (429 past it).",

@@ -90,6 +90,9 @@ class NodeSection(_Section, kw_only=True):
     page_max_kb: PositiveInt = 1024
     # pending and running tasks one agent may have; a create past it is a 429
     max_open_tasks_per_agent: PositiveInt = 1000
+    # a recorded host call's result (docs/agents.md, "When a node dies mid-run") is journaled
+    # up to this size; a larger one is not kept (a resumed run gets an error for it)
+    call_record_max_kb: Annotated[int, msgspec.Meta(ge=1, le=192)] = 64
     # a rollout's probation (node/services/rollouts.py): after an upgrade or a rollback, the new
     # instance is watched for so many good runs or seconds, whichever comes first; more faults
     # than `probation_max_faults` in that window roll it back by itself

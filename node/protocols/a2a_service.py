@@ -232,6 +232,12 @@ class A2AService:
             counted += 1
         if refused and not counted:
             raise _refused(task_id, refused)
+        task = self.ctx.projections.get(Tasks).get(task_id)
+        if counted and task is not None and self.tasks.confirm is not None:
+            try:  # acknowledged once the mesh's stream holds it, as the REST API's decisions
+                await self.tasks.confirm(task.to)
+            except Problem as exc:
+                raise _rpc_error(exc) from None
 
     # ------------------------------------------------------------------ streams
     def submitted(self, task: Task) -> Update:

@@ -3,7 +3,9 @@
 `http_fetch` is built in: request {url, method?, headers?, body?} → {status, headers, body},
 only to hosts in the agent's `allow_hosts`, never following redirects (a redirect could leave
 the allowed hosts). Any other capability is an action: POSTed as {agent, capability,
-request} to `[actions.<capability>] url` when configured, else only journaled. These
+request} to `[actions.<capability>] url` when configured, else only journaled. An action POST
+and every fetch but GET and HEAD carry the call's `Idempotency-Key` (node/runtime/callrecords.py:
+the same on every node and every repeat of the call), unless the agent set its own. These
 coroutines run on the event loop; agent threads reach them through the host.
 """
 
@@ -16,12 +18,14 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from node.config.model import ActionSection
+from node.runtime.callrecords import IDEMPOTENCY_HEADER, header_value
 from node.runtime.hostapi import HostError
 
 MAX_BODY = 1 << 20
 FETCH_TIMEOUT = 30.0
 _METHODS = {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
 _NODE_HEADERS = {"host", "content-length", "transfer-encoding", "connection"}
+_SAFE_METHODS = {"GET", "HEAD"}  # no Idempotency-Key: repeating them changes nothing
 
 
 def host_allowed(url: str, allow_hosts: list[str]) -> bool:
@@ -55,7 +59,9 @@ class Capabilities:
         self.session = session
         self.actions = actions
 
-    async def http_fetch(self, request: Any, allow_hosts: list[str]) -> dict[str, Any]:
+    async def http_fetch(
+        self, request: Any, allow_hosts: list[str], key: str | None = None
+    ) -> dict[str, Any]:
         if not isinstance(request, dict) or not isinstance(request.get("url"), str):
             raise HostError("failed", "http_fetch needs a request object with a string `url`")
         url = request["url"]
@@ -70,11 +76,15 @@ class Capabilities:
         body = request.get("body")
         if not isinstance(headers, dict) or not (body is None or isinstance(body, str)):
             raise HostError("failed", "`headers` must be an object and `body` a string")
+        sent = _headers(headers)
+        own_key = any(k.strip().lower() == "idempotency-key" for k in sent)
+        if key is not None and method not in _SAFE_METHODS and not own_key:
+            sent[IDEMPOTENCY_HEADER] = header_value(key)
         try:
             async with self.session.request(
                 method,
                 url,
-                headers=_headers(headers),
+                headers=sent,
                 data=body.encode() if body is not None else None,
                 allow_redirects=False,
                 timeout=aiohttp.ClientTimeout(total=FETCH_TIMEOUT),
@@ -89,7 +99,9 @@ class Capabilities:
         except (TimeoutError, aiohttp.ClientError, ValueError) as e:
             raise HostError("failed", f"fetch of {url} failed: {type(e).__name__}: {e}") from e
 
-    async def action(self, agent: str, capability: str, request: Any) -> dict[str, Any]:
+    async def action(
+        self, agent: str, capability: str, request: Any, key: str | None = None
+    ) -> dict[str, Any]:
         target = self.actions.get(capability)
         if target is None:
             return {"status": "recorded"}
@@ -98,6 +110,7 @@ class Capabilities:
             async with self.session.post(
                 target.url,
                 json=payload,
+                headers={IDEMPOTENCY_HEADER: header_value(key)} if key is not None else None,
                 allow_redirects=False,
                 timeout=aiohttp.ClientTimeout(total=target.timeout_secs),
             ) as response:

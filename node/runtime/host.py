@@ -21,6 +21,7 @@ import logging
 import os
 import threading
 import time
+import uuid
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeVar
@@ -29,6 +30,7 @@ from eventstore.store import EventStore
 from node.config.model import AgentConfig, Config, secret_env_name
 from node.ops.ids import new_id
 from node.ops.metrics import NodeMetrics
+from node.runtime.callrecords import CallContext, CallRecorder
 from node.runtime.capabilities import Capabilities
 from node.runtime.hostapi import AgentFault, HostError, Run, RunResult, Task, exempt_from_deadline
 from node.runtime.inference import InferenceClient, parse_request
@@ -67,6 +69,7 @@ class ApprovalGate(Protocol):
         timeout_secs: int | None = None,
         task_id: str | None = None,
         policy: bool = False,
+        call: str | None = None,
     ) -> Verdict: ...  # the outcome, with who decided and their reason
 
 
@@ -77,7 +80,9 @@ class Grants(Protocol):
 class TaskLifecycle(Protocol):
     """node.services.tasks.TaskService: the one writer of task events, with its checks."""
 
-    async def create(self, from_agent: str, to: str, input: dict[str, Any]) -> dict[str, Any]: ...
+    async def create(
+        self, from_agent: str, to: str, input: dict[str, Any], *, task_id: str | None = None
+    ) -> dict[str, Any]: ...
 
     async def start(self, task_id: str) -> Any: ...
 
@@ -155,6 +160,14 @@ class JournalHost:
         self._run: Run | None = None
         # this run's `task_await`: (task, input required?, message to the client)
         self._awaiting: tuple[str, bool, str | None] | None = None
+        # host calls with an effect or a cost, journaled with their results (resumed runs)
+        self.calls = CallRecorder(
+            self.name,
+            services.store,
+            stopping,
+            services.redactor.value,
+            services.config.node.call_record_max_kb * 1024,
+        )
 
     # ---- plumbing --------------------------------------------------------------------------
 
@@ -230,13 +243,26 @@ class JournalHost:
             )
         _cap(f"the {capability} request", request)
         parsed = _json(request, f"the {capability} request")
-        if self.agent.is_gated(capability):
-            self._await_approval(capability, request)
         if capability == TASK_AWAIT:
+            if self.agent.is_gated(capability):
+                self._await_approval(capability, request)
             return self._task_await(parsed)
+        shown = self.s.redactor.text(request)
+        return self.calls.call(
+            "invoke",
+            capability,
+            shown,
+            lambda call: self._perform(capability, request, parsed, call),
+        )
+
+    def _perform(self, capability: str, request: str, parsed: Any, call: CallContext) -> str:
+        """An action or an http_fetch, live: approved first when gated (unless an approval
+        given before the run was interrupted covers it), sent with the call's key."""
+        if self.agent.is_gated(capability) and not call.approved:
+            self._await_approval(capability, request, call.ref)
         if capability == "http_fetch":
             result = self._on_loop(
-                self.s.capabilities.http_fetch(parsed, self.agent.http.allow_hosts)
+                self.s.capabilities.http_fetch(parsed, self.agent.http.allow_hosts, call.key)
             )
             summary = {
                 "method": str(parsed.get("method", "GET")).upper()[:20],
@@ -244,9 +270,10 @@ class JournalHost:
                 "status": result["status"],
             }
         else:
-            result = self._on_loop(self.s.capabilities.action(self.name, capability, parsed))
+            action = self.s.capabilities.action(self.name, capability, parsed, call.key)
+            result = self._on_loop(action)
             summary = {"request": parsed, "status": result["status"]}
-        self._append(*c.event_of(c.ActionPerformed(capability=capability, **summary)))
+        call.journal_with(*c.event_of(c.ActionPerformed(capability=capability, **summary)))
         return json.dumps(result)
 
     def _task_await(self, request: Any) -> str:
@@ -267,7 +294,7 @@ class JournalHost:
         self._awaiting = (run.detail, state == "input-required", message)
         return json.dumps({"awaiting": state})
 
-    def _await_approval(self, capability: str, request: str) -> None:
+    def _await_approval(self, capability: str, request: str, call: str | None = None) -> None:
         gate = self.s.approvals
         # What the operator sees and approves, and what its hash binds: the request with the
         # secrets the agent read masked; approved, it is performed with the real values.
@@ -277,7 +304,9 @@ class JournalHost:
         by_policy = self.agent.decided_by_policy(capability)
         with exempt_from_deadline():  # waiting for a person is not the agent's wasm time
             verdict = self._on_loop(
-                gate.ask(self.name, capability, shown, timeout, task_id, policy=by_policy)
+                gate.ask(
+                    self.name, capability, shown, timeout, task_id, policy=by_policy, call=call
+                )
             )
         if verdict.outcome == "deny":
             raise HostError("approval-denied", denial_message(capability, verdict))
@@ -304,6 +333,10 @@ class JournalHost:
         return domain in self.agent.grants.domains and self.s.grants.is_active(self.name, domain)
 
     def infer(self, request: str) -> str:
+        shown = self.s.redactor.text(request)
+        return self.calls.call("infer", "", shown, lambda call: self._infer(request, call))
+
+    def _infer(self, request: str, call: CallContext) -> str:
         route, prompt, max_tokens = parse_request(request, self.s.config.inference.default_route)
         self.s.metrics.inference_requests.labels(route=route).inc()
         run_id = self._run.run_id if self._run else ""
@@ -319,7 +352,7 @@ class JournalHost:
             text = self._on_loop(self.s.inference.complete(route, prompt, max_tokens, on_token))
         finally:
             self._publish("TEXT_MESSAGE_END", frame)
-        self._append(*c.event_of(c.InferenceCompleted(route=route, chars=len(text))))
+        call.journal_with(*c.event_of(c.InferenceCompleted(route=route, chars=len(text))))
         return text
 
     def create_task(self, to: str, input: str) -> str:
@@ -327,7 +360,14 @@ class JournalHost:
         data = self.s.redactor.value(_json(input, "the task input"))
         if not isinstance(data, dict):
             raise HostError("failed", "task input must be a JSON object")
-        created = self._on_loop(self.s.task_service.create(self.name, to, data))
+        shown = json.dumps(data, sort_keys=True)
+        return self.calls.call("create_task", to, shown, lambda call: self._create(to, data, call))
+
+    def _create(self, to: str, data: dict[str, Any], call: CallContext) -> str:
+        """The task's id derives from the call's key: made again after an interruption, the
+        same task is found rather than a second one created."""
+        task_id = call.key and str(uuid.UUID(call.key[:32]))
+        created = self._on_loop(self.s.task_service.create(self.name, to, data, task_id=task_id))
         return str(created["id"])
 
     def task_progress(self, task_id: str, progress: str) -> None:
@@ -390,6 +430,7 @@ class JournalHost:
     # ---- AgentHooks ------------------------------------------------------------------------
 
     def agent_started(self, restart_count: int) -> None:
+        self.calls.reset()  # a new instance resumes the runs the journal holds as interrupted
         if restart_count:
             self.s.metrics.agent_restarts.labels(agent=self.name).inc()
             self._note(*c.event_of(c.AgentRestarted(restart_count=restart_count)))
@@ -410,6 +451,7 @@ class JournalHost:
     def run_started(self, run: Run) -> None:
         self._run = run
         self._awaiting = None
+        self.calls.run_started(run)
         frame = {"run_id": run.run_id, "threadId": self.name, "runId": run.run_id}
         self._publish("RUN_STARTED", {**frame, "kind": run.kind})
         if run.kind == "tool":  # an MCP call: one AG-UI tool call inside its run
@@ -426,6 +468,10 @@ class JournalHost:
 
     def run_finished(self, run: Run, result: RunResult) -> None:
         self._run = None
+        try:
+            self.calls.run_finished(run, faulted=result.error is not None)
+        except Exception as e:  # the store closing under a stop: the run stays open
+            log.warning("agent %s: cannot close run %s: %s", self.name, run.run_id, e)
         if result.fuel_consumed:
             self.s.metrics.fuel_consumed.labels(agent=self.name).inc(result.fuel_consumed)
         frame = {"run_id": run.run_id, "threadId": self.name, "runId": run.run_id}

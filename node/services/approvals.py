@@ -92,13 +92,16 @@ class ApprovalGate(ApprovalDecisions):
         timeout_secs: int | None = None,
         task_id: str | None = None,
         policy: bool = False,
+        call: str | None = None,
     ) -> Verdict:
         """Journal `approval.requested` and wait: the outcome ("approve", "deny" or "timeout")
         with who decided and why (the host tells the agent).
 
         `task_id` names the task whose run asks, so that canceling the task denies it. With
         `policy`, the policy set rules first: a permit or a forbid is journaled with the request
-        in one write and returned at once; an ask waits for the people it names.
+        in one write and returned at once; an ask waits for the people it names. `call` names
+        the recorded host call that asks (node/runtime/callrecords.py): approved, it is not
+        asked again when a resumed run makes the same call in the same place.
         """
         if self._closed:
             raise GateClosedError("the node is shutting down")
@@ -136,6 +139,8 @@ class ApprovalGate(ApprovalDecisions):
         }
         if task_id is not None:
             data["task"] = task_id
+        if call is not None:
+            data["call"] = call
         if policy:
             ruled = self.policy.rule(agent, capability, request, approval_id, request_hash, task_id)
             data.update(policy=ruled.policy, approvers=ruled.approvers)

@@ -53,6 +53,7 @@ class TaskService:
         a2a: dict[str, Any] | None = None,
         caller: str | None = None,
         preceded_by: Callable[[str], list[NewEvent]] | None = None,
+        task_id: str | None = None,
     ) -> dict[str, Any]:
         """A new pending task for `to`, which must be hosted here (404 unknown, 409 elsewhere).
 
@@ -61,7 +62,14 @@ class TaskService:
         is the API token that asked (None: an agent of this node, named by `from_agent`).
         `preceded_by(task_id)`: events journaled in the same write, just before the task's
         (an A2A push config sent with the message, so its first change is notified too).
+        `task_id`: the id an agent's recorded `create-task` derives from its call's key; when
+        that task exists already (the call is made again after an interruption), it is the
+        answer, and nothing is created twice.
         """
+        if task_id is not None and (existing := self.projection.get(task_id)) is not None:
+            if existing.to == to and existing.from_ == from_agent:
+                return {"id": task_id, "status": existing.status, "created_at": existing.created_at}
+            raise Problem(409, f"task {task_id} exists already, for another caller")
         ensure_local(self.ctx, to)
         if self.ctx.config.agent(to) is None:
             raise Problem(404, f"no agent named {to!r} is hosted on this node")
@@ -73,7 +81,7 @@ class TaskService:
                 f"agent {to!r} has {cap} open tasks, this node's limit "
                 "(node.max_open_tasks_per_agent); retry once some have finished",
             )
-        task_id = str(uuid.uuid4())
+        task_id = task_id or str(uuid.uuid4())
         created = c.TaskCreated(
             id=task_id, from_=from_agent, to=to, input=input, a2a=a2a, caller=caller
         )

@@ -1,0 +1,277 @@
+"""Host calls that happen once: each is journaled with its result, and a resumed run replays it.
+
+One `CallRecorder` per hosted agent, used by its JournalHost on the agent's worker thread. A
+host call with an effect or a cost goes through `call`: the recorder numbers it within the run
+(its position), and
+
+- when the run resumes an interrupted one (projections/call_records.py finds it by kind and
+  subject: the task, the tool, the tick) and the journal holds a record at that position for
+  the same call with the same request hash, the recorded result is returned, and nothing is
+  performed, asked, charged or billed again;
+- else the call is performed live (`perform`), given a `CallContext`: the Idempotency-Key of
+  the call (the same on every node and retry: agent, run, position and request hash) and
+  whether an approval given before the interruption already covers it; its outcome is
+  journaled (with the events `perform` adds, in one write) before the result reaches the agent.
+
+A replayed run that asks at a recorded position for something else (its code is not
+deterministic) gets live calls from there on, and a finding says so. State reads are not
+recorded: a resumed run reads the state as the journal has it now (docs/agents.md).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from eventstore.envelope import Envelope
+from eventstore.store import EventStore, NewEvent
+from node.runtime.hostapi import HostError, Run
+from projections import catalogue as c
+from projections.approvals import hash_request
+from projections.call_records import CallRecords, OpenRun, call_ref
+from projections.catalogue import (
+    MAX_RECORD_RESULT,
+    CallName,
+    CallRecorded,
+    RunClosed,
+    RunOpened,
+)
+
+log = logging.getLogger(__name__)
+RECORDED_KINDS = frozenset({"tick", "task", "tool"})
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+
+
+def idempotency_key(agent: str, run: str, position: int, request_hash: str) -> str:
+    """The key of one call: derived only from what every node resuming the run knows."""
+    digest = hashlib.sha256(f"{agent}\n{run}\n{position}\n{request_hash}".encode()).hexdigest()
+    return digest[:40]
+
+
+def header_value(key: str) -> str:
+    """The header's value as the IETF draft writes it: a Structured Fields string."""
+    return f'"{key}"'
+
+
+@dataclass
+class CallContext:
+    """What a live call needs of the recorder: its key, whether it is approved already, and
+    the events to journal with its record (an `action.performed`, say)."""
+
+    key: str | None
+    ref: str | None  # names the call in an approval request
+    approved: bool = False
+    events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+
+    def journal_with(self, type_: str, data: dict[str, Any]) -> None:
+        self.events.append((type_, data))
+
+
+@dataclass
+class _Current:
+    run: Run
+    journal_id: str  # the run's id in the journal: this run's, or the interrupted one's
+    opened: bool
+    resumed: OpenRun | None
+    position: int = 0
+    cut: bool = False  # a call of it was refused because the agent is being stopped
+
+
+class CallRecorder:
+    def __init__(
+        self,
+        agent: str,
+        store: EventStore,
+        stopping: threading.Event,
+        redact: Callable[[Any], Any],
+        max_result_bytes: int,
+    ) -> None:
+        self.agent = agent
+        self.store = store
+        self.stopping = stopping
+        self.redact = redact
+        self.max_result_bytes = min(max_result_bytes, MAX_RECORD_RESULT)
+        self._records: CallRecords | None = None
+        self._current: _Current | None = None
+
+    # ---- the run's frame -------------------------------------------------------------------
+
+    def reset(self) -> None:
+        """A new instance: the interrupted runs are read from the journal again."""
+        self._records = None
+
+    def _folded(self) -> CallRecords:
+        if self._records is None:
+            records = CallRecords()
+            for envelope in self._journal():
+                records.apply(c.payload_of(envelope))
+            self._records = records
+        return self._records
+
+    def _journal(self) -> Iterable[Envelope]:
+        return self.store.iter_stream(self.agent)
+
+    def run_started(self, run: Run) -> None:
+        self._current = None
+        if run.kind not in RECORDED_KINDS:
+            return
+        resumed = self._folded().resumable(run.kind, run.detail)
+        if resumed is not None:
+            log.info(
+                "agent %s: %s %s resumes run %s", self.agent, run.kind, run.detail, resumed.run
+            )
+            self._current = _Current(run, resumed.run, True, resumed)
+        else:
+            self._current = _Current(run, run.run_id, False, None)
+
+    def run_finished(self, run: Run, faulted: bool = False) -> None:
+        """The run returned or faulted: close it, unless the stop of the agent cut it (a call
+        refused, a fault, or a task, which a stop hands over to the next instance: then the
+        next instance resumes it)."""
+        current, self._current = self._current, None
+        if current is None or not current.opened:
+            return
+        if self.stopping.is_set() and (current.cut or faulted or run.kind == "task"):
+            return
+        closed = RunClosed(run=current.journal_id)
+        self.store.append_blocking(self.agent, *c.event_of(closed))
+        self._folded().apply(closed)
+
+    @property
+    def resuming(self) -> bool:
+        """Whether the current run still replays recorded calls."""
+        return self._current is not None and self._current.resumed is not None
+
+    # ---- one call --------------------------------------------------------------------------
+
+    def call(
+        self, call: CallName, target: str, request: str, perform: Callable[[CallContext], str]
+    ) -> str:
+        """The result of the call: recorded when the run resumes one that made it, else live.
+        `request` is the call's request as journaled (secrets masked)."""
+        current = self._current
+        if current is None:  # no run to record it in (list-tools): nothing to resume
+            return perform(CallContext(None, None))
+        position = current.position
+        current.position += 1
+        request_hash = hash_request(request)
+        if current.resumed is not None:
+            record = current.resumed.records.get(position)
+            if record is None:  # the first call the interrupted run had not completed
+                approved = current.resumed.approved.get(position) == request_hash
+                current.resumed = None
+                return self._live(current, position, call, target, request_hash, perform, approved)
+            if (record.call, record.target, record.request_hash) == (call, target, request_hash):
+                return self._replayed(record)
+            self._diverged(current, position, record, call, target)
+        return self._live(current, position, call, target, request_hash, perform, False)
+
+    def _replayed(self, record: CallRecorded) -> str:
+        if record.omitted is not None:
+            raise HostError(
+                "failed",
+                f"this {record.call} was performed before the run was interrupted; its result "
+                f"({record.omitted} bytes) was over node.call_record_max_kb and is not kept",
+            )
+        if record.outcome == "error":
+            kind = record.error_kind
+            known = (
+                kind
+                if kind in ("not-permitted", "approval-denied", "approval-timeout")
+                else "failed"
+            )
+            raise HostError(known, record.result)  # type: ignore[arg-type]
+        return record.result
+
+    def _diverged(
+        self, current: _Current, position: int, record: CallRecorded, call: str, target: str
+    ) -> None:
+        current.resumed = None
+        asked = f"{call} {target}".strip()
+        held = f"{record.call} {record.target}".strip()
+        detail = (
+            f"the resumed {current.run.kind} run {current.journal_id} asked at call {position} "
+            f"for {asked} with another request than the journal records ({held}, "
+            f"{record.request_hash}): its code is not deterministic between host calls. "
+            "From this call on its calls are performed live."
+        )
+        finding = c.Finding(
+            severity="medium",
+            title="a resumed run diverged from its journal",
+            detail=detail[: c.MAX_TEXT],
+        )
+        self.store.append_blocking(self.agent, *c.event_of(finding))
+
+    def _live(
+        self,
+        current: _Current,
+        position: int,
+        call: CallName,
+        target: str,
+        request_hash: str,
+        perform: Callable[[CallContext], str],
+        approved: bool,
+    ) -> str:
+        if not current.opened:
+            opened = RunOpened(
+                run=current.journal_id,
+                kind=current.run.kind,
+                subject=current.run.detail,
+            )
+            self.store.append_blocking(self.agent, *c.event_of(opened))
+            self._folded().apply(opened)
+            current.opened = True
+        run_id = current.journal_id
+        context = CallContext(
+            idempotency_key(self.agent, run_id, position, request_hash),
+            call_ref(run_id, position),
+            approved,
+        )
+        try:
+            result = perform(context)
+        except HostError as e:
+            if self.stopping.is_set():  # a stop cuts the call: the resumed run makes it
+                current.cut = True
+            else:
+                text, omitted = self._bounded(e.message)
+                failed = CallRecorded(
+                    run=run_id,
+                    position=position,
+                    call=call,
+                    target=target[:1000],
+                    request_hash=request_hash,
+                    outcome="error",
+                    error_kind=e.kind,
+                    result=text,
+                    omitted=omitted,
+                )
+                self._record(failed, context)
+            raise
+        text, omitted = self._bounded(result)
+        done = CallRecorded(
+            run=run_id,
+            position=position,
+            call=call,
+            target=target[:1000],
+            request_hash=request_hash,
+            result=text,
+            omitted=omitted,
+        )
+        self._record(done, context)
+        return result
+
+    def _bounded(self, text: str) -> tuple[str, int | None]:
+        """The result as journaled (secrets masked), or "" and its size when over the bound."""
+        redacted = str(self.redact(text))
+        size = len(redacted.encode("utf-8", "surrogatepass"))
+        return ("", size) if size > self.max_result_bytes else (redacted, None)
+
+    def _record(self, record: CallRecorded, context: CallContext) -> None:
+        events = [NewEvent(self.agent, t, self.redact(d)) for t, d in context.events]
+        events.append(NewEvent(self.agent, *c.event_of(record)))
+        self.store.append_many_blocking(events)
+        self._folded().apply(record)
