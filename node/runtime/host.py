@@ -29,7 +29,7 @@ from eventstore.store import EventStore
 from node.config.model import AgentConfig, Config, secret_env_name
 from node.ops.ids import new_id
 from node.ops.metrics import NodeMetrics
-from node.runtime.capabilities import Capabilities
+from node.runtime.capabilities import Capabilities, canonical_fetch
 from node.runtime.hostapi import AgentFault, HostError, Run, RunResult, Task, exempt_from_deadline
 from node.runtime.inference import InferenceClient, parse_request
 from node.runtime.limits import (
@@ -230,6 +230,8 @@ class JournalHost:
             )
         _cap(f"the {capability} request", request)
         parsed = _json(request, f"the {capability} request")
+        if capability == "http_fetch":  # the one form judged, journaled and sent
+            parsed, request = canonical_fetch(parsed, request)
         if self.agent.is_gated(capability):
             self._await_approval(capability, request)
         if capability == TASK_AWAIT:
