@@ -87,12 +87,16 @@ async def _sent(c: CallContext) -> tuple[SendParams, Task, JournalCursor]:
     return params, task, cursor
 
 
+def _still_waiting(c: CallContext, params: SendParams, task: Task) -> bool:
+    """An answer that left the task input-required (one approval of several, counted) has
+    reached the interrupted state a blocking call waits for, and a stream ends at: nothing
+    is to come from this call."""
+    return bool(params.message.task_id) and c.service.views.state(task) == m.INPUT_REQUIRED
+
+
 async def send_message(c: CallContext) -> Any:
     params, task, cursor = await _sent(c)
-    # an answer that left the task input-required (one approval of several, counted) has
-    # reached the interrupted state a blocking call waits for already: nothing is to come
-    still_waiting = bool(params.message.task_id) and c.service.views.state(task) == m.INPUT_REQUIRED
-    if not params.configuration.return_immediately and not still_waiting:
+    if not params.configuration.return_immediately and not _still_waiting(c, params, task):
         stop = StopSignal(c.request.app)
         deadline = asyncio.get_running_loop().time() + BLOCKING_WAIT_SECS
         try:
@@ -143,12 +147,19 @@ async def send_streaming(c: CallContext) -> tuple[Update, Updates]:
         else {"task": c.service.task_json(c.agent, task.id)}
     )
     stop = _stream_stop(c)
+    if _still_waiting(c, params, task):  # the task as the answer left it, and the end
+        return first, _closing(stop, _nothing())
     return first, _closing(
         stop,
         c.service.updates(
             task.id, cursor, stop, end_on_input_required=True, keepalive=_keepalive(c)
         ),
     )
+
+
+async def _nothing() -> AsyncIterator[Update | None]:
+    return
+    yield  # an async generator that ends at once
 
 
 async def subscribe(c: CallContext) -> tuple[Update, Updates]:
