@@ -82,7 +82,11 @@ async def _sent(c: CallContext) -> tuple[SendParams, Task, JournalCursor]:
     """SendMessage and SendStreamingMessage: the task, with the push config sent with it."""
     params = decode_params(c.call.params, SendParams)
     raw_config = params.configuration.task_push_notification_config
-    preceded_by = await a2a_push.with_message(c, raw_config) if raw_config is not None else None
+    preceded_by = None
+    if raw_config is not None and params.message.task_id:
+        await a2a_push.on_follow_up(c, raw_config, params.message.task_id)
+    elif raw_config is not None:
+        preceded_by = await a2a_push.with_message(c, raw_config)
     task, cursor = await c.service.send(c.agent, params, c.operator, preceded_by, c.groups)
     return params, task, cursor
 
