@@ -113,17 +113,18 @@ class PolicyStep:
         for it. What the read model holds and what is in flight count alike."""
         delivered = self.ctx.store.last_position
 
-        def spent(policy_id: str, budget: Budget) -> Decimal:
+        def spent(policy_id: str, budget: Budget, scope: str) -> Decimal:
             since = now - timedelta(seconds=budget.period_secs)
             micros = int(since.timestamp() * 1_000_000)
-            folded = self.approvals.spent(agent, capability, policy_id, micros, delivered)
-            return folded + self._in_flight.of((agent, capability, policy_id))
+            folded = self.approvals.spent(agent, capability, policy_id, micros, delivered, scope)
+            return folded + self._in_flight.of((scope or agent, capability, policy_id))
 
-        charges = within_budgets(ruling, spent)
+        config = self.ctx.config
+        charges = within_budgets(ruling, spent, agent, config.agent_groups, self.ctx.name)
         if isinstance(charges, Ruling):
             return _ask(charges, policies)
         for charge in charges:
-            key = (agent, capability, charge.budget)
+            key = (charge.scope or agent, capability, charge.budget)
             self._in_flight.add(approval_id, key, Decimal(charge.amount))
         ref = _ref(ruling, policies)
         approved = c.ApprovalDecided(
