@@ -219,9 +219,11 @@ KEYS: dict[type[msgspec.Struct], dict[str, str]] = {
         "url_file": "A file holding the URL.",
         "secret": "A webhook's signing secret, whsec_ and base64 of 24-64 random bytes.",
         "secret_file": "A file holding the signing secret.",
-        "on": "requested (when a request waits for people), escalated (before it times out).",
+        "on": "requested (when a request waits for people), escalated (before it times out), "
+        "decided, expired, abandoned (a follow-up once a request it was told of ends so).",
         "agents": "Only requests of these agents (empty: all).",
         "capabilities": "Only requests for these capabilities (empty: all).",
+        "groups": "Only requests whose approvers name one of these groups (empty: all).",
     },
     c.NotificationsSection: {
         "channels": "Where approval notifications go ([[notifications.channels]]).",

@@ -295,7 +295,7 @@ class ActionSection(_Section, kw_only=True):
 # A2A push notifications and approval notifications, from one outbox; node/delivery/,
 # docs/notifications.md)
 ChannelName = Annotated[str, msgspec.Meta(pattern=AGENT_NAME)]
-ChannelEvent = Literal["requested", "escalated"]
+ChannelEvent = Literal["requested", "escalated", "decided", "expired", "abandoned"]
 
 
 class DeliverySection(_Section, kw_only=True):
@@ -332,6 +332,8 @@ class ChannelConfig(_Section, kw_only=True):
     on: list[ChannelEvent] = msgspec.field(default_factory=lambda: ["requested"])
     agents: list[AgentName] = []  # only these agents' requests (empty: every agent)
     capabilities: list[str] = []  # only these capabilities (empty: every capability)
+    # only requests whose approvers name one of these groups (empty: every request)
+    groups: Annotated[list[GroupName], msgspec.Meta(max_length=100)] = []
 
 
 class NotificationsSection(_Section, kw_only=True):
