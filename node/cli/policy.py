@@ -3,7 +3,8 @@ requests, against what was decided, before it decides anything.
 
 Every `approval.requested` in the journals (since `--since`) is judged by the set as the gate
 would have judged it then: the request's own fields, its agent, its task and the time it was
-asked, budgets counted over the replayed history in order. Each is shown beside how it ended:
+asked (read in the config's [policy] timezone, which the report names), budgets counted over
+the replayed history in order. Each is shown beside how it ended:
 approved or denied by whom, timed out, abandoned, still pending. The rows where the set would
 have done otherwise than people (a permit of what was not approved, a forbid of what was) come
 first; `--all` lists every row. Reads the journal as `audit verify` does, next to a running node.
@@ -111,7 +112,8 @@ def cmd_policy_test(args: argparse.Namespace) -> int:
         store.close_sync()
     counts = _counts(rows)
     if args.json:
-        print(json.dumps({"policy_set": policies.digest, "counts": counts, "rows": _dicts(rows)}))
+        shown = {"policy_set": policies.digest, "timezone": policies.zone.key, "counts": counts}
+        print(json.dumps({**shown, "rows": _dicts(rows)}))
         return 0
     print(visible_lines(_report(rows, counts, policies, since, args.all)))
     return 0
@@ -300,6 +302,8 @@ def _report(
     lines = [
         f"policy set {policies.digest} ({len(policies.rules)} policies): "
         f"{counts['requests']} approval request(s) {window}",
+        f"context.time replayed in {policies.zone.key} (the [policy] timezone of this config, "
+        "whatever zone was in force when each request was asked)",
         "",
         table(
             (
