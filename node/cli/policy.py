@@ -3,7 +3,8 @@ requests, against what was decided, before it decides anything.
 
 Every `approval.requested` in the journals (since `--since`) is judged by the set as the gate
 would have judged it then: the request's own fields, its agent, its task and the time it was
-asked, budgets counted over the replayed history in order. Each is shown beside how it ended:
+asked (read in the config's [policy] timezone, which the report names), budgets counted over
+the replayed history in order. Each is shown beside how it ended:
 approved or denied by whom, timed out, abandoned, still pending. The rows where the set would
 have done otherwise than people (a permit of what was not approved, a forbid of what was) come
 first; `--all` lists every row. Reads the journal as `audit verify` does, next to a running node.
@@ -105,12 +106,14 @@ def cmd_policy_test(args: argparse.Namespace) -> int:
     since = _since(args.since) if args.since else None
     store = _open_journal(config)
     try:
-        rows = list(replay(store, policies, since, args.agent))
+        shared = _Ledger(config.agent_groups, config.node.name)
+        rows = list(replay(store, policies, since, args.agent, shared))
     finally:
         store.close_sync()
     counts = _counts(rows)
     if args.json:
-        print(json.dumps({"policy_set": policies.digest, "counts": counts, "rows": _dicts(rows)}))
+        shown = {"policy_set": policies.digest, "timezone": policies.zone.key, "counts": counts}
+        print(json.dumps({**shown, "rows": _dicts(rows)}))
         return 0
     print(visible_lines(_report(rows, counts, policies, since, args.all)))
     return 0
@@ -138,11 +141,14 @@ def _open_journal(config: Config) -> EventStore:
 
 
 class _Ledger:
-    """The budgets' charges as the replayed history builds them, per (agent, capability,
-    policy): (time, amount), the oldest dropped once out of every window."""
+    """The budgets' charges as the replayed history builds them, per (agent or shared scope,
+    capability, policy): (time, amount), the oldest dropped once out of every window; with
+    the config's agent groups and node name, which shared budgets need."""
 
-    def __init__(self) -> None:
+    def __init__(self, groups: dict[str, list[str]] | None = None, node: str = "") -> None:
         self._charges: dict[tuple[str, str, str], deque[tuple[datetime, Decimal]]] = {}
+        self.groups = groups or {}
+        self.node = node
 
     def spent(self, key: tuple[str, str, str], budget: Budget, at: datetime) -> Decimal:
         charges = self._charges.get(key, deque())
@@ -157,7 +163,11 @@ class _Ledger:
 
 
 def replay(
-    store: EventStore, policies: PolicySet, since: datetime | None, agent: str | None
+    store: EventStore,
+    policies: PolicySet,
+    since: datetime | None,
+    agent: str | None,
+    ledger: _Ledger | None = None,
 ) -> Iterator[Row]:
     """Every past request (of `agent`, since `since`) with the set's ruling and its ending,
     in journal order."""
@@ -166,7 +176,7 @@ def replay(
 
     tasks: dict[str, TaskFacts] = {}
     rows: dict[str, Row] = {}
-    ledger = _Ledger()
+    ledger = ledger or _Ledger()
     for chunk in store.iter_chunks():
         for envelope in chunk:
             payload = c.payload_of(envelope)
@@ -206,16 +216,17 @@ def _judge(
     charges: list[c.BudgetCharge] = []
     if ruling.outcome == "permit":
 
-        def spent(policy_id: str, budget: Budget) -> Decimal:
-            return ledger.spent((who, capability, policy_id), budget, at)
+        def spent(policy_id: str, budget: Budget, scope: str) -> Decimal:
+            return ledger.spent((scope or who, capability, policy_id), budget, at)
 
-        bounded = within_budgets(ruling, spent)
+        bounded = within_budgets(ruling, spent, who, ledger.groups, ledger.node)
         if isinstance(bounded, Ruling):
             ruling = bounded
         else:
             charges = bounded
             for charge in charges:
-                ledger.charge((who, capability, charge.budget), at, Decimal(charge.amount))
+                key = (charge.scope or who, capability, charge.budget)
+                ledger.charge(key, at, Decimal(charge.amount))
     why = ruling.reason
     needed = describe(ruling.approvers) if ruling.outcome == "ask" and ruling.approvers else ""
     if needed and needed not in (why or ""):  # a policy's own @reason: say whom it asks too
@@ -291,6 +302,8 @@ def _report(
     lines = [
         f"policy set {policies.digest} ({len(policies.rules)} policies): "
         f"{counts['requests']} approval request(s) {window}",
+        f"context.time replayed in {policies.zone.key} (the [policy] timezone of this config, "
+        "whatever zone was in force when each request was asked)",
         "",
         table(
             (

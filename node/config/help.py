@@ -34,6 +34,8 @@ KEYS: dict[type[msgspec.Struct], dict[str, str]] = {
         "notifications": "Who is told that an approval request waits: channels and escalation.",
         "policy": "Approval policies in Cedar that permit, forbid or ask people about each use "
         'of a capability whose approval is "policy" (docs/approvals.md).',
+        "agent_groups": "Group name to agent names: a budget shared by the group "
+        '(@budget("amount 100 per day for group NAME"), docs/approvals.md).',
     },
     c.NodeSection: {
         "name": "The node's name: the origin of every envelope it signs, its identity to peers.",
@@ -222,9 +224,11 @@ KEYS: dict[type[msgspec.Struct], dict[str, str]] = {
         "url_file": "A file holding the URL.",
         "secret": "A webhook's signing secret, whsec_ and base64 of 24-64 random bytes.",
         "secret_file": "A file holding the signing secret.",
-        "on": "requested (when a request waits for people), escalated (before it times out).",
+        "on": "requested (when a request waits for people), escalated (before it times out), "
+        "decided, expired, abandoned (a follow-up once a request it was told of ends so).",
         "agents": "Only requests of these agents (empty: all).",
         "capabilities": "Only requests for these capabilities (empty: all).",
+        "groups": "Only requests whose approvers name one of these groups (empty: all).",
     },
     c.NotificationsSection: {
         "channels": "Where approval notifications go ([[notifications.channels]]).",

@@ -301,7 +301,7 @@ class ActionSection(_Section, kw_only=True):
 # A2A push notifications and approval notifications, from one outbox; node/delivery/,
 # docs/notifications.md)
 ChannelName = Annotated[str, msgspec.Meta(pattern=AGENT_NAME)]
-ChannelEvent = Literal["requested", "escalated"]
+ChannelEvent = Literal["requested", "escalated", "decided", "expired", "abandoned"]
 
 
 class DeliverySection(_Section, kw_only=True):
@@ -338,6 +338,8 @@ class ChannelConfig(_Section, kw_only=True):
     on: list[ChannelEvent] = msgspec.field(default_factory=lambda: ["requested"])
     agents: list[AgentName] = []  # only these agents' requests (empty: every agent)
     capabilities: list[str] = []  # only these capabilities (empty: every capability)
+    # only requests whose approvers name one of these groups (empty: every request)
+    groups: Annotated[list[GroupName], msgspec.Meta(max_length=100)] = []
 
 
 class NotificationsSection(_Section, kw_only=True):
@@ -367,6 +369,12 @@ class Config(_Section, kw_only=True):
     notifications: NotificationsSection = msgspec.field(default_factory=NotificationsSection)
 
     policy: PolicySection = msgspec.field(default_factory=PolicySection)  # issue 47
+    # named groups of agents that share a budget (`@budget("... for group NAME")`, and the
+    # inference budgets): group name → agent names (node/policy/budgets.py)
+    agent_groups: Annotated[
+        dict[GroupName, Annotated[list[AgentName], msgspec.Meta(max_length=1000)]],
+        msgspec.Meta(max_length=100),
+    ] = {}
     # Where the file was read from; relative paths in it are relative to its folder.
     base_dir: str = "."
 

@@ -6,7 +6,8 @@ cursor, becomes the notifications it implies.
   config of the task set before that change, holding the task as it was then;
 - an approval request still pending once folded (a request a policy decided in the same write
   is not): one entry per matching channel, and an escalation due before it times out; its
-  resolution drops what was not sent yet;
+  resolution drops what was not sent yet, and queues a follow-up (decided, expired,
+  abandoned) to each channel that was told of it and asks for that event;
 - `delivery.progress`: deliveries another node (or this one) finished: their entries go;
 - a journal's change of home: its lanes are looked at again (only the home delivers).
 
@@ -24,6 +25,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from urllib.parse import quote
 
 from eventstore.envelope import Envelope
 from node.context import NodeContext
@@ -33,9 +35,11 @@ from node.delivery import push
 from node.delivery import store as s
 from node.delivery.metrics import DeliveryMetrics
 from node.delivery.waits import next_turn
+from node.display.humanize import visible
+from node.display.request_summary import elide
 from node.protocols.a2a_model import TaskViews
 from projections import catalogue as c
-from projections.approvals import Approvals
+from projections.approvals import Approvals, Resolution
 from projections.states import FINAL_TASK_STATES, ApprovalChanged, TaskChanged, a2a_state
 from projections.tasks import Tasks
 
@@ -216,7 +220,7 @@ class Ingester:
             elif change.requested:
                 self._requested(change, envelope, ops, ready, now)
             elif change.outcome is not None:
-                self._resolved(change, ops, now)
+                self._resolved(change, envelope, ops, ready, now)
 
     def _own(self, envelope: Envelope, ops: list[s.Op], now: float) -> None:
         payload = c.payload_of(envelope)
@@ -295,7 +299,7 @@ class Ingester:
         request = self.approvals.get(change.approval)  # None unless still pending
         if request is None:
             return
-        notice = self.channels.notice(request)
+        notice = self.channels.notice(request, self._caller(request.task))
         made_at = ch.epoch(envelope.event.ts, now)
         deadline = min(ch.epoch(request.expires_at, now), made_at + self.deadline_secs)
         for channel in self.channels.matching(request):
@@ -327,14 +331,69 @@ class Ingester:
                 self.metrics.enqueued.labels(kind=channel.kind).inc()
             ready.add(lane.id)
 
-    def _resolved(self, change: ApprovalChanged, ops: list[s.Op], now: float) -> None:
+    def _caller(self, task_id: str | None) -> str | None:
+        """Who asked: the token that created the task (or the agent that did)."""
+        task = self.tasks.get(task_id) if task_id else None
+        if task is None:
+            return None
+        return task.created_by or task.from_ or None
+
+    def _resolved(
+        self,
+        change: ApprovalChanged,
+        envelope: Envelope,
+        ops: list[s.Op],
+        ready: set[str],
+        now: float,
+    ) -> None:
+        event = ch.FOLLOW_UPS.get(change.outcome or "")
+        resolution = self.approvals.resolution(change.approval) if event else None
         for channel in self.channels.channels:
             lane = self.book.lane(b.approval_lane_id(change.approval, channel.name))
-            if lane is not None and not lane.closed:
-                dropped = lane.pending
-                ops += self.book.close(lane, "resolved", now, drop=True)
-                if dropped:
-                    self.metrics.ended.labels(kind=channel.kind, how="resolved").inc(dropped)
+            if lane is None or lane.closed:
+                continue
+            dropped = lane.pending
+            ops += self.book.close(lane, "resolved", now, drop=True)
+            if dropped:
+                self.metrics.ended.labels(kind=channel.kind, how="resolved").inc(dropped)
+            if resolution is None or event not in channel.on:
+                continue
+            lane.closed = ""  # open for the follow-up alone, then closed behind it
+            notice = self.channels.follow_up(self._told(resolution), resolution)
+            made_at = ch.epoch(envelope.event.ts, now)
+            entry = s.Entry(
+                id=b.entry_id(envelope.seq, 2, lane.id),
+                lane=lane.id,
+                journal=envelope.stream,
+                seq=envelope.seq,
+                n=2,
+                kind=channel.kind,
+                label=event,
+                made_at=made_at,
+                due=now,
+                deadline=made_at + self.deadline_secs,
+                body=_body(channel.kind, event, notice, envelope.event.ts),
+            )
+            ops += self.book.enqueue(lane, entry, now)
+            ops += self.book.close(lane, "resolved", now, drop=False)
+            self.metrics.enqueued.labels(kind=channel.kind).inc()
+            ready.add(lane.id)
+
+    def _told(self, resolution: Resolution) -> ch.Notice:
+        """The notice of a resolved request, from what its resolution keeps."""
+        console = self.channels.console
+        return ch.Notice(
+            id=resolution.id,
+            agent=resolution.agent,
+            capability=visible(elide(resolution.capability, ch.MAX_TITLE)),
+            summary=visible(elide(resolution.detail, ch.MAX_SUMMARY)),
+            requested_at="",
+            expires_at="",
+            timeout_secs=0,
+            task=None,
+            node=self.ctx.config.node.name,
+            console_url=f"{console}#/inbox/{quote(resolution.id, safe='')}",
+        )
 
     def on_rewind(self, stream: str, removed: list[Envelope]) -> None:
         """A journal was cut back (a fork between epochs): what its removed envelopes implied

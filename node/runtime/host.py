@@ -31,7 +31,7 @@ from node.config.model import AgentConfig, Config, secret_env_name
 from node.ops.ids import new_id
 from node.ops.metrics import NodeMetrics
 from node.runtime.callrecords import CallContext, CallRecorder
-from node.runtime.capabilities import Capabilities
+from node.runtime.capabilities import Capabilities, canonical_fetch
 from node.runtime.hostapi import AgentFault, HostError, Run, RunResult, Task, exempt_from_deadline
 from node.runtime.inference import InferenceClient, parse_request
 from node.runtime.limits import (
@@ -243,6 +243,8 @@ class JournalHost:
             )
         _cap(f"the {capability} request", request)
         parsed = _json(request, f"the {capability} request")
+        if capability == "http_fetch":  # the one form judged, journaled and sent
+            parsed, request = canonical_fetch(parsed, request)
         if capability == TASK_AWAIT:
             if self.agent.is_gated(capability):
                 self._await_approval(capability, request)

@@ -102,6 +102,7 @@ def test_it_shows_what_the_set_would_have_decided_beside_what_people_did(history
     assert rows["run-9"]["why"].startswith("over the budget of policy small-payments")
     assert rows["in-task"]["actual"] == "pending"
     assert report["counts"]["differ"] == 2
+    assert report["timezone"] == "UTC"
     assert report["counts"]["would"]["permit"] == {
         "approve": 10,
         "deny": 1,
@@ -119,6 +120,8 @@ def test_the_table_lists_the_differences_first_and_another_set_can_be_tried(
     assert "≠ forbid (blocked-payee): mallory is on the blocked list" in text
     assert "approve by admin" in text
     assert "18 approval request(s) in the whole journal" in text  # the old one too
+    # the zone the clock is read in is the config's, and the report says so
+    assert "context.time replayed in UTC (the [policy] timezone of this config" in text
     other = tmp_path / "strict.cedar"
     other.write_text(
         '@id("no-spend") @reason("spending is paused")\n'
