@@ -25,6 +25,7 @@ from typing import Any
 import msgspec
 
 from node.ops.version import __version__
+from node.protocols.mcp_content import ContentError, content_items
 from node.runtime.hostapi import Tool
 from node.runtime.mcp_notices import DEFAULT_LEVEL, MCP_LEVELS, CallNotices
 from node.runtime.runtime import AgentRuntime
@@ -186,4 +187,10 @@ class McpServer:
             raise RpcError(INTERNAL_ERROR, f"agent {agent} failed: {e}") from e
         text = self.redact(result.text)
         self.publish(agent, "tool_call_end", {"agent": agent, "tool": name, "result": text})
+        if result.content:  # world 0.3.0's content items: the agent's, checked (mcp_content.py)
+            try:
+                return {"content": content_items(result.text, self.redact), "isError": False}
+            except ContentError as e:
+                refused = f"agent {agent} answered content MCP does not take: {e}"
+                return {"content": [{"type": "text", "text": refused}], "isError": True}
         return {"content": [{"type": "text", "text": text}], "isError": not result.ok}
