@@ -19,7 +19,6 @@ from typing import TypeVar, cast
 from node.runtime.instance import AgentInstance
 from node.runtime.runtime import AgentRuntime
 
-
 T = TypeVar("T")
 
 
