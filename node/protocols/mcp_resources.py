@@ -39,6 +39,7 @@ from projections.entries import Findings, Logs
 SCHEME = "agent"
 RESOURCE_NOT_FOUND = -32002  # MCP's code for a URI the server does not have
 SCAN_PAGES = 20  # pages of the node-wide findings or logs one read walks, at most
+SCAN_MIN = 50  # entries of such a page, at least (a page of one agent's may skip others')
 JSON = "application/json"
 _encode = msgspec.json.Encoder().encode
 
@@ -170,7 +171,7 @@ class JournalResources:
         room = self.ctx.config.node.page_max_kb * 1024
         found: list[Any] = []
         for _ in range(SCAN_PAGES if limit else 0):
-            next_seq, page = model.page(since, MAX_LIMIT, room)
+            next_seq, page = model.page(since, max(limit, SCAN_MIN), room)
             found += [e for e in page if e.agent == agent][: limit - len(found)]
             if not page or len(found) >= limit:
                 since = found[-1].seq if len(found) >= limit else next_seq
