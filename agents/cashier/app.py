@@ -7,6 +7,10 @@ Input `{"pay": {...}}` or `{"text": "pay <invoice>"}` -> invokes `spend`; output
 `{"paid": true, "result": ...}`, or `{"paid": false, "reason": ...}` when denied or timed out.
 Any other `{"text": ...}` -> `{"reply": ...}`; `{"fail": why}` -> the task fails.
 Progress is reported once per step. Each tick logs one line.
+
+Tool (MCP): `pay` {any fields} -> invokes `spend` with them during the call, so an MCP call
+waits on the approval gate (the MCP tests ask it as an elicitation); `{"paid": true, ...}`, or
+the denial's reason as the tool's error.
 """
 
 import json
@@ -39,7 +43,14 @@ class WitWorld(wit_world.WitWorld):
         return json.dumps({"paid": True, "result": json.loads(result)})
 
     def list_tools(self) -> list[types.Tool]:
-        return []
+        schema = {"type": "object", "properties": {}, "required": []}
+        return [types.Tool("pay", "Pay through the approval-gated spend", json.dumps(schema))]
 
     def call_tool(self, name: str, arguments: str) -> str:
-        raise Err(f"unknown tool {name}")
+        if name != "pay":
+            raise Err(f"unknown tool {name}")
+        try:
+            result = host.invoke("spend", arguments or "{}")
+        except Err as e:
+            raise Err(f"not paid: {e.value.value}")
+        return json.dumps({"paid": True, "result": json.loads(result)})

@@ -241,7 +241,12 @@ def _tool(runtime: AgentRuntime, name: str, tool: str, arguments: str) -> dict[s
         return {**called, "ok": False, "result": f"arguments are not JSON: {exc}"}
     except Exception as exc:
         return {**called, "ok": False, "result": f"the agent faulted: {exc}"}
-    return {**called, "ok": result.ok, "result": _json(result.text)}
+    shown = _json(result.text)
+    if result.content and isinstance(shown, list):  # world 0.3.0's content items
+        texts = [i.get("text") for i in shown if isinstance(i, dict) and i.get("type") == "text"]
+        if len(texts) == len(shown) == 1:  # one text item reads as call-tool's text did
+            shown = _json(str(texts[0]))
+    return {**called, "ok": result.ok, "result": shown}
 
 
 def _json(text: str) -> Any:

@@ -187,6 +187,11 @@ KEYS: dict[type[msgspec.Struct], dict[str, str]] = {
     c.McpSection: {
         "allowed_origins": "Origins (scheme://host[:port]) whose requests the MCP endpoints "
         "accept besides the public URL's; a request with another Origin is a 403.",
+        "sessions_per_token": "Most MCP sessions (Mcp-Session-Id) one token holds; past it, "
+        "its least recently used idle session ends.",
+        "sessions_max": "Most MCP sessions the node holds in all.",
+        "session_idle_secs": "An MCP session without a stream or a request in flight ends "
+        "after this long unused.",
     },
     c.GrantsSection: {"domains": "Secret domains the agent may read with get-secret."},
     c.HttpSection: {"allow_hosts": "host:port or host (port 443) that http_fetch may reach."},

@@ -272,6 +272,11 @@ class McpSection(_Section, kw_only=True):
     neither the node's public URL's nor listed here is refused (403), against DNS rebinding."""
 
     allowed_origins: list[Annotated[str, msgspec.Meta(pattern=ORIGIN)]] = []
+    # MCP sessions (Mcp-Session-Id, node/protocols/mcp_sessions.py), in memory: per token and
+    # in all, and how long an idle one (no stream, no request in flight) is kept
+    sessions_per_token: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 16
+    sessions_max: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 1000
+    session_idle_secs: Annotated[int, msgspec.Meta(ge=1, le=86_400)] = 900
 
 
 # --- end conformance ----------------------------------------------------------------------

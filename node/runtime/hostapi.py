@@ -106,10 +106,12 @@ class Tool:
 
 @dataclass(frozen=True)
 class ToolResult:
-    """The outcome of `call-tool`: ok with JSON text, or the agent's error string."""
+    """The outcome of `call-tool`: ok with JSON text, or the agent's error string. `content`:
+    the text is a JSON list of MCP content items (`call-tool-content`, world 0.3.0)."""
 
     ok: bool
     text: str
+    content: bool = False
 
 
 class RunListener(Protocol):

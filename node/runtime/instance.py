@@ -30,6 +30,16 @@ from node.runtime.witversion import task_fields, world_version
 
 UNLIMITED_FUEL = 1 << 62
 EXPORTS = ("tick", "handle-task", "list-tools", "call-tool")
+# the world's optional MCP exports (wit/0.3.0/agent.wit, node/runtime/mcp_exports.py)
+MCP_EXPORTS = (
+    "list-prompts",
+    "get-prompt",
+    "complete-argument",
+    "list-resources",
+    "list-resource-templates",
+    "read-resource",
+    "call-tool-content",
+)
 
 
 # Stores still open when the interpreter exits would be freed during finalization, when
@@ -86,7 +96,7 @@ class AgentInstance:
             with metering(meter):
                 self.instance = linker.instantiate(self.store, component)
             self.funcs: dict[str, ExportCall] = {}
-            for name in EXPORTS:
+            for name in (*EXPORTS, *MCP_EXPORTS):
                 func = self.instance.get_func(self.store, name)
                 if func is not None:
                     self.funcs[name] = ExportCall(func, self.store)

@@ -2,11 +2,12 @@
 
 Also `initialize`, `ping`, `logging/setLevel` and notifications, so the official `mcp` SDK
 client can connect. `tools/list` answers a page at a time, bounded in bytes (`nextCursor`
-goes on). The one optional server feature offered is logging (with progress): what
-the agent logs while a tool runs is sent to the caller as `notifications/message`, and what it
-reports with `task-progress("", ...)` as `notifications/progress` (mcp_notices.py); the minimum
-level is kept per token and agent, in memory. Resources, prompts, completion, sampling and
-elicitation are not offered: an agent's WIT world has no exports for them (docs/protocols/mcp.md).
+goes on). Logging (with progress) is served here: what the agent logs while a tool runs is
+sent to the caller as `notifications/message`, and what it reports with `task-progress("", ...)`
+as `notifications/progress` (mcp_notices.py); the minimum level is kept per token and agent, in
+memory. Resources, prompts and completion are methods other modules register in `methods`
+(node/protocols/mcp_features.py); sessions and elicitation are the transport's
+(node/api/mcp.py, docs/protocols/mcp.md).
 Tool failures (the agent's `err`) are results with `isError: true`; JSON-RPC errors are for
 protocol faults: -32700 unparsable JSON, -32600 not a request, -32601 unknown method,
 -32602 bad params or unknown tool, -32603 the agent trapped or is unavailable. Transport-free:
@@ -18,12 +19,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
 
 from node.ops.version import __version__
+from node.protocols.mcp_content import ContentError, content_items
 from node.runtime.hostapi import Tool
 from node.runtime.mcp_notices import DEFAULT_LEVEL, MCP_LEVELS, CallNotices
 from node.runtime.runtime import AgentRuntime
@@ -36,6 +38,9 @@ log = logging.getLogger(__name__)
 LATEST_PROTOCOL = "2025-11-25"
 KNOWN_PROTOCOLS = ("2024-11-05", "2025-03-26", "2025-06-18", LATEST_PROTOCOL)
 CAPABILITIES = {"tools": {"listChanged": False}, "logging": {}}
+# a method another module serves (resources, prompts, completion: node/protocols/mcp_features.py):
+# (agent, params, the caller's session or None) → the result
+Method = Callable[[str, dict[str, Any], Any], Awaitable[Any]]
 
 
 def tool_json(tool: Tool) -> dict[str, Any]:
@@ -71,6 +76,8 @@ class McpServer:
         )
         # the minimum log level a caller asked for, by (token name, agent)
         self.levels: dict[tuple[str, str], str] = {}
+        self.capabilities: dict[str, Any] = dict(CAPABILITIES)
+        self.methods: dict[str, Method] = {}
 
     async def handle(self, agent: str, body: bytes, caller: str = "") -> dict[str, Any] | None:
         """The response to send, or None for a notification (accepted, never answered)."""
@@ -82,11 +89,20 @@ class McpServer:
         return await self.answer(agent, call, caller)
 
     async def answer(
-        self, agent: str, call: rpc.Call, caller: str, notices: CallNotices | None = None
+        self,
+        agent: str,
+        call: rpc.Call,
+        caller: str,
+        notices: CallNotices | None = None,
+        session: Any = None,
     ) -> dict[str, Any]:
         """The response to one request; `notices` (a tools/call answered as a stream) gets
-        what the agent logs and reports while the tool runs."""
+        what the agent logs and reports while the tool runs; `session` is the caller's MCP
+        session (node/protocols/mcp_sessions.py), None for a request that stands alone."""
         try:
+            extra = self.methods.get(call.method)
+            if extra is not None:
+                return rpc.result_response(call.id, await extra(agent, call.params, session))
             result = await self._dispatch(agent, call.method, call.params, caller, notices)
         except RpcError as e:
             return rpc.error_response(call.id, e)
@@ -112,7 +128,7 @@ class McpServer:
             asked = params.get("protocolVersion")
             return {
                 "protocolVersion": asked if asked in KNOWN_PROTOCOLS else LATEST_PROTOCOL,
-                "capabilities": CAPABILITIES,
+                "capabilities": self.capabilities,
                 "serverInfo": {"name": agent, "version": __version__},
             }
         if method == "ping":
@@ -171,4 +187,10 @@ class McpServer:
             raise RpcError(INTERNAL_ERROR, f"agent {agent} failed: {e}") from e
         text = self.redact(result.text)
         self.publish(agent, "tool_call_end", {"agent": agent, "tool": name, "result": text})
+        if result.content:  # world 0.3.0's content items: the agent's, checked (mcp_content.py)
+            try:
+                return {"content": content_items(result.text, self.redact), "isError": False}
+            except ContentError as e:
+                refused = f"agent {agent} answered content MCP does not take: {e}"
+                return {"content": [{"type": "text", "text": refused}], "isError": True}
         return {"content": [{"type": "text", "text": text}], "isError": not result.ok}

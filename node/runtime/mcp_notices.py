@@ -99,6 +99,11 @@ class CallNotices:
         self._pending.append(notice)
         self._ready.set()
 
+    def send(self, message: dict[str, Any]) -> None:
+        """A message of the node's own for the call's stream (a request to the client: an
+        approval asked as an elicitation); on the event loop, not counted in the bounds."""
+        self._put(message)
+
     async def wait(self, timeout: float) -> None:
         """Until a notice is ready or `timeout` passes."""
         with contextlib.suppress(TimeoutError):

@@ -209,6 +209,9 @@ def _list_tools(instance: AgentInstance) -> list[Tool]:
 
 
 def _call_tool(instance: AgentInstance, tool: str, arguments: str) -> ToolResult:
+    if "call-tool-content" in instance.funcs:  # world 0.3.0: the result as content items
+        result = instance.call("call-tool-content", tool, arguments)
+        return ToolResult(result.tag == "ok", result.payload, content=result.tag == "ok")
     if "call-tool" not in instance.funcs:
         return ToolResult(False, f"agent offers no tools (no `call-tool` export); asked {tool}")
     result = instance.call("call-tool", tool, arguments)

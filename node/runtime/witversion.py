@@ -1,11 +1,13 @@
-"""Which version of the agent world (wit/agent.wit, wit/0.2.0/agent.wit) a component targets,
-read from the component itself, so components built against any of them keep working.
+"""Which version of the agent world (wit/agent.wit, wit/0.2.0/agent.wit, wit/0.3.0/agent.wit) a
+component targets, read from the component itself, so components built against any of them
+keep working.
 
 The host functions are the same in every version, so the linker offers each version's `host`
 instance (node/runtime/bindings.py); what differs is the task record `handle-task` takes:
 0.2.0 adds who made the task (`caller`) and whether `from` is only that caller's word
 (`from-asserted`). The record handed to a component has exactly the fields its own export
-declares.
+declares. 0.3.0 adds optional MCP exports (prompts, completion, resources, content items), which
+the node looks up by name whatever the version (node/runtime/instance.py, mcp_exports.py).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from wasmtime import component as cm
 from node.runtime.hostapi import Task
 
 PACKAGE = "agent-runtime:agent/"
-VERSIONS = ("0.1.0", "0.2.0")
+VERSIONS = ("0.1.0", "0.2.0", "0.3.0")
 
 
 def world_version(component: cm.Component, engine: wasmtime.Engine) -> str | None:

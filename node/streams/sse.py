@@ -130,6 +130,11 @@ class SseOut:
     async def send(self, data: Any) -> None:
         await self._write(b"data: " + _data_encoder.encode(data) + b"\n\n")
 
+    async def send_event(self, event_id: str, data: Any) -> None:
+        """A `data:` frame with an `id:` (a stream the client may resume after it)."""
+        frame = b"id: " + event_id.encode() + b"\ndata: " + _data_encoder.encode(data) + b"\n\n"
+        await self._write(frame)
+
     async def send_last(self, data: Any) -> None:
         """A final event (an error) that may find the client already gone."""
         with contextlib.suppress(ClientGone):

@@ -13,7 +13,7 @@ from tests.support import ROOT
 
 def test_the_shipped_wit_is_the_repos():
     """One contract: the world the kit gives authors is the newest one the node hosts."""
-    assert wit_text() == (ROOT / "wit" / "0.2.0" / "agent.wit").read_text()
+    assert wit_text() == (ROOT / "wit" / "0.3.0" / "agent.wit").read_text()
 
 
 def test_a_wheel_carries_the_wit_and_the_templates_and_agent_new_works_from_it(

@@ -26,7 +26,7 @@ def test_new_build_test_a_python_agent_outside_the_repo(tmp_path):
         "wit",
     ]
     wit = (project / "wit" / "agent.wit").read_text()
-    assert "package agent-runtime:agent@0.2.0;" in wit and "world agent {" in wit
+    assert "package agent-runtime:agent@0.3.0;" in wit and "world agent {" in wit
 
     built = agent("build", cwd=project)  # the project is the current folder
     assert built.returncode == 0, built.stderr

@@ -24,7 +24,7 @@ from a2a.types.a2a_pb2 import (
     SendMessageRequest,
     TaskState,
 )
-from mcp import Client
+from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 
 from harness import mcp_conformance
@@ -56,13 +56,21 @@ tick_interval_ms = 60000
 mcp = true
 [agents.capabilities]
 task_await = true
+
+[[agents]]
+name = "older"
+component = "{{older}}"
+tick_interval_ms = 60000
+mcp = true
 """
 
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory, built_agents):
     directory = tmp_path_factory.mktemp("conformance-node")
-    config = node_config(directory, REFERENCE.format(component=built_agents["conformance"]))
+    # `older`: an agent of the 0.2.0 world, which has none of 0.3.0's MCP exports
+    toml = REFERENCE.format(component=built_agents["conformance"], older=built_agents["caller"])
+    config = node_config(directory, toml)
     node = NodeProcess(config)
     with logs_on_failure(node.log_path), node:
         wait_until(lambda: started(node), 30, "the reference agent started")
@@ -71,7 +79,7 @@ def node(tmp_path_factory, built_agents):
 
 def started(node: NodeProcess) -> bool:
     with node.client(READ_TOKEN) as client:
-        return client.get("/api/v1/status").json()[0]["status"] != "starting"
+        return all(s["status"] != "starting" for s in client.get("/api/v1/status").json())
 
 
 def logged(node: NodeProcess) -> list[str]:
@@ -243,6 +251,54 @@ async def test_what_a_tool_logs_and_reports_reaches_the_mcp_client(node):
     )
 
 
+async def test_prompts_resources_and_rich_tool_results_from_the_agents_exports(node):
+    async with mcp_client(node) as client:
+        prompts = {p.name: p for p in (await client.list_prompts()).prompts}
+        assert [a.name for a in prompts["test_prompt_with_arguments"].arguments] == ["arg1", "arg2"]
+        got = await client.get_prompt("test_prompt_with_arguments", {"arg1": "a", "arg2": "b"})
+        assert got.messages[0].role == "user"
+        assert got.messages[0].content.text == "Prompt with arguments: arg1='a', arg2='b'"
+        image = await client.get_prompt("test_prompt_with_image")
+        assert [m.content.type for m in image.messages] == ["image", "text"]
+        completed = await client.complete(
+            {"type": "ref/prompt", "name": "test_prompt_with_arguments"},
+            {"name": "arg1", "value": "tes"},
+        )
+        assert completed.completion.values == ["test", "testing", "tested"]
+
+        mixed = await client.call_tool("test_multiple_content_types", {})
+        assert not mixed.is_error
+        assert [c.type for c in mixed.content] == ["text", "image", "resource"]
+        assert mixed.content[1].mime_type == "image/png" and mixed.content[1].data
+        assert json.loads(mixed.content[2].resource.text) == {"test": "data", "value": 123}
+        audio = await client.call_tool("test_audio_content", {})
+        assert audio.content[0].type == "audio" and audio.content[0].mime_type == "audio/wav"
+        plain = await client.call_tool("test_simple_text", {})  # a text tool: one text item
+        assert [c.type for c in plain.content] == ["text"]
+
+        listed = {str(r.uri) for r in (await client.list_resources()).resources}
+        # the agent's own beside the node's, read from its journal
+        assert {"test://static-text", "test://static-binary", "agent://reference/state"} <= listed
+        binary = (await client.read_resource("test://static-binary")).contents[0]
+        assert binary.mime_type == "image/png" and binary.blob
+        templated = (await client.read_resource("test://template/7/data")).contents[0]
+        assert json.loads(templated.text)["id"] == "7"
+
+
+async def test_an_agent_of_the_older_world_loads_and_answers_as_before(node):
+    http = httpx2.AsyncClient(headers=auth(OPERATE_TOKEN))
+    transport = streamable_http_client(f"{node.url}/api/v1/mcp/older", http_client=http)
+    async with Client(transport, mode="legacy") as client:
+        assert (await client.list_prompts()).prompts == []
+        listed = {str(r.uri) for r in (await client.list_resources()).resources}
+        assert listed and all(uri.startswith("agent://older/") for uri in listed)
+        tools = (await client.list_tools()).tools
+        called = await client.call_tool(tools[0].name, {})
+        assert json.loads(called.content[0].text) == {"tool": tools[0].name}
+        with pytest.raises(MCPError):
+            await client.get_prompt("anything")
+
+
 def mcp_call(node: NodeProcess, body: dict[str, Any], **headers: str) -> httpx.Response:
     with httpx.Client(headers=auth(OPERATE_TOKEN), timeout=30) as client:
         return client.post(f"{node.url}/api/v1/mcp/reference", json=body, headers=headers)
@@ -280,19 +336,12 @@ def test_the_mcp_transport_checks_origin_and_protocol_version(node):
 # ---------------------------------------------------------------------------- MCP tester
 JS = ROOT / "tests" / "js" / "node_modules"
 TESTER = JS / "@modelcontextprotocol" / "conformance" / "dist" / "index.js"
-# what the node does not offer, each for a reason docs/protocols/conformance.md gives: tools
-# answer text (call-tool returns a string), no resources, prompts or completion (an agent's
-# WIT world has no exports for them), no requests to the client (sampling, elicitation)
+# what the node does not offer, for the reason docs/protocols/conformance.md gives: an agent
+# cannot ask its caller anything of its own during a tool call (sampling, elicitation; the node
+# elicits only approvals)
 NOT_OFFERED = {
-    "completion-complete",
     "elicitation-sep1034-defaults",
     "elicitation-sep1330-enums",
-    *(f"prompts-{p}" for p in ("list", "get-simple", "get-with-args", "get-with-image")),
-    "prompts-get-embedded-resource",
-    *(f"resources-{r}" for r in ("list", "read-text", "read-binary", "templates-read")),
-    "resources-subscribe",
-    "resources-unsubscribe",
-    *(f"tools-call-{c}" for c in ("image", "audio", "embedded-resource", "mixed-content")),
     "tools-call-sampling",
     "tools-call-elicitation",
 }
@@ -330,5 +379,5 @@ async def test_the_mcp_conformance_tester_passes_every_scenario_the_node_offers(
     assert summary["scenarios"] == 32, summary
     assert set(summary["failed"]) == NOT_OFFERED, summary
     assert summary["scenarios_passed"] == 32 - len(NOT_OFFERED)
-    # the warnings: no Mcp-Session-Id (every request stands alone) and no SSE polling
-    assert set(summary["warned"]) <= {"server-sse-multiple-streams", "server-sse-polling"}
+    # the warnings: a POST's stream has no priming event or `retry:` (SSE polling, SEP-1699)
+    assert set(summary["warned"]) <= {"server-sse-polling"}

@@ -373,7 +373,11 @@ async def test_mcp_endpoint(aiohttp_client, tmp_path, built_agents):
         }
     )
     assert init["result"]["protocolVersion"] == "2025-06-18"
-    assert init["result"]["capabilities"] == {"tools": {"listChanged": False}, "logging": {}}
+    assert init["result"]["capabilities"] == {
+        "tools": {"listChanged": False},
+        "logging": {},
+        "resources": {"subscribe": True, "listChanged": False},
+    }
     assert (await rpc({"jsonrpc": "2.0", "method": "notifications/initialized"}))[0] == 202
     assert (await rpc({"jsonrpc": "2.0", "id": 2, "method": "ping"}))[1]["result"] == {}
 
