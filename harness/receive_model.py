@@ -54,12 +54,11 @@ from node.context import NodeContext
 from node.ops.metrics import NodeMetrics
 from node.placement.judge import TakeoverJudge
 from node.placement.leases import LeaseView
+from node.sync.nats.subjects import stream_name, subject
 from node.sync.service import SyncService
 from projections import catalogue as c
 from projections.journals import Journals
 from projections.placements import Placements
-
-from node.sync.nats.subjects import stream_name, subject
 
 JOURNAL = "worker"
 MESH = "model"

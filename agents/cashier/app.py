@@ -52,5 +52,5 @@ class WitWorld(wit_world.WitWorld):
         try:
             result = host.invoke("spend", arguments or "{}")
         except Err as e:
-            raise Err(f"not paid: {e.value.value}")
+            raise Err(f"not paid: {e.value.value}") from None
         return json.dumps({"paid": True, "result": json.loads(result)})
