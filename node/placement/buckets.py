@@ -19,7 +19,14 @@ import logging
 from dataclasses import dataclass
 
 from nats.js import JetStreamContext
-from nats.js.api import DiscardPolicy, RawStreamMsg, StorageType, StreamConfig, StreamInfo
+from nats.js.api import (
+    DiscardPolicy,
+    RawStreamMsg,
+    RetentionPolicy,
+    StorageType,
+    StreamConfig,
+    StreamInfo,
+)
 from nats.js.errors import APIError, NotFoundError
 from nats.js.kv import KeyValue
 
@@ -55,27 +62,25 @@ async def open_kv(
     """The bucket (created by `rules` when missing) and its TTL as the server keeps it;
     BucketError when the one found has other settings."""
     ttl, stream = rules.ttl, kv_stream(bucket)
+    wanted = StreamConfig(
+        name=stream,
+        subjects=[f"$KV.{bucket}.>"],
+        allow_direct=False,
+        allow_rollup_hdrs=False,  # a member's `Nats-Rollup: all` would wipe the bucket
+        allow_msg_ttl=False,
+        deny_delete=True,
+        deny_purge=True,
+        discard=DiscardPolicy.NEW,
+        duplicate_window=min(DUPLICATE_WINDOW_SECS, ttl),
+        max_age=ttl,
+        max_msg_size=max_value_bytes,
+        max_msgs_per_subject=1,
+        num_replicas=replicas,
+        storage=StorageType.FILE,
+    )
     async with asyncio.timeout(timeout):
-        info = await _info_or_create(
-            js,
-            StreamConfig(
-                name=stream,
-                subjects=[f"$KV.{bucket}.>"],
-                allow_direct=False,
-                allow_rollup_hdrs=False,  # a member's `Nats-Rollup: all` would wipe the bucket
-                allow_msg_ttl=False,
-                deny_delete=True,
-                deny_purge=True,
-                discard=DiscardPolicy.NEW,
-                duplicate_window=min(DUPLICATE_WINDOW_SECS, ttl),
-                max_age=ttl,
-                max_msg_size=max_value_bytes,
-                max_msgs_per_subject=1,
-                num_replicas=replicas,
-                storage=StorageType.FILE,
-            ),
-        )
-    check_settings(stream, info, rules.ttl_range, max_value_bytes)
+        info = await _info_or_create(js, wanted)
+    check_settings(stream, info, rules.ttl_range, max_value_bytes, wanted)
     kept = float(info.config.max_age or 0.0)
     kv = KeyValue(name=bucket, stream=stream, pre=f"$KV.{bucket}.", js=js, direct=False)
     return kv, float(kept)
@@ -86,10 +91,12 @@ def check_settings(
     info: StreamInfo,
     ttl_range: tuple[float, float] | None,
     max_value_bytes: int | None,
+    wanted: StreamConfig | None = None,
 ) -> None:
-    """BucketError naming what differs from the settings this node creates the bucket with
-    (a member could have made it first), so that nothing written there lives past its TTL,
-    is swept by a roll-up or a purge, or is deleted other than by a marker."""
+    """BucketError naming each setting that differs from the ones this node creates the
+    bucket with (`wanted`; a member could have made it first), so that nothing written there
+    lives past its TTL, is swept by a roll-up, a purge or a work queue, is deleted other than
+    by a marker, or is refused by narrowed subjects or limits."""
     config = info.config
     wrong = [
         what
@@ -98,6 +105,7 @@ def check_settings(
             ("it allows per-message TTLs", config.allow_msg_ttl),
             ("it allows purges", not config.deny_purge),
             ("it allows deleting messages", not config.deny_delete),
+            ("it is sealed (it takes no message)", config.sealed),
             (
                 f"it keeps {config.max_msgs_per_subject} messages per key, not 1",
                 ttl_range is not None and config.max_msgs_per_subject != 1,
@@ -110,6 +118,8 @@ def check_settings(
         )
         if bad
     ]
+    if wanted is not None:
+        wrong += list(_differences(config, wanted))
     if ttl_range is not None:
         kept = float(config.max_age or 0.0)
         low, high = ttl_range
@@ -123,6 +133,45 @@ def check_settings(
             f"mesh): delete it (`nats stream rm {stream}`) and the nodes make it again "
             '(docs/mesh.md, "Placement and failover")'
         )
+
+
+def _differences(found: StreamConfig, wanted: StreamConfig) -> list[str]:
+    """Each setting of `found` that is not what this node would create (`wanted`), named as
+    `nats stream info` names it: subjects exactly, limits, retention, discard, storage,
+    replicas, and no mirror, sources, republish or subject transform."""
+    wrong: list[str] = []
+    if sorted(found.subjects or []) != sorted(wanted.subjects or []):
+        wrong.append(f"its subjects are {found.subjects}, not {wanted.subjects}")
+    for setting in ("max_msgs", "max_bytes", "max_msgs_per_subject", "max_consumers"):
+        have, want = _limit(getattr(found, setting)), _limit(getattr(wanted, setting))
+        if have != want:
+            wrong.append(f"its {setting} is {_shown(have)}, not {_shown(want)}")
+    if wanted.max_msg_size is not None and found.max_msg_size != wanted.max_msg_size:
+        wrong.append(f"its max_msg_size is {found.max_msg_size}, not {wanted.max_msg_size}")
+    for setting, default in (
+        ("retention", RetentionPolicy.LIMITS),
+        ("discard", DiscardPolicy.OLD),
+        ("storage", StorageType.FILE),
+    ):
+        have, want = getattr(found, setting) or default, getattr(wanted, setting) or default
+        if have != want:
+            wrong.append(f"its {setting} is {_shown(have)}, not {_shown(want)}")
+    if (found.num_replicas or 1) != (wanted.num_replicas or 1):
+        wrong.append(f"its num_replicas is {found.num_replicas}, not {wanted.num_replicas}")
+    for setting in ("mirror", "sources", "republish", "subject_transform"):
+        if getattr(found, setting):
+            wrong.append(f"it has a {setting}")
+    return wrong
+
+
+def _limit(value: int | None) -> int:
+    return value if value is not None and value > 0 else -1  # the server's "unlimited"
+
+
+def _shown(value: object) -> str:
+    if isinstance(value, int) and value == -1:
+        return "unlimited"
+    return str(getattr(value, "value", value))
 
 
 async def info_or_create(js: JetStreamContext, config: StreamConfig, timeout: float) -> StreamInfo:
