@@ -1,6 +1,8 @@
 """Placement operators can trust (issue 44): an operator's stop, start and removal go with the
-agent through failovers; SIGTERM hands an agent over; planned moves stick; a node that never ran
-the component takes over within the lease; a node dropped from the set starts as a replica.
+agent through failovers, and are its owner's decisions only (issue 51: a home that is not the
+owner refuses them naming it); SIGTERM hands an agent over; planned moves stick; a node that
+never ran the component takes over within the lease; a node dropped from the set starts as a
+replica.
 Real node processes on a real 3-server cluster (harness/failover.py, lease TTL 4 s)."""
 
 from __future__ import annotations
@@ -59,7 +61,6 @@ def test_an_operators_decisions_follow_the_agent_and_sigterm_hands_it_over(failo
     stop(fm["node-a"])
     fm["node-a"].kill()
     taken = new_home(fm, ["node-b", "node-c"])
-    third = next(n for n in ("node-b", "node-c") if n != taken)
     view = agent_view(fm[taken])
     assert view["status"] == "stopped" and view["placement"]["stopped_by"] == "admin", view
     # the takeover is seen: metrics and a finding naming the home it replaced
@@ -69,47 +70,78 @@ def test_an_operators_decisions_follow_the_agent_and_sigterm_hands_it_over(failo
     titles = finding_titles(events(fm[taken]))
     assert any(t.startswith(f"agent {AGENT} taken over from node-a after ") for t in titles)
 
-    # started there, it runs; before that, the new home never ran it
-    start(fm[taken])
-    assert wait_runner(fm, 20, among=[taken]) == taken
-    journal = events(fm[taken])
+    # the new home is not the agent's owner: a start asked of it is refused naming the owner
+    # (issue 51), and nothing of the agent ran there
+    with fm[taken].client() as client:
+        refused = client.post(f"/api/v1/agents/{AGENT}/start")
+    assert refused.status_code == 409, refused.text
+    assert refused.json()["owner"] == "node-a", refused.text
+    assert f"agent-node agents move {AGENT} --to node-a" in refused.json()["detail"]
+    assert not [e for e in events(fm[taken]) if e["origin"] == taken and e["type"] == "log"]
+
+    # the owner back, the agent moved to it, and started there: it runs
+    fm["node-a"].start(60)
+    move_to(fm[taken], "node-a")
+    assert wait_for(lambda: held_by(fm, "node-a"), 20, "node-a holds the agent again")
+    start(fm["node-a"])
+    assert wait_runner(fm, 20, among=["node-a"]) == "node-a"
+    journal = events(fm["node-a"])
     unhalted = next(i for i, e in enumerate(journal) if e["type"] == "agent.unhalted")
+    assert journal[unhalted]["origin"] == "node-a"
     assert not [e for e in journal[:unhalted] if e["origin"] == taken and e["type"] == "log"]
 
-    # SIGTERM of the home: a planned move to the last live node of the set, not a takeover
+    # SIGTERM of the home: a planned move to a live node of the set, not a takeover
     # (once that node is ready to take it: else the drain rightly gives the lease up instead)
     wait_for(
-        lambda: third in (agent_view(fm[taken])["placement"] or {})["candidates"],
+        lambda: set(SET[1:]) <= set((agent_view(fm["node-a"])["placement"] or {})["candidates"]),
         20,
-        f"{third} ready to take it",
+        "node-b and node-c ready to take it",
     )
-    fm[taken].terminate()
-    assert wait_runner(fm, 15, among=[third]) == third
+    fm["node-a"].terminate()
+    third = wait_runner(fm, 15, among=SET[1:])
     journal = events(fm[third])
     moves = [e for e in journal if e["type"] in ("journal.handoff", "journal.takeover")]
-    assert moves[-1]["type"] == "journal.handoff" and moves[-1]["origin"] == taken
-    log = fm[taken].log_path.read_text()
+    assert moves[-1]["type"] == "journal.handoff" and moves[-1]["origin"] == "node-a"
+    log = fm["node-a"].log_path.read_text()
     stopping = log[log.rindex("shutting down") :]
     assert f"agent {AGENT} handed over to {third}" in stopping
     assert " WARNING " not in stopping, stopping  # a clean stop is quiet
 
-    # removed on its home: it runs nowhere again, not after the home's kill -9 either
-    fm["node-a"].start(60)
+    # removed by its owner: it runs nowhere again, not after the home's kill -9 either (the
+    # home that is not its owner refuses the removal, naming it)
     with fm[third].client() as client:
+        refused = client.delete(f"/api/v1/agents/{AGENT}")
+    assert refused.status_code == 409 and refused.json()["owner"] == "node-a", refused.text
+    fm["node-a"].start(60)
+    move_to(fm[third], "node-a")
+    assert wait_runner(fm, 20, among=["node-a"]) == "node-a"
+    with fm["node-a"].client() as client:
         removed = client.delete(f"/api/v1/agents/{AGENT}")
     assert removed.status_code == 200, removed.text
-    for name in ("node-a", third):
+    for name in SET:
         wait_for(lambda n=name: agent_view(fm[n]) is None, 20, f"{name} no longer lists it")
-    fm[third].kill()
+    fm["node-a"].kill()
     deadline = time.monotonic() + LEASE_TTL_SECS + 3
     while time.monotonic() < deadline:
-        assert not held_by(fm, "node-a")
+        assert not held_by(fm, "node-b") and not held_by(fm, "node-c")
         time.sleep(0.5)
-    fm[third].start(60)
-    retired = events(fm["node-a"])
+    fm["node-a"].start(60)
+    retired = events(fm[third])
     after = retired[[e["type"] for e in retired].index("agent.retired") :]
     assert {e["type"] for e in after} <= {"agent.retired", "agent.stopped", "grant.revoked"}
-    assert agent_view(fm[third]) is None
+    assert agent_view(fm["node-a"]) is None
+
+
+def move_to(home, to: str) -> None:
+    """`POST .../move` on the home, again while the target's first advert is not read yet."""
+
+    def moved() -> bool:
+        with home.client() as client:
+            answer = client.post(f"/api/v1/agents/{AGENT}/move", json={"to": to}, timeout=30)
+        assert answer.status_code in (200, 409, 422), answer.text
+        return answer.status_code == 200
+
+    wait_for(moved, 30, f"the agent moved to {to}")
 
 
 def test_planned_moves_under_load_stick_every_time(failover, built_agents):
