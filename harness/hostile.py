@@ -22,7 +22,7 @@ from harness.nats import as_member
 from node.placement.components import ObjectRecord
 from node.placement.components import digest_of as object_digest
 from node.placement.leases import LeaseRecord, lease_key, sign_record
-from node.sync.nats_subjects import (
+from node.sync.nats.subjects import (
     MSG_ID_HEADER,
     Bucket,
     bucket_name,

@@ -17,8 +17,8 @@ import nats
 
 from harness.node import free_port
 from node.ops.polling import wait_until
-from node.sync.nats_permissions import Member, render
-from node.sync.nats_subjects import inbox_prefix
+from node.sync.nats.permissions import Member, render
+from node.sync.nats.subjects import inbox_prefix
 
 _CLUSTERS = itertools.count()
 
@@ -187,7 +187,7 @@ def member_password(node: str) -> str:
 
 class MeshUsers:
     """One nats-server whose users are a mesh's, from the generated permissions
-    (node/sync/nats_permissions.py) or a given file (the shipped deploy/nats one); each
+    (node/sync/nats/permissions.py) or a given file (the shipped deploy/nats one); each
     member's password is `member_password(name)`, given to the server by its environment."""
 
     def __init__(self, root: Path, names: list[str], include: Path | None = None) -> None:

@@ -524,7 +524,7 @@ class AgentRemoved(Payload):
 # ----------------------------------------------------------------------------- placement
 # Which nodes may host an agent and which one writes its journal now (its home), in the agent's
 # own journal, so every replica learns them with the journal itself (projections/journals.py
-# folds them; node/sync/receive.py accepts a new writer only by them).
+# folds them; node/sync/rules/ accepts a new writer only by them).
 MAX_PLACEMENT = 100  # nodes in one placement set
 Epoch = Annotated[int, msgspec.Meta(ge=0, le=MAX_COUNT)]
 NodeName = JournalName  # a node's name is its node journal's name

@@ -4,7 +4,7 @@ A journal's first home is the origin of its seq 1, at epoch 0. It changes only b
 event in the journal itself (docs/mesh.md, "Placement and failover"): `journal.handoff`, by
 the current home, names the next one; `journal.takeover` is the first envelope of a new home
 that won the journal's lease. Each raises the epoch; one that does not is not folded (peers
-refuse it before it is stored: node/sync/receive.py). `agent.placed` says which nodes may host
+refuse it before it is stored: node/sync/rules/). `agent.placed` says which nodes may host
 the agent. A journal's **owner** is the signer of its seq 1 too, and changes only by an
 `agent.owner_handed` the owner signed: the one node whose decisions (definition, set, stop,
 start, removal) every node accepts (node/sync/rules/owner.py). These events are rare: the

@@ -40,7 +40,7 @@ def stream_envelopes(
     message holds a run of one journal's envelopes)."""
     import asyncio
 
-    from node.sync.nats_envelopes import envelopes_of
+    from node.sync.nats.envelopes import envelopes_of
 
     async def read() -> list[tuple[str, str, int]]:
         nc = await nats.connect(urls, connect_timeout=2, **as_member(user))

@@ -37,7 +37,7 @@ from harness.mesh import SYNC_TUNING, peer_token, peer_toml
 from harness.nats import NatsServer, nats_mesh_toml
 from harness.node import NodeProcess, auth, free_port, write_config
 from node.placement.leases import LeaseRecord, lease_key, sign_record
-from node.sync.nats_subjects import Bucket, bucket_name, stream_name, token
+from node.sync.nats.subjects import Bucket, bucket_name, stream_name, token
 from projections import catalogue as c
 from tests.polling import wait_until
 

@@ -12,7 +12,7 @@ from aiohttp import web
 from node.config.model import AGENT_NAME
 from node.context import context_of
 from node.placement.key import PLACEMENT
-from node.placement.manager import DRAIN_SECS, MAX_DRAIN_SECS, MIN_DRAIN_SECS
+from node.placement.moves import DRAIN_SECS, MAX_DRAIN_SECS, MIN_DRAIN_SECS
 from node.runtime.agents import AGENTS
 from node.services.agentpatch import AgentPatch, patched
 from node.services.definitions import DeployRequest, RollbackRequest

@@ -13,7 +13,7 @@ from eventstore.store import EventStore
 from node.config.model import AGENT_NAME_RE, Config, ConfigError
 from node.context import CONTEXT, context_of
 from node.sync.convergence import Convergence, convergence_report
-from node.sync.receive import Rejection
+from node.sync.rules.outcome import Rejection
 from node.sync.service import SYNC, SyncService
 from node.sync.wire import PushedEnvelope, parse_push
 from node.web.auth import IDENTITY

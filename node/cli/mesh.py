@@ -13,8 +13,8 @@ from pathlib import Path
 
 from node.cli import mesh_init
 from node.config.names import AGENT_NAME_RE, ConfigError
-from node.sync.nats_permissions import Member, check_members, members_of, render
-from node.sync.nats_server_config import ServerSettings, render_server
+from node.sync.nats.permissions import Member, check_members, members_of, render
+from node.sync.nats.server_config import ServerSettings, render_server
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from node.config.names import AGENT_NAME_RE, MESH_NAME, ConfigError
-from node.sync.nats_permissions import Member
-from node.sync.nats_server_config import (
+from node.sync.nats.permissions import Member
+from node.sync.nats.server_config import (
     ServerSettings,
     host_port,
     listen_of,

@@ -34,7 +34,7 @@ from nats.js.kv import KeyValue
 
 from node.config.model import AGENT_NAME_RE, ENV_SECRET_PART, Config, MeshSection
 from node.placement.buckets import BucketRules, last_value, open_kv
-from node.sync.nats_subjects import Bucket, bucket_name, kv_stream, name_of, token
+from node.sync.nats.subjects import Bucket, bucket_name, kv_stream, name_of, token
 
 log = logging.getLogger("agent-node.placement")
 MAX_ADVERT_BYTES = 64 * 1024

@@ -30,7 +30,7 @@ from nats.js.api import (
 from nats.js.errors import APIError, NotFoundError
 from nats.js.kv import KeyValue
 
-from node.sync.nats_subjects import kv_stream, kv_subject
+from node.sync.nats.subjects import kv_stream, kv_subject
 
 log = logging.getLogger("agent-node.placement")
 # the server refuses a duplicate window longer than the stream's max age
@@ -148,14 +148,16 @@ def _differences(found: StreamConfig, wanted: StreamConfig) -> list[str]:
             wrong.append(f"its {setting} is {_shown(have)}, not {_shown(want)}")
     if wanted.max_msg_size is not None and found.max_msg_size != wanted.max_msg_size:
         wrong.append(f"its max_msg_size is {found.max_msg_size}, not {wanted.max_msg_size}")
-    for setting, default in (
+    policies: tuple[tuple[str, object], ...] = (
         ("retention", RetentionPolicy.LIMITS),
         ("discard", DiscardPolicy.OLD),
         ("storage", StorageType.FILE),
-    ):
-        have, want = getattr(found, setting) or default, getattr(wanted, setting) or default
-        if have != want:
-            wrong.append(f"its {setting} is {_shown(have)}, not {_shown(want)}")
+    )
+    for setting, default in policies:
+        found_policy = getattr(found, setting) or default
+        wanted_policy = getattr(wanted, setting) or default
+        if found_policy != wanted_policy:
+            wrong.append(f"its {setting} is {_shown(found_policy)}, not {_shown(wanted_policy)}")
     if (found.num_replicas or 1) != (wanted.num_replicas or 1):
         wrong.append(f"its num_replicas is {found.num_replicas}, not {wanted.num_replicas}")
     for setting in ("mirror", "sources", "republish", "subject_transform"):

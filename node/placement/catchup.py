@@ -23,8 +23,8 @@ from nats.js.errors import NotFoundError
 from eventstore.imports import KeyLookup, Verified, precheck
 from node.context import NodeContext
 from node.ops.polling import DeadlineExceeded, until
-from node.sync.nats_envelopes import envelopes_of
-from node.sync.nats_subjects import stream_name, subject
+from node.sync.nats.envelopes import envelopes_of
+from node.sync.nats.subjects import stream_name, subject
 from node.sync.wire import MalformedEnvelope, parse_envelope
 from projections.journals import Journals
 

@@ -60,7 +60,7 @@ from nats.js.errors import NotFoundError
 
 from node.config.model import MeshSection
 from node.placement.buckets import check_settings, info_or_create
-from node.sync.nats_subjects import Bucket, bucket_name, object_stream
+from node.sync.nats.subjects import Bucket, bucket_name, object_stream
 
 CHUNK_BYTES = 128 * 1024  # nats-py's and the CLI's default chunk size, the one this node writes
 MIN_CHUNK_BYTES = 16 * 1024  # a meta's chunks are this large on average, at least

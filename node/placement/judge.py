@@ -1,6 +1,6 @@
 """What a takeover must show before this node lets it change a journal's writer.
 
-The receive path (node/sync/receive.py) checks what the envelope itself says: signed by a node
+The receive path (node/sync/rules/) checks what the envelope itself says: signed by a node
 of the journal's placement set, raising its epoch by exactly one, following this node's copy
 (or forking it at a seq whose `prev` is ours). A signature says who wrote it, not that it is
 sane: the checks here ask the mesh's NATS buckets and stream what the takeover cannot prove
@@ -36,7 +36,8 @@ from node.context import NodeContext
 from node.placement.catchup import stream_holds
 from node.placement.leases import LeaseBook, LeaseError
 from node.placement.metrics import PlacementMetrics
-from node.sync.receive import UNJUDGED, TakeoverClaim, Verdict
+from node.sync.rules.judging import TakeoverClaim, Verdict
+from node.sync.rules.outcome import UNJUDGED
 from projections.journals import Journals
 
 log = logging.getLogger("agent-node.placement")

@@ -3,7 +3,7 @@
 The bucket `MESH_<mesh>_LEASES` keeps one key per (agent, node): `<hex(agent)>.<hex(node)>`,
 whose value is that node's record `{agent, holder, epoch, renewed_at}` signed by its node key.
 The server forgets a key `lease_ttl_secs` after its last write. The generated NATS permissions
-let a node write only the keys ending in its own name (node/sync/nats_permissions.py), and a
+let a node write only the keys ending in its own name (node/sync/nats/permissions.py), and a
 reader believes a record only when its key, its holder and its signature (the holder's pinned
 node key) agree, so no member can write, delete or hold another node's lease: what a member
 writes under its own name is its own claim, judged by the journal's placement set and home
@@ -43,7 +43,7 @@ from nats.js.kv import KeyValue
 from eventstore.keychain import KeyChain
 from node.config.model import AGENT_NAME_RE, MeshSection
 from node.placement.buckets import BucketRules, last_value, open_kv
-from node.sync.nats_subjects import Bucket, bucket_name, token
+from node.sync.nats.subjects import Bucket, bucket_name, token
 
 log = logging.getLogger("agent-node.placement")
 

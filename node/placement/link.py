@@ -12,11 +12,12 @@ from node.placement.adverts import NodeAdverts
 from node.placement.components import ComponentStore
 
 if TYPE_CHECKING:
-    from node.placement.manager import Link, PlacementManager
+    from node.placement.hosting import Link
+    from node.placement.manager import PlacementManager
 
 
 async def open_link(manager: PlacementManager, js: JetStreamContext, publisher: Any) -> Link:
-    from node.placement.manager import Link
+    from node.placement.hosting import Link
 
     ctx = manager.ctx
     mesh = ctx.config.mesh

@@ -23,22 +23,19 @@ fence follows it). Every node of the set runs this manager's loop on its NATS co
   it stops at once, the journal stays disowned (no local append, whatever a renewal says) and
   its lease is given up; a lost lease stops it too (its writes are fenced already).
 
-A planned move (`move`) drains the agent, appends `journal.handoff` (disowning the journal),
-waits for its publish ack and releases the lease; the target then finds itself home. The node
-that handed an agent over never takes it back by itself unless the target took it and then
-lapsed, or never took it for HANDOFF_RETURN_TTLS lease TTLs.
+The jobs are modules of their own: this one supervises (the loop over every placed agent on
+each NATS connection, and the deployments' hooks); becoming home and taking over are
+takeover.py's, planned moves and drains moves.py's, and what they share (consent, running and
+stopping an agent here) hosting.py's.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -46,66 +43,34 @@ import msgspec
 
 from eventstore.writer import Fenced
 from node.context import NodeContext
-from node.placement.adverts import served_domains
 from node.placement.buckets import BucketError
 from node.placement.components import ComponentError, ComponentRefused
-from node.placement.consent import Consent, consent_of
-from node.placement.judge import TakeoverJudge
-from node.placement.leases import RENEW_SHARE, LeaseBook, LeaseError
-from node.placement.metrics import PlacementMetrics
-from node.placement.prepare import Preparer
+from node.placement.hosting import MOVE_ACK_SECS, SHARE_CHECK_SECS, Link
+from node.placement.leases import RENEW_SHARE, LeaseError
+from node.placement.moves import Moves
+from node.placement.takeover import Takeovers
 from node.services.approvals import ApprovalGate
 from node.services.deployments import DeploymentService
-from node.services.findings import NewFinding, report_finding
 from node.services.registry import RegistryService
 from node.web.http import Problem
 from projections import catalogue as c
 from projections.deployments import DeployedAgents
-from projections.journals import Journals
-from projections.placements import Placed, Placements
-from projections.tasks import Tasks
+from projections.placements import Placed
 
 if TYPE_CHECKING:  # nats-py is an optional extra: imported where the NATS mesh runs
     from nats.js import JetStreamContext
 
-    from node.placement.adverts import NodeAdverts
-    from node.placement.components import ComponentStore
     from node.sync.service import SyncService
 
 log = logging.getLogger("agent-node.placement")
-CATCH_UP_SECS = 10.0  # how long a node waits for its copy before it gives up a turn
-MOVE_ACK_SECS = 10.0  # the handoff's publish ack
-NODE_LOST = "node lost"
-HANDOFF_RETURN_TTLS = 3  # the old home waits this many TTLs for a target that never took it
-SHARE_CHECK_SECS = 60.0  # the home checks the mesh still serves its agents' components
-DRAIN_SECS = 20.0  # a drain (`node drain`, SIGTERM) hands agents over within this long
-MIN_DRAIN_SECS, MAX_DRAIN_SECS = 0.1, 300.0  # what `POST /node/drain?within_s=` may ask
-
-
-@dataclass
-class Link:
-    """What one NATS connection gives the manager (rebuilt at every reconnect)."""
-
-    js: JetStreamContext
-    adverts: NodeAdverts
-    components: ComponentStore
-    publisher: Any  # node.sync.nats_publisher.NatsPublisher: `wait_published`
-    tasks: list[asyncio.Task[None]] = field(default_factory=list)
-
 
 LinkOpener = Callable[["PlacementManager", "JetStreamContext", Any], Awaitable[Link]]
 
 
-@dataclass
-class _Claims:
-    """What this node saw of other nodes' claims to one agent's next epoch."""
+class PlacementManager(Takeovers, Moves):
+    """Supervision: follow the node's NATS connection and look at every placed agent on it
+    (the jobs it hands each agent to are Takeovers' and Moves', over Hosting's books)."""
 
-    epoch: int
-    first_seen: dict[str, float] = field(default_factory=dict)  # node → when it led
-    ignored: set[str] = field(default_factory=set)  # led for a TTL without taking over
-
-
-class PlacementManager:
     def __init__(
         self,
         ctx: NodeContext,
@@ -114,77 +79,9 @@ class PlacementManager:
         registry: RegistryService,
         sync: SyncService,
     ) -> None:
-        self.ctx = ctx
-        self.deployments = deployments
-        self.approvals = approvals
-        self.registry = registry
-        self.sync = sync
-        self.link: Link | None = None
-        self.leases = LeaseBook(
-            ctx.name,
-            ctx.config.mesh,
-            ctx.key,
-            sync.keys.lookup,
-            fence=ctx.store.fence,
-            on_lost=self.lease_lost,
-            on_junk=self._junk,
-        )
-        self.metrics = PlacementMetrics(ctx.metrics.registry)
-        # the judge reads the mesh as soon as the node is connected (before this manager's
-        # link: a restarted node's consumer delivers a takeover at once)
-        self.judge = TakeoverJudge(ctx, self.leases, self._nats_js, self.metrics)
-        self.prepare = Preparer(registry, self._engine)
-        self.running: set[str] = set()  # placed agents this node runs under its lease
-        self._busy: set[str] = set()  # agents a takeover, start or move is working on
-        self._gone_since: dict[str, float] = {}  # agent → when its home's lease was seen gone
-        self._seen_live: dict[str, int] = {}  # agent → epoch its home's lease was last seen at
-        self._handed: dict[str, tuple[int, float]] = {}  # agent → (epoch, when) we handed over
-        self._claims: dict[str, _Claims] = {}
-        self._refused: dict[str, str] = {}  # agent → why this node does not host it (logged once)
-        self._shared_at: dict[str, float] = {}
-        self._background: set[asyncio.Task[None]] = set()
-        self.unusable = ""  # why a placement bucket cannot be used (BucketError), if one cannot
-        self.draining = False  # drained: this node takes no placed agent until it restarts
-        mesh = ctx.config.mesh
-        self.check_secs = min(1.0, mesh.lease_ttl_secs / 4)
+        super().__init__(ctx, deployments, approvals, registry, sync)
         deployments.placement = self
-        sync.receiver.judge = self.judge
         sync.receiver.on_moved = self.journal_moved
-        self._wake = asyncio.Event()  # a move named this node: look at once, not next turn
-
-    def _in_background(self, work: Awaitable[None]) -> None:
-        """Run `work` after this call returns (a callback cannot await): kept referenced
-        until done, its failure logged."""
-
-        async def logged() -> None:
-            try:
-                await work
-            except Exception:
-                log.exception("placement: background work failed")
-
-        task = asyncio.get_running_loop().create_task(logged())
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-
-    def _nats_js(self) -> Any:
-        nats = self.sync.nats
-        return nats.js if nats is not None else None
-
-    def _engine(self) -> Any:
-        """The runtime's engine (None while the runtime is not running)."""
-        try:
-            return self.deployments.runtime.engine
-        except Problem:
-            return None
-
-    # ------------------------------------------------------------------ reads
-    @property
-    def placements(self) -> Placements:
-        return self.ctx.projections.get(Placements)
-
-    @property
-    def journals(self) -> Journals:
-        return self.ctx.projections.get(Journals)
 
     def hold_back(self) -> None:
         """At start: no placed agent runs before this node holds its lease, and a journal
@@ -248,35 +145,6 @@ class PlacementManager:
                 ready = sorted(n for n, advert in live.items() if agent in advert.hosts)
         return lease, ready
 
-    # ------------------------------------------------------------------ consent
-    def consent(self, agent: str) -> Consent | None:
-        deployed = self.ctx.projections.get(DeployedAgents).get(agent)
-        return consent_of(self.ctx.config, self.deployments.declared, deployed, agent)
-
-    def refusal(self, placed: Placed) -> str | None:
-        """Why this node may not host `placed` (None: it may, once its component is ready)."""
-        consent = self.consent(placed.agent)
-        if consent is None:
-            return (
-                "its operator gave no consent (no [[hosting]] entry, [[agents]] entry or "
-                "deployment of it here)"
-            )
-        return consent.refusal(placed.definition, served_domains(self.ctx.config))
-
-    def definition_here(self, placed: Placed) -> c.AgentDefinition:
-        """What the agent runs with here: its definition bounded by this node's consent."""
-        consent = self.consent(placed.agent)
-        assert consent is not None, placed.agent
-        return consent.bound(placed.definition)
-
-    def ready_to_host(self) -> list[str]:
-        """The placed agents this node would take over or accept in a move now (its advert)."""
-        return sorted(
-            placed.agent
-            for placed in self.placements.placed_on(self.ctx.name)
-            if self.refusal(placed) is None and self.prepare.ready(placed.definition)
-        )
-
     # ------------------------------------------------------------------ deployments' hooks
     async def share(self, name: str, definition: c.AgentDefinition, path: Path) -> None:
         """The component in the mesh's store before a deployment names it (else no node of
@@ -337,23 +205,9 @@ class PlacementManager:
                 "lease's validity ended; it may be lost if the agent fails over",
             )
 
-    def _linked(self) -> Link:
-        if self.link is None:
-            if self.unusable:
-                raise Problem(503, f"placement cannot run: {self.unusable}")
-            raise Problem(503, "placement needs the NATS mesh, which is not connected")
-        return self.link
-
-    async def _cannot_run(self, why: str) -> None:
-        """A placement bucket this node must not use: said loudly, once per reason."""
-        key = f"placement-bucket/{hashlib.sha256(why.encode()).hexdigest()[:16]}"
-        if not self.sync.incidents.seen(key):
-            log.error("placement cannot run: %s", why)
-            await self.sync.incidents.report(key, "critical", "placement cannot run", why)
-
     # ------------------------------------------------------------------ the loop
     async def supervise(self, mesh: Any, open_link: LinkOpener) -> None:
-        """Follow the node's NATS connection (node/sync/nats_mesh.py): a Link and the loop
+        """Follow the node's NATS connection (node/sync/nats/mesh.py): a Link and the loop
         for each connection, rebuilt after a reconnect (a lease's callbacks die with it)."""
         renewing = asyncio.create_task(self.leases.run(), name="placement-leases")
         try:
@@ -468,439 +322,3 @@ class PlacementManager:
                 home = self.journals.home_of(name) or "?"
                 self.running.discard(name)
                 await self.deployments.forget_retired(name, home)
-
-    async def _keep_shared(self, link: Link, placed: Placed) -> None:
-        """The component of an agent this node runs stays fetchable by the set: a member's
-        forged meta is healed by putting it again. In the background (the store bounds how
-        long): a re-read of a large component must not hold up the placement of the others."""
-        try:
-            path = self.registry.resolve(placed.definition.component)
-            if await link.components.put(path, placed.definition.sha256.removeprefix("sha256:")):
-                log.warning(
-                    "placement: the mesh did not serve the component of %s soundly; put again",
-                    placed.agent,
-                )
-        except Exception as exc:  # tried again next time
-            log.info("placement: checking the component of %s: %s", placed.agent, exc)
-
-    def _junk(self, agent: str, node: str, why: str) -> None:
-        """A record under a member's lease key that is not one: it counts as no lease."""
-        key = f"junk-lease/{agent}/{node}"
-        if not self.sync.incidents.seen(key):
-            self._in_background(
-                self.sync.incidents.report(
-                    key,
-                    "medium",
-                    f"junk under node {node}'s lease key for agent {agent}",
-                    f"the leases bucket holds, under {node}'s key for {agent}, {why}; "
-                    "it is ignored (it counts as no lease)",
-                )
-            )
-
-    # ------------------------------------------------------------------ home
-    async def _caught_up(self, link: Link, placed: Placed) -> bool:
-        from node.placement.catchup import caught_up
-
-        deadline = time.monotonic() + CATCH_UP_SECS
-        return await caught_up(
-            self.ctx, link.js, placed.agent, placed.placement, self.leases.lookup, deadline
-        )
-
-    async def _others_wrote_since(self, link: Link, placed: Placed, seq: int) -> int:
-        """The highest seq of the journal another node of the set put in the stream, when it
-        is `seq` or later (0: none): this node's copy from `seq` on is not the journal."""
-        from node.placement.catchup import stream_holds
-
-        others = [n for n in placed.placement if n != self.ctx.name]
-        mesh = self.ctx.config.mesh.name
-        held = await stream_holds(link.js, mesh, placed.agent, others, self.leases.lookup)
-        return held if held >= seq else 0
-
-    def _tenure_start(self, agent: str) -> int:
-        """The first seq this node writes as the journal's home in its current epoch."""
-        moves = self.journals.moves_of(agent)
-        if not moves or moves[-1]["to"] != self.ctx.name:
-            return 1
-        move = moves[-1]
-        return int(move["seq"]) + (1 if move["reason"] == "handoff" else 0)
-
-    async def _become_home(self, link: Link, placed: Placed) -> None:
-        """The journal names this node: run the agent once its copy is the journal's and the
-        lease is held."""
-        agent, epoch = placed.agent, self.journals.epoch_of(placed.agent)
-        if not await self._caught_up(link, placed):
-            log.info("agent %s: this node's copy is behind the stream; not starting yet", agent)
-            return
-        if self.journals.home_of(agent) not in (None, self.ctx.name):
-            return  # a takeover arrived while catching up
-        newer = await self._others_wrote_since(link, placed, self._tenure_start(agent))
-        if newer:
-            log.warning(
-                "agent %s: another node wrote its seq %d after this node's tenure began: this "
-                "copy is not the journal; staying a replica until the takeover reaches it",
-                agent,
-                newer,
-            )
-            return
-        self.ctx.store.own(agent)
-        lease = await self.leases.acquire(agent, epoch)
-        self.ctx.store.fence(agent, lease.valid_until)
-        await self._start(link, placed)
-        if epoch > 0 and placed.moved_in_epoch < epoch:
-            await self._moved_in(agent, epoch, "handoff")
-
-    # ------------------------------------------------------------------ takeover
-    async def _home_live(self, agent: str, home: str, epoch: int) -> bool:
-        view = await self.leases.peek(agent, home)
-        if view is not None and view.epoch == epoch:
-            self._seen_live[agent] = epoch
-            self._gone_since.pop(agent, None)
-            return True
-        return False
-
-    def _grace_over(self, agent: str, home: str, epoch: int) -> bool:
-        """Whether the home's lease has been gone long enough: at once when it was seen live
-        at this epoch (it lapsed) or the last move was a takeover; a TTL after a handoff (its
-        target takes the lease right after it), HANDOFF_RETURN_TTLS for the node that
-        handed it over."""
-        since = self._gone_since.setdefault(agent, time.monotonic())
-        if self._seen_live.get(agent) == epoch:
-            return True
-        moves = self.journals.moves_of(agent)
-        if not moves or moves[-1]["reason"] != "handoff":
-            return True
-        ttls = HANDOFF_RETURN_TTLS if self._handed.get(agent, (-1,))[0] == epoch else 1
-        return time.monotonic() - since >= ttls * self.leases.ttl
-
-    async def _maybe_take_over(self, link: Link, placed: Placed, home: str) -> None:
-        agent, epoch = placed.agent, self.journals.epoch_of(placed.agent)
-        if await self._home_live(agent, home, epoch) or not self._grace_over(agent, home, epoch):
-            return
-        others = [n for n in placed.placement if n not in (home, self.ctx.name)]
-        leader = await self._claim_leader(agent, others, epoch + 1)
-        if leader is not None:
-            return  # another node claimed it first: its takeover is on its way
-        if not await self._caught_up(link, placed):
-            return
-        fresh = self.placements.get(agent)
-        if (
-            fresh is None
-            or self.journals.home_of(agent) != home
-            or self.journals.epoch_of(agent) != epoch
-        ):
-            return  # the stream held a move: look again next time
-        placed = fresh
-        held = self.ctx.store.head(agent)
-        if await self._others_wrote_since(link, placed, (held.seq if held else 0) + 1):
-            return  # something newer is in the stream: catch up first
-        lease = await self.leases.acquire(agent, epoch + 1)
-        leader = await self._claim_leader(agent, others, epoch + 1)
-        mine = await self.leases.peek(agent, self.ctx.name)
-        if leader is not None and (mine is None or leader.revision < mine.revision):
-            await self.leases.release(agent)
-            return
-        await self._take_over(link, placed, home, epoch + 1, lease.revision)
-
-    async def _claim_leader(self, agent: str, others: list[str], epoch: int) -> Any:
-        """The first live claim of `agent`'s epoch by another node of the set, unless that
-        node led for a whole TTL without taking over (then it is ignored, and reported)."""
-        claims = self._claims.get(agent)
-        if claims is None or claims.epoch != epoch:
-            claims = self._claims[agent] = _Claims(epoch)
-        contenders = await self.leases.contenders(agent, others, epoch)
-        now = time.monotonic()
-        for view in contenders:
-            if view.holder in claims.ignored:
-                continue
-            led = claims.first_seen.setdefault(view.holder, now)
-            if now - led < self.leases.ttl:
-                return view
-            claims.ignored.add(view.holder)
-            await self.sync.incidents.report(
-                f"stalled-claim/{agent}/{epoch}/{view.holder}",
-                "high",
-                f"node {view.holder} claimed agent {agent} and did not take it over",
-                f"{view.holder}'s lease record of {agent} at epoch {epoch} came first, yet no "
-                f"takeover followed within {self.leases.ttl:g} s; it is ignored from now on",
-            )
-        return None
-
-    async def _take_over(
-        self, link: Link, placed: Placed, previous: str, epoch: int, revision: int
-    ) -> None:
-        agent = placed.agent
-        log.warning("agent %s: lease of %s gone; taking over (epoch %d)", agent, previous, epoch)
-        self.ctx.store.own(agent)
-        self.ctx.store.fence(agent, self.leases.valid_until(agent) or 0.0)
-        takeover = c.JournalTakeover(epoch=epoch, lease_revision=revision, previous_home=previous)
-        head = self.ctx.store.head(agent)
-        last = self.ctx.store.get(agent, head.seq) if head is not None else None
-        last_ts = last.event.ts if last is not None else None
-        try:
-            envelope = await self.ctx.store.append(agent, *c.event_of(takeover))
-        except BaseException:
-            self.ctx.store.disown(agent)
-            with contextlib.suppress(LeaseError, TimeoutError):
-                await self.leases.release(agent)
-            raise
-        abandoned = await self.approvals.abandon_agent(agent, NODE_LOST)
-        await self._start(link, placed)
-        await self._moved_in(agent, epoch, "takeover", previous, len(abandoned))
-        self.metrics.takeovers.inc()
-        gap = _seconds_between(last_ts, envelope.event.ts)
-        if gap is not None:
-            self.metrics.failover_seconds.observe(gap)
-        await self._report_takeover(agent, previous, epoch, gap)
-
-    async def _report_takeover(
-        self, agent: str, previous: str, epoch: int, gap: float | None
-    ) -> None:
-        """Every takeover is worth a look: a finding in the agent's journal, naming the home it
-        replaced and how long the agent wrote nothing."""
-        after = f" after {gap:.1f} s without a write" if gap is not None else ""
-        finding = NewFinding(
-            agent=agent,
-            severity="medium",
-            title=f"agent {agent} taken over from {previous}{after}",
-            detail=(
-                f"{self.ctx.name} took {agent} over at epoch {epoch}: the lease of its home "
-                f"{previous} had lapsed (it died, froze or lost NATS). The gap is from "
-                f"{previous}'s last envelope to the takeover."
-            ),
-        )
-        with contextlib.suppress(Exception):  # the takeover stands without its finding
-            await report_finding(self.ctx, finding)
-
-    async def _start(self, link: Link, placed: Placed) -> None:
-        """Run the agent here under the lease just taken; if it cannot start, the lease is
-        given back at once so that another node of the set can take it."""
-        try:
-            await self._run_here(link, placed)
-        except BaseException:
-            with contextlib.suppress(LeaseError, TimeoutError):
-                await self.leases.release(placed.agent)
-            raise
-
-    async def _run_here(self, link: Link, placed: Placed) -> None:
-        started = time.monotonic()
-        await self.deployments.host_placed(placed.agent, self.definition_here(placed))
-        self.running.add(placed.agent)
-        # shared (healed if a member forged its meta) after the start, not before it
-        self._shared_at[placed.agent] = time.monotonic()
-        self._in_background(self._keep_shared(link, placed))
-        self.prepare.loaded(placed.definition)
-        self._gone_since.pop(placed.agent, None)
-        self.metrics.leases_held.set(len(self.leases.held()))
-        worker = self.deployments.runtime.workers.get(placed.agent)
-        if placed.stopped:
-            log.info("agent %s is home here, stopped by %s", placed.agent, placed.stopped_by)
-        elif worker is not None:
-            self._in_background(self._first_run(placed.agent, worker.probation, started))
-
-    async def _first_run(self, agent: str, probation: Any, started: float) -> None:
-        """Say the agent runs here once it has run (an instance that starts is not yet one
-        that runs): its first good run, or a failed one."""
-        epoch = self.journals.epoch_of(agent)
-        why = await asyncio.wrap_future(probation)
-        took = time.monotonic() - started
-        if why is None:
-            log.info(
-                "agent %s runs here (epoch %d; first run %.1f s after start)", agent, epoch, took
-            )
-        else:
-            log.warning(
-                "agent %s started here (epoch %d); its first run failed: %s", agent, epoch, why
-            )
-
-    async def _moved_in(
-        self,
-        agent: str,
-        epoch: int,
-        reason: str,
-        from_node: str = "",
-        abandoned: int = 0,
-    ) -> None:
-        open_tasks = len(self.ctx.projections.get(Tasks).open_tasks(agent))
-        moves = self.journals.moves_of(agent)
-        if not from_node and moves:
-            from_node = str(moves[-1]["from"])
-        moved_in = c.AgentMovedIn(
-            epoch=epoch,
-            from_node=from_node,
-            reason=reason,  # type: ignore[arg-type]
-            open_tasks=open_tasks,
-            abandoned_approvals=abandoned,
-        )
-        await self.ctx.store.append(agent, *c.event_of(moved_in))
-
-    # ------------------------------------------------------------------ stopping here
-    def journal_moved(self, agent: str, home: str) -> None:
-        """The receive path accepted a move of `agent`'s journal to `home`: to this node, it
-        is looked at now (a planned move's target starts it at once); elsewhere, it stops
-        here."""
-        if home == self.ctx.name:
-            self._wake.set()
-        else:
-            self.moved_away(agent, home)
-
-    def moved_away(self, agent: str, home: str) -> None:
-        """The journal names another home (a move received): stop writing it at once, stop
-        the agent, give the lease up. The store refuses its appends already (disowned)."""
-        self.ctx.store.disown(agent)
-        self.deployments.elsewhere.add(agent)
-        if agent not in self.running and agent not in self.leases.held():
-            return
-        self.running.discard(agent)
-        log.warning("agent %s: its journal moved to %s; stopped here", agent, home)
-        self._in_background(self._give_up(agent, f"moved to {home}"))
-
-    async def _give_up(self, agent: str, reason: str) -> None:
-        with contextlib.suppress(LeaseError, TimeoutError):
-            await self.leases.release(agent)
-        await self.deployments.unhost_placed(agent, reason, 0.0)
-
-    def lease_lost(self, agent: str, reason: str) -> None:
-        """LeaseBook's callback: stop the agent here now (its writes are fenced already)."""
-        if agent in self.running:
-            self.running.discard(agent)
-            log.error("agent %s: lease lost (%s); stopped here", agent, reason)
-            self._in_background(
-                self.deployments.unhost_placed(agent, f"lease lost ({reason})", 0.0)
-            )
-
-    # ------------------------------------------------------------------ drain
-    async def drain(self, within: float = DRAIN_SECS) -> list[dict[str, Any]]:
-        """Hand each placed agent this node runs to a live member of its set that is ready to
-        host it (the one with the most free slots), one after another within `within`
-        seconds; one that no member can take, or left when the time is up, has its lease
-        given up, so that a takeover follows at once rather than a TTL later. From then on
-        this node takes no placed agent (until it restarts). What happened to each agent."""
-        self.draining = True
-        deadline = time.monotonic() + within
-        outcomes: list[dict[str, Any]] = []
-        for agent in sorted(self.running):
-            outcome: dict[str, Any] = {"agent": agent, "to": None, "epoch": None}
-            to = await self._drain_target(agent) if time.monotonic() < deadline else None
-            if to is not None:
-                try:
-                    async with asyncio.timeout(max(0.1, deadline - time.monotonic())):
-                        moved = await self.move(agent, to)
-                    outcomes.append(outcome | {"to": to, "epoch": moved["epoch"], "done": "moved"})
-                    continue
-                except (Problem, TimeoutError) as exc:
-                    outcome["why"] = getattr(exc, "detail", None) or "the time was up"
-            self.running.discard(agent)  # not moved (a handoff cut short included): given up
-            await self._give_up(agent, "node drained")
-            outcomes.append(outcome | {"done": "released"})
-        return outcomes
-
-    async def _drain_target(self, agent: str) -> str | None:
-        placed, link = self.placements.get(agent), self.link
-        if placed is None or link is None:
-            return None
-        others = [n for n in placed.placement if n != self.ctx.name]
-        try:
-            live = await link.adverts.live(others)
-        except Exception:  # no adverts known: its lease is given up instead
-            return None
-        ready = [advert for advert in live.values() if agent in advert.hosts]
-        ready.sort(key=lambda advert: (-advert.free_slots, advert.node))
-        return ready[0].node if ready else None
-
-    # ------------------------------------------------------------------ planned move
-    async def move(self, agent: str, to: str) -> dict[str, Any]:
-        """Hand `agent` over to node `to` (checked: 409/422), signed by this node."""
-        try:
-            return await self._move(agent, to)
-        except Problem as exc:
-            if exc.status != 503:
-                self.metrics.move_refusals.labels(str(exc.status)).inc()
-            raise
-
-    async def _move(self, agent: str, to: str) -> dict[str, Any]:
-        link = self._linked()
-        placed = self.placements.get(agent)
-        if placed is None or len(placed.placement) < 2:
-            raise Problem(409, f"agent {agent!r} is not placed on more than one node")
-        home = self.journals.home_of(agent)
-        if home != self.ctx.name or agent not in self.running:
-            raise Problem(409, f"agent {agent!r} runs on node {home!r}; ask it to move it")
-        if to == self.ctx.name:
-            raise Problem(409, f"agent {agent!r} runs on {to!r} already")
-        if to not in placed.placement:
-            raise Problem(
-                422,
-                f"node {to!r} is not in the placement set of {agent!r} "
-                f"({', '.join(placed.placement)})",
-            )
-        try:
-            adverts = await link.adverts.live([to])
-        except Exception as exc:  # NATS did not answer: not knowing is no advert
-            raise Problem(503, f"the nodes' adverts could not be read: {exc}") from None
-        if to not in adverts:
-            raise Problem(409, f"node {to!r} has no fresh advert: it is not connected")
-        if agent not in adverts[to].hosts:
-            raise Problem(
-                422,
-                f"node {to!r} is not ready to host {agent!r}: its operator gave no consent, "
-                "it lacks the agent's grant domains, or its component is not compiled there "
-                "yet (see that node's log)",
-            )
-        if agent in self._busy:
-            raise Problem(409, f"agent {agent!r} is being moved or started already")
-        self._busy.add(agent)
-        try:
-            moved = await self._hand_off(link, agent, to)
-        except Problem:
-            self.metrics.move_refusals.labels("not_acknowledged").inc()
-            raise
-        finally:
-            self._busy.discard(agent)
-        self.metrics.moves.inc()
-        return moved
-
-    async def _hand_off(self, link: Link, agent: str, to: str) -> dict[str, Any]:
-        started = time.monotonic()
-        epoch = self.journals.epoch_of(agent) + 1
-        self.running.discard(agent)
-        try:
-            await self.deployments.unhost_placed(
-                agent, f"moved to {to}", self.deployments.drain_secs
-            )
-            # the last envelope this node writes (the store disowns the journal as it stages
-            # it): a finding or task queued behind it is refused
-            envelope = await self.ctx.store.append_sealing(
-                agent, *c.event_of(c.JournalHandoff(to=to, epoch=epoch))
-            )
-            self._handed[agent] = (epoch, time.monotonic())
-            published = await link.publisher.wait_published(agent, envelope.seq, MOVE_ACK_SECS)
-        finally:
-            # released whatever happened, a cancel (a drain's deadline) included: the agent is
-            # stopped here, so a lease kept renewed would hold it down; if the stream never
-            # gets the handoff, a node of the set takes over at once (a fork that the
-            # takeover resolves on this node)
-            with contextlib.suppress(LeaseError, TimeoutError):
-                await self.leases.release(agent)
-        if not published:
-            raise Problem(
-                503,
-                f"the handoff of {agent!r} was not acknowledged by the stream in time; its "
-                "lease is released, so a node of its set takes it over",
-            )
-        return {
-            "agent": agent,
-            "to": to,
-            "epoch": epoch,
-            "handoff_seq": envelope.seq,
-            "drained_in_s": round(time.monotonic() - started, 3),
-        }
-
-
-def _seconds_between(earlier: str | None, later: str) -> float | None:
-    if earlier is None:
-        return None
-    try:
-        gap = datetime.fromisoformat(later) - datetime.fromisoformat(earlier)
-    except ValueError:
-        return None
-    return max(0.0, gap.total_seconds())

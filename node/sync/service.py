@@ -12,15 +12,15 @@ from aiohttp import web
 
 from node.context import NodeContext
 from node.sync.acks import AckRecorder
+from node.sync.http.replicator import Replicator
 from node.sync.incidents import Incidents
 from node.sync.keys import PeerKeys
-from node.sync.receive import Receiver
-from node.sync.replicator import Replicator
+from node.sync.rules.receiver import Receiver
 from node.web.tls import peer_context
 from projections.peers import PeerBook
 
 if TYPE_CHECKING:
-    from node.sync.nats_mesh import NatsMesh
+    from node.sync.nats.mesh import NatsMesh
 
 
 class SyncService:
@@ -47,7 +47,7 @@ class SyncService:
         await self.keys.pin_configured()
         self._tasks = [asyncio.create_task(self.acks.run(), name="sync-acks")]
         if self.ctx.config.mesh.transport == "nats":
-            from node.sync.nats_mesh import NatsMesh  # nats-py is an optional extra
+            from node.sync.nats.mesh import NatsMesh  # nats-py is an optional extra
 
             self.nats = NatsMesh(self.ctx, self.receiver, self.acks, self.incidents, self._http)
             self._tasks.append(asyncio.create_task(self.nats.run(), name="sync-nats"))

@@ -45,7 +45,7 @@ from harness.nats import NatsServer, nats_mesh_toml
 from harness.node import NodeProcess, write_config
 from node.placement.leases import LeaseRecord, lease_key, sign_record
 from node.runtime.compiled_cache import COMPILED_CACHE_ENV
-from node.sync.nats_subjects import (
+from node.sync.nats.subjects import (
     kv_stream,
     kv_subject,
 )
@@ -476,7 +476,7 @@ def test_a_leases_bucket_made_by_a_member_with_other_subjects_is_reported_and_sy
     one command that repairs it, and still publishes its journals to the mesh's stream."""
     from nats.js.api import StreamConfig
 
-    from node.sync.nats_subjects import stream_name
+    from node.sync.nats.subjects import stream_name
 
     server = NatsServer(tmp_path / "nats", "n0").start()
     try:

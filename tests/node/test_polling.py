@@ -18,21 +18,21 @@ PERIODIC = {
     ("node/cli/client.py", "command"),  # logs/findings --follow
     ("node/services/approval_timeouts.py", "_flush_due"),  # retries journaling timeouts
     ("node/sync/acks.py", "run"),
-    ("node/sync/replicator.py", "run"),
+    ("node/sync/http/replicator.py", "run"),
     ("node/streams/bus.py", "_tick"),  # keep-alives
-    ("node/sync/nats_heads.py", "publish"),  # this node's heads into the KV bucket
-    ("node/sync/nats_heads.py", "watch"),  # the peers' heads: the follower, started over
-    ("node/sync/nats_heads.py", "_follow"),  # the peers' heads, pulled as they change
+    ("node/sync/nats/heads.py", "publish"),  # this node's heads into the KV bucket
+    ("node/sync/nats/heads.py", "watch"),  # the peers' heads: the follower, started over
+    ("node/sync/nats/heads.py", "_follow"),  # the peers' heads, pulled as they change
     ("node/placement/adverts.py", "run"),  # this node's advert, put every interval
     ("node/placement/manager.py", "serve"),  # every placed agent looked at every check_secs
     ("node/placement/manager.py", "_follow"),  # the loop lives while its connection does
     # samples the lease for three TTLs: it must hold at every look
     ("tests/placement/test_leases.py", "test_renewing_keeps_the_lease_and_moves_valid_until"),
-    ("node/sync/nats_mesh.py", "run"),  # reconnects with backoff
-    ("node/sync/nats_mesh.py", "_repair_check"),  # periodic: a journal the stream lost
+    ("node/sync/nats/mesh.py", "run"),  # reconnects with backoff
+    ("node/sync/nats/mesh.py", "_repair_check"),  # periodic: a journal the stream lost
     ("eventstore/writer.py", "_write_loop"),  # sleep(0): one GIL hand-off before a commit
-    ("node/sync/nats_mesh.py", "_connected"),  # the NATS link, reconnecting with backoff
-    ("node/sync/nats_repair_queue.py", "_work"),  # a peer's repair worker: a bug rests it 1 s
+    ("node/sync/nats/mesh.py", "_connected"),  # the NATS link, reconnecting with backoff
+    ("node/sync/nats/repair_queue.py", "_work"),  # a peer's repair worker: a bug rests it 1 s
     ("tests/placement/test_adverts_components.py", "pump"),  # a slow link: holds each read
     ("tests/leakcheck.py", "reap"),  # a grace period for leftovers, then SIGKILL (no failure)
     ("tests/streams/test_streams_replay_memory.py", "watch"),  # samples RSS and /health

@@ -1,5 +1,5 @@
-"""Placement tests' common parts: a node's real NATS connection (nats_link.connect: its inbox
-prefix, its user when given) to real nats-servers, and a mesh config for it."""
+"""Placement tests' common parts: a node's real NATS connection (node.sync.nats.link.connect:
+its inbox prefix, its user when given) to real nats-servers, and a mesh config for it."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from nats.js import JetStreamContext
 
 from node.config.model import MeshSection
-from node.sync.nats_link import connect
+from node.sync.nats.link import connect
 from tests.nats_support import member_password
 
 

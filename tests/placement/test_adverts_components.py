@@ -28,7 +28,7 @@ from node.placement.components import (
     ObjectRecord,
     digest_of,
 )
-from node.sync.nats_subjects import Bucket, bucket_name, kv_subject, token
+from node.sync.nats.subjects import Bucket, bucket_name, kv_subject, token
 from tests.nats_support import NatsCluster
 from tests.placement.support import jetstream, mesh_section
 from tests.polling import until

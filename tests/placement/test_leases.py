@@ -15,7 +15,7 @@ from nats.js.api import StreamConfig
 
 from node.placement.buckets import BucketError
 from node.placement.leases import LeaseBook, LeaseError, LeaseRecord, lease_key, sign_record
-from node.sync.nats_subjects import Bucket, bucket_name, kv_stream, kv_subject
+from node.sync.nats.subjects import Bucket, bucket_name, kv_stream, kv_subject
 from tests.nats_support import NatsCluster
 from tests.placement.support import jetstream, mesh_section
 from tests.polling import until

@@ -1,4 +1,4 @@
-"""The generated NATS permissions (node/sync/nats_permissions.py) against a real nats-server
+"""The generated NATS permissions (node/sync/nats/permissions.py) against a real nats-server
 with the mesh's users: each node's user can do all the placement code does (lease, advert,
 component) and not write or delete another node's lease or advert, nor wipe a bucket."""
 
@@ -16,7 +16,7 @@ from nats.js.errors import APIError, NoStreamResponseError
 from node.placement.adverts import NodeAdverts
 from node.placement.components import ComponentStore
 from node.placement.leases import LeaseBook, LeaseRecord, lease_key, sign_record
-from node.sync.nats_subjects import Bucket, bucket_name, kv_subject, token
+from node.sync.nats.subjects import Bucket, bucket_name, kv_subject, token
 from tests.nats_support import MeshUsers
 from tests.placement.support import jetstream, mesh_section
 

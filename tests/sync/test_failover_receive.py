@@ -26,8 +26,8 @@ from node.ops import checkpoint
 from node.placement.catchup import stream_holds
 from node.placement.key import PLACEMENT
 from node.placement.leases import LeaseRecord, lease_key, sign_record
-from node.sync import receive
-from node.sync.nats_subjects import MSG_ID_HEADER, Bucket, bucket_name, msg_id, subject
+from node.sync.nats.subjects import MSG_ID_HEADER, Bucket, bucket_name, msg_id, subject
+from node.sync.rules import judging
 from node.sync.service import SYNC
 from projections import catalogue as c
 from projections.journals import Journals
@@ -563,7 +563,7 @@ async def test_a_batch_of_takeovers_is_judged_within_one_deadline(client, nats_s
         assert (await push(client, [chain.add(1, "node-b", placed("node-b", "node-c"))]))[
             "accepted"
         ] == 1
-    monkeypatch.setattr(receive, "BATCH_JUDGE_SECS", 0.5)
+    monkeypatch.setattr(judging, "BATCH_JUDGE_SECS", 0.5)
     batch = [chain.add(2, "node-c", takeover(1)) for chain in chains.values()]
     nats_server.proc.send_signal(signal.SIGSTOP)
     try:

@@ -1,4 +1,4 @@
-"""Heads records as claims (node/sync/nats_claims.py), on one in-process node holding journals
+"""Heads records as claims (node/sync/nats/claims.py), on one in-process node holding journals
 that two peers pushed over HTTP: what a record may make this node repair, and demotion."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from nacl.signing import SigningKey
 
 from eventstore.keys import public_key_multibase
 from node.context import CONTEXT
-from node.sync.nats_claims import CLAIM_FAILURES_TO_DEMOTE, MAX_UNHELD_CLAIMS, ClaimBook
+from node.sync.nats.claims import CLAIM_FAILURES_TO_DEMOTE, MAX_UNHELD_CLAIMS, ClaimBook
 from node.sync.service import SYNC
 from projections.entries import Findings
 from tests.support import auth, free_port, make_config

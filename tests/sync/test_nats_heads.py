@@ -1,4 +1,4 @@
-"""Peers' heads over NATS are followed, not polled (node/sync/nats_heads.py): a follower that
+"""Peers' heads over NATS are followed, not polled (node/sync/nats/heads.py): a follower that
 loses its consumer, its server or its permissions starts over, is counted and logged, and the
 link's watchdog restarts the connection while it cannot; acknowledgements come back after.
 Real nats-server and node processes on loopback."""
@@ -12,8 +12,8 @@ import signal
 import nats
 import pytest
 
-from node.sync.nats_permissions import Member, render
-from node.sync.nats_subjects import Bucket, bucket_name, heads_consumer_name, kv_stream
+from node.sync.nats.permissions import Member, render
+from node.sync.nats.subjects import Bucket, bucket_name, heads_consumer_name, kv_stream
 from tests.nats_support import MeshUsers, NatsCluster, use_nats_user
 from tests.support import NodeProcess, logs_on_failure
 from tests.sync import test_nats_mesh

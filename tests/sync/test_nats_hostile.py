@@ -15,7 +15,7 @@ import nats
 import pytest
 
 from eventstore.keys import load_or_create_key
-from node.sync.nats_subjects import subject, token
+from node.sync.nats.subjects import subject, token
 from tests.nats_support import (
     MeshUsers,
     NatsServer,

@@ -17,7 +17,7 @@ import pytest
 from nats.js.errors import NotFoundError
 
 from eventstore.keys import load_or_create_key
-from node.sync.nats_subjects import inbox_prefix, node_subjects, subject, token
+from node.sync.nats.subjects import inbox_prefix, node_subjects, subject, token
 from tests.nats_support import (
     MeshUsers,
     NatsCluster,

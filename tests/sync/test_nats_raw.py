@@ -1,4 +1,4 @@
-"""The lean pull and raw subscriptions of node/sync/nats_raw.py against a real nats-server."""
+"""The lean pull and raw subscriptions of node/sync/nats/raw.py against a real nats-server."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 import pytest
 from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
 
-from node.sync.nats_raw import Delivered, RawClient, RawPull, hpub_frame
+from node.sync.nats.raw import Delivered, RawClient, RawPull, hpub_frame
 from tests.nats_support import NatsServer
 from tests.polling import until
 

@@ -13,12 +13,13 @@ claim), and its key is already pinned on every node. docs/mesh.md, "The owner de
 home runs", says what that costs (an owner gone for good freezes the definition).
 
 `refusal` is a pure function of the journal state (the journals projection) and one envelope's
-event, so the receive path (node/sync/receive.py) and the model of the receive rules call the
-very same rule.
+event, so the receive path (node/sync/rules/screening.py) and the model of the receive rules
+call the very same rule.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
 from eventstore.envelope import Event
@@ -32,6 +33,7 @@ from projections.catalogue import (
     AgentPlaced,
     read,
 )
+from projections.journals import Journals
 
 # the events that change what runs, where and whether: the owner's alone
 OWNER_DECISIONS = frozenset(
@@ -81,3 +83,45 @@ def finding_of(stream: str, signer: str, detail: str) -> tuple[str, str, str]:
         f"refused change of agent {stream} by node {signer}, not its owner",
         detail,
     )
+
+
+class Screened:
+    """The journal state an envelope at `seq` is screened against, as `refusal` reads it: the
+    journals projection, the journals the batch starts (`new_homes`: their seq 1's signer),
+    owners handed by envelopes screened but not folded yet (`handed`: journal → (seq, owner),
+    counted for a later seq while the projection's head is below theirs), and placements
+    likewise (`placement_of`)."""
+
+    def __init__(
+        self,
+        journals: Journals,
+        seq: int,
+        new_homes: Mapping[str, str],
+        handed: Mapping[str, tuple[int, str]],
+        placement_of: Callable[[str], tuple[str, ...] | None],
+    ) -> None:
+        self._journals, self._seq, self._new, self._handed = journals, seq, new_homes, handed
+        self.placement_of = placement_of
+
+    def owner_of(self, stream: str) -> str | None:
+        noted = self._handed.get(stream)
+        if (
+            noted is not None
+            and noted[0] < self._seq
+            and self._journals.head.get(stream, 0) < noted[0]
+        ):
+            return noted[1]
+        return self._journals.owner_of(stream) or self._new.get(stream)
+
+
+def screen(
+    state: Screened, handed: dict[str, tuple[int, str]], stream: str, seq: int, event: Event
+) -> str | None:
+    """`refusal` for the receive path; an `agent.owner_handed` it lets through is noted in
+    `handed` for the envelopes screened after it."""
+    why = refusal(state, stream, seq, event)
+    if why is None and event.type == AGENT_OWNER_HANDED:
+        passed = read(AgentOwnerHanded, event.data)
+        if passed is not None:
+            handed[stream] = (seq, passed.to)
+    return why

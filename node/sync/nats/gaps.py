@@ -1,4 +1,4 @@
-"""What the NATS consumer hands the repair queue with a gap (nats_repair_queue.py)."""
+"""What the NATS consumer hands the repair queue with a gap (nats/repair_queue.py)."""
 
 from __future__ import annotations
 

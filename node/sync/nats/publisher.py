@@ -12,7 +12,7 @@ finding naming its publisher, and the journal is published again from there unde
 (a random suffix), in order. Publishes are asynchronous and overlap their acknowledgements:
 up to `publish_window` envelopes are in flight, and more are read and sent as
 acknowledgements come back (not a window at a time). Acknowledgements come to a private
-inbox as raw bytes (nats_raw.py; nats-py's `publish_async` made a future, a Msg and a PubAck
+inbox as raw bytes (nats/raw.py; nats-py's `publish_async` made a future, a Msg and a PubAck
 dataclass per message). The cursor (per journal, the last seq whose publish and every publish
 before it JetStream acknowledged) is written atomically to `nats-published.json` in the data
 folder at most every CURSOR_SAVE_SECS while acknowledgements flow (two fsyncs each, on the
@@ -23,7 +23,7 @@ A stream ack is not an fsync (JetStream syncs every 2 min by default), so on sta
 every reconnect the stream's last message of each own journal is compared with the cursor: a
 stream that lost acknowledged envelopes gets them again. A journal the stream holds nothing of
 (its messages aged out, or all were lost) resumes at the cursor; receivers repair any gap over
-HTTP (nats_repair.py).
+HTTP (nats/repair.py).
 """
 
 from __future__ import annotations
@@ -43,9 +43,9 @@ from nats.js.errors import NotFoundError
 
 from eventstore.envelope import Envelope
 from node.ops.files import write_atomically
-from node.sync.nats_link import Link, OnLink
-from node.sync.nats_raw import STATUS_PREFIX, hpub_frame
-from node.sync.nats_subjects import (
+from node.sync.nats.link import Link, OnLink
+from node.sync.nats.raw import STATUS_PREFIX, hpub_frame
+from node.sync.nats.subjects import (
     MSG_ID_HEADER,
     msg_id,
     parse_subject,

@@ -19,16 +19,16 @@ from node.context import NodeContext
 from node.sync.acks import AckRecorder
 from node.sync.incidents import Incidents
 from node.sync.loops import run_together
-from node.sync.nats_claims import ClaimBook
-from node.sync.nats_consumer import NatsConsumer
-from node.sync.nats_heads import HeadsBoard
-from node.sync.nats_link import Link, connect, ensure_stream, heads_kv
-from node.sync.nats_metrics import NatsMetrics
-from node.sync.nats_publisher import NatsPublisher
-from node.sync.nats_raw import RawClient
-from node.sync.nats_repair import HttpRepair
-from node.sync.nats_repair_queue import RepairQueue
-from node.sync.receive import Receiver
+from node.sync.nats.claims import ClaimBook
+from node.sync.nats.consumer import NatsConsumer
+from node.sync.nats.heads import HeadsBoard
+from node.sync.nats.link import Link, connect, ensure_stream, heads_kv
+from node.sync.nats.metrics import NatsMetrics
+from node.sync.nats.publisher import NatsPublisher
+from node.sync.nats.raw import RawClient
+from node.sync.nats.repair import HttpRepair
+from node.sync.nats.repair_queue import RepairQueue
+from node.sync.rules.receiver import Receiver
 from projections.journals import Journals
 
 log = logging.getLogger("agent-node.sync")
@@ -140,7 +140,7 @@ class NatsMesh:
         )
 
     async def _repair_check(self) -> None:
-        """A journal some peer (by its checked claims, nats_claims.py) holds further than this
+        """A journal some peer (by its checked claims, nats/claims.py) holds further than this
         node, while the consumer has nothing
         left to deliver, twice in a row (or at the same head for STUCK_CHECKS checks while
         less than a batch waits on the stream): the stream does not hold it (retention, a node

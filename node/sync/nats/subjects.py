@@ -89,7 +89,7 @@ def durable_name(node: str) -> str:
 
 
 def heads_consumer_name(node: str) -> str:
-    """The node's consumer of the heads bucket's stream (nats_heads.py): its peers' records."""
+    """The node's consumer of the heads bucket's stream (nats/heads.py): its peers' records."""
     return f"heads-{token(node)}"
 
 
@@ -97,7 +97,7 @@ def msg_id(origin: str, journal: str, first: int, last: int) -> str:
     """The id of a message holding `journal`'s envelopes first..last published by `origin`:
     the server drops a second message with the same id inside its duplicate window. It names
     the origin, though the server de-duplicates per stream, not per subject: a member can still
-    publish an id first (nats_publisher.py checks every `duplicate` answer)."""
+    publish an id first (nats/publisher.py checks every `duplicate` answer)."""
     return f"{origin}:{journal}:{first}-{last}"
 
 

@@ -5,19 +5,19 @@ Each node puts its heads of every replicated journal (key: hex of its name, valu
 REPUT_SECS). A configured peer's heads become its acknowledgements (acks.py: the convergence
 report, `agent-node status` and the console's peers view read them as with HTTP), recorded like
 the HTTP replicator's: only journals this node holds, never beyond its own head. What a record
-may trigger a repair for is decided by the claim book (nats_claims.py): a record is a peer's
+may trigger a repair for is decided by the claim book (nats/claims.py): a record is a peer's
 claim, checked and bounded, not a fact. A record over MAX_HEADS_BYTES or naming more than
 MAX_HEADS_JOURNALS journals is ignored whole.
 
 Peers' records are followed, not polled: a consumer of the bucket's stream of this node's own
 (`heads-<hex(node)>`, filtered to the configured peers' keys, starting at each key's last
 record, no acknowledgements, one replica in memory) delivers a record only when it changes,
-through pull requests of HEADS_EXPIRES_SECS (nats_raw.py). Polling every peer's key every
+through pull requests of HEADS_EXPIRES_SECS (nats/raw.py). Polling every peer's key every
 interval was the NATS transport's largest cost on a ten-node mesh (bench/RESULTS.md). The
 follower starts over with a fresh consumer (counted in svc_nats_heads_restarts, logged) when the
 server says the consumer is gone, when nothing at all (not even a request's expiry) came for
 HEADS_SILENT_SECS (its server died), when a delivery was skipped, or when a call fails; while it
-cannot, its beat stops and the link's watchdog restarts the connection (nats_mesh.py).
+cannot, its beat stops and the link's watchdog restarts the connection (nats/mesh.py).
 """
 
 from __future__ import annotations
@@ -33,10 +33,10 @@ from nats.js.errors import NotFoundError
 from nats.js.kv import KeyValue
 
 from node.sync.acks import AckRecorder
-from node.sync.nats_claims import ClaimBook
-from node.sync.nats_link import Link, OnLink
-from node.sync.nats_raw import Delivered, RawPull
-from node.sync.nats_subjects import (
+from node.sync.nats.claims import ClaimBook
+from node.sync.nats.link import Link, OnLink
+from node.sync.nats.raw import Delivered, RawPull
+from node.sync.nats.subjects import (
     Bucket,
     bucket_name,
     heads_consumer_name,
@@ -91,7 +91,7 @@ class HeadsBoard(OnLink):
         self._decoded: dict[str, tuple[int, HeadsRecord | None]] = {}
         self._pull: RawPull | None = None
         self.last_error = ""
-        # the last turn of each loop (nats_mesh.py restarts the link when one stops turning)
+        # the last turn of each loop (nats/mesh.py restarts the link when one stops turning)
         self.put_beat = self.read_beat = time.monotonic()
 
     def own_heads(self) -> dict[str, int]:
@@ -220,7 +220,7 @@ class HeadsBoard(OnLink):
 
     def _apply_all(self) -> None:
         """Every peer's last record again: acks are capped at this node's own heads, and a
-        relay's claims at its journal's home's record (nats_claims.py)."""
+        relay's claims at its journal's home's record (nats/claims.py)."""
         for _, record in list(self._decoded.values()):
             if record is not None:
                 self._apply(record)

@@ -20,9 +20,9 @@ from nats.js.kv import KeyValue
 from node.config.model import MeshSection
 from node.context import NodeContext
 from node.sync.incidents import Incidents
-from node.sync.nats_metrics import NatsMetrics
-from node.sync.nats_raw import RawClient
-from node.sync.nats_subjects import Bucket, all_subjects, bucket_name, inbox_prefix, stream_name
+from node.sync.nats.metrics import NatsMetrics
+from node.sync.nats.raw import RawClient
+from node.sync.nats.subjects import Bucket, all_subjects, bucket_name, inbox_prefix, stream_name
 
 log = logging.getLogger("agent-node.sync")
 DUPLICATE_WINDOW_SECS = 120.0
@@ -40,7 +40,7 @@ class Link:
 
 
 class OnLink:
-    """A loop of one connection (nats_mesh.py starts a new one on every connect)."""
+    """A loop of one connection (nats/mesh.py starts a new one on every connect)."""
 
     def __init__(self, link: Link) -> None:
         self._ctx, self._nc, self._js = link.ctx, link.nc, link.js

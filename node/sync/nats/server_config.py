@@ -1,6 +1,6 @@
 """A whole nats-server config for a mesh (docs/mesh.md, "Generated permissions"): the server,
 JetStream with an fsync before every acknowledgement, an optional cluster, and the users of
-`nats_permissions.render`, called here rather than copied, so the config always carries the
+`permissions.render`, called here rather than copied, so the config always carries the
 permissions of this release.
 
 Passwords: each user's comes from the variable the permissions name (`$NODE_A_PASSWORD`).
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from node.config.names import ConfigError
-from node.sync.nats_permissions import Member, check_members, render
+from node.sync.nats.permissions import Member, check_members, render
 
 # what a value written inside double quotes here may hold (names, paths, addresses, passwords)
 _QUOTABLE = re.compile(r'[^"\\\x00-\x1f\x7f]*')

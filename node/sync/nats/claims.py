@@ -1,6 +1,6 @@
 """Peers' heads records are claims to check, not facts: which ones may trigger a repair.
 
-A peer's heads record (nats_heads.py) may name any journal at any seq. Taken as is, a lying
+A peer's heads record (nats/heads.py) may name any journal at any seq. Taken as is, a lying
 member makes every node repair journals that do not exist, asking the liar first, while real
 repairs wait. So a claim is taken for repair only when the peer could hold what it claims:
 
@@ -8,7 +8,7 @@ repairs wait. So a claim is taken for repair only when the peer could hold what 
 - a journal homed at another node: at most what the home itself reports (or this node holds),
   so a relay's claim never goes past what its writer wrote;
 - a journal this node does not hold yet (home unknown) that the peer may own by the journal-home
-  rule (sync/ownership.py: not this node's, not another peer's node or key journal): at most
+  rule (sync/rules/ownership.py: not this node's, not another peer's node or key journal): at most
   MAX_UNHELD_CLAIMS such journals per peer;
 - never a `$` journal, nor one homed here.
 
@@ -26,7 +26,7 @@ from collections.abc import Mapping
 
 from node.context import NodeContext
 from node.sync.incidents import Incidents
-from node.sync.ownership import Ownership
+from node.sync.rules.ownership import Ownership
 from projections.journals import Journals
 from projections.keys import is_key_journal, key_journal
 

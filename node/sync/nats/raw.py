@@ -12,7 +12,7 @@ keeping about two batches requested or waiting, so that the server sends the nex
 this one is verified and committed.
 
 A request also bounds the bytes it delivers (`max_bytes`): a message carries a run of envelopes
-(nats_publisher.py), so a count alone would not bound what is in hand.
+(nats/publisher.py), so a count alone would not bound what is in hand.
 
 Credit: each request asks for `batch` messages; each message delivered takes one, and a request
 that ends early (it expired: status 408, or the server gave up on it: 409) returns what it did

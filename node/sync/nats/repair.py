@@ -5,7 +5,7 @@ journal's home or any other node holding it (relay). `GET /api/v1/sync/envelopes
 (envelopes with their payload) a page at a time, each request under its own short deadline
 (`[mesh] repair_timeout_secs`): a peer that accepts and never answers costs that long, never
 more. What it sends goes through the same receive path as a push. Which peer is asked for which
-journal, and when, is the repair queue's business (nats_repair_queue.py).
+journal, and when, is the repair queue's business (nats/repair_queue.py).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import msgspec
 
 from node.config.model import Peer
 from node.context import NodeContext
-from node.sync.receive import Receiver
+from node.sync.rules.receiver import Receiver
 from node.sync.wire import MAX_REPLY_BYTES, read_capped
 from projections.journals import Journals
 

@@ -4,7 +4,7 @@ A journal to repair is a job (journal, the seq wanted). Every configured peer ha
 its own and one worker, so at most one request is outstanding per peer and a peer that never
 answers holds back only the journals queued for it, each request for at most
 `[mesh] repair_timeout_secs`. A job goes first to the journal's home, then to the peers whose
-(checked) heads claims hold it furthest (nats_claims.py); a demoted peer is asked last. A peer
+(checked) heads claims hold it furthest (nats/claims.py); a demoted peer is asked last. A peer
 that fails rests (backoff, `[sync] backoff_initial_secs` doubling to `backoff_max_secs`) and
 its queued jobs move on to the next candidate meanwhile. A job every candidate was asked for
 waits (the same backoff, per job) and starts over. Jobs for which the stream gave evidence (a
@@ -32,13 +32,13 @@ from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
 from node.context import NodeContext
-from node.sync.nats_claims import ClaimBook
-from node.sync.nats_envelopes import envelopes_of
-from node.sync.nats_gaps import GAP, HOLDS_FILE, STREAM_PEER, Hold, HoldFile, SavedHold
-from node.sync.nats_metrics import NatsMetrics
-from node.sync.nats_repair import UNREACHABLE, HttpRepair
-from node.sync.nats_subjects import stream_name
-from node.sync.receive import Receiver
+from node.sync.nats.claims import ClaimBook
+from node.sync.nats.envelopes import envelopes_of
+from node.sync.nats.gaps import GAP, HOLDS_FILE, STREAM_PEER, Hold, HoldFile, SavedHold
+from node.sync.nats.metrics import NatsMetrics
+from node.sync.nats.repair import UNREACHABLE, HttpRepair
+from node.sync.nats.subjects import stream_name
+from node.sync.rules.receiver import Receiver
 from projections.journals import Journals
 
 log = logging.getLogger("agent-node.sync")

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from node.config.names import AGENT_NAME_RE, MESH_NAME, ConfigError
-from node.sync.nats_subjects import (
+from node.sync.nats.subjects import (
     Bucket,
     bucket_name,
     durable_name,
@@ -129,7 +129,7 @@ def publish_allowed(mesh: str, node: str) -> list[str]:
 
 
 def heads_follower_allowed(mesh: str, node: str) -> list[str]:
-    """Its own consumer of the heads bucket's stream (nats_heads.py follows peers' records):
+    """Its own consumer of the heads bucket's stream (nats/heads.py follows peers' records):
     created afresh (one filter in the subject, or several), deleted, pulled."""
     kv, follower = kv_stream(bucket_name(mesh, Bucket.HEADS)), heads_consumer_name(node)
     api = "$JS.API"

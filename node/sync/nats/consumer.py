@@ -1,19 +1,19 @@
 """The receiving side: one durable pull consumer per node on the mesh's stream.
 
-Messages are pulled lean (nats_raw.py: bytes, subject and ack subject, no nats-py Msg), the next
-batch streaming in while this one is received. Fetched envelopes go through the same receive
-path as an HTTP push (receive.py), a batch at a time, and are acknowledged only after the
-local LMDB commit (one ack per batch: the consumer's ack policy is `all`, so acking the batch's
-last message acknowledges every message delivered before it). Two batches are in hand at once:
-one is screened and its signatures checked while the one before commits (the writer takes them
-in the order they were staged, and settles who may write a journal in its transaction). A
-rejected envelope is acknowledged too (the rejection is counted, logged and reported as a
-finding): redelivering it would change nothing. A `gap` (the stream no longer holds what comes
-before) is handed to the repair queue (nats_repair_queue.py) and acknowledged like the rest: the
-consumer never waits on HTTP, and a gap in one journal holds back no other journal. The gapped
-journal's later envelopes are refused as `gap` too (its order is kept) until the repair fills
-the hole; the queue remembers the first message acknowledged unapplied and reads it again from
-the stream if the peers could not serve that far.
+Messages are pulled lean (nats/raw.py: bytes, subject and ack subject, no nats-py Msg), the
+next batch streaming in while this one is received. Fetched envelopes go through the same
+receive path as an HTTP push (sync/rules/receiver.py), a batch at a time, and are acknowledged
+only after the local LMDB commit (one ack per batch: the consumer's ack policy is `all`, so
+acking the batch's last message acknowledges every message delivered before it). Two batches
+are in hand at once: one is screened and its signatures checked while the one before commits
+(the writer takes them in the order they were staged, and settles who may write a journal in
+its transaction). A rejected envelope is acknowledged too (the rejection is counted, logged and
+reported as a finding): redelivering it would change nothing. A `gap` (the stream no longer
+holds what comes before) is handed to the repair queue (nats/repair_queue.py) and acknowledged
+like the rest: the consumer never waits on HTTP, and a gap in one journal holds back no other
+journal. The gapped journal's later envelopes are refused as `gap` too (its order is kept)
+until the repair fills the hole; the queue remembers the first message acknowledged unapplied
+and reads it again from the stream if the peers could not serve that far.
 """
 
 from __future__ import annotations
@@ -31,31 +31,26 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
 from eventstore.imports import allowed_cpus
-from node.sync.nats_envelopes import envelopes_of
-from node.sync.nats_gaps import GAP, STREAM_PEER, Hold
-from node.sync.nats_link import Link, OnLink
-from node.sync.nats_raw import Delivered, RawPull
-from node.sync.nats_subjects import (
+from node.sync.nats.envelopes import envelopes_of
+from node.sync.nats.gaps import GAP, STREAM_PEER, Hold
+from node.sync.nats.link import Link, OnLink
+from node.sync.nats.raw import Delivered, RawPull
+from node.sync.nats.subjects import (
     all_subjects,
     durable_name,
     node_subjects,
     parse_subject,
     stream_name,
 )
-from node.sync.receive import (
-    MIN_LANE_SPLIT,
-    PushOutcome,
-    Receiver,
-    Rejection,
-    Staged,
-)
+from node.sync.rules.outcome import PushOutcome, Rejection
+from node.sync.rules.receiver import MIN_LANE_SPLIT, Receiver, Staged
 
 if TYPE_CHECKING:
-    from node.sync.nats_repair_queue import RepairQueue
+    from node.sync.nats.repair_queue import RepairQueue
 
 log = logging.getLogger("agent-node.sync")
 # rejections that are part of normal operation (redeliveries, repaired gaps, among them a
-# takeover that could not be judged yet), or reported already (equivocation: receive.py
+# takeover that could not be judged yet), or reported already (equivocation: sync/rules/receiver.py
 # journals a critical finding)
 UNREMARKABLE = frozenset({GAP, "duplicate", "equivocation"})
 MAX_REJECTION_FINDINGS_PER_HOUR = 10
@@ -119,7 +114,7 @@ class NatsConsumer(OnLink):
         # `waiting` messages are, about
         self.run_length = 1.0
         self._stalls = 0
-        self.beat = time.monotonic()  # the last fetch started (nats_mesh.py watches it)
+        self.beat = time.monotonic()  # the last fetch started (nats/mesh.py watches it)
 
     async def run(self) -> None:
         await self._ensure_consumer()
@@ -174,7 +169,7 @@ class NatsConsumer(OnLink):
         when the peers changed (where it stands in the stream is kept); else left as is.
 
         A peer added later gets no delivery of what it published before the consumer stood
-        past it: the heads check repairs those journals over HTTP (nats_mesh.py)."""
+        past it: the heads check repairs those journals over HTTP (nats/mesh.py)."""
         filters = self._filters()
         try:
             info = await self._js.consumer_info(self._stream, self._durable)

@@ -1,0 +1,199 @@
+"""Becoming an agent's home: the journal names this node (a new agent, a restart, a handoff
+naming it), or another node is home and its lease is gone.
+
+Named home: once its copy holds what the stream holds and no other node wrote after this
+node's tenure began, it owns the journal again, takes its lease and starts the agent (after a
+move, `agent.moved_in`). Home elsewhere with its lease gone (no live record at the journal's
+epoch: it died, froze or lost NATS): a node that may host the agent claims the next epoch (its
+own lease record at epoch + 1) and, when its claim is the first one written (the lowest
+revision among the set's records at that epoch), catches up with the stream, appends
+`journal.takeover`, closes the lost home's pending approvals ("node lost"), starts the agent
+with its open tasks and appends `agent.moved_in`. A claim that came first but led to no
+takeover within a TTL is ignored from then on (and reported), so a member cannot hold an agent
+down by claiming.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from datetime import datetime
+from typing import Any
+
+from node.placement.hosting import NODE_LOST, Claims, Hosting, Link
+from node.placement.leases import LeaseError
+from node.services.findings import NewFinding, report_finding
+from projections import catalogue as c
+from projections.placements import Placed
+
+log = logging.getLogger("agent-node.placement")
+HANDOFF_RETURN_TTLS = 3  # the old home waits this many TTLs for a target that never took it
+
+
+class Takeovers(Hosting):
+    # ------------------------------------------------------------------ home
+    def _tenure_start(self, agent: str) -> int:
+        """The first seq this node writes as the journal's home in its current epoch."""
+        moves = self.journals.moves_of(agent)
+        if not moves or moves[-1]["to"] != self.ctx.name:
+            return 1
+        move = moves[-1]
+        return int(move["seq"]) + (1 if move["reason"] == "handoff" else 0)
+
+    async def _become_home(self, link: Link, placed: Placed) -> None:
+        """The journal names this node: run the agent once its copy is the journal's and the
+        lease is held."""
+        agent, epoch = placed.agent, self.journals.epoch_of(placed.agent)
+        if not await self._caught_up(link, placed):
+            log.info("agent %s: this node's copy is behind the stream; not starting yet", agent)
+            return
+        if self.journals.home_of(agent) not in (None, self.ctx.name):
+            return  # a takeover arrived while catching up
+        newer = await self._others_wrote_since(link, placed, self._tenure_start(agent))
+        if newer:
+            log.warning(
+                "agent %s: another node wrote its seq %d after this node's tenure began: this "
+                "copy is not the journal; staying a replica until the takeover reaches it",
+                agent,
+                newer,
+            )
+            return
+        self.ctx.store.own(agent)
+        lease = await self.leases.acquire(agent, epoch)
+        self.ctx.store.fence(agent, lease.valid_until)
+        await self._start(link, placed)
+        if epoch > 0 and placed.moved_in_epoch < epoch:
+            await self._moved_in(agent, epoch, "handoff")
+
+    # ------------------------------------------------------------------ takeover
+    async def _home_live(self, agent: str, home: str, epoch: int) -> bool:
+        view = await self.leases.peek(agent, home)
+        if view is not None and view.epoch == epoch:
+            self._seen_live[agent] = epoch
+            self._gone_since.pop(agent, None)
+            return True
+        return False
+
+    def _grace_over(self, agent: str, home: str, epoch: int) -> bool:
+        """Whether the home's lease has been gone long enough: at once when it was seen live
+        at this epoch (it lapsed) or the last move was a takeover; a TTL after a handoff (its
+        target takes the lease right after it), HANDOFF_RETURN_TTLS for the node that
+        handed it over."""
+        since = self._gone_since.setdefault(agent, time.monotonic())
+        if self._seen_live.get(agent) == epoch:
+            return True
+        moves = self.journals.moves_of(agent)
+        if not moves or moves[-1]["reason"] != "handoff":
+            return True
+        ttls = HANDOFF_RETURN_TTLS if self._handed.get(agent, (-1,))[0] == epoch else 1
+        return time.monotonic() - since >= ttls * self.leases.ttl
+
+    async def _maybe_take_over(self, link: Link, placed: Placed, home: str) -> None:
+        agent, epoch = placed.agent, self.journals.epoch_of(placed.agent)
+        if await self._home_live(agent, home, epoch) or not self._grace_over(agent, home, epoch):
+            return
+        others = [n for n in placed.placement if n not in (home, self.ctx.name)]
+        leader = await self._claim_leader(agent, others, epoch + 1)
+        if leader is not None:
+            return  # another node claimed it first: its takeover is on its way
+        if not await self._caught_up(link, placed):
+            return
+        fresh = self.placements.get(agent)
+        if (
+            fresh is None
+            or self.journals.home_of(agent) != home
+            or self.journals.epoch_of(agent) != epoch
+        ):
+            return  # the stream held a move: look again next time
+        placed = fresh
+        held = self.ctx.store.head(agent)
+        if await self._others_wrote_since(link, placed, (held.seq if held else 0) + 1):
+            return  # something newer is in the stream: catch up first
+        lease = await self.leases.acquire(agent, epoch + 1)
+        leader = await self._claim_leader(agent, others, epoch + 1)
+        mine = await self.leases.peek(agent, self.ctx.name)
+        if leader is not None and (mine is None or leader.revision < mine.revision):
+            await self.leases.release(agent)
+            return
+        await self._take_over(link, placed, home, epoch + 1, lease.revision)
+
+    async def _claim_leader(self, agent: str, others: list[str], epoch: int) -> Any:
+        """The first live claim of `agent`'s epoch by another node of the set, unless that
+        node led for a whole TTL without taking over (then it is ignored, and reported)."""
+        claims = self._claims.get(agent)
+        if claims is None or claims.epoch != epoch:
+            claims = self._claims[agent] = Claims(epoch)
+        contenders = await self.leases.contenders(agent, others, epoch)
+        now = time.monotonic()
+        for view in contenders:
+            if view.holder in claims.ignored:
+                continue
+            led = claims.first_seen.setdefault(view.holder, now)
+            if now - led < self.leases.ttl:
+                return view
+            claims.ignored.add(view.holder)
+            await self.sync.incidents.report(
+                f"stalled-claim/{agent}/{epoch}/{view.holder}",
+                "high",
+                f"node {view.holder} claimed agent {agent} and did not take it over",
+                f"{view.holder}'s lease record of {agent} at epoch {epoch} came first, yet no "
+                f"takeover followed within {self.leases.ttl:g} s; it is ignored from now on",
+            )
+        return None
+
+    async def _take_over(
+        self, link: Link, placed: Placed, previous: str, epoch: int, revision: int
+    ) -> None:
+        agent = placed.agent
+        log.warning("agent %s: lease of %s gone; taking over (epoch %d)", agent, previous, epoch)
+        self.ctx.store.own(agent)
+        self.ctx.store.fence(agent, self.leases.valid_until(agent) or 0.0)
+        takeover = c.JournalTakeover(epoch=epoch, lease_revision=revision, previous_home=previous)
+        head = self.ctx.store.head(agent)
+        last = self.ctx.store.get(agent, head.seq) if head is not None else None
+        last_ts = last.event.ts if last is not None else None
+        try:
+            envelope = await self.ctx.store.append(agent, *c.event_of(takeover))
+        except BaseException:
+            self.ctx.store.disown(agent)
+            with contextlib.suppress(LeaseError, TimeoutError):
+                await self.leases.release(agent)
+            raise
+        abandoned = await self.approvals.abandon_agent(agent, NODE_LOST)
+        await self._start(link, placed)
+        await self._moved_in(agent, epoch, "takeover", previous, len(abandoned))
+        self.metrics.takeovers.inc()
+        gap = _seconds_between(last_ts, envelope.event.ts)
+        if gap is not None:
+            self.metrics.failover_seconds.observe(gap)
+        await self._report_takeover(agent, previous, epoch, gap)
+
+    async def _report_takeover(
+        self, agent: str, previous: str, epoch: int, gap: float | None
+    ) -> None:
+        """Every takeover is worth a look: a finding in the agent's journal, naming the home it
+        replaced and how long the agent wrote nothing."""
+        after = f" after {gap:.1f} s without a write" if gap is not None else ""
+        finding = NewFinding(
+            agent=agent,
+            severity="medium",
+            title=f"agent {agent} taken over from {previous}{after}",
+            detail=(
+                f"{self.ctx.name} took {agent} over at epoch {epoch}: the lease of its home "
+                f"{previous} had lapsed (it died, froze or lost NATS). The gap is from "
+                f"{previous}'s last envelope to the takeover."
+            ),
+        )
+        with contextlib.suppress(Exception):  # the takeover stands without its finding
+            await report_finding(self.ctx, finding)
+
+
+def _seconds_between(earlier: str | None, later: str) -> float | None:
+    if earlier is None:
+        return None
+    try:
+        gap = datetime.fromisoformat(later) - datetime.fromisoformat(earlier)
+    except ValueError:
+        return None
+    return max(0.0, gap.total_seconds())
