@@ -420,10 +420,10 @@ def test_a_set_member_made_home_cannot_change_what_runs(hostile):
             )
             assert "signed by 'node-x', not by the agent's owner 'node-a'" in found[0]["detail"]
             assert head_of(fm[name], "ward")[0] == handoff  # not stored
-            view = agent_view(fm[name], "ward")
-            assert view["placement"]["placement"] == ["node-a", X], view
-            assert view["definition"]["component"] == "registry:counter@1.0.0", view
-            assert view["definition"]["grant_domains"] == [], view
+            placed = [e for e in events(fm[name], "ward") if e["type"] == "agent.placed"]
+            assert [e["origin"] for e in placed] == ["node-a"], placed
+            assert placed[-1]["data"]["placement"] == ["node-a", X]
+            assert placed[-1]["data"]["definition"]["component"] == "registry:counter@1.0.0"
 
 
 def test_a_leases_bucket_made_by_a_member_with_a_years_ttl_is_not_used(tmp_path):
