@@ -19,17 +19,11 @@ import logging
 from dataclasses import dataclass
 
 from nats.js import JetStreamContext
-from nats.js.api import (
-    DiscardPolicy,
-    RawStreamMsg,
-    RetentionPolicy,
-    StorageType,
-    StreamConfig,
-    StreamInfo,
-)
+from nats.js.api import DiscardPolicy, RawStreamMsg, StorageType, StreamConfig, StreamInfo
 from nats.js.errors import APIError, NotFoundError
 from nats.js.kv import KeyValue
 
+from node.sync.nats.settings import differences
 from node.sync.nats.subjects import kv_stream, kv_subject
 
 log = logging.getLogger("agent-node.placement")
@@ -105,7 +99,7 @@ def check_settings(
             ("it allows per-message TTLs", config.allow_msg_ttl),
             ("it allows purges", not config.deny_purge),
             ("it allows deleting messages", not config.deny_delete),
-            ("it is sealed (it takes no message)", config.sealed),
+            ("it is sealed (it takes no message)", config.sealed and wanted is None),
             (
                 f"it keeps {config.max_msgs_per_subject} messages per key, not 1",
                 ttl_range is not None and config.max_msgs_per_subject != 1,
@@ -119,7 +113,7 @@ def check_settings(
         if bad
     ]
     if wanted is not None:
-        wrong += list(_differences(config, wanted))
+        wrong += differences(config, wanted)
     if ttl_range is not None:
         kept = float(config.max_age or 0.0)
         low, high = ttl_range
@@ -133,47 +127,6 @@ def check_settings(
             f"mesh): delete it (`nats stream rm {stream}`) and the nodes make it again "
             '(docs/mesh.md, "Placement and failover")'
         )
-
-
-def _differences(found: StreamConfig, wanted: StreamConfig) -> list[str]:
-    """Each setting of `found` that is not what this node would create (`wanted`), named as
-    `nats stream info` names it: subjects exactly, limits, retention, discard, storage,
-    replicas, and no mirror, sources, republish or subject transform."""
-    wrong: list[str] = []
-    if sorted(found.subjects or []) != sorted(wanted.subjects or []):
-        wrong.append(f"its subjects are {found.subjects}, not {wanted.subjects}")
-    for setting in ("max_msgs", "max_bytes", "max_msgs_per_subject", "max_consumers"):
-        have, want = _limit(getattr(found, setting)), _limit(getattr(wanted, setting))
-        if have != want:
-            wrong.append(f"its {setting} is {_shown(have)}, not {_shown(want)}")
-    if wanted.max_msg_size is not None and found.max_msg_size != wanted.max_msg_size:
-        wrong.append(f"its max_msg_size is {found.max_msg_size}, not {wanted.max_msg_size}")
-    policies: tuple[tuple[str, object], ...] = (
-        ("retention", RetentionPolicy.LIMITS),
-        ("discard", DiscardPolicy.OLD),
-        ("storage", StorageType.FILE),
-    )
-    for setting, default in policies:
-        found_policy = getattr(found, setting) or default
-        wanted_policy = getattr(wanted, setting) or default
-        if found_policy != wanted_policy:
-            wrong.append(f"its {setting} is {_shown(found_policy)}, not {_shown(wanted_policy)}")
-    if (found.num_replicas or 1) != (wanted.num_replicas or 1):
-        wrong.append(f"its num_replicas is {found.num_replicas}, not {wanted.num_replicas}")
-    for setting in ("mirror", "sources", "republish", "subject_transform"):
-        if getattr(found, setting):
-            wrong.append(f"it has a {setting}")
-    return wrong
-
-
-def _limit(value: int | None) -> int:
-    return value if value is not None and value > 0 else -1  # the server's "unlimited"
-
-
-def _shown(value: object) -> str:
-    if isinstance(value, int) and value == -1:
-        return "unlimited"
-    return str(getattr(value, "value", value))
 
 
 async def info_or_create(js: JetStreamContext, config: StreamConfig, timeout: float) -> StreamInfo:

@@ -472,8 +472,9 @@ def test_a_leases_bucket_made_by_a_member_with_other_subjects_is_reported_and_sy
     tmp_path,
 ):
     """node-x creates the leases bucket first with subjects that leave out every lease key
-    (and a cap of 10 messages): the node names each setting in a critical finding with the
-    one command that repairs it, and still publishes its journals to the mesh's stream."""
+    (and a cap of 10 messages), and the mesh's stream with a cap on messages: the node names
+    each setting in a critical finding with the one command that repairs it (placement waits),
+    and still publishes its journals to the mesh's stream."""
     from nats.js.api import StreamConfig
 
     from node.sync.nats.subjects import stream_name
@@ -493,6 +494,13 @@ def test_a_leases_bucket_made_by_a_member_with_other_subjects_is_reported_and_sy
                         max_msgs=10,
                         deny_delete=True,
                         deny_purge=True,
+                    )
+                )
+                await nc.jetstream().add_stream(  # the mesh's own, with a cap on messages
+                    StreamConfig(
+                        name=stream_name("default"),
+                        subjects=["mesh.default.env.>"],
+                        max_msgs=100_000,
                     )
                 )
             finally:
@@ -520,6 +528,11 @@ def test_a_leases_bucket_made_by_a_member_with_other_subjects_is_reported_and_sy
             assert wanted in finding["detail"]
             assert "its max_msgs is 10, not unlimited" in finding["detail"]
             assert f"nats stream rm KV_{LEASES}" in finding["detail"]
+            title = "the mesh's stream MESH_default has other settings than this node makes it"
+            (reported,) = wait_for(lambda: findings_titled(node, title), 10, "it names the stream")
+            assert reported["severity"] == "critical"
+            assert "its max_msgs is 100000, not unlimited" in reported["detail"]
+            assert "nats stream rm MESH_default" in reported["detail"]
             with node.client() as client:  # and a finding posted now reaches the stream
                 before = asyncio.run(published())
                 posted = client.post(
