@@ -25,12 +25,19 @@ from harness.failover import (
     wait_for,
     wait_runner,
 )
-from tests.failover.test_failover import finding_titles, held_by, placed_counter, start, stop
+from tests.failover.test_failover import (
+    finding_titles,
+    held_by,
+    move_to,
+    placed_counter,
+    start,
+    stop,
+)
 from tests.node.test_lifecycle_restart import cli
 
 pytestmark = pytest.mark.timeout(180)
 SET = ["node-a", "node-b", "node-c"]
-MOVES = 20
+MOVES = 21  # the last one back to node-a, the owner, which stops it (only the owner may)
 
 
 def metric(node, name: str) -> float:
@@ -132,18 +139,6 @@ def test_an_operators_decisions_follow_the_agent_and_sigterm_hands_it_over(failo
     assert agent_view(fm["node-a"]) is None
 
 
-def move_to(home, to: str) -> None:
-    """`POST .../move` on the home, again while the target's first advert is not read yet."""
-
-    def moved() -> bool:
-        with home.client() as client:
-            answer = client.post(f"/api/v1/agents/{AGENT}/move", json={"to": to}, timeout=30)
-        assert answer.status_code in (200, 409, 422), answer.text
-        return answer.status_code == 200
-
-    wait_for(moved, 30, f"the agent moved to {to}")
-
-
 def test_planned_moves_under_load_stick_every_time(failover, built_agents):
     """MOVES moves in a row, each to the next node of the set while findings are posted to the
     home: each one sticks (no takeover at all in the journal, epochs 1..MOVES), nothing
@@ -177,7 +172,8 @@ def test_planned_moves_under_load_stick_every_time(failover, built_agents):
             home = to
         assert wait_runner(fm, 20) == home
         wait_for(lambda: any(n == home for _, n in ticks(events(fm[home]))), 20, "it ticks")
-    stop(fm[home])  # a journal that stops growing, to compare copies
+    assert home == "node-a"
+    stop(fm[home])  # a journal that stops growing, to compare copies (the owner's decision)
     journal = same_journals(fm, SET)
     kinds = [e for e in journal if e["type"] in ("journal.handoff", "journal.takeover")]
     assert [e["type"] for e in kinds] == ["journal.handoff"] * MOVES  # none bounced
@@ -203,7 +199,8 @@ def test_planned_moves_under_load_stick_every_time(failover, built_agents):
 def test_a_node_that_never_ran_the_component_takes_over_within_the_lease(failover, built_agents):
     """node-b compiles for itself (no shared compile cache): it compiles the component when it
     learns of the placement, so after node-a's kill -9 its takeover takes the lease TTL plus
-    seconds, not a compile. Then node-a, dropped from the set, starts again as a replica."""
+    seconds, not a compile. node-a handed the agent's ownership to node-b before: node-b drops
+    node-a from the set, and node-a starts again as a replica."""
     fm = failover(own_compile_cache=("node-b",))
     placed_counter(fm, built_agents["counter"], ["node-a", "node-b"])
     wait_for(
@@ -212,6 +209,13 @@ def test_a_node_that_never_ran_the_component_takes_over_within_the_lease(failove
         "node-b ready to host it (compiled there)",
     )
     assert "compiled ahead of a takeover" in fm["node-b"].log_path.read_text()
+    # node-a hands the agent's ownership to node-b first (issue 51): node-b's decisions count
+    with fm["node-a"].client() as client:
+        handed = client.post(f"/api/v1/agents/{AGENT}/owner", json={"to": "node-b"})
+        outside = client.post(f"/api/v1/agents/{AGENT}/owner", json={"to": "node-c"})
+    assert handed.status_code == 200, handed.text
+    assert "owned by 'node-b' now" in handed.json()["message"]
+    assert outside.status_code == 409 and outside.json()["owner"] == "node-b", outside.text
     killed = time.monotonic()
     fm["node-a"].kill()
     assert wait_runner(fm, LEASE_TTL_SECS + 15, among=["node-b"]) == "node-b"
@@ -219,7 +223,8 @@ def test_a_node_that_never_ran_the_component_takes_over_within_the_lease(failove
     print(f"cold takeover by node-b {took:.1f} s after the kill")
     assert took <= LEASE_TTL_SECS + 5, took
 
-    # the set without node-a (asked of the new home), then node-a starts again: a replica
+    # the set without node-a (asked of the new home, its owner now), then node-a starts
+    # again: a replica
     component = agent_view(fm["node-b"])["current"]["component"]
     with fm["node-b"].client() as client:
         placed = client.put(
