@@ -127,10 +127,16 @@ class Consent:
         )
 
     def refusal(
-        self, definition: c.AgentDefinition, served: Iterable[str], owner: str | None = None
+        self,
+        definition: c.AgentDefinition,
+        served: Iterable[str],
+        owner: str | None = None,
+        here: str | None = None,
     ) -> str | None:
-        """Why this node may not host `definition` of the agent `owner` owns (None: it may)."""
-        if self.owner is not None and owner != self.owner:
+        """Why this node (`here`) may not host `definition` of the agent `owner` owns (None: it
+        may). An agent whose owner handed it to this node is this node's own: its decisions are
+        this node's operator's."""
+        if self.owner is not None and owner not in (self.owner, here):
             return (
                 f"it is owned by {owner!r}, not {self.owner!r}, the owner its consent "
                 f"({self.source}) names"

@@ -161,7 +161,8 @@ class Hosting:
                 "deployment of it here)"
             )
         owner = self.journals.owner_of(placed.agent)
-        return consent.refusal(placed.definition, served_domains(self.ctx.config), owner)
+        served = served_domains(self.ctx.config)
+        return consent.refusal(placed.definition, served, owner, self.ctx.name)
 
     def definition_here(self, placed: Placed) -> c.AgentDefinition:
         """What the agent runs with here: its definition bounded by this node's consent."""

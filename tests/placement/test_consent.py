@@ -81,3 +81,9 @@ def test_a_consent_naming_an_owner_refuses_another_nodes_agent_of_that_name():
     refused = consent.refusal(asked, ["payments"], owner="node-x")
     assert refused == "it is owned by 'node-x', not 'node-a', the owner its consent (hosting) names"
     assert hosting().refusal(definition(), [], owner="node-x") is None  # a bare entry: any owner
+
+
+def test_an_agent_handed_to_this_node_is_its_own():
+    consent = hosting(owner="node-a")
+    assert consent.refusal(definition(), [], owner="node-b", here="node-b") is None
+    assert "owned by 'node-b'" in consent.refusal(definition(), [], owner="node-b", here="node-c")
