@@ -51,6 +51,76 @@ async def stream_holds(
     return best
 
 
+async def stream_signed_at(
+    js: JetStreamContext, mesh: str, journal: str, node: str, seq: int, lookup: KeyLookup
+) -> bool:
+    """Whether the stream holds `node`'s signed envelope of `journal` at exactly `seq`: the
+    first of its messages on its subject whose last envelope reaches `seq`, found by a binary
+    search over the stream's positions (a node's messages of one journal are runs in order).
+    Not knowing (its messages before that one aged out of the stream) answers True, the safe
+    answer for a judge: the takeover would erase what the stream may have acknowledged."""
+    name, where = stream_name(mesh), subject(mesh, node, journal)
+
+    async def first_from(position: int) -> tuple[int, list[int]] | None:
+        try:
+            msg = await asyncio.wait_for(
+                js.get_msg(name, seq=position, subject=where, next=True), GET_TIMEOUT_SECS
+            )
+        except NotFoundError:
+            return None
+        return int(msg.seq or 0), signed_seqs(msg.data or b"", journal, node, lookup)
+
+    first = await first_from(1)
+    try:
+        tail = await asyncio.wait_for(js.get_last_msg(name, where), GET_TIMEOUT_SECS)
+    except NotFoundError:
+        return False
+    if first is None:
+        return False
+    lo, hi = first[0], int(tail.seq or 0)
+    for _ in range(64):  # log2 of any stream's positions
+        if lo >= hi:
+            break
+        mid = (lo + hi) // 2
+        probe = await first_from(mid)  # its first message at `mid` or after
+        if probe is None:
+            break
+        position, seqs = probe
+        if seqs and seqs[-1] >= seq:
+            hi = mid
+        else:
+            lo = position + 1
+    found = await first_from(lo)
+    if found is None or not found[1] or found[1][-1] < seq:
+        return False
+    if seq in found[1]:
+        return True
+    if found[0] == first[0] and found[1][0] > seq:  # its earlier messages may have aged out
+        info = await asyncio.wait_for(js.stream_info(name), GET_TIMEOUT_SECS)
+        return int(info.state.first_seq or 1) > 1
+    return False
+
+
+def signed_seqs(data: bytes, journal: str, node: str, lookup: KeyLookup) -> list[int]:
+    """The seqs of a message's envelopes of `journal` that `node` signed, in order."""
+    items = []
+    for raw in envelopes_of(data):
+        try:
+            item = parse_envelope(raw)
+        except MalformedEnvelope:
+            continue
+        if item.stream == journal:
+            items.append(item)
+    if not items:
+        return []
+    checked = precheck(items, lookup)
+    return [
+        item.seq
+        for item, result in zip(items, checked, strict=True)
+        if isinstance(result, Verified) and result.event.origin == node
+    ]
+
+
 def signed_seq(data: bytes, journal: str, node: str, lookup: KeyLookup) -> int:
     """The seq of the last envelope in a message, when it is `journal`'s and `node` signed
     it; else 0."""

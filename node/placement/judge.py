@@ -10,10 +10,15 @@ by itself, and refuse it (reported, naming its signer) when:
   in the leases bucket (node/placement/leases.py), which every node reads alike (the home
   itself too: after a restart within a TTL its record outlives what it remembers), or, on the
   home, its own lease. A member cannot take over an agent whose home is alive;
-- the stream holds a signed envelope of the journal at the takeover's seq or later from its
-  home, or from whoever wrote the part of this node's copy the takeover would remove: the
-  takeover would overtake or erase history the stream acknowledged (an honest new home first
-  catches up with the stream, node/placement/catchup.py, so it never does);
+- the stream holds a signed envelope of the journal at the takeover's seq from its home, or
+  from whoever wrote the part of this node's copy the takeover would remove: the takeover
+  would overtake or erase history the stream acknowledged (an honest new home first catches
+  up with the stream, node/placement/catchup.py, so it never does). The stream is read as it
+  was at the move: the writer's envelope at that very seq, a sibling of the takeover in the
+  epoch taken over, not the writer's last message at any epoch. A writer that took the journal
+  back later (a takeover or handoff at a higher epoch) holds later seqs in the stream, and
+  they are no erasure: a node that was down during two quick takeovers judges the first one as
+  the nodes that were up did, and catches up;
 - it forks this node's copy over a tail that began more than FORK_SPAN_TTLS lease TTLs (plus
   FORK_SLACK_SECS) before the takeover: an honest old home can write past what the stream has
   only until its lease runs out.
@@ -28,12 +33,13 @@ import asyncio
 import logging
 from collections.abc import Callable
 from datetime import datetime
+from typing import Protocol
 
 from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 
 from node.context import NodeContext
-from node.placement.catchup import stream_holds
+from node.placement.catchup import stream_holds, stream_signed_at
 from node.placement.leases import LeaseBook, LeaseError
 from node.placement.metrics import PlacementMetrics
 from node.sync.rules.judging import TakeoverClaim, Verdict
@@ -44,6 +50,39 @@ log = logging.getLogger("agent-node.placement")
 FORK_SPAN_TTLS = 2
 FORK_SLACK_SECS = 30.0
 JUDGE_TIMEOUT_SECS = 5.0
+
+
+class MeshView(Protocol):
+    """What the judge reads of the mesh (NatsView: the leases bucket and the stream; the model
+    of the receive rules gives it directly)."""
+
+    async def home_lease_epoch(self, journal: str, home: str) -> int | None:
+        """The epoch of `home`'s live lease record of `journal` in the bucket (None: none)."""
+        ...
+
+    async def holds(self, journal: str, writer: str) -> int:
+        """The highest seq of `journal` the stream holds signed by `writer` (0: none)."""
+        ...
+
+    async def signed_at(self, journal: str, writer: str, seq: int) -> bool:
+        """Whether the stream holds `writer`'s signed envelope of `journal` at `seq`."""
+        ...
+
+
+class NatsView:
+    def __init__(self, js: JetStreamContext, leases: LeaseBook, mesh: str) -> None:
+        self._js, self._leases, self._mesh = js, leases, mesh
+
+    async def home_lease_epoch(self, journal: str, home: str) -> int | None:
+        view = await self._leases.peek(journal, home, self._js)
+        return view.epoch if view is not None else None
+
+    async def holds(self, journal: str, writer: str) -> int:
+        return await stream_holds(self._js, self._mesh, journal, [writer], self._leases.lookup)
+
+    async def signed_at(self, journal: str, writer: str, seq: int) -> bool:
+        lookup = self._leases.lookup
+        return await stream_signed_at(self._js, self._mesh, journal, writer, seq, lookup)
 
 
 class TakeoverJudge:
@@ -64,9 +103,10 @@ class TakeoverJudge:
         js = self._js()
         if js is None:
             return Verdict(UNJUDGED, "no NATS link to check it against", report=False)
+        view = NatsView(js, self._leases, self._ctx.config.mesh.name)
         try:
             async with asyncio.timeout(JUDGE_TIMEOUT_SECS):
-                verdict = await self._judge(js, claim)
+                verdict = await self.judge_on(view, claim)
         except (TimeoutError, NatsError, LeaseError) as exc:
             why = f"the mesh did not answer: {type(exc).__name__}"
             return Verdict(UNJUDGED, why, report=False)
@@ -74,7 +114,8 @@ class TakeoverJudge:
             self._metrics.refused_takeovers.inc()
         return verdict
 
-    async def _judge(self, js: JetStreamContext, claim: TakeoverClaim) -> Verdict | None:
+    async def judge_on(self, mesh: MeshView, claim: TakeoverClaim) -> Verdict | None:
+        """The verdict on `claim` as `mesh` shows the leases bucket and the stream."""
         home, epoch, journal = claim.previous_home, claim.previous_epoch, claim.stream
         if home == self._ctx.name and self._leases.holds(journal, epoch):
             return Verdict(
@@ -82,19 +123,17 @@ class TakeoverJudge:
             )
         # the bucket's record, also when this node is the home (it may have restarted within
         # a TTL, or be renewing late): every node judges by the same record
-        view = await self._leases.peek(journal, home, js)
-        if view is not None and view.epoch == epoch:
+        if await mesh.home_lease_epoch(journal, home) == epoch:
             return Verdict("bad_takeover", f"its home {home!r} holds a live lease at epoch {epoch}")
         journals = self._ctx.projections.get(Journals)
         writers = {home, *journals.writers_from(journal, claim.seq)} - {claim.origin}
-        mesh = self._ctx.config.mesh.name
         for writer in sorted(writers):
-            held = await stream_holds(js, mesh, journal, [writer], self._leases.lookup)
-            if held >= claim.seq:
+            held = await mesh.holds(journal, writer)
+            if held >= claim.seq and await mesh.signed_at(journal, writer, claim.seq):
                 return Verdict(
                     "bad_takeover",
-                    f"the stream holds seq {held} of it from {writer!r}: the takeover at seq "
-                    f"{claim.seq} would overtake or erase history the stream acknowledged",
+                    f"the stream holds seq {claim.seq} of it from {writer!r} (up to {held}): the "
+                    "takeover would overtake or erase history the stream acknowledged",
                 )
         if claim.seq <= claim.held:
             return self._fork_span(claim)

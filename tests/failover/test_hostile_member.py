@@ -202,6 +202,87 @@ def test_a_deep_takeover_erases_nothing(hostile):
     assert wait_runner(fm, 5) == "node-a"
 
 
+def _two_takeovers(member: HostileMember, seq: int, prev: str, epoch: int) -> list[dict]:
+    """Two validly signed takeovers at one seq and epoch, differing in their lease revision
+    (issue 51, defect 1: the second was accepted unjudged once the first was refused)."""
+    return [
+        member.envelope(
+            AGENT,
+            seq,
+            prev,
+            "journal.takeover",
+            {"epoch": epoch + 1, "lease_revision": revision, "previous_home": "node-a"},
+        )
+        for revision in (1, 2)
+    ]
+
+
+def _after(member: HostileMember, first: dict, kind: str, data: dict) -> dict:
+    """node-x's envelope right after `first` (as if its takeover had been accepted)."""
+    prev = "sha256:" + digest_of(base64.b64decode(first["payload"])).hex()
+    return member.envelope(AGENT, first["seq"] + 1, prev, kind, data)
+
+
+def test_two_takeovers_in_one_message_against_a_live_home_are_both_refused(hostile):
+    """One message holding two takeovers at the head (same seq and epoch) and an
+    `agent.retired` after the second: every node refuses all three, reports the pair as an
+    equivocation of moves (one finding with both envelopes) and node-a ticks on."""
+    fm, member, _ = hostile
+    seq, prev = head_of(fm["node-b"], AGENT)
+    epoch = agent_view(fm["node-b"])["placement"]["epoch"]
+    pair = _two_takeovers(member, seq + 1, prev, epoch)
+    retired = _after(member, pair[1], "agent.retired", {"reason": "node-x says so"})
+    member.publish([*pair, retired])
+    for name in HONEST:
+        wait_for(
+            lambda n=name: findings_titled(fm[n], f"equivocation of moves in journal {AGENT}"),
+            20,
+            f"{name} reports node-x's pair of takeovers",
+        )
+        (finding,) = findings_titled(fm[name], f"equivocation of moves in journal {AGENT}")
+        assert X in finding["title"]
+        assert pair[0]["signature"] in finding["detail"]
+        assert pair[1]["signature"] in finding["detail"]
+    before = len(ticks(events(fm["node-a"])))
+    wait_for(lambda: len(ticks(events(fm["node-a"]))) >= before + 3, 20, "a ticks on")
+    assert wait_runner(fm, 5) == "node-a"
+    for name in HONEST:
+        assert not [e for e in events(fm[name]) if e["origin"] == X], name
+        assert agent_view(fm[name])["placement"]["home"] == "node-a"
+
+
+def test_two_takeovers_at_seq_2_rewind_nothing_and_place_nothing(hostile):
+    """The pair at seq 2 (forking the whole history), then an `agent.placed` naming node-x and
+    node-a: nothing is rewound anywhere, the set stays the owner's, node-a runs the agent."""
+    fm, member, _ = hostile
+    before = {name: len(events(fm[name])) for name in HONEST}
+    epoch = agent_view(fm["node-a"])["placement"]["epoch"]
+    pair = _two_takeovers(member, 2, hash_at(fm["node-a"], AGENT, 1), epoch)
+    placed = agent_view(fm["node-a"])["placement"]["placement"]
+    rogue = _after(
+        member,
+        pair[1],
+        "agent.placed",
+        {"placement": [X, "node-a"], "definition": events(fm["node-a"])[0]["data"]["definition"]},
+    )
+    member.publish([*pair, rogue])
+    for name in HONEST:
+        wait_for(
+            lambda n=name: len(
+                findings_titled(fm[n], f"equivocation of moves in journal {AGENT} at seq 2")
+            ),
+            20,
+            f"{name} reports node-x's pair at seq 2",
+        )
+    for name in HONEST:
+        journal = events(fm[name])
+        assert len(journal) >= before[name], name
+        assert [e["seq"] for e in journal] == list(range(1, len(journal) + 1))
+        assert journal[1]["origin"] == "node-a"
+        assert agent_view(fm[name])["placement"]["placement"] == placed
+    assert wait_runner(fm, 5) == "node-a"
+
+
 def test_lease_records_written_before_a_deploy_do_not_block_it(hostile, built_agents):
     """node-x writes a signed lease of a new agent under its own key (all it may write) and
     tries node-a's key (refused by the server): node-a deploys the agent all the same."""
@@ -545,3 +626,32 @@ def test_a_leases_bucket_made_by_a_member_with_other_subjects_is_reported_and_sy
             node.kill()
     finally:
         server.kill()
+
+
+def test_a_node_down_during_two_quick_takeovers_catches_up_and_converges(hostile):
+    """Issue 51, defect 5 (no attacker needed): one honest node is down while another takes the
+    agent over from its killed home, and the home, restarted, takes it back from the killed
+    taker. The node that was down, started again, judges the first takeover against the stream
+    as it was at that move (the home's later seqs are of a later epoch, no erasure), accepts
+    both and ends with the same journal."""
+    fm, _, _ = hostile
+    home = wait_runner(fm, 20)
+    assert home in HONEST
+    first_taker, down = [n for n in HONEST if n != home]
+    fm[down].kill()
+    fm[home].kill()
+    assert wait_runner(fm, LEASE_TTL_SECS + 20, among=[first_taker]) == first_taker
+    fm[home].start(60)
+    wait_for(lambda: (agent_view(fm[home]) or {}).get("status") == "replica", 30, "a replica")
+    fm[first_taker].kill()
+    assert wait_runner(fm, LEASE_TTL_SECS + 20, among=[home]) == home
+    before = len(events(fm[home]))
+    wait_for(lambda: len(events(fm[home])) >= before + 3, 20, "the second taker writes on")
+    fm[down].start(60)
+    fm[first_taker].start(60)
+    journal = same_journals(fm, [home, down, first_taker], timeout=60)
+    takeovers = [e for e in journal if e["type"] == "journal.takeover"]
+    assert [e["origin"] for e in takeovers[-2:]] == [first_taker, home]
+    view = agent_view(fm[down])
+    assert view["placement"]["home"] == home
+    assert view["placement"]["epoch"] == takeovers[-1]["data"]["epoch"]

@@ -10,19 +10,31 @@ BAD_TAKEOVER). An `agent.placed` changes the set the next moves are checked agai
 
 from __future__ import annotations
 
-from eventstore.envelope import Event
-from eventstore.store import ForeignEnvelope
+import base64
+from collections.abc import Container
+from typing import NamedTuple
+
+import msgspec
+
+from eventstore.envelope import SIG_PREFIX, Event, decode_event, digest_of
+from eventstore.store import ForeignEnvelope, ImportStatus
 from node.context import NodeContext
 from node.sync.rules.judging import TakeoverClaim
 from node.sync.rules.outcome import BAD_HANDOFF, BAD_TAKEOVER, GAP
 from node.sync.rules.pending import PendingBook, Screening
 from projections.catalogue import (
     AGENT_PLACED,
+    JOURNAL_TAKEOVER,
+    MAX_TEXT,
     AgentPlaced,
     JournalHandoff,
     JournalTakeover,
     read,
 )
+
+DUPLICATE = ImportStatus.DUPLICATE.value
+EQUIVOCATION = ImportStatus.EQUIVOCATION.value
+MAX_MOVES_SEEN = 4096  # moves remembered for their equivocations (about 1 KiB each)
 
 
 class MoveRules:
@@ -121,3 +133,113 @@ class MoveRules:
             )
         )
         return BAD_TAKEOVER, detail
+
+
+class MovePlan(NamedTuple):
+    """What a batch's moves come to before any is judged: the index the batch is cut at (a
+    second move of a journal: it and what follows wait for the next part), and the moves
+    refused whatever the journal's state (index → reason, detail)."""
+
+    cut: int | None
+    refused: dict[int, tuple[str, str]]
+    incidents: list[tuple[str, str, str]]  # key, title, detail: critical findings
+
+
+def plan_moves(
+    moves: dict[int, ForeignEnvelope], forged: Container[int], seen: MovesSeen
+) -> MovePlan:
+    """At most one move per journal per part of a batch, each judged against the exact state
+    it is applied to; a copy of a move earlier in the batch is a duplicate; two different moves
+    at the same seq and epoch from one signer are an equivocation (`MovesSeen`)."""
+    firsts: dict[str, int] = {}  # journal → index of its move in this part
+    digests: dict[str, int] = {}  # digest → index, of this batch's moves
+    refused: dict[int, tuple[str, str]] = {}
+    incidents: list[tuple[str, str, str]] = []
+    for index in sorted(moves):
+        if index in forged:
+            continue
+        item = moves[index]
+        digest = digest_of(item.payload).hex()
+        if digest in digests:
+            refused[index] = (
+                DUPLICATE,
+                f"the same move as envelope {digests[digest]} of this batch",
+            )
+            continue
+        equivocation = seen.equivocation(item, digest)
+        if equivocation is not None:
+            refused[index] = (EQUIVOCATION, equivocation[2])
+            incidents.append(equivocation)
+            continue
+        if item.stream in firsts:
+            return MovePlan(index, refused, incidents)
+        firsts[item.stream] = index
+        digests[digest] = index
+        seen.note(item, digest)
+    return MovePlan(None, refused, incidents)
+
+
+class MovesSeen:
+    """The moves whose signature held, by (journal, seq, epoch, signer): a different move under
+    the same key is an equivocation, refused wherever it comes (bounded: the oldest forgotten)."""
+
+    def __init__(self, limit: int = MAX_MOVES_SEEN) -> None:
+        self._seen: dict[tuple[str, int, int, str], tuple[str, bytes, bytes]] = {}
+        self._limit = limit
+
+    @staticmethod
+    def key_of(item: ForeignEnvelope) -> tuple[str, int, int, str] | None:
+        event = decode_event(item.payload)
+        move: JournalTakeover | JournalHandoff | None
+        if event.type == JOURNAL_TAKEOVER:
+            move = read(JournalTakeover, event.data)
+        else:
+            move = read(JournalHandoff, event.data)
+        if move is None:
+            return None
+        return item.stream, item.seq, move.epoch, event.origin
+
+    def note(self, item: ForeignEnvelope, digest: str) -> None:
+        key = self.key_of(item)
+        if key is None or key in self._seen:
+            return
+        if len(self._seen) >= self._limit:
+            del self._seen[next(iter(self._seen))]
+        self._seen[key] = (digest, item.payload, item.signature)
+
+    def equivocation(self, item: ForeignEnvelope, digest: str) -> tuple[str, str, str] | None:
+        """(finding key, title, detail carrying both envelopes) when `item` is a different move
+        under a key seen before; else None."""
+        key = self.key_of(item)
+        first = self._seen.get(key) if key is not None else None
+        if key is None or first is None or first[0] == digest:
+            return None
+        stream, seq, epoch, signer = key
+        both = {
+            "journal": stream,
+            "seq": seq,
+            "epoch": epoch,
+            "signer": signer,
+            "first": _as_pushed(stream, seq, first[1], first[2]),
+            "second": _as_pushed(stream, seq, item.payload, item.signature),
+        }
+        detail = msgspec.json.encode(both).decode()
+        if len(detail) > MAX_TEXT:
+            detail = (
+                f"journal {stream} seq {seq} epoch {epoch} by {signer!r}: moves sha256:{first[0]} "
+                f"and sha256:{digest} (too large to quote)"
+            )
+        title = (
+            f"equivocation of moves in journal {stream} at seq {seq}: node {signer} signed two "
+            f"different moves at epoch {epoch}; both refused"
+        )
+        return f"move-equivocation/{stream}/{seq}/{epoch}/{signer}", title, detail
+
+
+def _as_pushed(stream: str, seq: int, payload: bytes, signature: bytes) -> dict[str, object]:
+    return {
+        "seq": seq,
+        "agent": stream,
+        "payload": base64.b64encode(payload).decode(),
+        "signature": SIG_PREFIX + base64.b64encode(signature).decode(),
+    }

@@ -54,6 +54,9 @@ class Screening:
     # of them is judged or reported, so a forgery names nobody (`Screening.forged`)
     moves_read: dict[int, ForeignEnvelope] = field(default_factory=dict)
     forged: dict[int, ImportResult] = field(default_factory=dict)
+    # moves refused whatever the journal's state (moves.plan_moves): index → reason, detail
+    refused: dict[int, tuple[str, str]] = field(default_factory=dict)
+    critical: list[tuple[str, str, str]] = field(default_factory=list)  # equivocations of moves
     # journal → the unjudged takeover's seq, when this batch holds its writer's own envelope
     # there (the store imports what follows it only if that one is stored)
     settling: dict[str, int] = field(default_factory=dict)
@@ -75,9 +78,16 @@ class PendingBook:
         self,
         verdicts: dict[int, Verdict] | None = None,
         forged: dict[int, ImportResult] | None = None,
+        refused: dict[int, tuple[str, str]] | None = None,
     ) -> Screening:
-        """A new batch's screening (the judge's verdicts and the forged moves, if known)."""
-        return Screening(next(self._tokens), verdicts=verdicts or {}, forged=forged or {})
+        """A new batch's screening (the judge's verdicts, the forged moves and the ones
+        refused whatever the state, if known)."""
+        return Screening(
+            next(self._tokens),
+            verdicts=verdicts or {},
+            forged=forged or {},
+            refused=refused or {},
+        )
 
     def note(
         self,

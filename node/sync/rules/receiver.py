@@ -37,9 +37,11 @@ from node.sync.incidents import Incidents
 from node.sync.keys import PeerKeys
 from node.sync.rules.forks import old_epoch_refused, resolve_forks
 from node.sync.rules.judging import TakeoverJudge, judged
+from node.sync.rules.moves import MovesSeen, plan_moves
 from node.sync.rules.outcome import STAGED_PEER, PushOutcome, Rejection, log_rejections
 from node.sync.rules.pending import PendingBook, Screening
 from node.sync.rules.screening import Screener
+from projections.catalogue import Severity
 from projections.journals import Journals
 
 log = logging.getLogger("agent-node.sync")
@@ -59,6 +61,8 @@ class Staged(NamedTuple):
     candidates: list[tuple[int, ForeignEnvelope]]
     checked: list[ImportResult | Verified]
     stored: asyncio.Future[list[ImportResult]]
+    start: int = 0  # where the staged part begins (the parts before it are received)
+    prior: PushOutcome | None = None  # what the parts before it came to
 
 
 class Receiver:
@@ -73,13 +77,39 @@ class Receiver:
         self._equivocations: dict[str, deque[float]] = {}  # peer → times of its findings
         self._book = PendingBook(ctx)
         self._screener = Screener(ctx, self._book)
+        self._seen = MovesSeen()  # moves whose signature held: their equivocations
         self._staged: dict[int, Screening] = {}  # id of a staged batch's future → screening
         # the placement layer: judges takeovers, hears of journals that moved away
         self.judge: TakeoverJudge | None = None
         self.on_moved: Callable[[str, str], None] | None = None
 
     async def receive(self, peer_id: str, items: Sequence[msgspec.Raw]) -> PushOutcome:
-        outcome, candidates, origins, screening = await self._screen_moves(items)
+        """The batch a part at a time: a part holds at most one move per journal, so each
+        move is judged against the exact state it is applied to (moves.plan_moves)."""
+        whole, start = PushOutcome(), 0
+        while True:
+            size, part = await self._receive_part(peer_id, items[start:])
+            _merge(whole, part, start)
+            start += size
+            if start >= len(items):
+                return whole
+
+    async def _receive_part(
+        self, peer_id: str, items: Sequence[msgspec.Raw]
+    ) -> tuple[int, PushOutcome]:
+        """The first part of `items`: how many items it held, and what came of them."""
+        size, outcome, candidates, origins, screening = await self._screen_moves(items)
+        return size, await self._store_part(peer_id, size, outcome, candidates, origins, screening)
+
+    async def _store_part(
+        self,
+        peer_id: str,
+        size: int,
+        outcome: PushOutcome,
+        candidates: list[tuple[int, ForeignEnvelope]],
+        origins: set[str],
+        screening: Screening,
+    ) -> PushOutcome:
         await self._keys.ensure(origins)
         await resolve_forks(self._ctx, self._incidents, peer_id, candidates, screening)
         try:
@@ -87,13 +117,23 @@ class Receiver:
         except BaseException:
             self._book.forget(screening)
             raise
-        return await self._conclude(peer_id, len(items), outcome, candidates, results, screening)
+        return await self._conclude(peer_id, size, outcome, candidates, results, screening)
 
     async def stage(self, items: Sequence[msgspec.Raw]) -> Staged:
         """The first half of `receive`: screening and signatures, then the envelopes queued
         for the writer. Batches staged one after another commit in that order, so a caller
-        may stage the next batch while the one before commits (the NATS consumer does)."""
-        outcome, candidates, origins, screening = await self._screen_moves(items)
+        may stage the next batch while the one before commits (the NATS consumer does). A
+        batch of more than one part has its parts before the last received whole here."""
+        prior, start = PushOutcome(), 0
+        while True:
+            size, outcome, candidates, origins, screening = await self._screen_moves(items[start:])
+            if start + size >= len(items):
+                break
+            part = await self._store_part(
+                STAGED_PEER, size, outcome, candidates, origins, screening
+            )
+            _merge(prior, part, start)
+            start += size
         try:
             await self._keys.ensure(origins)
             await resolve_forks(self._ctx, self._incidents, STAGED_PEER, candidates, screening)
@@ -103,7 +143,7 @@ class Receiver:
             self._book.forget(screening)
             raise
         self._staged[id(stored)] = screening
-        return Staged(len(items), outcome, candidates, checked, stored)
+        return Staged(len(items), outcome, candidates, checked, stored, start, prior)
 
     async def settle(self, peer_id: str, staged: Staged) -> PushOutcome:
         """The second half of `receive`, once the staged batch is committed."""
@@ -114,39 +154,55 @@ class Receiver:
             if screening is not None:
                 self._book.forget(screening)
             raise
-        return await self._conclude(
-            peer_id, staged.size, staged.outcome, staged.candidates, results, screening
+        last = await self._conclude(
+            peer_id,
+            staged.size - staged.start,
+            staged.outcome,
+            staged.candidates,
+            results,
+            screening,
         )
+        if not staged.start or staged.prior is None:
+            return last
+        whole = PushOutcome()
+        _merge(whole, staged.prior, 0)
+        _merge(whole, last, staged.start)
+        return whole
 
     async def _screen_moves(
         self, items: Sequence[msgspec.Raw]
-    ) -> tuple[PushOutcome, list[tuple[int, ForeignEnvelope]], set[str], Screening]:
-        """`screen`; a batch with a takeover is screened again once everything queued before
-        it is committed and folded, so its epoch, head and fork are judged on exact state,
-        and its takeovers are judged against the mesh (`judge`) before a final screening."""
+    ) -> tuple[int, PushOutcome, list[tuple[int, ForeignEnvelope]], set[str], Screening]:
+        """`screen` the first part of `items` (all of them, unless a journal moves twice: the
+        part ends before its second move); how many items the part holds comes first. A part
+        with a takeover is screened again once everything queued before it is committed and
+        folded, so its epoch, head and fork are judged on exact state, and its takeovers are
+        judged against the mesh (`judge`) before a final screening."""
         book, screen = self._book, self._screener.screen
         outcome = PushOutcome()
         screening = book.screening()
         candidates, origins = screen(items, outcome, screening)
         if not screening.moves_read:
-            return outcome, candidates, origins, screening
+            return len(items), outcome, candidates, origins, screening
         forged = await self._forged(screening.moves_read)
-        if not screening.takeovers and not forged:
-            return outcome, candidates, origins, screening
         book.forget(screening)
+        plan = plan_moves(screening.moves_read, forged, self._seen)
+        if plan.cut is not None:
+            items = items[: plan.cut]
         if screening.takeovers:
             await self._ctx.store.barrier()
-        outcome, screening = PushOutcome(), book.screening(forged=forged)
+        outcome = PushOutcome()
+        screening = book.screening(forged=forged, refused=plan.refused)
         candidates, origins = screen(items, outcome, screening)
         if screening.claims:
             verdicts = await judged(self.judge, screening.claims)
             book.forget(screening)
             outcome = PushOutcome()
-            screening = book.screening(verdicts=verdicts, forged=forged)
+            screening = book.screening(verdicts=verdicts, forged=forged, refused=plan.refused)
             candidates, origins = screen(items, outcome, screening)
+        screening.critical = plan.incidents
         if screening.forks:
             candidates = old_epoch_refused(candidates, screening, outcome)
-        return outcome, candidates, origins, screening
+        return len(items), outcome, candidates, origins, screening
 
     async def _forged(self, moves: dict[int, ForeignEnvelope]) -> dict[int, ImportResult]:
         """The moves whose signature does not hold (or whose signer is unknown), by index:
@@ -174,6 +230,8 @@ class Receiver:
             self._book.forget(screening)  # committed and folded: the projection says it now
             for key, title, detail in screening.incidents:
                 await self._report_move(peer_id, key, title, detail)
+            for key, title, detail in screening.critical:
+                await self._report_move(peer_id, key, title, detail, "critical")
         for (index, item), result in zip(candidates, results, strict=True):
             if result.status in (ImportStatus.ACCEPTED, ImportStatus.DUPLICATE):
                 held[item.stream] = max(held.get(item.stream, 0), item.seq)
@@ -264,16 +322,22 @@ class Receiver:
             "the pushed envelope was rejected",
         )
 
-    async def _report_move(self, peer_id: str, key: str, title: str, detail: str) -> None:
+    async def _report_move(
+        self, peer_id: str, key: str, title: str, detail: str, severity: Severity = "high"
+    ) -> None:
+        """A refused move's finding, within the findings budget of its signer (last in every
+        move finding's key): a stream delivers every member's moves as one peer."""
         if self._incidents.seen(key):
             return
-        if not self._within_budget(peer_id):
-            log.warning("%s (over the findings budget of %s; not journaled)", detail, peer_id)
+        signer = key.rsplit("/", 1)[-1]
+        if not self._within_budget(f"{peer_id}/{signer}"):
+            log.warning("%s (over the findings budget of %s; not journaled)", title, signer)
             return
-        await self._incidents.report(key, "high", title, detail)
+        await self._incidents.report(key, severity, title, detail)
 
     def _within_budget(self, peer_id: str) -> bool:
-        """peer_id is an authenticated token name, so this dict is bounded by the config."""
+        """peer_id is an authenticated token name (with a move's signer: a pinned key), so this
+        dict is bounded by the config."""
         now = time.monotonic()
         times = self._equivocations.setdefault(peer_id, deque())
         while times and now - times[0] > 3600:
@@ -282,6 +346,13 @@ class Receiver:
             return False
         times.append(now)
         return True
+
+
+def _merge(whole: PushOutcome, part: PushOutcome, start: int) -> None:
+    """`part`, whose indices begin at `start` of the batch, into `whole`."""
+    whole.accepted += part.accepted
+    whole.rejections += [msgspec.structs.replace(r, index=r.index + start) for r in part.rejections]
+    whole.heads.update(part.heads)
 
 
 def _lanes(items: Sequence[ForeignEnvelope]) -> list[list[int]]:

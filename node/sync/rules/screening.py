@@ -81,6 +81,11 @@ class Screener:
                     rejection = Rejection(index, item.stream, item.seq, reason, forged.detail)
                     outcome.rejections.append(rejection)
                     continue
+                refused = screening.refused.get(index)
+                if refused is not None:
+                    rejection = Rejection(index, item.stream, item.seq, *refused)
+                    outcome.rejections.append(rejection)
+                    continue
                 screening.moves_read[index] = item
             refusal = self._refusal(index, item, event, now, screening)
             if refusal is not None:

@@ -1,0 +1,584 @@
+"""A model of the receive rules with a hostile member (issue 51; docs/mesh.md, "The model of
+the receive rules").
+
+Three honest nodes (node-a, the owner and first home; node-b, a member of the placement set;
+node-c, a replica outside it) and a member (node-m, in the set, with a key of its own). Each
+honest node is the real thing as far as the receive rules go: its own LMDB journal in a temp
+dir, its read models, its pinned keys, the real `Receiver` (node/sync/rules/) and the real
+takeover judge (node/placement/judge.py). What is modelled is only what the judge reads of
+NATS: the stream is a list of messages (publisher, envelopes), served to the judge as the
+JetStream calls it makes (`ModelJetStream`), and the leases bucket is one record per node
+(epoch, live or lapsed), read through `ModelLeases.peek` as the bucket's record would be. No
+nats-server runs: the model's speed is in examples per second, and the judge's inputs are
+exactly the ones a real bucket and stream give it.
+
+Hypothesis drives `ReceiveModel` (a RuleBasedStateMachine): the honest home writes (under a
+live lease: acknowledged), its lease lapses, an honest member takes over after catching up
+(as the placement manager does), the home hands over, the member publishes validly signed
+envelopes of any kind (takeovers, handoffs, placed, retired, halted, findings) at any seq and
+epoch, duplicated, several per message, and writes lease records of its own; each honest node
+reads the stream when the model says, in batches of any size, through `receive` or through
+`stage` and `settle` (the NATS consumer's halves). After every step:
+
+- no acknowledged envelope a node held is gone from it;
+- no takeover was accepted while the home it replaced held a live lease at that epoch;
+- honest nodes that have read the whole stream hold the same journal;
+- what runs (the placement set and definition) changes only by the owner's signature
+  (`OWNER_STRICT`: the owner rule of issue 51 item 1; without it, only a change by a node that
+  was not home at that seq counts).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from nacl.signing import SigningKey
+from nats.js.errors import NotFoundError
+
+from eventstore.envelope import Event, digest_of, encode_event, sign, utc_now
+from eventstore.keys import public_key_multibase
+from harness.mesh import SYNC_TUNING, peer_toml
+from harness.node import make_config
+from node.app import core_projections, open_store
+from node.context import NodeContext
+from node.ops.metrics import NodeMetrics
+from node.placement.judge import TakeoverJudge
+from node.placement.leases import LeaseView
+from node.sync.service import SyncService
+from projections import catalogue as c
+from projections.journals import Journals
+from projections.placements import Placements
+
+from node.sync.nats.subjects import stream_name, subject
+
+JOURNAL = "worker"
+MESH = "model"
+OWNER, HOME_B, REPLICA = HONEST = ("node-a", "node-b", "node-c")
+MEMBER = "node-m"
+PLACEMENT = (OWNER, HOME_B, MEMBER)
+KEYS = {name: SigningKey(bytes([n]) * 32) for n, name in enumerate((*HONEST, MEMBER), 11)}
+LIMITS = c.AgentLimits(tick_interval_ms=1, fuel_per_tick=1, memory_limit_mb=1, tick_timeout_ms=1)
+DEFINITION = c.AgentDefinition(component="registry:worker@1", sha256="", limits=LIMITS)
+ROGUE = c.AgentDefinition(component="registry:rogue@1", sha256="", limits=LIMITS)
+STREAM_PEER = "(stream)"
+WHAT_RUNS = frozenset({c.AGENT_PLACED, c.AGENT_RETIRED, c.AGENT_HALTED, c.AGENT_UNHALTED})
+# the owner rule (issue 51 item 1) is checked strictly when the receive rules have it
+OWNER_STRICT = os.environ.get("MODEL_OWNER_STRICT", "") == "1"
+# honest nodes only (the member publishes nothing): what the model finds then needs no attacker
+HONEST_ONLY = os.environ.get("MODEL_HONEST_ONLY", "") == "1"
+
+
+@dataclass
+class Message:
+    position: int  # its stream sequence, from 1
+    publisher: str
+    envelopes: list[dict[str, Any]]
+
+    @property
+    def data(self) -> bytes:
+        return msgspec.json.encode(self.envelopes)
+
+
+@dataclass
+class Stream:
+    messages: list[Message] = field(default_factory=list)
+
+    def publish(self, publisher: str, envelopes: list[dict[str, Any]]) -> Message:
+        message = Message(len(self.messages) + 1, publisher, envelopes)
+        self.messages.append(message)
+        return message
+
+
+class _Raw(msgspec.Struct):
+    seq: int
+    data: bytes
+
+
+class _Info:
+    class state:
+        first_seq = 1
+
+
+class ModelJetStream:
+    """The JetStream calls the judge makes, answered from the model's stream."""
+
+    def __init__(self, stream: Stream) -> None:
+        self._stream = stream
+
+    def _on(self, name: str, where: str | None) -> list[Message]:
+        assert name == stream_name(MESH), name
+        return [
+            m
+            for m in self._stream.messages
+            if where is None or subject(MESH, m.publisher, JOURNAL) == where
+        ]
+
+    async def get_last_msg(self, name: str, where: str) -> _Raw:
+        found = self._on(name, where)
+        if not found:
+            raise NotFoundError()
+        return _Raw(found[-1].position, found[-1].data)
+
+    async def get_msg(
+        self,
+        name: str,
+        seq: int | None = None,
+        subject: str | None = None,
+        direct: bool = False,
+        next: bool = False,
+    ) -> _Raw:
+        for m in self._on(name, subject):
+            if m.position == seq or (next and m.position >= (seq or 0)):
+                return _Raw(m.position, m.data)
+        raise NotFoundError()
+
+    async def stream_info(self, name: str) -> _Info:
+        return _Info()
+
+
+class ModelLeases:
+    """The leases bucket as the judge reads it: each node's record of the journal."""
+
+    def __init__(self) -> None:
+        self.records: dict[str, tuple[int, bool]] = {}  # node → (epoch, live)
+
+    def live(self, node: str, epoch: int) -> bool:
+        return self.records.get(node) == (epoch, True)
+
+
+class JudgesLeases:
+    """What the judge asks of its LeaseBook: this node's own leases (never held: the bucket's
+    record says it) and the bucket's record of a home (`peek`)."""
+
+    def __init__(self, leases: ModelLeases, lookup: Any) -> None:
+        self._leases = leases
+        self.lookup = lookup
+
+    def holds(self, agent: str, epoch: int | None = None) -> bool:
+        return False
+
+    async def peek(self, agent: str, node: str, js: Any = None) -> LeaseView | None:
+        record = self._leases.records.get(node)
+        if record is None or not record[1]:
+            return None
+        return LeaseView(agent, node, record[0], 0.0, 1, 5.0)
+
+
+def signed(
+    origin: str, seq: int, prev: str, payload: c.Payload | None, **finding: Any
+) -> dict[str, Any]:
+    kind, data = c.event_of(payload) if payload is not None else ("finding", finding)
+    event = Event(type=kind, ts=utc_now(), origin=origin, prev=prev, data=data)
+    raw = encode_event(event)
+    digest = digest_of(raw)
+    return {
+        "seq": seq,
+        "agent": JOURNAL,
+        "payload": base64.b64encode(raw).decode(),
+        "signature": "ed25519:"
+        + base64.b64encode(sign(KEYS[origin], JOURNAL, seq, digest)).decode(),
+    }
+
+
+def digest_of_pushed(envelope: dict[str, Any]) -> str:
+    return "sha256:" + digest_of(base64.b64decode(envelope["payload"])).hex()
+
+
+class HonestNode:
+    def __init__(self, name: str, root: Path, stream: Stream, leases: ModelLeases) -> None:
+        self.name = name
+        self.root = root / name
+        self.stream = stream
+        self.leases = leases
+        self.cursor = 0  # messages of the stream read (its own skipped)
+        self.held_acked: dict[int, str] = {}  # acknowledged envelopes it held: seq → digest
+        self.published = 0  # its own journal's seqs in the stream
+        self.ctx: NodeContext | None = None
+
+    async def open(self) -> None:
+        peers = "".join(
+            peer_toml(
+                other,
+                "http://127.0.0.1:9",
+                accepts=f"sync-{other}-to-{self.name}-000000",
+                presents="unused-token-0000000000",
+                public_key=public_key_multibase(KEYS[other].verify_key),
+            )
+            for other in (*HONEST, MEMBER)
+            if other != self.name
+        )
+        mesh = f'\n[mesh]\ntransport = "nats"\nname = "{MESH}"\nnats_servers = ["nats://127.0.0.1:9"]\n'
+        # never listened on: the model calls the receive rules, not the node's HTTP server
+        port = 20_000 + HONEST.index(self.name)
+        config = make_config(self.root, SYNC_TUNING + mesh + peers, name=self.name, port=port)
+        config.data_path.mkdir(parents=True, exist_ok=True)
+        store = open_store(config, KEYS[self.name])
+        ctx = NodeContext(
+            config=config,
+            key=KEYS[self.name],
+            store=store,
+            projections=core_projections(store),
+            metrics=NodeMetrics(),
+        )
+        store.catch_up_index()
+        ctx.projections.rebuild(store.iter_chunks())
+        store.add_commit_listener(ctx.projections.apply)
+        store.add_rewind_listener(lambda _s, _r: ctx.projections.refold(store.iter_chunks()))
+        store.start()
+        self.ctx = ctx
+        self.sync = SyncService(ctx)
+        await self.sync.keys.pin_configured()
+        self.js = ModelJetStream(self.stream)
+        judges = JudgesLeases(self.leases, self.sync.keys.lookup)
+        self.sync.receiver.judge = TakeoverJudge(ctx, judges, lambda: self.js)  # type: ignore[arg-type, return-value]
+
+    async def close(self) -> None:
+        if self.ctx is not None:
+            await self.ctx.store.close()
+
+    @property
+    def journals(self) -> Journals:
+        assert self.ctx is not None
+        return self.ctx.projections.get(Journals)
+
+    def journal(self) -> list[str]:
+        assert self.ctx is not None
+        head = self.ctx.store.head(JOURNAL)
+        envelopes = self.ctx.store.read_stream(JOURNAL, 0, head.seq) if head else []
+        return [e.payload_hash for e in envelopes]
+
+    def events(self) -> list[tuple[int, str, str]]:
+        """(seq, signer, type) of its copy of the journal."""
+        assert self.ctx is not None
+        head = self.ctx.store.head(JOURNAL)
+        envelopes = self.ctx.store.read_stream(JOURNAL, 0, head.seq) if head else []
+        return [(e.seq, e.event.origin, e.event.type) for e in envelopes]
+
+    def envelopes_from(self, seq: int) -> list[dict[str, Any]]:
+        assert self.ctx is not None
+        return [e.as_pushed() for e in self.ctx.store.read_stream(JOURNAL, seq - 1, 10_000)]
+
+    async def read(self, count: int, staged: bool) -> list[dict[str, Any]]:
+        """The next `count` messages of the stream as one batch (its own are skipped, as the
+        consumer skips them); the moves it accepted."""
+        assert self.ctx is not None
+        upto = min(len(self.stream.messages), self.cursor + count)
+        items = [
+            msgspec.Raw(msgspec.json.encode(envelope))
+            for message in self.stream.messages[self.cursor : upto]
+            if message.publisher != self.name
+            for envelope in message.envelopes
+        ]
+        self.cursor = upto
+        before = self.journals.moves_of(JOURNAL)
+        if items:
+            receiver = self.sync.receiver
+            if staged:
+                await receiver.settle(STREAM_PEER, await receiver.stage(items))
+            else:
+                await receiver.receive(STREAM_PEER, items)
+        after = self.journals.moves_of(JOURNAL)
+        return [move for move in after if move not in before]
+
+    def caught_up(self) -> bool:
+        return self.cursor == len(self.stream.messages)
+
+
+class ReceiveModel(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.loop = asyncio.new_event_loop()
+        # in memory where the machine has it: every example opens three LMDB journals, whose
+        # fsyncs on a busy disk would take most of its time (it models no crash)
+        shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
+        self.dir = Path(tempfile.mkdtemp(prefix="receive-model-", dir=shm))
+        self.stream = Stream()
+        self.leases = ModelLeases()
+        self.nodes = {name: HonestNode(name, self.dir, self.stream, self.leases) for name in HONEST}
+        self.acked: dict[int, str] = {}  # seq → digest, published under a live lease
+        self.violations: list[str] = []
+        self.member_revision = 0
+        self.run(self._start())
+
+    def run(self, work: Any) -> Any:
+        return self.loop.run_until_complete(work)
+
+    def append(self, node: HonestNode, payload: c.Payload, sealing: bool = False) -> None:
+        """Append to `node`'s own copy (the store's appends want the running loop)."""
+        assert node.ctx is not None
+        store = node.ctx.store
+
+        async def appended() -> None:
+            kind, data = c.event_of(payload)
+            await (store.append_sealing if sealing else store.append)(JOURNAL, kind, data)
+
+        self.run(appended())
+
+    async def _start(self) -> None:
+        for node in self.nodes.values():
+            await node.open()
+        owner = self.nodes[OWNER]
+        assert owner.ctx is not None
+        owner.ctx.store.own(JOURNAL)
+        placed = c.AgentPlaced(placement=list(PLACEMENT), definition=DEFINITION)
+        await owner.ctx.store.append(JOURNAL, *c.event_of(placed))
+        self.leases.records[OWNER] = (0, True)
+        self._publish(owner)
+
+    def teardown(self) -> None:
+        try:
+            for node in self.nodes.values():
+                try:
+                    self.run(node.close())
+                except BaseException as exc:
+                    print("teardown failed", node.name, repr(exc))
+        finally:
+            self.loop.close()
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    # ------------------------------------------------------------------ the honest nodes
+    def _home(self) -> HonestNode | None:
+        """The honest node that writes the journal now: its copy names it home, it owns the
+        journal in its store, and it holds a live lease at the journal's epoch."""
+        for node in self.nodes.values():
+            j = node.journals
+            assert node.ctx is not None
+            if (
+                j.home_of(JOURNAL) == node.name
+                and not node.ctx.store.disowned(JOURNAL)
+                and self.leases.live(node.name, j.epoch_of(JOURNAL))
+            ):
+                return node
+        return None
+
+    def _publish(self, node: HonestNode, pieces: int = 1) -> None:
+        """What `node` wrote and did not publish yet, in `pieces` messages; acknowledged when
+        published under a live lease."""
+        envelopes = node.envelopes_from(node.published + 1)
+        envelopes = [e for e in envelopes if e["seq"] > node.published]
+        if not envelopes:
+            return
+        live = self.leases.live(node.name, node.journals.epoch_of(JOURNAL))
+        size = max(1, -(-len(envelopes) // pieces))
+        for start in range(0, len(envelopes), size):
+            self.stream.publish(node.name, envelopes[start : start + size])
+        for envelope in envelopes:
+            if live:
+                self.acked[envelope["seq"]] = digest_of_pushed(envelope)
+        node.published = envelopes[-1]["seq"]
+
+    @rule(count=st.integers(1, 4), pieces=st.integers(1, 3))
+    def home_writes(self, count: int, pieces: int) -> None:
+        home = self._home()
+        if home is None:
+            return
+        assert home.ctx is not None
+        store = home.ctx.store
+
+        async def write() -> None:
+            for n in range(count):
+                await store.append(
+                    JOURNAL, "finding", {"severity": "info", "title": f"w{n}", "detail": ""}
+                )
+
+        self.run(write())
+        self._publish(home, pieces)
+
+    @rule()
+    def home_lease_lapses(self) -> None:
+        """The home dies or freezes: it writes nothing more, its record lapses."""
+        home = self._home()
+        if home is not None:
+            epoch = home.journals.epoch_of(JOURNAL)
+            self.leases.records[home.name] = (epoch, False)
+            assert home.ctx is not None
+            home.ctx.store.disown(JOURNAL)
+
+    @rule(taker=st.sampled_from([OWNER, HOME_B]), revision=st.integers(1, 9))
+    def honest_takeover(self, taker: str, revision: int) -> None:
+        """As the placement manager does: catch up with the stream, then take over a home
+        whose lease is gone."""
+        node = self.nodes[taker]
+        self._read_all(node)
+        j = node.journals
+        home, epoch = j.home_of(JOURNAL), j.epoch_of(JOURNAL)
+        if home is None or home == taker or self.leases.live(home, epoch):
+            return
+        if any(self.leases.live(n, epoch + 1) for n in PLACEMENT):
+            return  # another node claimed it first
+        if self._home() is not None:
+            return
+        assert node.ctx is not None
+        self.leases.records[taker] = (epoch + 1, True)
+        node.ctx.store.own(JOURNAL)
+        node.ctx.store.fence(JOURNAL, None)  # its lease, live until the model says otherwise
+        node.published = len(node.journal())  # what it holds is the stream's, not its own
+        takeover = c.JournalTakeover(epoch=epoch + 1, lease_revision=revision, previous_home=home)
+        self.append(node, takeover)
+        self._publish(node)
+
+    @rule(to=st.sampled_from([OWNER, HOME_B]))
+    def home_hands_off(self, to: str) -> None:
+        home = self._home()
+        if home is None or home.name == to:
+            return
+        assert home.ctx is not None
+        epoch = home.journals.epoch_of(JOURNAL) + 1
+        handoff = c.JournalHandoff(to=to, epoch=epoch)
+        self.append(home, handoff, sealing=True)
+        self._publish(home)
+        self.leases.records[home.name] = (epoch - 1, False)
+        target = self.nodes[to]
+        self._read_all(target)
+        if target.journals.home_of(JOURNAL) == to and self._home() is None:
+            assert target.ctx is not None
+            target.ctx.store.own(JOURNAL)
+            target.ctx.store.fence(JOURNAL, None)
+            self.leases.records[to] = (target.journals.epoch_of(JOURNAL), True)
+            target.published = len(target.journal())
+
+    def _read_all(self, node: HonestNode) -> None:
+        while not node.caught_up():
+            self._read(node, len(self.stream.messages), False)
+
+    def _read(self, node: HonestNode, count: int, staged: bool) -> None:
+        for move in self.run(node.read(count, staged)):
+            if move["reason"] == "takeover" and self.leases.live(move["from"], move["epoch"] - 1):
+                self.violations.append(
+                    f"{node.name} accepted the takeover at seq {move['seq']} by {move['to']} "
+                    f"while {move['from']} held a live lease at epoch {move['epoch'] - 1}"
+                )
+
+    @rule(
+        name=st.sampled_from(HONEST),
+        count=st.integers(1, 6),
+        staged=st.booleans(),
+    )
+    def node_reads(self, name: str, count: int, staged: bool) -> None:
+        self._read(self.nodes[name], count, staged)
+
+    # ------------------------------------------------------------------ the member
+    @rule(epoch=st.integers(-1, 2), live=st.booleans())
+    def member_lease(self, epoch: int, live: bool) -> None:
+        if HONEST_ONLY:
+            return
+        base = max(n.journals.epoch_of(JOURNAL) for n in self.nodes.values())
+        self.leases.records[MEMBER] = (max(0, base + epoch), live)
+
+    @rule(
+        moves=st.lists(
+            st.tuples(
+                st.sampled_from(
+                    ["takeover", "takeover", "handoff", "placed", "retired", "halted", "finding"]
+                ),
+                st.integers(-2, 2),  # seq, from the longest honest copy's head + 1
+                st.integers(-1, 2),  # epoch, from that copy's epoch + 1
+                st.integers(0, 3),  # variant: lease revision, previous home, handoff target
+                st.booleans(),  # prev: the honest copy's digest (else the member's own last)
+            ),
+            min_size=1,
+            max_size=4,
+        ),
+        copies=st.integers(1, 2),
+    )
+    def member_publishes(self, moves: list[tuple[str, int, int, int, bool]], copies: int) -> None:
+        if HONEST_ONLY:
+            return
+        longest = max(self.nodes.values(), key=lambda n: len(n.journal()))
+        chain = longest.journal()
+        j = longest.journals
+        envelopes: list[dict[str, Any]] = []
+        own_last: dict[int, str] = {}
+        for kind, seq_off, epoch_off, variant, honest_prev in moves:
+            seq = max(1, len(chain) + 1 + seq_off)
+            epoch = max(0, j.epoch_of(JOURNAL) + 1 + epoch_off)
+            if honest_prev and seq - 1 <= len(chain):
+                prev = chain[seq - 2] if seq > 1 else ""
+            else:
+                prev = own_last.get(seq - 1, chain[-1] if chain else "")
+            payload: c.Payload | None
+            if kind == "takeover":
+                previous = [j.home_of(JOURNAL) or OWNER, OWNER, HOME_B, MEMBER][variant]
+                payload = c.JournalTakeover(
+                    epoch=epoch, lease_revision=variant + 1, previous_home=previous
+                )
+            elif kind == "handoff":
+                payload = c.JournalHandoff(
+                    to=[MEMBER, OWNER, HOME_B, REPLICA][variant], epoch=epoch
+                )
+            elif kind == "placed":
+                placement = [[MEMBER, HOME_B], list(PLACEMENT), [MEMBER], [OWNER, MEMBER]][variant]
+                payload = c.AgentPlaced(placement=placement, definition=ROGUE)
+            elif kind == "retired":
+                payload = c.AgentRetired(reason="the member says so")
+            elif kind == "halted":
+                payload = c.AgentHalted(operator="member")
+            else:
+                payload = None
+            envelope = signed(MEMBER, seq, prev, payload, severity="info", title="m", detail="")
+            own_last[seq] = digest_of_pushed(envelope)
+            envelopes.append(envelope)
+        self.stream.publish(MEMBER, envelopes * copies)
+
+    # ------------------------------------------------------------------ invariants
+    @invariant()
+    def nothing_acknowledged_is_removed(self) -> None:
+        for node in self.nodes.values():
+            chain = node.journal()
+            for seq, digest in node.held_acked.items():
+                assert seq <= len(chain) and chain[seq - 1] == digest, (
+                    f"{node.name} lost the acknowledged seq {seq}"
+                )
+            for seq, digest in self.acked.items():
+                if seq <= len(chain) and chain[seq - 1] == digest:
+                    node.held_acked[seq] = digest
+
+    @invariant()
+    def no_takeover_while_the_home_is_live(self) -> None:
+        assert not self.violations, self.violations[0]
+
+    @invariant()
+    def nodes_that_read_the_stream_agree(self) -> None:
+        read = [n for n in self.nodes.values() if n.caught_up()]
+        if len(read) < 2:
+            return
+        first = read[0]
+        for other in read[1:]:
+            assert other.journal() == first.journal(), (
+                f"{first.name} and {other.name} read the same stream and differ: "
+                f"{len(first.journal())} against {len(other.journal())} envelopes, homes "
+                f"{first.journals.home_of(JOURNAL)} and {other.journals.home_of(JOURNAL)}"
+            )
+
+    @invariant()
+    def only_the_owner_changes_what_runs(self) -> None:
+        for node in self.nodes.values():
+            placed = node.ctx.projections.get(Placements).get(JOURNAL) if node.ctx else None
+            if placed is None:
+                continue
+            if OWNER_STRICT:
+                assert placed.definition == DEFINITION and tuple(placed.placement) == PLACEMENT, (
+                    f"{node.name} runs a definition or set the owner did not sign: "
+                    f"{placed.definition.component} on {placed.placement}"
+                )
+                assert not placed.retired, f"{node.name} retired the agent without its owner"
+            else:
+                # before the owner rule: what runs changes only by the journal's writer at that
+                # seq (the single-writer rule); the owner rule tightens this to the owner alone
+                for seq, origin, kind in node.events():
+                    if kind in WHAT_RUNS:
+                        writer = node.journals.writer_at(JOURNAL, seq)
+                        assert writer in (None, origin), (
+                            f"{node.name} took {kind} at seq {seq} by {origin}, its writer "
+                            f"being {writer}"
+                        )
