@@ -16,7 +16,8 @@ from datetime import UTC, datetime
 import msgspec
 
 from eventstore.envelope import Event, decode_event
-from eventstore.store import ForeignEnvelope, ImportStatus
+from eventstore.imports import KeyLookup, precheck
+from eventstore.store import ForeignEnvelope, ImportResult, ImportStatus
 from node.context import NodeContext
 from node.sync.rules import owner
 from node.sync.rules.moves import MoveRules
@@ -45,8 +46,9 @@ from projections.keys import is_key_journal, key_journal
 
 
 class Screener:
-    def __init__(self, ctx: NodeContext, book: PendingBook) -> None:
+    def __init__(self, ctx: NodeContext, book: PendingBook, key_of: KeyLookup) -> None:
         self._ctx = ctx
+        self._key_of = key_of  # peers' keys: a refused owner decision's signature first
         self._book = book
         self._ownership = Ownership(ctx)
         self._moves = MoveRules(ctx, book)
@@ -74,7 +76,7 @@ class Screener:
                 reason = ImportStatus.MALFORMED.value
                 outcome.rejections.append(Rejection(index, agent, seq, reason, str(exc)[:300]))
                 continue
-            if event.type in MOVES or event.type in owner.OWNER_DECISIONS:
+            if event.type in MOVES:
                 forged = screening.forged.get(index)
                 if forged is not None:
                     reason = forged.status.value
@@ -166,6 +168,10 @@ class Screener:
             )
             why = owner.screen(state, self._handed, stream, item.seq, event)
             if why is not None:
+                # reported only once its signature holds: a forgery names nobody
+                (checked,) = precheck([item], self._key_of)
+                if isinstance(checked, ImportResult):
+                    return checked.status.value, checked.detail
                 batch.incidents.append(owner.finding_of(stream, event.origin, why))
                 return owner.NOT_OWNER, why
         if item.seq > held and kind in (JOURNAL_HANDOFF, AGENT_PLACED):
