@@ -34,10 +34,13 @@ MAX_BODY = 200
 def hosting_toml(grants: bool = True) -> str:
     """Every node's consent to host the agents the tests and the bench place (docs/mesh.md,
     "Consent"): the counter (with the payments domain where the node serves it), the task
-    worker, and the payer with its gated `spend`."""
+    worker, the payer with its gated `spend`, and `billing` (docs/mesh.md's worked example:
+    node-a's agent with the payments domain). The entries with a secret domain name their owner,
+    node-a, which deploys them (issue 51)."""
     domains = '[hosting.grants]\ndomains = ["payments"]\n' if grants else ""
+    billing = f'\n[[hosting]]\nagent = "billing"\nowner = "{NODES[0]}"\n{domains}' if grants else ""
     return (
-        f'\n[[hosting]]\nagent = "{AGENT}"\n{domains}'
+        f'\n[[hosting]]\nagent = "{AGENT}"\nowner = "{NODES[0]}"\n{domains}{billing}'
         '\n[[hosting]]\nagent = "worker"\n'
         '\n[[hosting]]\nagent = "payer"\n[hosting.capabilities]\nspend = true\n'
         "[hosting.approval]\nspend = true\n"

@@ -22,10 +22,19 @@ from harness.nats import as_member
 from node.placement.components import ObjectRecord
 from node.placement.components import digest_of as object_digest
 from node.placement.leases import LeaseRecord, lease_key, sign_record
-from node.sync.nats.subjects import MSG_ID_HEADER, Bucket, bucket_name, kv_subject, msg_id, subject
+from node.sync.nats.subjects import (
+    MSG_ID_HEADER,
+    Bucket,
+    bucket_name,
+    kv_subject,
+    msg_id,
+    subject,
+    token,
+)
 
 LEASES = bucket_name("default", Bucket.LEASES)
 COMPONENTS = bucket_name("default", Bucket.COMPONENTS)
+NODES = bucket_name("default", Bucket.NODES)
 
 
 class HostileMember:
@@ -144,3 +153,29 @@ class LeaseAttack:
             await js.publish(own, sign_record(self.member.key, record))
             await asyncio.sleep(self.period / 2)
             self.rounds += 1
+
+
+class FalseAdvert:
+    """The member's advert claiming it hosts `hosts` with every slot free (100,000), put under
+    its own key every `period` (its real node is down). Runs in a thread."""
+
+    def __init__(self, member: HostileMember, hosts: list[str], period: float = 0.5) -> None:
+        self.member, self.hosts, self.period = member, hosts, period
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=member.run, args=(self._advertise,), daemon=True)
+
+    def __enter__(self) -> FalseAdvert:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    async def _advertise(self, nc: nats.NATS) -> None:
+        js = nc.jetstream()
+        key = kv_subject(NODES, token(self.member.name))
+        while not self._stop.is_set():
+            advert = {"node": self.member.name, "hosts": self.hosts, "free_slots": 100_000}
+            await js.publish(key, msgspec.json.encode(advert | {"at": time.time()}))
+            await asyncio.sleep(self.period)

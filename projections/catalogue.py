@@ -82,6 +82,8 @@ AGENT_PREPARING = "agent.preparing"
 # node that becomes its home (the drain before a handoff is `agent.stopped`, an instance's end)
 AGENT_HALTED = "agent.halted"
 AGENT_UNHALTED = "agent.unhalted"
+# the agent's owner (the signer of its journal's seq 1) hands its decisions to another node
+AGENT_OWNER_HANDED = "agent.owner_handed"
 
 # ----------------------------------------------------------------------------- bounds
 LOG_LEVELS = ("trace", "debug", "info", "warn", "error")
@@ -647,6 +649,17 @@ class AgentUnhalted(Payload):
     """By the home: an operator started the placed agent again."""
 
     type = AGENT_UNHALTED
+    operator: Name | None = None
+
+
+@entry
+class AgentOwnerHanded(Payload):
+    """By the agent's owner, while it is the home: from this envelope on, `to` is the owner,
+    the only node whose `agent.placed`, `agent.halted`, `agent.unhalted`, `agent.retired` and
+    `agent.owner_handed` every node accepts (node/sync/rules/owner.py)."""
+
+    type = AGENT_OWNER_HANDED
+    to: NodeName
     operator: Name | None = None
 
 

@@ -5,8 +5,11 @@ event in the journal itself (docs/mesh.md, "Placement and failover"): `journal.h
 the current home, names the next one; `journal.takeover` is the first envelope of a new home
 that won the journal's lease. Each raises the epoch; one that does not is not folded (peers
 refuse it before it is stored: node/sync/rules/). `agent.placed` says which nodes may host
-the agent. These events are rare: the registry hands them to `apply_rare` one by one (`rare`,
-projections/base.py), so the batched fold of every other envelope does not look for them.
+the agent. A journal's **owner** is the signer of its seq 1 too, and changes only by an
+`agent.owner_handed` the owner signed: the one node whose decisions (definition, set, stop,
+start, removal) every node accepts (node/sync/rules/owner.py). These events are rare: the
+registry hands them to `apply_rare` one by one (`rare`, projections/base.py), so the batched
+fold of every other envelope does not look for them.
 """
 
 from __future__ import annotations
@@ -16,9 +19,11 @@ from typing import Any
 
 from eventstore.envelope import Envelope
 from projections.catalogue import (
+    AGENT_OWNER_HANDED,
     AGENT_PLACED,
     JOURNAL_HANDOFF,
     JOURNAL_TAKEOVER,
+    AgentOwnerHanded,
     AgentPlaced,
     JournalHandoff,
     JournalTakeover,
@@ -26,7 +31,7 @@ from projections.catalogue import (
 )
 
 _stream, _seq = attrgetter("stream"), attrgetter("seq")
-PLACEMENT_TYPES = frozenset({AGENT_PLACED, JOURNAL_HANDOFF, JOURNAL_TAKEOVER})
+PLACEMENT_TYPES = frozenset({AGENT_PLACED, JOURNAL_HANDOFF, JOURNAL_TAKEOVER, AGENT_OWNER_HANDED})
 MAX_MOVES = 20  # moves kept per journal (the newest)
 
 
@@ -36,6 +41,7 @@ class Journals:
 
     def __init__(self) -> None:
         self.home: dict[str, str] = {}
+        self.owner: dict[str, str] = {}  # the signer of seq 1, or whom its owners handed it
         self.head: dict[str, int] = {}
         # only journals that ever changed home or were placed
         self.epoch: dict[str, int] = {}
@@ -44,6 +50,7 @@ class Journals:
 
     def apply(self, envelope: Envelope) -> None:
         self.home.setdefault(envelope.stream, envelope.event.origin)
+        self.owner.setdefault(envelope.stream, envelope.event.origin)
         self.head[envelope.stream] = envelope.seq
         if envelope.event.type in PLACEMENT_TYPES:
             self._placement_event(envelope)
@@ -58,6 +65,10 @@ class Journals:
         if len(head) != len(home):
             for envelope in envelopes:
                 home.setdefault(envelope.stream, envelope.event.origin)
+        owner = self.owner
+        if len(head) != len(owner):
+            for envelope in envelopes:
+                owner.setdefault(envelope.stream, envelope.event.origin)
 
     def apply_rare(self, envelope: Envelope) -> None:
         """A placement event: idempotent (a move that does not raise the epoch is ignored)."""
@@ -66,6 +77,13 @@ class Journals:
     def _placement_event(self, envelope: Envelope) -> None:
         stream, event = envelope.stream, envelope.event
         current = self.epoch.get(stream, 0)
+        if envelope.seq == 1:  # folded before the batch's `apply_many`
+            self.owner.setdefault(stream, event.origin)
+        if event.type == AGENT_OWNER_HANDED:
+            handed = read(AgentOwnerHanded, event.data)
+            if handed is not None and self.owner.get(stream) == event.origin:
+                self.owner[stream] = handed.to
+            return
         if event.type == AGENT_PLACED:
             placed = read(AgentPlaced, event.data)
             if placed is not None:
@@ -100,6 +118,10 @@ class Journals:
     def home_of(self, stream: str) -> str | None:
         """The node that writes `stream` now (after its handoffs and takeovers)."""
         return self.home.get(stream)
+
+    def owner_of(self, stream: str) -> str | None:
+        """The node whose signature alone decides what the agent is and whether it runs."""
+        return self.owner.get(stream)
 
     def epoch_of(self, stream: str) -> int:
         """0 until the journal's first handoff or takeover."""
@@ -145,6 +167,7 @@ class Journals:
     def snapshot(self) -> dict[str, Any]:
         return {
             "home": dict(sorted(self.home.items())),
+            "owner": dict(sorted(self.owner.items())),
             "head": dict(sorted(self.head.items())),
             "epoch": dict(sorted(self.epoch.items())),
             "placement": {k: list(v) for k, v in sorted(self.placement.items())},

@@ -373,6 +373,13 @@ async def start(request: web.Request) -> web.Response:
     )
 
 
+async def hand_owner(request: web.Request) -> web.Response:
+    """Hand the agent's ownership to another node of its set (this node is owner and home)."""
+    body = await json_body(request, MoveRequest)
+    handed = await _service(request).hand_owner(_name(request), body.to, _operator(request))
+    return await _answer(request, handed)
+
+
 async def rollback(request: web.Request) -> web.Response:
     reason = ""
     if request.can_read_body:
@@ -457,6 +464,26 @@ def setup(app: web.Application) -> None:
             "admin",
             Doc(summary, "agents", AgentChange, errors=(400, 404, 409, 503)),
         )
+    add_route(
+        app,
+        "POST",
+        BASE + "/{name}/owner",
+        hand_owner,
+        "admin",
+        Doc(
+            "Hand a placed agent's ownership to another node of its placement set",
+            "agents",
+            AgentChange,
+            body=MoveRequest,
+            errors=(400, 404, 409, 422, 503),
+            description=(
+                "Asked of the agent's owner while it is the home: appends `agent.owner_handed` "
+                "naming the node, answered once the stream holds it. From then on only that "
+                "node's changes of the agent's definition, placement, stop, start and removal "
+                'are accepted anywhere (docs/mesh.md, "The owner decides, the home runs").'
+            ),
+        ),
+    )
     add_route(
         app,
         "POST",

@@ -148,12 +148,15 @@ def node_toml(
     parts += [
         "",
         "# This node's consent to host a placed agent another node deploys, when it fails over",
-        "# or moves here: without an entry it keeps the agent's journal and never runs it. Add",
-        "# the capabilities, approval rules and grant domains it may have here",
+        "# or moves here: without an entry it keeps the agent's journal and never runs it. Each",
+        "# names the agent's owner (the node that deploys it): another node's agent of that",
+        "# name is not hosted. Add the capabilities, approval rules and grant domains it may",
+        "# have here, and pin its components by sha256 where it gets secrets",
         '# (`agent-node docs mesh`, "Consent").',
     ]
-    for agent in hosted:
-        parts += ["[[hosting]]", f'agent = "{agent}"', ""]
+    for agent in hosted:  # "name@owner": an entry scoped to its owner's agent of that name
+        name, _, owner = agent.partition("@")
+        parts += ["[[hosting]]", f'agent = "{name}"', f'owner = "{owner}"', ""]
     return "\n".join(parts) + "\n"
 
 
@@ -251,20 +254,35 @@ def register(mesh: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     init.add_argument(
         "--host",
         default="",
-        metavar="AGENT,...",
-        help="placed agents every node consents to host ([[hosting]] entries; none by default)",
+        metavar="AGENT[@OWNER],...",
+        help="placed agents every node consents to host ([[hosting]] entries scoped to the "
+        "agent's owner, the node that deploys it: by default the first node named; none by "
+        "default)",
     )
     init.set_defaults(func=cmd_mesh_init)
+
+
+def owned_agents(given: str, nodes: list[Planned]) -> tuple[str, ...]:
+    """`--host AGENT[@OWNER],...` as "agent@owner" each: the owner is the node that deploys
+    the agent (default: the first node named), one of the mesh's."""
+    names = {n.name for n in nodes}
+    hosted = []
+    for item in (part for part in given.split(",") if part):
+        agent, _, owner = item.partition("@")
+        owner = owner or nodes[0].name
+        if not AGENT_NAME_RE.fullmatch(agent):
+            raise ConfigError(f"--host {item[:80]!r}: not an agent name")
+        if owner not in names:
+            raise ConfigError(f"--host {item[:80]!r}: its owner {owner[:80]!r} is not a node named")
+        hosted.append(f"{agent}@{owner}")
+    return tuple(hosted)
 
 
 def cmd_mesh_init(args: argparse.Namespace) -> int:
     if not re.search(MESH_NAME, args.mesh):
         raise ConfigError(f"--mesh {args.mesh}: letters, digits, _ and - (up to 32)")
     nodes = planned_nodes(args.nodes)
-    hosted = tuple(name for name in args.host.split(",") if name)
-    for name in hosted:
-        if not AGENT_NAME_RE.fullmatch(name):
-            raise ConfigError(f"--host {name[:80]!r}: not an agent name")
+    hosted = owned_agents(args.host, nodes)
     out = Path(args.out)
     admin = write_mesh(out, nodes, args.mesh, args.nats, hosted)
     first = nodes[0]

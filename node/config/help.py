@@ -169,6 +169,9 @@ KEYS: dict[type[msgspec.Struct], dict[str, str]] = {
     },
     c.HostingConfig: {
         "agent": "The placed agent's name.",
+        "owner": "The node whose agent it is (the one that deploys it): another node's agent "
+        "of that name is never hosted here. Required when the entry grants secret domains, "
+        "a capability without approval or network hosts.",
         "components": "sha256:<hex> of the components it may run here; empty: any that "
         "passes this node's compile check.",
         "capabilities": "Capability name to true: what it may invoke here (a definition asking "

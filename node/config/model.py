@@ -248,6 +248,10 @@ class HostingConfig(_Section, kw_only=True):
     node keeps a copy of the agent's journal and never runs it."""
 
     agent: AgentName
+    # the node whose agent this is (the signer of its journal's seq 1, or whom it was handed):
+    # another node's agent of that name is not hosted. Required when the entry grants a
+    # secret domain, an ungated capability or network hosts (`_check_hosting`)
+    owner: AgentName | None = None
     # sha256:<hex> of the components it may run; empty: any that passes this node's checks
     components: list[Annotated[str, msgspec.Meta(pattern=r"^sha256:[0-9a-f]{64}$(?!\n)")]] = []
     capabilities: dict[str, bool] = {}  # what it may use here; false or absent: not-permitted
@@ -469,6 +473,8 @@ def _check_hosting(config: Config, source: str) -> Iterator[str]:
                     yield f"{where}.approval.timeout_secs: expected a positive integer"
             elif not isinstance(value, bool) and value != "policy":
                 yield f'{where}.approval.{key}: expected true, false or "policy"'
+        if hosting.owner is None:
+            yield from _unscoped(hosting, where)
         if config.hosting and config.mesh.transport != "nats":
             yield f'{where}: hosting placed agents needs [mesh] transport = "nats"'
             return
@@ -478,6 +484,29 @@ def _check_hosting(config: Config, source: str) -> Iterator[str]:
                 f"{where}.grants.domains: {unserved} have no [secrets.<domain>] table here "
                 "(an empty one serves a domain from the environment)"
             )
+
+
+def _unscoped(hosting: HostingConfig, where: str) -> Iterator[str]:
+    """An entry without `owner` consents to any node's agent of that name: only when it
+    gives nothing a stranger's agent of that name could abuse (docs/mesh.md, "Consent")."""
+    gives: list[str] = []
+    if hosting.grants.domains:
+        gives.append(f"the secret domains {hosting.grants.domains}")
+    ungated = sorted(
+        cap
+        for cap, on in hosting.capabilities.items()
+        if on is True and hosting.approval.get(cap) not in (True, "policy")
+    )
+    if ungated:
+        gives.append(f"the capabilities {ungated} without approval")
+    if hosting.http.allow_hosts:
+        gives.append(f"the network hosts {hosting.http.allow_hosts}")
+    if gives:
+        yield (
+            f"{where}.owner: it grants {' and '.join(gives)}, so name the node whose agent "
+            f'{hosting.agent!r} is (owner = "<the node that deploys it>"): without it any '
+            "member of the mesh could deploy an agent of that name and get them"
+        )
 
 
 def _check_mesh(config: Config, where: str) -> Iterator[str]:

@@ -23,6 +23,7 @@ from nats.js.api import DiscardPolicy, RawStreamMsg, StorageType, StreamConfig, 
 from nats.js.errors import APIError, NotFoundError
 from nats.js.kv import KeyValue
 
+from node.sync.nats.settings import differences
 from node.sync.nats.subjects import kv_stream, kv_subject
 
 log = logging.getLogger("agent-node.placement")
@@ -55,27 +56,25 @@ async def open_kv(
     """The bucket (created by `rules` when missing) and its TTL as the server keeps it;
     BucketError when the one found has other settings."""
     ttl, stream = rules.ttl, kv_stream(bucket)
+    wanted = StreamConfig(
+        name=stream,
+        subjects=[f"$KV.{bucket}.>"],
+        allow_direct=False,
+        allow_rollup_hdrs=False,  # a member's `Nats-Rollup: all` would wipe the bucket
+        allow_msg_ttl=False,
+        deny_delete=True,
+        deny_purge=True,
+        discard=DiscardPolicy.NEW,
+        duplicate_window=min(DUPLICATE_WINDOW_SECS, ttl),
+        max_age=ttl,
+        max_msg_size=max_value_bytes,
+        max_msgs_per_subject=1,
+        num_replicas=replicas,
+        storage=StorageType.FILE,
+    )
     async with asyncio.timeout(timeout):
-        info = await _info_or_create(
-            js,
-            StreamConfig(
-                name=stream,
-                subjects=[f"$KV.{bucket}.>"],
-                allow_direct=False,
-                allow_rollup_hdrs=False,  # a member's `Nats-Rollup: all` would wipe the bucket
-                allow_msg_ttl=False,
-                deny_delete=True,
-                deny_purge=True,
-                discard=DiscardPolicy.NEW,
-                duplicate_window=min(DUPLICATE_WINDOW_SECS, ttl),
-                max_age=ttl,
-                max_msg_size=max_value_bytes,
-                max_msgs_per_subject=1,
-                num_replicas=replicas,
-                storage=StorageType.FILE,
-            ),
-        )
-    check_settings(stream, info, rules.ttl_range, max_value_bytes)
+        info = await _info_or_create(js, wanted)
+    check_settings(stream, info, rules.ttl_range, max_value_bytes, wanted)
     kept = float(info.config.max_age or 0.0)
     kv = KeyValue(name=bucket, stream=stream, pre=f"$KV.{bucket}.", js=js, direct=False)
     return kv, float(kept)
@@ -86,10 +85,12 @@ def check_settings(
     info: StreamInfo,
     ttl_range: tuple[float, float] | None,
     max_value_bytes: int | None,
+    wanted: StreamConfig | None = None,
 ) -> None:
-    """BucketError naming what differs from the settings this node creates the bucket with
-    (a member could have made it first), so that nothing written there lives past its TTL,
-    is swept by a roll-up or a purge, or is deleted other than by a marker."""
+    """BucketError naming each setting that differs from the ones this node creates the
+    bucket with (`wanted`; a member could have made it first), so that nothing written there
+    lives past its TTL, is swept by a roll-up, a purge or a work queue, is deleted other than
+    by a marker, or is refused by narrowed subjects or limits."""
     config = info.config
     wrong = [
         what
@@ -98,6 +99,7 @@ def check_settings(
             ("it allows per-message TTLs", config.allow_msg_ttl),
             ("it allows purges", not config.deny_purge),
             ("it allows deleting messages", not config.deny_delete),
+            ("it is sealed (it takes no message)", config.sealed and wanted is None),
             (
                 f"it keeps {config.max_msgs_per_subject} messages per key, not 1",
                 ttl_range is not None and config.max_msgs_per_subject != 1,
@@ -110,6 +112,8 @@ def check_settings(
         )
         if bad
     ]
+    if wanted is not None:
+        wrong += differences(config, wanted)
     if ttl_range is not None:
         kept = float(config.max_age or 0.0)
         low, high = ttl_range

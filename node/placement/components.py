@@ -128,25 +128,22 @@ class ComponentStore:
     async def attach(self, js: JetStreamContext) -> None:
         """Use this JetStream context (again after a reconnect); creates the bucket, or checks
         the one found keeps what is put there (BucketError otherwise)."""
-        info = await info_or_create(
-            js,
-            StreamConfig(
-                name=self._stream,
-                subjects=[f"$O.{self.bucket}.C.>", f"$O.{self.bucket}.M.>"],
-                storage=StorageType.FILE,
-                num_replicas=self._mesh.stream_replicas,
-                discard=DiscardPolicy.NEW,
-                # no roll-ups (a member's `Nats-Rollup: all` would empty the bucket): an
-                # object's metas pile up, one per put, and the last one counts
-                allow_rollup_hdrs=False,
-                deny_delete=True,
-                deny_purge=True,
-                allow_direct=True,  # for the `nats` CLI; this node reads from the leader
-                max_consumers=0,
-            ),
-            max(self.call_timeout, 5.0),
+        wanted = StreamConfig(
+            name=self._stream,
+            subjects=[f"$O.{self.bucket}.C.>", f"$O.{self.bucket}.M.>"],
+            storage=StorageType.FILE,
+            num_replicas=self._mesh.stream_replicas,
+            discard=DiscardPolicy.NEW,
+            # no roll-ups (a member's `Nats-Rollup: all` would empty the bucket): an
+            # object's metas pile up, one per put, and the last one counts
+            allow_rollup_hdrs=False,
+            deny_delete=True,
+            deny_purge=True,
+            allow_direct=True,  # for the `nats` CLI; this node reads from the leader
+            max_consumers=0,
         )
-        check_settings(self._stream, info, None, None)
+        info = await info_or_create(js, wanted, max(self.call_timeout, 5.0))
+        check_settings(self._stream, info, None, None, wanted)
         self._js = js
 
     def detach(self) -> None:

@@ -4,10 +4,16 @@ A placed agent's definition (its latest `agent.placed`) was written by whichever
 home: a member of the mesh, a stranger with a key. It decides nothing here by itself. This node
 hosts an agent only when its own operator said so, in one of three ways (the first found):
 
-- a `[[hosting]]` entry naming the agent (runtime.toml, docs/configuration.md);
-- an `[[agents]]` entry of that name (this node declares it);
+- a `[[hosting]]` entry naming the agent (runtime.toml, docs/configuration.md), and its
+  owner (`owner`): the node whose agent it is;
+- an `[[agents]]` entry of that name (this node declares it: its own agent);
 - a deployment of that name by an operator of this node (its API, journaled with the
-  operator's name in `$node`): the latest such definition is the consent.
+  operator's name in `$node`): the latest such definition is the consent, for this node's own
+  agent.
+
+Consent names whose agent, not only which name: a member of the mesh may deploy an agent of
+any name from its own node (it is then that agent's owner, node/sync/rules/owner.py), so an
+agent of the consented name whose owner is not the one the consent names is refused here.
 
 What the agent gets here is the definition bounded by the consent (`bound`): a capability only
 when both enable it, gated when either gates it, grant domains and allowed hosts both name,
@@ -42,6 +48,8 @@ class Consent:
     mcp: bool
     limits: c.AgentLimits  # caps (tick_interval_ms: a floor)
     components: frozenset[str]  # sha256:... allowed; empty: any
+    # the node whose agent this consent is for (None: any node's agent of that name)
+    owner: str | None = None
 
     @classmethod
     def of_hosting(cls, entry: HostingConfig) -> Consent:
@@ -61,10 +69,13 @@ class Consent:
                 tick_timeout_ms=entry.tick_timeout_ms,
             ),
             components=frozenset(entry.components),
+            owner=entry.owner,
         )
 
     @classmethod
-    def of_definition(cls, source: str, definition: c.AgentDefinition) -> Consent:
+    def of_definition(
+        cls, source: str, definition: c.AgentDefinition, owner: str | None = None
+    ) -> Consent:
         timeout = definition.approval.get("timeout_secs")
         return cls(
             source=source,
@@ -76,6 +87,7 @@ class Consent:
             mcp=definition.mcp,
             limits=definition.limits,
             components=frozenset(),
+            owner=owner,
         )
 
     def bound(self, definition: c.AgentDefinition) -> c.AgentDefinition:
@@ -114,8 +126,21 @@ class Consent:
             allow_hosts=[h for h in definition.allow_hosts if h in self.allow_hosts],
         )
 
-    def refusal(self, definition: c.AgentDefinition, served: Iterable[str]) -> str | None:
-        """Why this node may not host `definition` (None: it may)."""
+    def refusal(
+        self,
+        definition: c.AgentDefinition,
+        served: Iterable[str],
+        owner: str | None = None,
+        here: str | None = None,
+    ) -> str | None:
+        """Why this node (`here`) may not host `definition` of the agent `owner` owns (None: it
+        may). An agent whose owner handed it to this node is this node's own: its decisions are
+        this node's operator's."""
+        if self.owner is not None and owner not in (self.owner, here):
+            return (
+                f"it is owned by {owner!r}, not {self.owner!r}, the owner its consent "
+                f"({self.source}) names"
+            )
         if self.components and definition.sha256 not in self.components:
             return f"its component {definition.sha256} is not one this node allows"
         domains = set(definition.grant_domains)
@@ -163,10 +188,12 @@ def consent_of(
             return Consent.of_hosting(entry)
     from node.services.definitions import definition_of  # services import placement lazily
 
-    for declared_agent in declared:
+    for declared_agent in declared:  # this node's own agent: its owner is this node
         if declared_agent.name == agent:
-            return Consent.of_definition("agents", definition_of(declared_agent, ""))
+            return Consent.of_definition(
+                "agents", definition_of(declared_agent, ""), config.node.name
+            )
     definition = operator_definition(deployed)
     if definition is not None:
-        return Consent.of_definition("deployed", definition)
+        return Consent.of_definition("deployed", definition, config.node.name)
     return None

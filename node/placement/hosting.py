@@ -161,7 +161,9 @@ class Hosting:
                 "its operator gave no consent (no [[hosting]] entry, [[agents]] entry or "
                 "deployment of it here)"
             )
-        return consent.refusal(placed.definition, served_domains(self.ctx.config))
+        owner = self.journals.owner_of(placed.agent)
+        served = served_domains(self.ctx.config)
+        return consent.refusal(placed.definition, served, owner, self.ctx.name)
 
     def definition_here(self, placed: Placed) -> c.AgentDefinition:
         """What the agent runs with here: its definition bounded by this node's consent."""

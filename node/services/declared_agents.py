@@ -77,7 +77,7 @@ class DeclaredAgents(DeploymentBase):
         """A runtime.toml agent whose placement set differs from its journal's: journal it
         (`agent.placed`), where this node writes the agent's journal."""
         deployed = self.projection.get(agent.name)
-        if deployed is None or not self._writes(agent.name):
+        if deployed is None or not self._writes(agent.name) or not self._owns(agent.name):
             return
         wanted = placement_set(self.ctx, agent.placement or None, agent.name)
         event = placed_event(self.ctx, agent.name, wanted, deployed.current.definition, True)

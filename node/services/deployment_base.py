@@ -161,8 +161,14 @@ class DeploymentBase:
         self._here(name)
         return deployed
 
+    def _owns(self, name: str) -> bool:
+        """Whether this node is the agent's owner (node/sync/rules/owner.py): the only node
+        whose changes of its definition, set, stop, start and removal any node accepts."""
+        return self.ctx.projections.get(Journals).owner_of(name) in (None, self.ctx.name)
+
     def _here(self, name: str) -> None:
-        """A placed agent is changed on its home only (409 naming it elsewhere)."""
+        """A placed agent is changed on its home only (409 naming it elsewhere), and only when
+        that home is its owner (409 naming the owner: the change is the owner's decision)."""
         if name in self.elsewhere or not self._writes(name):
             home = self.ctx.projections.get(Journals).home_of(name)
             raise Problem(
@@ -170,6 +176,16 @@ class DeploymentBase:
                 f"agent {name!r} runs on node {home!r} now; change it there "
                 f"(`agent-node agents move {name} --to {self.ctx.name}` brings it here)",
                 home=home,
+            )
+        if not self._owns(name):
+            owner = self.ctx.projections.get(Journals).owner_of(name)
+            raise Problem(
+                409,
+                f"agent {name!r} is owned by node {owner!r}: its definition, placement, stop, "
+                f"start and removal are that node's decisions, which every node refuses from "
+                f"any other; move it there (`agent-node agents move {name} --to {owner}` on "
+                f"this node) and change it on {owner!r}",
+                owner=owner,
             )
 
     def _current_placement(self, name: str) -> tuple[str, ...]:

@@ -33,13 +33,14 @@ from node.runtime.tasks import TaskQueue
 from node.services.declared_agents import DeclaredAgents
 from node.services.deployment_base import ABANDON_WAIT_SECS, DRAIN_SECS, PROBATION_MARGIN_SECS
 from node.services.lifecycle import Lifecycle
+from node.services.owner_handing import OwnerHanding
 from node.services.placed_hosting import PlacedHosting
 from node.services.upgrades import Upgrades
 
 log = logging.getLogger(__name__)
 
 
-class DeploymentService(DeclaredAgents, Upgrades, Lifecycle, PlacedHosting):
+class DeploymentService(DeclaredAgents, Upgrades, Lifecycle, PlacedHosting, OwnerHanding):
     """The deployment service: each kind of change from its own module, plus its place in the
     node's life (attached to the runtime, closed at shutdown, told of ended instances)."""
 

@@ -61,6 +61,18 @@ def start(node, agent: str = AGENT) -> None:
     assert started.status_code == 200, started.text
 
 
+def move_to(home, to: str, agent: str = AGENT) -> None:
+    """`POST .../move` on the home, again while the target's first advert is not read yet."""
+
+    def moved() -> bool:
+        with home.client() as client:
+            answer = client.post(f"/api/v1/agents/{agent}/move", json={"to": to}, timeout=30)
+        assert answer.status_code in (200, 409, 422), answer.text
+        return answer.status_code == 200
+
+    wait_for(moved, 30, f"{agent} moved to {to}")
+
+
 def held_by(fm: FailoverMesh, name: str, agent: str = AGENT) -> dict | None:
     """The agent's view on `name` once `name` holds its lease (running or not)."""
     view = agent_view(fm[name], agent)
@@ -112,7 +124,6 @@ def test_kill_9_or_sigstop_of_the_home_moves_the_agent_within_the_lease_and_it_s
     other = "node-c" if new_home == "node-b" else "node-b"
     fm["node-a"].start(60)  # back after kill -9: learns it is not the home
     wait_for(lambda: (agent_view(fm["node-a"]) or {}).get("status") == "replica", 30, "a replica")
-    stop(fm[new_home])
     journal = same_journals(fm, ["node-a", new_home, other], timeout=40)
     _, since = after_takeover(journal)
     takeover = since[0]
@@ -131,7 +142,6 @@ def test_kill_9_or_sigstop_of_the_home_moves_the_agent_within_the_lease_and_it_s
 
     # then the new home frozen (SIGSTOP) past its lease: another node takes over; after
     # SIGCONT the frozen one writes nothing more (its agent was still loaded)
-    start(fm[new_home])
     wait_for(lambda: ticks(events(fm[other]))[-1][1] == new_home, 20, "ticks again")
     frozen = new_home
     fm[frozen].proc.send_signal(signal.SIGSTOP)
@@ -141,7 +151,6 @@ def test_kill_9_or_sigstop_of_the_home_moves_the_agent_within_the_lease_and_it_s
     finally:
         fm[frozen].proc.send_signal(signal.SIGCONT)
     wait_for(lambda: (agent_view(fm[frozen]) or {}).get("status") == "replica", 20, "a replica")
-    stop(fm[thawed_home])
     journal = same_journals(fm, ["node-a", "node-b", "node-c"], timeout=40)
     last = [i for i, e in enumerate(journal) if e["type"] == "journal.takeover"][-1]
     assert {e["origin"] for e in journal[last:]} == {thawed_home}
@@ -219,17 +228,23 @@ def test_open_tasks_and_pending_approvals_go_on_on_the_new_home(failover, built_
         lambda: held_by(fm, "node-b", worker), LEASE_TTL_SECS + 15, "node-b takes over"
     )
     assert taken["status"] == "stopped"  # the operator's stop went with it
-    start(fm["node-b"], worker)  # the tasks queued meanwhile are run there
+    with fm["node-b"].client() as client:  # a start is its owner's decision (issue 51)
+        refused = client.post(f"/api/v1/agents/{worker}/start")
+    assert refused.status_code == 409 and refused.json()["owner"] == "node-a", refused.text
+    fm["node-a"].start(60)  # the owner back: the worker moved to it and started there
+    move_to(fm["node-b"], "node-a", worker)
+    wait_for(lambda: held_by(fm, "node-a", worker), 20, "node-a holds the worker")
+    start(fm["node-a"], worker)  # the tasks queued meanwhile are run there
 
     def done() -> dict | None:
-        with fm["node-b"].client() as client:
+        with fm["node-a"].client() as client:
             answer = client.get(f"/api/v1/a2a/tasks/{task}")
         body = answer.json() if answer.status_code == 200 else {}
         return body if body.get("status") == "completed" else None
 
-    finished = wait_for(done, 20, "the open task completed on node-b")
+    finished = wait_for(done, 20, "the open task completed on node-a")
     assert finished["output"] == {"sum": 6, "count": 3}
-    with fm["node-b"].client() as client:
+    with fm["node-a"].client() as client:
         state = client.get(f"/api/v1/a2a/tasks/{dropped}").json()
     assert state["error"] == "canceled by admin", state  # REST shows a cancel as failed
     journal = events(fm["node-b"], worker)

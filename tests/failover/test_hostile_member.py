@@ -7,7 +7,10 @@ The honest counter is placed on node-a, node-b, node-c and node-x; node-a deploy
 tests run in order on one mesh (module scope): forged takeovers while the home runs, a deep
 takeover, lease records before a deploy, forged component metas, lease attacks for LEASE_ATTACK
 seconds under findings load and a real failover through them, then node-x's own placements
-that name honest nodes without their consent (and one that asks for more than consent allows).
+that name honest nodes without their consent (and one that asks for more than consent allows);
+then, node-x's node dead (issue 51): node-x's own `billing`, a name node-b consents to host as
+node-a's only, and a drain-style move of node-a's agent to node-x whose new definition, signed
+by node-x as its home, every honest node refuses and reports.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from harness.failover import (
     wait_for,
     wait_runner,
 )
-from harness.hostile import LEASES, HostileMember, LeaseAttack
+from harness.hostile import LEASES, FalseAdvert, HostileMember, LeaseAttack
 from harness.nats import NatsServer, nats_mesh_toml
 from harness.node import NodeProcess, write_config
 from node.placement.leases import LeaseRecord, lease_key, sign_record
@@ -420,6 +423,92 @@ def test_a_members_placement_runs_nowhere_without_consent_and_never_with_more(
     assert not [e for e in by_b if e["type"] == "state.set" and e["data"]["key"] == "paid"]
 
 
+def test_a_member_deploying_a_consented_name_gets_neither_a_run_nor_a_secret(hostile, built_agents):
+    """node-b consents to host node-a's `billing` with the payments domain (docs/mesh.md's
+    worked example, scoped to its owner). node-x starts its own journal `billing` (its seq 1:
+    node-x owns it) with the secrets reader asking for payments, placed on node-x and node-b,
+    and never holds its lease: node-b never takes it over, never grants it payments, and says
+    once in its log whose agent it is."""
+    fm, member, _spend = hostile
+    sha = "sha256:" + hashlib.sha256(built_agents["secrets_reader"].read_bytes()).hexdigest()
+    definition = {
+        "component": "registry:leech@1.0.0",  # in the mesh's store since node-x deployed leech
+        "sha256": sha,
+        "grant_domains": ["payments"],
+        "limits": {
+            "tick_interval_ms": 200,
+            "fuel_per_tick": 10**9,
+            "memory_limit_mb": 64,
+            "tick_timeout_ms": 10_000,
+        },
+    }
+    placement = {"placement": [X, "node-b"], "definition": definition, "epoch": 0}
+    member.publish([member.envelope("billing", 1, "", "agent.placed", placement)])
+    published = time.monotonic()
+    wait_for(lambda: agent_view(fm["node-b"], "billing"), 20, "node-b holds billing")
+    said = "placed agent billing is not hosted here: it is owned by 'node-x', not 'node-a'"
+    wait_for(lambda: said in fm["node-b"].log_path.read_text(), 20, "node-b says whose it is")
+    time.sleep(max(0.0, published + LEASE_TTL_SECS + 4 - time.monotonic()))  # a takeover's time
+    view = agent_view(fm["node-b"], "billing")
+    assert view["status"] == "replica", view
+    assert not [e for e in events(fm["node-b"], "billing") if e["origin"] == "node-b"]
+    assert fm["node-b"].log_path.read_text().count(said) == 1  # once, not every look
+
+
+def test_a_set_member_made_home_cannot_change_what_runs(hostile):
+    """node-x advertises that it hosts node-a's `ward` with 100,000 free slots; node-a moves
+    `ward` to it (a handoff). As the home, node-x appends an `agent.placed` with its own
+    component, the payments domain and a set without node-a: every honest node refuses it,
+    keeps node-a's definition and set, and reports a finding naming node-x."""
+    fm, member, _spend = hostile
+    with FalseAdvert(member, ["ward", AGENT]):
+        deployed = deploy(fm["node-a"], "registry:counter@1.0.0", ["node-a", X], agent="ward")
+        assert deployed.status_code == 201, deployed.text
+        assert wait_runner(fm, 20, among=["node-a"], agent="ward") == "node-a"
+        wait_for(
+            lambda: X in (agent_view(fm["node-a"], "ward")["placement"] or {})["candidates"],
+            20,
+            "node-a reads node-x's advert",
+        )
+        with fm["node-a"].client() as client:
+            moved = client.post("/api/v1/agents/ward/move", json={"to": X}, timeout=30)
+        assert moved.status_code == 200, moved.text
+        handoff = moved.json()["handoff_seq"]
+        for name in HONEST:
+            wait_for(lambda n=name: head_of(fm[n], "ward")[0] == handoff, 20, f"{name} has it")
+        rewritten = {
+            "placement": [X, "node-b"],
+            "definition": {
+                "component": "registry:leech@1.0.0",
+                "sha256": "sha256:" + "e" * 64,
+                "grant_domains": ["payments"],
+                "capabilities": {"spend": True},
+                "limits": {
+                    "tick_interval_ms": 200,
+                    "fuel_per_tick": 10**9,
+                    "memory_limit_mb": 64,
+                    "tick_timeout_ms": 10_000,
+                },
+            },
+            "epoch": 1,
+        }
+        prev = hash_at(fm["node-a"], "ward", handoff)
+        member.publish([member.envelope("ward", handoff + 1, prev, "agent.placed", rewritten)])
+        title = "refused change of agent ward by node node-x, not its owner"
+        for name in HONEST:
+            found = wait_for(
+                lambda n=name: [f for f in findings_titled(fm[n], title) if f["agent"] == n],
+                20,
+                f"{name} reports node-x's change",
+            )
+            assert "signed by 'node-x', not by the agent's owner 'node-a'" in found[0]["detail"]
+            assert head_of(fm[name], "ward")[0] == handoff  # not stored
+            placed = [e for e in events(fm[name], "ward") if e["type"] == "agent.placed"]
+            assert [e["origin"] for e in placed] == ["node-a"], placed
+            assert placed[-1]["data"]["placement"] == ["node-a", X]
+            assert placed[-1]["data"]["definition"]["component"] == "registry:counter@1.0.0"
+
+
 def test_a_leases_bucket_made_by_a_member_with_a_years_ttl_is_not_used(tmp_path):
     """node-x creates the leases bucket first, keeping keys for a year: the node refuses to
     use it, says so (log and a critical finding), and a placed deploy answers 503 naming it."""
@@ -456,6 +545,85 @@ def test_a_leases_bucket_made_by_a_member_with_a_years_ttl_is_not_used(tmp_path)
             assert "keeps keys 3.1536e+07 s, not 3.96-4.04 s" in finding["detail"]
             assert "nats stream rm KV_MESH_default_LEASES" in finding["detail"]
             assert "keeps keys 3.1536e+07 s" in node.log_path.read_text()
+        finally:
+            node.kill()
+    finally:
+        server.kill()
+
+
+def test_a_leases_bucket_made_by_a_member_with_other_subjects_is_reported_and_sync_goes_on(
+    tmp_path,
+):
+    """node-x creates the leases bucket first with subjects that leave out every lease key
+    (and a cap of 10 messages), and the mesh's stream with a cap on messages: the node names
+    each setting in a critical finding with the one command that repairs it (placement waits),
+    and still publishes its journals to the mesh's stream."""
+    from nats.js.api import StreamConfig
+
+    from node.sync.nats.subjects import stream_name
+
+    server = NatsServer(tmp_path / "nats", "n0").start()
+    try:
+
+        async def trap() -> None:
+            nc = await nats.connect(server.url)
+            try:
+                await nc.jetstream().add_stream(
+                    StreamConfig(
+                        name=kv_stream(LEASES),
+                        subjects=[f"$KV.{LEASES}.none.>"],
+                        max_age=float(LEASE_TTL_SECS),
+                        max_msgs_per_subject=1,
+                        max_msgs=10,
+                        deny_delete=True,
+                        deny_purge=True,
+                    )
+                )
+                await nc.jetstream().add_stream(  # the mesh's own, with a cap on messages
+                    StreamConfig(
+                        name=stream_name("default"),
+                        subjects=["mesh.default.env.>"],
+                        max_msgs=100_000,
+                    )
+                )
+            finally:
+                await nc.close()
+
+        async def published() -> int:
+            nc = await nats.connect(server.url)
+            try:
+                info = await nc.jetstream().stream_info(stream_name("default"))
+                return int(info.state.messages)
+            finally:
+                await nc.close()
+
+        asyncio.run(trap())
+        mesh = nats_mesh_toml([server.url]) + f"lease_ttl_secs = {LEASE_TTL_SECS}\n"
+        node = NodeProcess(write_config(tmp_path / "node", mesh, name="node-a"))
+        node.start(60)
+        try:
+            wait_for(
+                lambda: findings_titled(node, "placement cannot run"), 30, "the node reports it"
+            )
+            (finding,) = findings_titled(node, "placement cannot run")
+            assert finding["severity"] == "critical"
+            wanted = f"its subjects are ['$KV.{LEASES}.none.>'], not ['$KV.{LEASES}.>']"
+            assert wanted in finding["detail"]
+            assert "its max_msgs is 10, not unlimited" in finding["detail"]
+            assert f"nats stream rm KV_{LEASES}" in finding["detail"]
+            title = "the mesh's stream MESH_default has other settings than this node makes it"
+            (reported,) = wait_for(lambda: findings_titled(node, title), 10, "it names the stream")
+            assert reported["severity"] == "critical"
+            assert "its max_msgs is 100000, not unlimited" in reported["detail"]
+            assert "nats stream rm MESH_default" in reported["detail"]
+            with node.client() as client:  # and a finding posted now reaches the stream
+                before = asyncio.run(published())
+                posted = client.post(
+                    "/api/v1/findings",
+                    json={"agent": "node-a", "severity": "low", "title": "t", "detail": "d"},
+                )
+                assert posted.status_code in (200, 201, 202), posted.text
+            wait_for(lambda: asyncio.run(published()) > before, 20, "it still publishes")
         finally:
             node.kill()
     finally:

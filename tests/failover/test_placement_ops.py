@@ -1,6 +1,8 @@
 """Placement operators can trust (issue 44): an operator's stop, start and removal go with the
-agent through failovers; SIGTERM hands an agent over; planned moves stick; a node that never ran
-the component takes over within the lease; a node dropped from the set starts as a replica.
+agent through failovers, and are its owner's decisions only (issue 51: a home that is not the
+owner refuses them naming it); SIGTERM hands an agent over; planned moves stick; a node that
+never ran the component takes over within the lease; a node dropped from the set starts as a
+replica.
 Real node processes on a real 3-server cluster (harness/failover.py, lease TTL 4 s)."""
 
 from __future__ import annotations
@@ -23,12 +25,19 @@ from harness.failover import (
     wait_for,
     wait_runner,
 )
-from tests.failover.test_failover import finding_titles, held_by, placed_counter, start, stop
+from tests.failover.test_failover import (
+    finding_titles,
+    held_by,
+    move_to,
+    placed_counter,
+    start,
+    stop,
+)
 from tests.node.test_lifecycle_restart import cli
 
 pytestmark = pytest.mark.timeout(180)
 SET = ["node-a", "node-b", "node-c"]
-MOVES = 20
+MOVES = 21  # the last one back to node-a, the owner, which stops it (only the owner may)
 
 
 def metric(node, name: str) -> float:
@@ -59,7 +68,6 @@ def test_an_operators_decisions_follow_the_agent_and_sigterm_hands_it_over(failo
     stop(fm["node-a"])
     fm["node-a"].kill()
     taken = new_home(fm, ["node-b", "node-c"])
-    third = next(n for n in ("node-b", "node-c") if n != taken)
     view = agent_view(fm[taken])
     assert view["status"] == "stopped" and view["placement"]["stopped_by"] == "admin", view
     # the takeover is seen: metrics and a finding naming the home it replaced
@@ -69,47 +77,66 @@ def test_an_operators_decisions_follow_the_agent_and_sigterm_hands_it_over(failo
     titles = finding_titles(events(fm[taken]))
     assert any(t.startswith(f"agent {AGENT} taken over from node-a after ") for t in titles)
 
-    # started there, it runs; before that, the new home never ran it
-    start(fm[taken])
-    assert wait_runner(fm, 20, among=[taken]) == taken
-    journal = events(fm[taken])
+    # the new home is not the agent's owner: a start asked of it is refused naming the owner
+    # (issue 51), and nothing of the agent ran there
+    with fm[taken].client() as client:
+        refused = client.post(f"/api/v1/agents/{AGENT}/start")
+    assert refused.status_code == 409, refused.text
+    assert refused.json()["owner"] == "node-a", refused.text
+    assert f"agent-node agents move {AGENT} --to node-a" in refused.json()["detail"]
+    assert not [e for e in events(fm[taken]) if e["origin"] == taken and e["type"] == "log"]
+
+    # the owner back, the agent moved to it, and started there: it runs
+    fm["node-a"].start(60)
+    move_to(fm[taken], "node-a")
+    assert wait_for(lambda: held_by(fm, "node-a"), 20, "node-a holds the agent again")
+    start(fm["node-a"])
+    assert wait_runner(fm, 20, among=["node-a"]) == "node-a"
+    journal = events(fm["node-a"])
     unhalted = next(i for i, e in enumerate(journal) if e["type"] == "agent.unhalted")
+    assert journal[unhalted]["origin"] == "node-a"
     assert not [e for e in journal[:unhalted] if e["origin"] == taken and e["type"] == "log"]
 
-    # SIGTERM of the home: a planned move to the last live node of the set, not a takeover
+    # SIGTERM of the home: a planned move to a live node of the set, not a takeover
     # (once that node is ready to take it: else the drain rightly gives the lease up instead)
     wait_for(
-        lambda: third in (agent_view(fm[taken])["placement"] or {})["candidates"],
+        lambda: set(SET[1:]) <= set((agent_view(fm["node-a"])["placement"] or {})["candidates"]),
         20,
-        f"{third} ready to take it",
+        "node-b and node-c ready to take it",
     )
-    fm[taken].terminate()
-    assert wait_runner(fm, 15, among=[third]) == third
+    fm["node-a"].terminate()
+    third = wait_runner(fm, 15, among=SET[1:])
     journal = events(fm[third])
     moves = [e for e in journal if e["type"] in ("journal.handoff", "journal.takeover")]
-    assert moves[-1]["type"] == "journal.handoff" and moves[-1]["origin"] == taken
-    log = fm[taken].log_path.read_text()
+    assert moves[-1]["type"] == "journal.handoff" and moves[-1]["origin"] == "node-a"
+    log = fm["node-a"].log_path.read_text()
     stopping = log[log.rindex("shutting down") :]
     assert f"agent {AGENT} handed over to {third}" in stopping
     assert " WARNING " not in stopping, stopping  # a clean stop is quiet
 
-    # removed on its home: it runs nowhere again, not after the home's kill -9 either
-    fm["node-a"].start(60)
+    # removed by its owner: it runs nowhere again, not after the home's kill -9 either (the
+    # home that is not its owner refuses the removal, naming it)
     with fm[third].client() as client:
+        refused = client.delete(f"/api/v1/agents/{AGENT}")
+    assert refused.status_code == 409 and refused.json()["owner"] == "node-a", refused.text
+    fm["node-a"].start(60)
+    move_to(fm[third], "node-a")
+    assert wait_runner(fm, 20, among=["node-a"]) == "node-a"
+    with fm["node-a"].client() as client:
         removed = client.delete(f"/api/v1/agents/{AGENT}")
     assert removed.status_code == 200, removed.text
-    for name in ("node-a", third):
+    for name in SET:
         wait_for(lambda n=name: agent_view(fm[n]) is None, 20, f"{name} no longer lists it")
-    fm[third].kill()
+    fm["node-a"].kill()
     deadline = time.monotonic() + LEASE_TTL_SECS + 3
     while time.monotonic() < deadline:
-        assert not held_by(fm, "node-a")
+        assert not held_by(fm, "node-b") and not held_by(fm, "node-c")
         time.sleep(0.5)
-    fm[third].start(60)
-    retired = events(fm["node-a"])
+    fm["node-a"].start(60)
+    retired = events(fm[third])
     after = retired[[e["type"] for e in retired].index("agent.retired") :]
     assert {e["type"] for e in after} <= {"agent.retired", "agent.stopped", "grant.revoked"}
-    assert agent_view(fm[third]) is None
+    assert agent_view(fm["node-a"]) is None
 
 
 def test_planned_moves_under_load_stick_every_time(failover, built_agents):
@@ -145,7 +172,8 @@ def test_planned_moves_under_load_stick_every_time(failover, built_agents):
             home = to
         assert wait_runner(fm, 20) == home
         wait_for(lambda: any(n == home for _, n in ticks(events(fm[home]))), 20, "it ticks")
-    stop(fm[home])  # a journal that stops growing, to compare copies
+    assert home == "node-a"
+    stop(fm[home])  # a journal that stops growing, to compare copies (the owner's decision)
     journal = same_journals(fm, SET)
     kinds = [e for e in journal if e["type"] in ("journal.handoff", "journal.takeover")]
     assert [e["type"] for e in kinds] == ["journal.handoff"] * MOVES  # none bounced
@@ -171,7 +199,8 @@ def test_planned_moves_under_load_stick_every_time(failover, built_agents):
 def test_a_node_that_never_ran_the_component_takes_over_within_the_lease(failover, built_agents):
     """node-b compiles for itself (no shared compile cache): it compiles the component when it
     learns of the placement, so after node-a's kill -9 its takeover takes the lease TTL plus
-    seconds, not a compile. Then node-a, dropped from the set, starts again as a replica."""
+    seconds, not a compile. node-a handed the agent's ownership to node-b before: node-b drops
+    node-a from the set, and node-a starts again as a replica."""
     fm = failover(own_compile_cache=("node-b",))
     placed_counter(fm, built_agents["counter"], ["node-a", "node-b"])
     wait_for(
@@ -180,6 +209,13 @@ def test_a_node_that_never_ran_the_component_takes_over_within_the_lease(failove
         "node-b ready to host it (compiled there)",
     )
     assert "compiled ahead of a takeover" in fm["node-b"].log_path.read_text()
+    # node-a hands the agent's ownership to node-b first (issue 51): node-b's decisions count
+    with fm["node-a"].client() as client:
+        handed = client.post(f"/api/v1/agents/{AGENT}/owner", json={"to": "node-b"})
+        outside = client.post(f"/api/v1/agents/{AGENT}/owner", json={"to": "node-c"})
+    assert handed.status_code == 200, handed.text
+    assert "owned by 'node-b' now" in handed.json()["message"]
+    assert outside.status_code == 409 and outside.json()["owner"] == "node-b", outside.text
     killed = time.monotonic()
     fm["node-a"].kill()
     assert wait_runner(fm, LEASE_TTL_SECS + 15, among=["node-b"]) == "node-b"
@@ -187,7 +223,8 @@ def test_a_node_that_never_ran_the_component_takes_over_within_the_lease(failove
     print(f"cold takeover by node-b {took:.1f} s after the kill")
     assert took <= LEASE_TTL_SECS + 5, took
 
-    # the set without node-a (asked of the new home), then node-a starts again: a replica
+    # the set without node-a (asked of the new home, its owner now), then node-a starts
+    # again: a replica
     component = agent_view(fm["node-b"])["current"]["component"]
     with fm["node-b"].client() as client:
         placed = client.put(

@@ -71,3 +71,19 @@ def test_a_node_is_eligible_only_for_domains_it_consents_to_and_serves_and_pinne
     assert consent.refusal(asked, ["payments"]) is None
     pinned = hosting(grants={"domains": ["payments"]}, components=["sha256:" + "b" * 64])
     assert "not one this node allows" in pinned.refusal(asked, ["payments"])
+
+
+def test_a_consent_naming_an_owner_refuses_another_nodes_agent_of_that_name():
+    """Consent names whose agent (issue 51): node-x's own `payer` is not node-a's."""
+    asked = definition(grant_domains=["payments"])
+    consent = hosting(owner="node-a", grants={"domains": ["payments"]})
+    assert consent.refusal(asked, ["payments"], owner="node-a") is None
+    refused = consent.refusal(asked, ["payments"], owner="node-x")
+    assert refused == "it is owned by 'node-x', not 'node-a', the owner its consent (hosting) names"
+    assert hosting().refusal(definition(), [], owner="node-x") is None  # a bare entry: any owner
+
+
+def test_an_agent_handed_to_this_node_is_its_own():
+    consent = hosting(owner="node-a")
+    assert consent.refusal(definition(), [], owner="node-b", here="node-b") is None
+    assert "owned by 'node-b'" in consent.refusal(definition(), [], owner="node-b", here="node-c")

@@ -50,6 +50,7 @@ def test_snapshot_is_sorted_and_refolds_equal() -> None:
     snapshot = journals.snapshot()
     assert snapshot == {
         "home": {"alice": "node-z", "bob": "node-z", "carol": "node-z"},
+        "owner": {"alice": "node-z", "bob": "node-z", "carol": "node-z"},
         "head": {"alice": 2, "bob": 1, "carol": 1},
         "epoch": {},
         "placement": {},
@@ -57,7 +58,7 @@ def test_snapshot_is_sorted_and_refolds_equal() -> None:
     }
     assert list(snapshot["head"]) == ["alice", "bob", "carol"]
     assert refolded_snapshot(journals, j.envelopes) == snapshot
-    empty = {"home": {}, "head": {}, "epoch": {}, "placement": {}, "moves": {}}
+    empty = {"home": {}, "owner": {}, "head": {}, "epoch": {}, "placement": {}, "moves": {}}
     assert Journals().snapshot() == empty
 
 

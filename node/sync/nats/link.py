@@ -22,7 +22,15 @@ from node.context import NodeContext
 from node.sync.incidents import Incidents
 from node.sync.nats.metrics import NatsMetrics
 from node.sync.nats.raw import RawClient
-from node.sync.nats.subjects import Bucket, all_subjects, bucket_name, inbox_prefix, stream_name
+from node.sync.nats.settings import differences
+from node.sync.nats.subjects import (
+    Bucket,
+    all_subjects,
+    bucket_name,
+    inbox_prefix,
+    kv_stream,
+    stream_name,
+)
 
 log = logging.getLogger("agent-node.sync")
 DUPLICATE_WINDOW_SECS = 120.0
@@ -88,36 +96,64 @@ async def connect(
     return client
 
 
-async def ensure_stream(js: JetStreamContext, mesh: MeshSection) -> None:
+async def ensure_stream(js: JetStreamContext, mesh: MeshSection) -> list[str]:
     """Create the mesh's stream when missing (every node asks; creating it twice with the same
-    settings is harmless). An existing stream's settings are the operator's: left alone."""
+    settings is harmless). An existing one is used whatever its settings (replication must go
+    on), and each setting that differs from these is returned, to be reported."""
     name = stream_name(mesh.name)
-    try:
-        await js.stream_info(name)
-        return
-    except NotFoundError:
-        pass
-    await js.add_stream(
-        StreamConfig(
-            name=name,
-            subjects=[all_subjects(mesh.name)],
-            storage=StorageType.FILE,
-            num_replicas=mesh.stream_replicas,
-            max_age=mesh.stream_max_age_secs or None,
-            max_bytes=mesh.stream_max_bytes,
-            discard=DiscardPolicy.OLD,
-            # the server refuses a duplicate window longer than the stream's max age
-            duplicate_window=min(DUPLICATE_WINDOW_SECS, mesh.stream_max_age_secs or 1e9),
-        )
+    wanted = StreamConfig(
+        name=name,
+        subjects=[all_subjects(mesh.name)],
+        storage=StorageType.FILE,
+        num_replicas=mesh.stream_replicas,
+        max_age=mesh.stream_max_age_secs or None,
+        max_bytes=mesh.stream_max_bytes,
+        discard=DiscardPolicy.OLD,
+        # the server refuses a duplicate window longer than the stream's max age
+        duplicate_window=min(DUPLICATE_WINDOW_SECS, mesh.stream_max_age_secs or 1e9),
     )
-    log.info("nats: created stream %s (replicas %d)", name, mesh.stream_replicas)
+    try:
+        found = await js.stream_info(name)
+    except NotFoundError:
+        await js.add_stream(wanted)
+        log.info("nats: created stream %s (replicas %d)", name, mesh.stream_replicas)
+        return []
+    wrong = differences(found.config, wanted)
+    kept, asked = float(found.config.max_age or 0.0), float(mesh.stream_max_age_secs or 0.0)
+    if abs(kept - asked) > 1.0:
+        shown = "for ever" if kept <= 0 else f"{kept:g} s"
+        wrong.append(f"it keeps messages {shown}, not {asked:g} s (stream_max_age_secs)")
+    return wrong
 
 
-async def heads_kv(js: JetStreamContext, mesh: MeshSection) -> KeyValue:
+async def heads_kv(js: JetStreamContext, mesh: MeshSection) -> tuple[KeyValue, list[str]]:
+    """The heads bucket (nats-py's layout, one value per key), created when missing, and each
+    setting of an existing one that differs from that (used anyway, reported)."""
     bucket = bucket_name(mesh.name, Bucket.HEADS)
     try:
-        return await js.key_value(bucket)
+        kv = await js.key_value(bucket)
     except NotFoundError:
-        return await js.create_key_value(
+        kv = await js.create_key_value(
             bucket=bucket, history=1, replicas=mesh.stream_replicas, storage=StorageType.FILE
         )
+        return kv, []
+    found = await js.stream_info(kv_stream(bucket))
+    wanted = StreamConfig(
+        subjects=[f"$KV.{bucket}.>"],
+        max_msgs_per_subject=1,
+        discard=DiscardPolicy.NEW,
+        num_replicas=mesh.stream_replicas,
+        storage=StorageType.FILE,
+    )
+    return kv, differences(found.config, wanted)
+
+
+def repair_of(stream: str, wrong: list[str]) -> str:
+    """The finding's detail: what differs, and the operator's one command."""
+    return (
+        f"{stream} was made with other settings than this node makes it with: {'; '.join(wrong)}. "
+        "This node keeps replicating through it. Repair: delete it while the nodes run "
+        f"(`nats stream rm {stream}`): they make it again at once; what it held stays in every "
+        "node's journal, and a node that missed some repairs it from its peers over HTTP "
+        '(docs/mesh.md, "NATS JetStream transport")'
+    )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import random
 import time
@@ -22,12 +23,13 @@ from node.sync.loops import run_together
 from node.sync.nats.claims import ClaimBook
 from node.sync.nats.consumer import NatsConsumer
 from node.sync.nats.heads import HeadsBoard
-from node.sync.nats.link import Link, connect, ensure_stream, heads_kv
+from node.sync.nats.link import Link, connect, ensure_stream, heads_kv, repair_of
 from node.sync.nats.metrics import NatsMetrics
 from node.sync.nats.publisher import NatsPublisher
 from node.sync.nats.raw import RawClient
 from node.sync.nats.repair import HttpRepair
 from node.sync.nats.repair_queue import RepairQueue
+from node.sync.nats.subjects import Bucket, bucket_name, kv_stream, stream_name
 from node.sync.rules.receiver import Receiver
 from projections.journals import Journals
 
@@ -104,6 +106,17 @@ class NatsMesh:
             await asyncio.sleep(backoff * random.uniform(0.8, 1.2))
             backoff = min(backoff * 2, 5.0)
 
+    async def _report_settings(self, stream: str, wrong: list[str]) -> None:
+        """A critical finding naming each setting of `stream` that differs (once per set of
+        differences), and the repair; the stream is used all the same."""
+        if not wrong:
+            return
+        digest = hashlib.sha256("; ".join(wrong).encode()).hexdigest()[:16]
+        title = f"the mesh's stream {stream} has other settings than this node makes it with"
+        await self._incidents.report(
+            f"stream-settings/{stream}/{digest}", "critical", title, repair_of(stream, wrong)
+        )
+
     async def _reconnected(self) -> None:
         if self.publisher is not None:
             self.publisher.reconnected()
@@ -115,8 +128,9 @@ class NatsMesh:
     async def _serve(self, nc: RawClient) -> None:
         js = nc.jetstream(timeout=10)
         mesh = self._ctx.config.mesh
-        await ensure_stream(js, mesh)
-        kv = await heads_kv(js, mesh)
+        await self._report_settings(stream_name(mesh.name), await ensure_stream(js, mesh))
+        kv, wrong = await heads_kv(js, mesh)
+        await self._report_settings(kv_stream(bucket_name(mesh.name, Bucket.HEADS)), wrong)
         link = Link(self._ctx, nc, js, self.metrics, self._incidents)
         self.publisher = NatsPublisher(link)
         self.consumer = NatsConsumer(link, self._receiver, self.repair)

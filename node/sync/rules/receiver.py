@@ -76,7 +76,7 @@ class Receiver:
         self._peers = {p.name for p in ctx.config.peers}
         self._equivocations: dict[str, deque[float]] = {}  # peer → times of its findings
         self._book = PendingBook(ctx)
-        self._screener = Screener(ctx, self._book)
+        self._screener = Screener(ctx, self._book, keys.lookup)
         self._seen = MovesSeen()  # moves whose signature held: their equivocations
         self._staged: dict[int, Screening] = {}  # id of a staged batch's future → screening
         # the placement layer: judges takeovers, hears of journals that moved away

@@ -16,8 +16,10 @@ from datetime import UTC, datetime
 import msgspec
 
 from eventstore.envelope import Event, decode_event
-from eventstore.store import ForeignEnvelope, ImportStatus
+from eventstore.imports import KeyLookup, precheck
+from eventstore.store import ForeignEnvelope, ImportResult, ImportStatus
 from node.context import NodeContext
+from node.sync.rules import owner
 from node.sync.rules.moves import MoveRules
 from node.sync.rules.outcome import (
     FOREIGN_WRITER,
@@ -44,11 +46,13 @@ from projections.keys import is_key_journal, key_journal
 
 
 class Screener:
-    def __init__(self, ctx: NodeContext, book: PendingBook) -> None:
+    def __init__(self, ctx: NodeContext, book: PendingBook, key_of: KeyLookup) -> None:
         self._ctx = ctx
+        self._key_of = key_of  # peers' keys: a refused owner decision's signature first
         self._book = book
         self._ownership = Ownership(ctx)
         self._moves = MoveRules(ctx, book)
+        self._handed: dict[str, tuple[int, str]] = {}  # owners handed, not folded yet
 
     def screen(
         self, items: Sequence[msgspec.Raw], outcome: PushOutcome, screening: Screening
@@ -158,6 +162,18 @@ class Screener:
                     FOREIGN_WRITER,
                     f"journal is written by {writer!r}, envelope by {event.origin!r}",
                 )
+        if item.seq > held and kind in owner.OWNER_DECISIONS:
+            state = owner.Screened(
+                journals, item.seq, batch.new_homes, self._handed, self._book.placement_of
+            )
+            why = owner.screen(state, self._handed, stream, item.seq, event)
+            if why is not None:
+                # reported only once its signature holds: a forgery names nobody
+                (checked,) = precheck([item], self._key_of)
+                if isinstance(checked, ImportResult):
+                    return checked.status.value, checked.detail
+                batch.incidents.append(owner.finding_of(stream, event.origin, why))
+                return owner.NOT_OWNER, why
         if item.seq > held and kind in (JOURNAL_HANDOFF, AGENT_PLACED):
             return self._moves.placement(index, item, event, home or event.origin, epoch, batch)
         return None
