@@ -28,7 +28,7 @@ from node.runtime.agents import AGENTS, Agents
 from node.runtime.capabilities import Capabilities
 from node.runtime.compiled_cache import compiled_cache_dir
 from node.runtime.host import HostServices, JournalHost
-from node.runtime.inference import InferenceClient
+from node.inference.service import InferenceService
 from node.runtime.mcp import McpServer
 from node.runtime.runtime import AgentRuntime
 from node.runtime.spec import AgentSpec, RuntimeOptions, compile_limits, spec_from_config
@@ -131,7 +131,7 @@ async def runtime_lifecycle(
         metrics=ctx.metrics,
         loop=loop,
         capabilities=Capabilities(session, config.actions),
-        inference=InferenceClient(session, config.inference),
+        inference=InferenceService(session, config.inference, ctx.metrics),
         tasks=tasks,
         approvals=deps.approvals,
         grants=deps.grants,

@@ -94,6 +94,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     test.add_argument("--infer-reply", default="ok", help="what inference answers")
     test.add_argument(
+        "--infer-file",
+        metavar="PATH",
+        help="answers to the inference calls, in order: a JSON list of texts or chat answers "
+        '({"message": {"content", "tool_calls"}})',
+    )
+    test.add_argument(
         "--fuel",
         dest="fuel_per_tick",
         metavar="FUEL",
@@ -239,6 +245,13 @@ def _fakes(args: argparse.Namespace) -> harness.Fakes:
     from node.authoring import harness
 
     fakes = harness.Fakes(grants=set(args.grant), infer_reply=args.infer_reply)
+    if args.infer_file:
+        from node.inference import canned
+
+        try:
+            fakes.infer_answers = canned.load(Path(args.infer_file).read_text())
+        except (OSError, ValueError) as e:
+            raise UsageError(f"--infer-file {args.infer_file}: {e}") from None
     for item in args.capability:
         name, has_reply, reply = item.partition("=")
         if has_reply:

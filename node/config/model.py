@@ -10,6 +10,10 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from node.config.inference import AgentInference as AgentInference
+from node.config.inference import InferenceSection as InferenceSection
+from node.config.inference import ModelSection as ModelSection
+from node.config.inference import inference_problems
 from node.config.names import AGENT_NAME as AGENT_NAME
 from node.config.names import AGENT_NAME_RE as AGENT_NAME_RE
 from node.config.names import MESH_NAME as MESH_NAME
@@ -175,16 +179,6 @@ class MeshSection(_Section, kw_only=True):
     agent_slots: Annotated[int, msgspec.Meta(ge=0, le=100_000)] = 100
 
 
-class InferenceSection(_Section, kw_only=True):
-    local_url: str | None = None
-    cloud_url: str | None = None
-    cloud_api_key_env: str | None = None
-    default_route: Literal["local", "cloud"] = "local"
-    local_model: str = "local"
-    cloud_model: str = "default"
-    timeout_secs: Annotated[float, msgspec.Meta(gt=0)] = 120.0
-
-
 class GrantsSection(_Section, kw_only=True):
     domains: list[str] = []
 
@@ -210,6 +204,7 @@ class AgentConfig(_Section, kw_only=True):
     approval: dict[str, Any] = {}
     grants: GrantsSection = msgspec.field(default_factory=GrantsSection)
     http: HttpSection = msgspec.field(default_factory=HttpSection)
+    inference: AgentInference = msgspec.field(default_factory=AgentInference)
     # node names that may host it (docs/mesh.md, "Placement and failover"); empty: this node
     placement: list[AgentName] = []
 
@@ -249,6 +244,8 @@ class HostingConfig(_Section, kw_only=True):
     approval: dict[str, Any] = {}
     grants: GrantsSection = msgspec.field(default_factory=GrantsSection)
     http: HttpSection = msgspec.field(default_factory=HttpSection)
+    # the model aliases it may use here (those both name; none: this node's default model)
+    inference: AgentInference = msgspec.field(default_factory=AgentInference)
     mcp: bool = False
     # the most a run may take here (and the shortest interval between ticks)
     fuel_per_tick: PositiveInt = DEFAULT_FUEL_PER_TICK
@@ -395,6 +392,7 @@ def check_config(config: Config, source: str) -> Iterator[str]:
                 "registry (registry:ID@VERSION), which the other nodes fetch it by"
             )
     yield from _check_hosting(config, source)
+    yield from inference_problems(config, source)
     token_names = [t.name for t in config.auth.tokens]
     for i, token in enumerate(config.auth.tokens):
         where = f"{source}: auth.tokens[{i}]"

@@ -73,6 +73,10 @@ def secrets_of(config: Config) -> list[str]:
         found += [v for v in values.values() if isinstance(v, str)]
     if config.inference.cloud_api_key_env:
         found.append(os.environ.get(config.inference.cloud_api_key_env, ""))
+    for model in config.inference.models.values():  # inference (issue 54)
+        found.append(model.api_key)
+        if model.api_key_env:
+            found.append(os.environ.get(model.api_key_env, ""))
     return [s for s in found if s]
 
 

@@ -11,7 +11,8 @@ hosts an agent only when its own operator said so, in one of three ways (the fir
 
 What the agent gets here is the definition bounded by the consent (`bound`): a capability only
 when both enable it, gated when either gates it, grant domains and allowed hosts both name,
-the smaller of each run limit, MCP only when both allow it. A node is eligible to host it
+the smaller of each run limit, MCP only when both allow it, the inference models both name
+(none in common: this node's default model alone). A node is eligible to host it
 (`refusal` says why not) only when every grant domain the definition asks for is consented
 and served here (a secret the agent cannot read would fail it), and its component is one the
 consent allows. The component itself passes this node's own compile check before it runs
@@ -42,6 +43,7 @@ class Consent:
     mcp: bool
     limits: c.AgentLimits  # caps (tick_interval_ms: a floor)
     components: frozenset[str]  # sha256:... allowed; empty: any
+    inference_models: frozenset[str] = frozenset()  # model aliases it may use here
 
     @classmethod
     def of_hosting(cls, entry: HostingConfig) -> Consent:
@@ -61,6 +63,7 @@ class Consent:
                 tick_timeout_ms=entry.tick_timeout_ms,
             ),
             components=frozenset(entry.components),
+            inference_models=frozenset(entry.inference.models),
         )
 
     @classmethod
@@ -76,6 +79,7 @@ class Consent:
             mcp=definition.mcp,
             limits=definition.limits,
             components=frozenset(),
+            inference_models=frozenset(definition.inference_models),
         )
 
     def bound(self, definition: c.AgentDefinition) -> c.AgentDefinition:
@@ -102,6 +106,7 @@ class Consent:
             memory_limit_mb=min(wanted.memory_limit_mb, cap.memory_limit_mb),
             tick_timeout_ms=min(wanted.tick_timeout_ms, cap.tick_timeout_ms),
         )
+        models = [m for m in definition.inference_models if m in self.inference_models]
         return c.AgentDefinition(
             component=definition.component,
             sha256=definition.sha256,
@@ -112,6 +117,11 @@ class Consent:
             mcp=definition.mcp and self.mcp,
             grant_domains=[d for d in definition.grant_domains if d in self.grant_domains],
             allow_hosts=[h for h in definition.allow_hosts if h in self.allow_hosts],
+            # the models both name (none in common: this node's default model alone)
+            inference_models=models,
+            inference_default=definition.inference_default
+            if definition.inference_default in models
+            else None,
         )
 
     def refusal(self, definition: c.AgentDefinition, served: Iterable[str]) -> str | None:

@@ -27,11 +27,11 @@ from typing import Any, Literal, Protocol, TypeVar
 
 from eventstore.store import EventStore
 from node.config.model import AgentConfig, Config, secret_env_name
-from node.ops.ids import new_id
+from node.inference import hostcall
+from node.inference.service import InferenceService
 from node.ops.metrics import NodeMetrics
 from node.runtime.capabilities import Capabilities
 from node.runtime.hostapi import AgentFault, HostError, Run, RunResult, Task, exempt_from_deadline
-from node.runtime.inference import InferenceClient, parse_request
 from node.runtime.limits import (
     MAX_DETAIL,
     MAX_PAYLOAD_BYTES,
@@ -107,7 +107,7 @@ class HostServices:
     metrics: NodeMetrics
     loop: asyncio.AbstractEventLoop
     capabilities: Capabilities
-    inference: InferenceClient
+    inference: InferenceService
     tasks: TaskQueue
     approvals: ApprovalGate
     grants: Grants
@@ -304,23 +304,10 @@ class JournalHost:
         return domain in self.agent.grants.domains and self.s.grants.is_active(self.name, domain)
 
     def infer(self, request: str) -> str:
-        route, prompt, max_tokens = parse_request(request, self.s.config.inference.default_route)
-        self.s.metrics.inference_requests.labels(route=route).inc()
-        run_id = self._run.run_id if self._run else ""
-        message_id = new_id()
-        frame = {"run_id": run_id, "threadId": self.name, "runId": run_id, "messageId": message_id}
-        self._publish("TEXT_MESSAGE_START", {**frame, "role": "assistant"})
+        return hostcall.infer(self, self.s.inference, request)  # node/inference/
 
-        def on_token(text: str) -> None:
-            self._publish("token", {"text": text})
-            self._publish("TEXT_MESSAGE_CONTENT", {**frame, "text": text, "delta": text})
-
-        try:
-            text = self._on_loop(self.s.inference.complete(route, prompt, max_tokens, on_token))
-        finally:
-            self._publish("TEXT_MESSAGE_END", frame)
-        self._append(*c.event_of(c.InferenceCompleted(route=route, chars=len(text))))
-        return text
+    def run_id(self) -> str:
+        return self._run.run_id if self._run else ""
 
     def create_task(self, to: str, input: str) -> str:
         _cap("the task input", input)
