@@ -45,6 +45,7 @@ class LLM:
         self.default = Reply(text=["ok"])
         self.asked: list[Asked] = []
         self.arrived = asyncio.Event()
+        self.port = 0  # the test server's, once it listens
 
     def script(self, *replies: Reply) -> None:
         self.replies.extend(replies)

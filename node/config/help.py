@@ -142,8 +142,7 @@ KEYS: dict[type[msgspec.Struct], dict[str, str]] = {
         "timeout_secs": "Idle timeout for a response and each next piece of a stream.",
         "models": "Alias to a model ([inference.models.<alias>]); local_url and cloud_url are "
         "the aliases local and cloud unless this names them.",
-        "default_model": "The alias an agent that lists no models uses (default: "
-        "default_route).",
+        "default_model": "The alias an agent that lists no models uses (default: default_route).",
         "requests_per_minute": "Most inference calls of one agent in a minute (0: no limit); "
         "a call waits for room when that comes before its run's deadline.",
         "tokens_per_minute": "Most tokens (input and output) of one agent's calls in a minute "

@@ -83,9 +83,9 @@ def inference_problems(config: Any, source: str) -> Iterator[str]:
         where = f"{source}: inference.models.{alias}"
         if not re.match(r"^https?://[^/\s]+", model.base_url):
             yield f"{where}.base_url: must start with http:// or https:// and a host"
-        given = [model.api_key, model.api_key_env, model.api_key_file]
+        given = [model.api_key_env, model.api_key_file or model.api_key]  # the file fills api_key
         if sum(value is not None for value in given) > 1:
-            yield f"{where}: give one of api_key, api_key_env or api_key_file"
+            yield f"{where}: give only one of api_key, api_key_env or api_key_file"
     default = section.default_model
     if default is not None and default not in section.models and default not in known:
         yield f"{source}: inference.default_model: {default!r} is no model of [inference.models]"

@@ -7,10 +7,8 @@ from __future__ import annotations
 import json
 import time
 
-import pytest
-
 from node.context import CONTEXT
-from tests.llm_support import LLM, Reply
+from tests.llm_support import Reply
 from tests.polling import until
 from tests.runtime.test_lifecycle import create_task
 from tests.runtime.test_runtime_node import agent_toml, journal, start_node
@@ -53,17 +51,13 @@ TOOL_ROUND = Reply(
 ANSWER = Reply(text=["INV-2 ", "totals 80."], input_tokens=45, output_tokens=6)
 
 
-@pytest.fixture
-async def llm(aiohttp_server):
-    model = LLM()
-    server = await aiohttp_server(model.app())
-    model.port = server.port  # type: ignore[attr-defined]
-    return model
-
-
-async def helper_node(aiohttp_client, tmp_path, built_agents, llm, agent=ALLOWED, extra=""):
-    toml = models_toml(llm.port, extra) + agent_toml(
-        "helper", built_agents["tool_caller"], "tick_interval_ms = 60000\n" + agent
+async def helper_node(
+    aiohttp_client, tmp_path, built_agents, llm, agent=ALLOWED, extra="", policy=""
+):
+    toml = (
+        policy
+        + models_toml(llm.port, extra)
+        + agent_toml("helper", built_agents["tool_caller"], "tick_interval_ms = 60000\n" + agent)
     )
     return await start_node(aiohttp_client, tmp_path, toml, sink=True)
 
