@@ -25,6 +25,7 @@ from projections.packages import Registry
 from projections.peers import PeerBook
 from projections.placements import Placements
 from projections.tasks import Tasks
+from projections.usage import Usage
 
 
 class Storage(StrEnum):
@@ -53,6 +54,7 @@ READ_MODELS: tuple[ReadModel, ...] = (
     ReadModel(PeerBook, Storage.MEMORY),
     ReadModel(DeployedAgents, Storage.MEMORY),
     ReadModel(Placements, Storage.MEMORY),
+    ReadModel(Usage, Storage.MEMORY),  # inference (issue 54)
 )
 
 

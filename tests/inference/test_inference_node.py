@@ -4,9 +4,11 @@ what it may use, what each call cost, and what the streams saw."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 
+from node.cli.main import main
 from node.context import CONTEXT
 from tests.llm_support import Reply
 from tests.polling import until
@@ -222,3 +224,46 @@ async def test_a_rate_limit_refuses_what_would_wait_past_the_deadline(
     assert len(llm.asked) == 1  # the second round never reached the provider
     refused = journal(app, "helper", "inference.failed")
     assert refused[0]["refused"] is True
+
+
+async def test_usage_per_agent_and_model_over_http_and_the_cli_and_after_a_restart(
+    aiohttp_client, tmp_path, built_agents, llm, capsys
+):
+    llm.script(TOOL_ROUND, ANSWER, Reply(status=500, error_body="boom"))
+    app, client, _ = await helper_node(aiohttp_client, tmp_path, built_agents, llm)
+    assert (await outcome(app, client, {"question": "INV-2?"}))["type"] == "task.completed"
+    assert (await outcome(app, client, {"question": "again"}))["type"] == "task.failed"
+    response = await client.get("/api/v1/usage?agent=helper&since=1h", headers=auth(READ_TOKEN))
+    report = await response.json()
+    (helper,) = report["agents"]
+    (small,) = helper["models"]
+    assert (small["calls"], small["errors"], small["refused"]) == (3, 1, 0)
+    assert (small["input_tokens"], small["output_tokens"]) == (75, 18)
+    assert small["cost_nanos"] == 75 * 1500 + 18 * 6000 and small["cost"] == "0.0002205"
+    bad = await client.get("/api/v1/usage?since=forever", headers=auth(READ_TOKEN))
+    assert bad.status == 400 and "since" in (await bad.json())["detail"]
+
+    url = str(client.make_url("/")).rstrip("/")
+    argv = ["usage", "--url", url, "--token", READ_TOKEN, "--since", "2d"]
+    assert await asyncio.to_thread(main, argv) == 0
+    shown = capsys.readouterr().out.splitlines()
+    assert shown[1].split() == [
+        "AGENT",
+        "MODEL",
+        "CALLS",
+        "ERRORS",
+        "REFUSED",
+        "INPUT",
+        "TOKENS",
+        "OUTPUT",
+        "TOKENS",
+        "COST",
+        "MEAN",
+        "MS",
+    ]
+    assert shown[2].split()[:8] == ["helper", "small", "3", "1", "0", "75", "18", "0.0002205"]
+
+    await client.close()  # the same journal, a new node: the fold gives the same usage
+    _, client2, _ = await helper_node(aiohttp_client, tmp_path, built_agents, llm)
+    again = await client2.get("/api/v1/usage?agent=helper", headers=auth(READ_TOKEN))
+    assert (await again.json())["agents"] == report["agents"]
