@@ -23,12 +23,13 @@ from aiohttp import web
 from node.api import mcp
 from node.config.model import AgentConfig
 from node.context import CONTEXT, NodeContext
+from node.inference.service import InferenceService
+from node.ops import tracing
 from node.placement.key import PLACEMENT
 from node.runtime.agents import AGENTS, Agents
 from node.runtime.capabilities import Capabilities
 from node.runtime.compiled_cache import compiled_cache_dir
 from node.runtime.host import HostServices, JournalHost
-from node.inference.service import InferenceService
 from node.runtime.mcp import McpServer
 from node.runtime.runtime import AgentRuntime
 from node.runtime.spec import AgentSpec, RuntimeOptions, compile_limits, spec_from_config
@@ -119,6 +120,7 @@ async def runtime_lifecycle(
     config.agents = hosted
     ctx.metrics.agents_total.set(len(hosted))
     loop = asyncio.get_running_loop()
+    tracing.start(config.tracing)  # OpenTelemetry spans, when [tracing] enabled
     session = aiohttp.ClientSession()
     names = [a.name for a in config.agents]
     tasks = TaskQueue(names)
@@ -195,6 +197,7 @@ async def runtime_lifecycle(
         await loop.run_in_executor(None, runtime.stop)
         agents.attach(None, None)
         await session.close()
+        await loop.run_in_executor(None, tracing.stop)
 
 
 def keep_as_replicas(

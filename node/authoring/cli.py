@@ -42,6 +42,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     new = action("new", cmd_new, "make a new agent project: source, WIT world, test, README")
     new.add_argument("name", help="agent name, also its registry package id (lower case)")
     new.add_argument("--lang", choices=sorted(LANGUAGES), default="python")
+    new.add_argument(
+        "--template",
+        choices=("words", "tools"),
+        default="words",
+        help="words (counts words, gated actions) or tools (a model calling the agent's tools)",
+    )
     new.add_argument("--dir", default=".", help="folder to make the project in (default .)")
 
     built = action("build", cmd_build, "build the project into build/NAME.wasm")
@@ -172,14 +178,18 @@ def _positive(text: str) -> int:
 def cmd_new(args: argparse.Namespace) -> int:
     from node.authoring import project
 
-    made = project.create(args.name, args.lang, Path(args.dir))
+    made = project.create(args.name, args.lang, Path(args.dir), args.template)
     where = os.path.relpath(made.root)
     if where.startswith(".."):
         where = str(made.root)
     print(f"made {made.language} agent {made.name} in {where}/")
     print(f"  cd {where}")
     print("  agent-node agent build          # -> build/" + made.output.name)
-    print('  agent-node agent test --input \'{"text": "hello world"}\'')
+    if args.template == "tools":
+        question = json.dumps({"question": "Weather in Paris?"})
+        print(f"  agent-node agent test --input '{question}' --infer-file answers.json")
+    else:
+        print('  agent-node agent test --input \'{"text": "hello world"}\'')
     print("  " + ("npm test" if made.language == "js" else "python -m unittest"))
     print("the guide to writing agents: agent-node docs agents")
     return 0

@@ -33,6 +33,8 @@ KEYS: dict[type[msgspec.Struct], dict[str, str]] = {
         "delivery": "The outbox of notifications (A2A push, approval channels): where it may "
         "send, retries, limits (docs/notifications.md).",
         "notifications": "Who is told that an approval request waits: channels and escalation.",
+        "tracing": "OpenTelemetry spans of runs, host calls, approval waits and inference, "
+        'sent over OTLP/HTTP (off by default; docs/inference.md, "Traces").',
         "policy": "Approval policies in Cedar that permit, forbid or ask people about each use "
         'of a capability whose approval is "policy" (docs/approvals.md).',
     },
@@ -163,6 +165,13 @@ KEYS: dict[type[msgspec.Struct], dict[str, str]] = {
         "route": "local or cloud: its label in svc_inference_requests_total.",
         "max_tokens": "max_tokens sent when a call gives none.",
         "timeout_secs": "Idle timeout of this model (default [inference]'s).",
+    },
+    c.TracingSection: {
+        "enabled": "Send spans (needs the otel extra: pip install 'agent-node[otel]').",
+        "endpoint": "The collector's OTLP/HTTP traces URL (protobuf), .../v1/traces.",
+        "service_name": "service.name of the spans' resource.",
+        "export_interval_ms": "How long finished spans wait to be sent together.",
+        "headers": "Headers of each export (a hosted collector's key; never logged).",
     },
     c.AgentInference: {
         "models": "Model aliases the agent may use (none: the node's default model alone).",

@@ -19,6 +19,7 @@ from node.config.names import AGENT_NAME_RE as AGENT_NAME_RE
 from node.config.names import MESH_NAME as MESH_NAME
 from node.config.names import SCOPES as SCOPES
 from node.config.names import ConfigError as ConfigError
+from node.config.tracing import TracingSection as TracingSection
 from node.ops.filemodes import exposure
 from node.runtime.limits import DEFAULT_FUEL_PER_TICK
 from projections.catalogue import MAX_APPROVAL_TIMEOUT_SECS
@@ -358,6 +359,7 @@ class Config(_Section, kw_only=True):
     notifications: NotificationsSection = msgspec.field(default_factory=NotificationsSection)
 
     policy: PolicySection = msgspec.field(default_factory=PolicySection)  # issue 47
+    tracing: TracingSection = msgspec.field(default_factory=TracingSection)  # issue 54
     # Where the file was read from; relative paths in it are relative to its folder.
     base_dir: str = "."
 

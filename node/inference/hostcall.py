@@ -14,8 +14,10 @@ from collections.abc import Coroutine
 from typing import Any, Protocol, TypeVar
 
 from node.config.model import AgentConfig
+from node.inference import genai
 from node.inference.ratelimit import LimitRefusal
 from node.inference.service import CAPABILITY, Call, InferenceService, Outcome
+from node.ops import tracing
 from node.ops.ids import new_id
 from node.runtime.hostapi import HostError, run_clock
 from projections import catalogue as c
@@ -86,10 +88,13 @@ class StreamDeltas:
 def infer(host: InferHost, service: InferenceService, request: str) -> str:
     started = time.monotonic()
     call = service.prepare(host.agent, request)  # a refusal here is no call: not journaled
-    if host.agent.is_gated(CAPABILITY):  # people, or the policy set, see what it may cost
-        host._await_approval(CAPABILITY, json.dumps(call.summary()))
-    outcome = _complete(host, service, call, started)
-    host._append(*c.event_of(outcome.event()))
+    with tracing.span(f"chat {call.model.model}", genai.request_attributes(call)) as span:
+        if host.agent.is_gated(CAPABILITY):  # people, or the policy set, see what it may cost
+            host._await_approval(CAPABILITY, json.dumps(call.summary()))
+        outcome = _complete(host, service, call, started)
+        if span is not None:
+            span.set_attributes(genai.response_attributes(outcome))
+        host._append(*c.event_of(outcome.event(tracing.trace_id())))
     return outcome.answer()
 
 
@@ -113,4 +118,5 @@ def _failed(host: InferHost, call: Call, error: HostError, started: float) -> c.
         error=error.message[:2000],
         duration_ms=int((time.monotonic() - started) * 1000),
         refused=isinstance(error, LimitRefusal),
+        trace_id=tracing.trace_id(),
     )

@@ -29,6 +29,7 @@ from eventstore.store import EventStore
 from node.config.model import AgentConfig, Config, secret_env_name
 from node.inference import hostcall
 from node.inference.service import InferenceService
+from node.ops import tracing
 from node.ops.metrics import NodeMetrics
 from node.runtime.capabilities import Capabilities
 from node.runtime.hostapi import AgentFault, HostError, Run, RunResult, Task, exempt_from_deadline
@@ -155,6 +156,7 @@ class JournalHost:
         self._run: Run | None = None
         # this run's `task_await`: (task, input required?, message to the client)
         self._awaiting: tuple[str, bool, str | None] | None = None
+        self._span: Any = None  # the run's OpenTelemetry span (node/ops/tracing.py)
 
     # ---- plumbing --------------------------------------------------------------------------
 
@@ -224,6 +226,10 @@ class JournalHost:
         self._append(*c.event_of(finding))
 
     def invoke(self, capability: str, request: str) -> str:
+        with tracing.span("host.invoke", {"agent": self.name, "capability": capability}):
+            return self._invoke(capability, request)
+
+    def _invoke(self, capability: str, request: str) -> str:
         if not self.agent.capabilities.get(capability):
             raise HostError(
                 "not-permitted", f"capability {capability} is not enabled for agent {self.name}"
@@ -275,7 +281,8 @@ class JournalHost:
         timeout = self.agent.approval_timeout_secs
         task_id = self._run.detail if self._run is not None and self._run.kind == "task" else None
         by_policy = self.agent.decided_by_policy(capability)
-        with exempt_from_deadline():  # waiting for a person is not the agent's wasm time
+        waiting = {"agent": self.name, "capability": capability, "policy": by_policy}
+        with exempt_from_deadline(), tracing.span("approval.wait", waiting):
             verdict = self._on_loop(
                 gate.ask(self.name, capability, shown, timeout, task_id, policy=by_policy)
             )
@@ -304,7 +311,7 @@ class JournalHost:
         return domain in self.agent.grants.domains and self.s.grants.is_active(self.name, domain)
 
     def infer(self, request: str) -> str:
-        return hostcall.infer(self, self.s.inference, request)  # node/inference/
+        return hostcall.infer(self, self.s.inference, request)  # node/inference/, traced there
 
     def run_id(self) -> str:
         return self._run.run_id if self._run else ""
@@ -397,7 +404,10 @@ class JournalHost:
     def run_started(self, run: Run) -> None:
         self._run = run
         self._awaiting = None
+        self._span = tracing.begin(f"agent.{run.kind}", tracing.run_attributes(run))
         frame = {"run_id": run.run_id, "threadId": self.name, "runId": run.run_id}
+        if self._span is not None:
+            frame["trace_id"] = tracing.trace_id()
         self._publish("RUN_STARTED", {**frame, "kind": run.kind})
         if run.kind == "tool":  # an MCP call: one AG-UI tool call inside its run
             self._publish(
@@ -413,9 +423,14 @@ class JournalHost:
 
     def run_finished(self, run: Run, result: RunResult) -> None:
         self._run = None
+        trace_id = tracing.trace_id() if self._span is not None else ""
+        tracing.end(self._span, result.error, {"agent.fuel": result.fuel_consumed})
+        self._span = None
         if result.fuel_consumed:
             self.s.metrics.fuel_consumed.labels(agent=self.name).inc(result.fuel_consumed)
         frame = {"run_id": run.run_id, "threadId": self.name, "runId": run.run_id}
+        if trace_id:
+            frame["trace_id"] = trace_id
         if run.kind == "tool":
             self._publish(
                 "TOOL_CALL_END",
