@@ -17,12 +17,9 @@ and resolved change in the same transaction. Databases (`rm.approvals.<db>`):
   resolved_order  u64(position of the resolution) → id: the history, one reverse walk
   groups          (agent, capability) → (position that opened the group, pending count):
                   so groups keep their order while they stay non-empty, as they always did
-  charges         budget u64(time, µs) u64(position) → (amount, running total): what
-                  policies permitted under each budget (docs/approvals.md), `budget` 16 bytes
-                  of the digest of (agent, capability, policy id); times never go back within
-                  a budget (a clock that does is held at the newest), so keys follow positions,
-                  the running total at any key is the sum up to it, and a window's sum is a
-                  few lookups
+  charges         the budgets' ledgers (projections/ledger.py): what policies permitted
+                  under each budget (docs/approvals.md), per agent or shared by a group of
+                  agents or the node, as the charge's `scope` says
 Ids and group keys longer than an LMDB key are stored under a digest (`_key`).
 
 A request that needs several approvers (`approvers`) collects `approval.endorsed` events on the
@@ -44,6 +41,7 @@ from msgspec import UNSET, UnsetType
 from eventstore.envelope import Envelope
 from projections import catalogue as c
 from projections.disk import Space, Txn, key_of, u64
+from projections.ledger import Ledger, ledger_key
 from projections.states import ApprovalChanged, ApprovalState, approval_resolved
 
 DEFAULT_TIMEOUT_SECS = 300
@@ -146,12 +144,12 @@ _encode = msgspec.msgpack.Encoder().encode
 _decode_pending = msgspec.msgpack.Decoder(tuple[int, ApprovalRequest]).decode
 _decode_resolution = msgspec.msgpack.Decoder(Resolution).decode
 _decode_group = msgspec.msgpack.Decoder(tuple[int, int]).decode
-_decode_charge = msgspec.msgpack.Decoder(tuple[str, str]).decode
 
 
-def budget_key(agent: str, capability: str, budget: str) -> bytes:
-    """The charges of one budget: a digest of (agent, capability, policy id), 16 bytes."""
-    return hashlib.sha256(_encode((agent, capability, budget))).digest()[:16]
+def budget_key(agent: str, capability: str, budget: str, scope: str = "") -> bytes:
+    """The ledger of one policy's budget: the agent's own, or the scope's (`group:<name>`,
+    `node:<name>`) shared by the agents it names."""
+    return ledger_key(agent, scope, capability, budget)
 
 
 def _micros(ts: str) -> int:
@@ -197,6 +195,7 @@ class Approvals:
         self._resolved_order = space.db(self.name, "resolved_order")
         self._groups = space.db(self.name, "groups")
         self._charges = space.db(self.name, "charges")
+        self.ledger = Ledger(self._charges)
 
     # ------------------------------------------------------------------ fold
     def fold(self, txn: Txn, envelope: Envelope) -> ApprovalChanged | None:
@@ -387,48 +386,25 @@ class Approvals:
     ) -> None:
         moment = _micros(envelope.event.ts)
         for charge in charges:
-            prefix = budget_key(request.agent, request.capability, charge.budget)
-            last_at, total = self._last_charge(txn, prefix)
-            amount = Decimal(charge.amount)
-            at = max(moment, last_at)
-            entry = prefix + u64(at) + u64(envelope.position)
-            txn.put(entry, _encode((str(amount), str(total + amount))), db=self._charges)
-
-    def _last_charge(self, txn: Txn, prefix: bytes) -> tuple[int, Decimal]:
-        """(time, running total) of the budget's newest charge; (0, 0) for none."""
-        return self._charge_before(txn, prefix, prefix + b"\xff" * 16)
-
-    def _charge_before(self, txn: Txn, prefix: bytes, key: bytes) -> tuple[int, Decimal]:
-        """(time, running total) of the budget's last charge before `key`; (0, 0) for none."""
-        cursor = txn.cursor(self._charges)
-        moved = cursor.prev() if cursor.set_range(key) else cursor.last()
-        found = bytes(cursor.key()) if moved else b""
-        if not found.startswith(prefix):
-            return 0, Decimal(0)
-        return int.from_bytes(found[-16:-8], "big"), Decimal(_decode_charge(cursor.value())[1])
+            ledger = budget_key(request.agent, request.capability, charge.budget, charge.scope)
+            self.ledger.charge(txn, ledger, moment, envelope.position, Decimal(charge.amount))
 
     def spent(
-        self, agent: str, capability: str, budget: str, since_micros: int, through: int
+        self,
+        agent: str,
+        capability: str,
+        budget: str,
+        since_micros: int,
+        through: int,
+        scope: str = "",
     ) -> Decimal:
-        """What policy `budget` permitted the agent's capability since then, summed over the
-        charges at positions up to `through` (what the node's readers have been handed: the
-        gate counts later ones itself, node/policy/budgets.py)."""
-        prefix = budget_key(agent, capability, budget)
+        """What policy `budget` permitted the agent's capability (or, with a `scope`, every
+        agent's it names) since then, summed over the charges at positions up to `through`
+        (what the node's readers have been handed: the gate counts later ones itself,
+        node/policy/budgets.py)."""
         with self.space.read() as txn:
-            newest = Decimal(0)
-            cursor = txn.cursor(self._charges)
-            found = cursor.set_range(prefix + b"\xff" * 16)
-            moved = cursor.prev() if found else cursor.last()
-            while moved:  # back past the charges not delivered yet (one commit's, at most)
-                key = bytes(cursor.key())
-                if not key.startswith(prefix):
-                    break
-                if int.from_bytes(key[-8:], "big") <= through:
-                    newest = Decimal(_decode_charge(cursor.value())[1])
-                    break
-                moved = cursor.prev()
-            _, before = self._charge_before(txn, prefix, prefix + u64(since_micros))
-        return max(newest - before, Decimal(0))
+            ledger = budget_key(agent, capability, budget, scope)
+            return self.ledger.spent(txn, ledger, since_micros, through)
 
     # ------------------------------------------------------------------ pending
     @property

@@ -158,7 +158,7 @@ class PolicyRef(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     reason: Text | None = None
 
 
-class BudgetCharge(msgspec.Struct, frozen=True, kw_only=True):
+class BudgetCharge(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """What a permit counted against the budget of policy `budget`: `amount` of the request's
     `field`, the running `total` with it, within `limit` per `period_secs`."""
 
@@ -168,6 +168,9 @@ class BudgetCharge(msgspec.Struct, frozen=True, kw_only=True):
     total: Amount
     limit: Amount
     period_secs: Annotated[int, msgspec.Meta(gt=0, le=MAX_COUNT)]
+    # who shares the budget: "" the agent charged (as before scopes), `group:<name>` a named
+    # group of agents ([agent_groups]), `node:<name>` every agent of that node
+    scope: Annotated[str, msgspec.Meta(max_length=200)] = ""
 
 
 @entry

@@ -1,6 +1,8 @@
 """Pays invoices through the `spend` capability, which an operator gates with approvals.
 
-Each tick pays the next invoice. The host blocks `invoke` until an operator decides:
+Each tick pays the next invoice: `amount` in the currency's units (a decimal, as
+examples/policies/payments.cedar reads it: 9.50 fits its small-payments permit) to
+`acme-supplies`. The host blocks `invoke` until the policies or an operator decide:
 approved -> the payment is recorded and the next invoice follows; denied -> the invoice
 is skipped; timed out -> the same invoice is retried on the next tick.
 """
@@ -11,7 +13,7 @@ import wit_world
 from componentize_py_types import Err
 from wit_world.imports import host, types
 
-AMOUNT_CENTS = 1250
+AMOUNT = 9.5  # EUR: within the example policy's "at most 10 a payment"
 
 
 class WitWorld(wit_world.WitWorld):
@@ -20,7 +22,7 @@ class WitWorld(wit_world.WitWorld):
         invoice = f"INV-{number:04d}"
         request = {
             "invoice": invoice,
-            "amount_cents": AMOUNT_CENTS,
+            "amount": AMOUNT,
             "currency": "EUR",
             "payee": "acme-supplies",
         }

@@ -105,7 +105,8 @@ def cmd_policy_test(args: argparse.Namespace) -> int:
     since = _since(args.since) if args.since else None
     store = _open_journal(config)
     try:
-        rows = list(replay(store, policies, since, args.agent))
+        shared = _Ledger(config.agent_groups, config.node.name)
+        rows = list(replay(store, policies, since, args.agent, shared))
     finally:
         store.close_sync()
     counts = _counts(rows)
@@ -138,11 +139,14 @@ def _open_journal(config: Config) -> EventStore:
 
 
 class _Ledger:
-    """The budgets' charges as the replayed history builds them, per (agent, capability,
-    policy): (time, amount), the oldest dropped once out of every window."""
+    """The budgets' charges as the replayed history builds them, per (agent or shared scope,
+    capability, policy): (time, amount), the oldest dropped once out of every window; with
+    the config's agent groups and node name, which shared budgets need."""
 
-    def __init__(self) -> None:
+    def __init__(self, groups: dict[str, list[str]] | None = None, node: str = "") -> None:
         self._charges: dict[tuple[str, str, str], deque[tuple[datetime, Decimal]]] = {}
+        self.groups = groups or {}
+        self.node = node
 
     def spent(self, key: tuple[str, str, str], budget: Budget, at: datetime) -> Decimal:
         charges = self._charges.get(key, deque())
@@ -157,7 +161,11 @@ class _Ledger:
 
 
 def replay(
-    store: EventStore, policies: PolicySet, since: datetime | None, agent: str | None
+    store: EventStore,
+    policies: PolicySet,
+    since: datetime | None,
+    agent: str | None,
+    ledger: _Ledger | None = None,
 ) -> Iterator[Row]:
     """Every past request (of `agent`, since `since`) with the set's ruling and its ending,
     in journal order."""
@@ -166,7 +174,7 @@ def replay(
 
     tasks: dict[str, TaskFacts] = {}
     rows: dict[str, Row] = {}
-    ledger = _Ledger()
+    ledger = ledger or _Ledger()
     for chunk in store.iter_chunks():
         for envelope in chunk:
             payload = c.payload_of(envelope)
@@ -206,16 +214,17 @@ def _judge(
     charges: list[c.BudgetCharge] = []
     if ruling.outcome == "permit":
 
-        def spent(policy_id: str, budget: Budget) -> Decimal:
-            return ledger.spent((who, capability, policy_id), budget, at)
+        def spent(policy_id: str, budget: Budget, scope: str) -> Decimal:
+            return ledger.spent((scope or who, capability, policy_id), budget, at)
 
-        bounded = within_budgets(ruling, spent)
+        bounded = within_budgets(ruling, spent, who, ledger.groups, ledger.node)
         if isinstance(bounded, Ruling):
             ruling = bounded
         else:
             charges = bounded
             for charge in charges:
-                ledger.charge((who, capability, charge.budget), at, Decimal(charge.amount))
+                key = (charge.scope or who, capability, charge.budget)
+                ledger.charge(key, at, Decimal(charge.amount))
     why = ruling.reason
     needed = describe(ruling.approvers) if ruling.outcome == "ask" and ruling.approvers else ""
     if needed and needed not in (why or ""):  # a policy's own @reason: say whom it asks too

@@ -37,6 +37,8 @@ KEYS: dict[type[msgspec.Struct], dict[str, str]] = {
         'sent over OTLP/HTTP (off by default; docs/inference.md, "Traces").',
         "policy": "Approval policies in Cedar that permit, forbid or ask people about each use "
         'of a capability whose approval is "policy" (docs/approvals.md).',
+        "agent_groups": "Group name to agent names: a budget shared by the group "
+        '(@budget("amount 100 per day for group NAME"), docs/approvals.md).',
     },
     c.NodeSection: {
         "name": "The node's name: the origin of every envelope it signs, its identity to peers.",

@@ -360,6 +360,12 @@ class Config(_Section, kw_only=True):
 
     policy: PolicySection = msgspec.field(default_factory=PolicySection)  # issue 47
     tracing: TracingSection = msgspec.field(default_factory=TracingSection)  # issue 54
+    # named groups of agents that share a budget (`@budget("... for group NAME")`, and the
+    # inference budgets): group name → agent names (node/policy/budgets.py)
+    agent_groups: Annotated[
+        dict[GroupName, Annotated[list[AgentName], msgspec.Meta(max_length=1000)]],
+        msgspec.Meta(max_length=100),
+    ] = {}
     # Where the file was read from; relative paths in it are relative to its folder.
     base_dir: str = "."
 

@@ -6,7 +6,10 @@ address a name resolves to is checked, by the resolver the HTTP client connects 
 (`GuardedResolver`): the addresses checked are the ones connected to, so a name that resolves
 to a public address when it is checked and to 127.0.0.1 when it is used (DNS rebinding) cannot
 get through. An address literal in the URL is checked before the request (`check_url`), since
-aiohttp does not resolve those. Redirects are never followed (webhooks.py).
+aiohttp does not resolve those: the host checked is the one the client connects to, read from
+the URL's canonical form (node/web/urls.py), in which Unicode spellings of an IP literal's
+digits and dots are ASCII already, and that form is what is sent. Redirects are never
+followed (webhooks.py).
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from urllib.parse import urlsplit
 
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
+
+from node.web.urls import CanonicalUrl, UrlRefused, canonical_url
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -94,10 +99,10 @@ def _special(address: Address) -> str | None:
     return None
 
 
-def check_url(url: str, policy: AddressPolicy) -> str:
-    """The URL's host when the URL is one notifications may use: http or https, a host, no
-    credentials in it, and an address literal only if the policy allows it. Raises
-    DestinationRefused saying why (never echoing the URL, which may hold a token)."""
+def check_url(url: str, policy: AddressPolicy) -> CanonicalUrl:
+    """The URL in the form the client sends, when it is one notifications may use: http or
+    https, a host, no credentials in it, and an address literal only if the policy allows it.
+    Raises DestinationRefused saying why (never echoing the URL, which may hold a token)."""
     if len(url) > MAX_URL:
         raise DestinationRefused(f"the URL is longer than {MAX_URL} characters")
     try:
@@ -115,12 +120,16 @@ def check_url(url: str, policy: AddressPolicy) -> str:
     if any(ord(ch) < 0x21 or ord(ch) == 0x7F for ch in url):
         raise DestinationRefused("the URL holds spaces or control characters")
     try:
-        literal = ipaddress.ip_address(host)
+        target = canonical_url(url)
+    except UrlRefused as exc:
+        raise DestinationRefused(str(exc)) from None
+    try:  # the host aiohttp connects to without asking the resolver when it is a literal
+        literal = ipaddress.ip_address(target.host)
     except ValueError:
         literal = None
     if literal is not None:
         policy.check([str(literal)])
-    return host
+    return target
 
 
 class GuardedResolver(AbstractResolver):

@@ -8,7 +8,6 @@ import contextlib
 import logging
 import socket
 from collections.abc import AsyncIterator
-from urllib.parse import urlsplit
 
 from aiohttp import web
 from nacl.signing import VerifyKey
@@ -116,9 +115,8 @@ class Outbox:
     async def check_destination(self, url: str) -> None:
         """Refuse (DestinationRefused) a URL whose host is not allowed: every address its name
         resolves to now is checked (and checked again at each delivery's connection)."""
-        host = check_url(url, self.policy)
-        parts = urlsplit(url)
-        port = parts.port or (443 if parts.scheme == "https" else 80)
+        target = check_url(url, self.policy)
+        host, port = target.host, target.port
         loop = asyncio.get_running_loop()
         try:
             infos = await asyncio.wait_for(

@@ -73,9 +73,9 @@ class Poster:
 
     async def post(self, url: str, body: bytes, headers: dict[str, str]) -> Outcome:
         try:
-            check_url(url, self.policy)
+            target = check_url(url, self.policy)
             async with self.session().post(
-                url, data=body, headers=headers, allow_redirects=False
+                target.yarl(), data=body, headers=headers, allow_redirects=False
             ) as answer:
                 await answer.content.read(MAX_ANSWER)
                 status = answer.status

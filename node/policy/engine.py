@@ -15,7 +15,7 @@ evaluation (Cedar skips it, and a skipped forbid must not turn into a permit).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -149,16 +149,28 @@ def _ruling(
 
 
 def within_budgets(
-    ruling: Ruling, spent: Callable[[str, Budget], Decimal]
+    ruling: Ruling,
+    spent: Callable[[str, Budget, str], Decimal],
+    agent: str = "",
+    groups: Mapping[str, Sequence[str]] | None = None,
+    node: str = "",
 ) -> list[c.BudgetCharge] | Ruling:
     """A permit's charges to each of its budgets, given what each has `spent` (policy id,
-    budget → the running total in its window); an ask, saying why, when one has no room."""
+    budget, ledger scope → the running total in its window: the agent's own, or shared by the
+    budget's group or node); an ask, saying why, when one has no room or does not cover
+    `agent` (a group budget of a group it is not in)."""
     charges: list[c.BudgetCharge] = []
     if len(ruling.budgets) > c.MAX_POLICY_IDS:  # more than a decision can journal
         return Ruling("ask", ruling.ids, "more budgets apply than one decision can carry")
     for rule in ruling.budgets:
         budget = rule.budget
         assert budget is not None
+        if not budget.scope.covers(agent, groups or {}):
+            why = (
+                f"policy {rule.id} permits within the budget of {budget.scope.text}, which "
+                f"{agent or 'this agent'} is not in ([agent_groups] {budget.scope.name})"
+            )
+            return Ruling("ask", (rule.id,), why)
         amount = budget.amount_of(ruling.request)
         if amount is None or amount < 0:
             why = (
@@ -166,11 +178,14 @@ def within_budgets(
                 "request does not give as a number of at least 0"
             )
             return Ruling("ask", (rule.id,), why)
-        before = spent(rule.id, budget)
+        scope = budget.scope.ledger(node)
+        before = spent(rule.id, budget, scope)
         if before + amount > budget.limit:
+            shared = f", shared by {budget.scope.text}" if scope else ""
             why = (
-                f"over the budget of policy {rule.id} ({budget.text}): {amount_text(before)} "
-                f"spent, {amount_text(amount)} more would pass {amount_text(budget.limit)}"
+                f"over the budget of policy {rule.id} ({budget.text}{shared}): "
+                f"{amount_text(before)} spent, {amount_text(amount)} more would pass "
+                f"{amount_text(budget.limit)}"
             )
             return Ruling("ask", (rule.id,), why)
         charges.append(
@@ -181,6 +196,7 @@ def within_budgets(
                 total=amount_text(before + amount),
                 limit=amount_text(budget.limit),
                 period_secs=budget.period_secs,
+                scope=scope,
             )
         )
     return charges

@@ -167,6 +167,12 @@ def _rule_problems(
             )
         if rule.budget is None:
             continue
+        scope = rule.budget.scope
+        if scope.kind == "group" and scope.name not in config.agent_groups:
+            yield (
+                f"{where}: policy {rule.id}: @budget is shared by group {scope.name!r}, which "
+                "[agent_groups] does not define (add it: name = [agents])"
+            )
         if rule.actions is None:
             yield (
                 f"{where}: policy {rule.id}: a @budget needs the policy scoped to its "

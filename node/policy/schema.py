@@ -4,7 +4,9 @@ Every request is `principal` `Agent::"<agent>"`, `action` `Action::"<capability>
 `Capability::"<capability>"`, with a context of:
 
   request   the request's fields that `[policy.requests.<capability>]` declares (others are not
-            shown to policies: they cannot be typed), `http_fetch`'s built in
+            shown to policies: they cannot be typed), `http_fetch`'s built in: method, url (in
+            the canonical form the node fetches, node/web/urls.py), body, and the URL's parsed
+            scheme, host, port, path and query, derived from it (never the agent's own)
   time      when it was asked, in `[policy] timezone`: timestamp (Unix seconds), year, month,
             day, hour, minute, weekday (1 = Monday ... 7 = Sunday), date ("2026-11-27")
   task      when a task's run asked (`context has task`): id, and caller (the API token that
@@ -26,6 +28,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from node.policy.budgets import exact_amount
+from node.web.urls import UrlRefused, canonical_url
 
 AGENT_TYPE = "Agent"
 CAPABILITY_TYPE = "Capability"
@@ -35,7 +38,16 @@ MAX_DEPTH = 8
 MAX_FIELDS = 200
 # http_fetch's request as the node performs it: the method upper-cased (GET when absent)
 HTTP_FETCH = "http_fetch"
-HTTP_FETCH_REQUEST: dict[str, Any] = {"method": "String", "url": "String", "body": "String?"}
+HTTP_FETCH_REQUEST: dict[str, Any] = {
+    "method": "String",
+    "url": "String",
+    "body": "String?",
+    "scheme": "String",
+    "host": "String",
+    "port": "Long",
+    "path": "String",
+    "query": "String",
+}
 # inference's request as an approval shows it (node/inference/service.py Call.summary)
 INFERENCE = "inference"
 INFERENCE_REQUEST: dict[str, Any] = {
@@ -202,7 +214,25 @@ def request_context(capability: str, parsed: Any, declared: FieldType | None) ->
         return {}
     if capability == HTTP_FETCH and isinstance(parsed, dict):
         parsed = {**parsed, "method": str(parsed.get("method", "GET")).upper()}
+        parsed.update(_url_fields(parsed.get("url")))
     return _record(parsed, declared, "request")
+
+
+def _url_fields(url: Any) -> dict[str, Any]:
+    """The canonical URL and its parts, which replace whatever the agent sent under those
+    names: a policy on `host` or `path` reads the request the node will make."""
+    try:
+        target = canonical_url(url)
+    except UrlRefused as exc:
+        raise RequestMismatch(f"request.url: {exc}") from None
+    return {
+        "url": target.url,
+        "scheme": target.scheme,
+        "host": target.host,
+        "port": target.port,
+        "path": target.path,
+        "query": target.query,
+    }
 
 
 def _record(value: Any, declared: FieldType, where: str) -> dict[str, Any]:

@@ -82,17 +82,25 @@ async def _sent(c: CallContext) -> tuple[SendParams, Task, JournalCursor]:
     """SendMessage and SendStreamingMessage: the task, with the push config sent with it."""
     params = decode_params(c.call.params, SendParams)
     raw_config = params.configuration.task_push_notification_config
-    preceded_by = await a2a_push.with_message(c, raw_config) if raw_config is not None else None
+    preceded_by = None
+    if raw_config is not None and params.message.task_id:
+        await a2a_push.on_follow_up(c, raw_config, params.message.task_id)
+    elif raw_config is not None:
+        preceded_by = await a2a_push.with_message(c, raw_config)
     task, cursor = await c.service.send(c.agent, params, c.operator, preceded_by, c.groups)
     return params, task, cursor
 
 
+def _still_waiting(c: CallContext, params: SendParams, task: Task) -> bool:
+    """An answer that left the task input-required (one approval of several, counted) has
+    reached the interrupted state a blocking call waits for, and a stream ends at: nothing
+    is to come from this call."""
+    return bool(params.message.task_id) and c.service.views.state(task) == m.INPUT_REQUIRED
+
+
 async def send_message(c: CallContext) -> Any:
     params, task, cursor = await _sent(c)
-    # an answer that left the task input-required (one approval of several, counted) has
-    # reached the interrupted state a blocking call waits for already: nothing is to come
-    still_waiting = bool(params.message.task_id) and c.service.views.state(task) == m.INPUT_REQUIRED
-    if not params.configuration.return_immediately and not still_waiting:
+    if not params.configuration.return_immediately and not _still_waiting(c, params, task):
         stop = StopSignal(c.request.app)
         deadline = asyncio.get_running_loop().time() + BLOCKING_WAIT_SECS
         try:
@@ -143,12 +151,19 @@ async def send_streaming(c: CallContext) -> tuple[Update, Updates]:
         else {"task": c.service.task_json(c.agent, task.id)}
     )
     stop = _stream_stop(c)
+    if _still_waiting(c, params, task):  # the task as the answer left it, and the end
+        return first, _closing(stop, _nothing())
     return first, _closing(
         stop,
         c.service.updates(
             task.id, cursor, stop, end_on_input_required=True, keepalive=_keepalive(c)
         ),
     )
+
+
+async def _nothing() -> AsyncIterator[Update | None]:
+    return
+    yield  # an async generator that ends at once
 
 
 async def subscribe(c: CallContext) -> tuple[Update, Updates]:

@@ -9,6 +9,7 @@ node may not send to is refused (-32602) when it is set, and checked again at ev
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -17,6 +18,7 @@ from aiohttp import web
 from eventstore.store import NewEvent
 from node.delivery import push
 from node.delivery.addresses import DestinationRefused
+from node.delivery.sealing import Destination
 from node.delivery.service import OUTBOX, Outbox
 from node.protocols import a2a_model as m
 from node.protocols.a2a_params import decode
@@ -157,6 +159,38 @@ async def with_message(c: CallContext, raw: dict[str, Any]) -> Callable[[str], l
         return [outbox.config_event(c.agent, task_id, config_id, c.operator, destination)]
 
     return events
+
+
+async def on_follow_up(c: CallContext, raw: dict[str, Any], task_id: str) -> None:
+    """SendMessage's push config on a message to an existing task: accepted, and nothing
+    journaled, when it is one the caller set on the task already, unchanged (a client such as
+    the a2a-sdk puts its configured push config on every message); refused (-32602) when it
+    would change or add one, which CreateTaskPushNotificationConfig does."""
+    params = decode(raw, push.PushConfigParams)
+    problem = push.problem_of(params)
+    if problem is not None:
+        raise RpcError(INVALID_PARAMS, f"invalid push notification config: {problem}")
+    task = c.service.get(c.agent, task_id)  # -32001 when it is not this agent's
+    config_id = params.id or task.id
+    mine = _own(c, task.id, config_id)
+    if mine is not None and _same(mine[1], push.destination_of(params)):
+        return
+    raise RpcError(
+        INVALID_PARAMS,
+        f"the push notification config {config_id!r} on this message is not one this token set "
+        f"on task {task.id}, unchanged: a message to an existing task may repeat its config as "
+        "it is; to set or change one, use CreateTaskPushNotificationConfig",
+    )
+
+
+def _same(kept: Destination | None, sent: Destination) -> bool:
+    """The same destination, its secrets compared in constant time."""
+    if kept is None:
+        return False
+    return all(
+        hmac.compare_digest(str(getattr(kept, name)).encode(), str(getattr(sent, name)).encode())
+        for name in ("url", "token", "scheme", "credentials")
+    )
 
 
 METHODS = {

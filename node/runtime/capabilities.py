@@ -2,21 +2,24 @@
 
 `http_fetch` is built in: request {url, method?, headers?, body?} → {status, headers, body},
 only to hosts in the agent's `allow_hosts`, never following redirects (a redirect could leave
-the allowed hosts). Any other capability is an action: POSTed as {agent, capability,
-request} to `[actions.<capability>] url` when configured, else only journaled. These
-coroutines run on the event loop; agent threads reach them through the host.
+the allowed hosts). Its URL is put in the client's canonical form first (`canonical_fetch`,
+node/web/urls.py): the gate, the policies, the journal and the wire all see that one form.
+Any other capability is an action: POSTed as {agent, capability, request} to
+`[actions.<capability>] url` when configured, else only journaled (its address is the
+operator's, never the request's). These coroutines run on the event loop; agent threads reach
+them through the host.
 """
 
 from __future__ import annotations
 
 import json
 from typing import Any
-from urllib.parse import urlsplit
 
 import aiohttp
 
 from node.config.model import ActionSection
 from node.runtime.hostapi import HostError
+from node.web.urls import CanonicalUrl, UrlRefused, canonical_url
 
 MAX_BODY = 1 << 20
 FETCH_TIMEOUT = 30.0
@@ -24,19 +27,30 @@ _METHODS = {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
 _NODE_HEADERS = {"host", "content-length", "transfer-encoding", "connection"}
 
 
-def host_allowed(url: str, allow_hosts: list[str]) -> bool:
+def canonical_fetch(request: Any, text: str) -> tuple[dict[str, Any], str]:
+    """An http_fetch request with its URL in canonical form, and the request's text: the
+    agent's own when the URL was canonical already, else the request with the canonical URL
+    (what the gate shows and hashes, and what is performed). HostError when refused."""
+    if not isinstance(request, dict) or not isinstance(request.get("url"), str):
+        raise HostError("failed", "http_fetch needs a request object with a string `url`")
+    try:
+        url = canonical_url(request["url"]).url
+    except UrlRefused as exc:
+        raise HostError("failed", f"http_fetch refused the URL: {exc}") from None
+    if url == request["url"]:
+        return request, text
+    changed = {**request, "url": url}
+    return changed, json.dumps(changed, ensure_ascii=False)
+
+
+def host_allowed(url: CanonicalUrl, allow_hosts: list[str]) -> bool:
     """`allow_hosts` entries are `host:port`, or a bare host meaning the URL scheme's default
     port only (80 for http, 443 for https): a bare `127.0.0.1` must not open every service
     on that machine, the node's own API included."""
-    parts = urlsplit(url)
-    host = (parts.hostname or "").lower()
-    default = 443 if parts.scheme == "https" else 80
-    try:
-        port = parts.port or default
-    except ValueError:
-        return False
+    host, port = url.host, url.port
+    default = 443 if url.scheme == "https" else 80
     for entry in allow_hosts:
-        entry = entry.lower().strip()
+        entry = entry.lower().strip().rstrip(".")
         if entry in (f"{host}:{port}", f"[{host}]:{port}"):
             return True
         if entry in (host, f"[{host}]") and port == default:
@@ -58,10 +72,12 @@ class Capabilities:
     async def http_fetch(self, request: Any, allow_hosts: list[str]) -> dict[str, Any]:
         if not isinstance(request, dict) or not isinstance(request.get("url"), str):
             raise HostError("failed", "http_fetch needs a request object with a string `url`")
-        url = request["url"]
-        if urlsplit(url).scheme not in ("http", "https"):
-            raise HostError("failed", "http_fetch supports http:// and https:// URLs only")
-        if not host_allowed(url, allow_hosts):
+        try:
+            target = canonical_url(request["url"])
+        except UrlRefused as exc:
+            raise HostError("failed", f"http_fetch refused the URL: {exc}") from None
+        url = target.url
+        if not host_allowed(target, allow_hosts):
             raise HostError("not-permitted", f"host of {url} is not in this agent's allow_hosts")
         method = str(request.get("method", "GET")).upper()
         if method not in _METHODS:
@@ -73,7 +89,7 @@ class Capabilities:
         try:
             async with self.session.request(
                 method,
-                url,
+                target.yarl(),
                 headers=_headers(headers),
                 data=body.encode() if body is not None else None,
                 allow_redirects=False,

@@ -31,7 +31,7 @@ from node.inference import hostcall
 from node.inference.service import InferenceService
 from node.ops import tracing
 from node.ops.metrics import NodeMetrics
-from node.runtime.capabilities import Capabilities
+from node.runtime.capabilities import Capabilities, canonical_fetch
 from node.runtime.hostapi import AgentFault, HostError, Run, RunResult, Task, exempt_from_deadline
 from node.runtime.limits import (
     MAX_DETAIL,
@@ -236,6 +236,8 @@ class JournalHost:
             )
         _cap(f"the {capability} request", request)
         parsed = _json(request, f"the {capability} request")
+        if capability == "http_fetch":  # the one form judged, journaled and sent
+            parsed, request = canonical_fetch(parsed, request)
         if self.agent.is_gated(capability):
             self._await_approval(capability, request)
         if capability == TASK_AWAIT:

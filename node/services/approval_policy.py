@@ -13,6 +13,7 @@ Budgets are checked and charged here, on the event loop, with nothing awaited in
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -47,6 +48,9 @@ class PolicyStep:
         self.ctx = ctx
         self.current: PolicySet = load_policy_set(ctx.config)
         self._in_flight = InFlight()
+        # when a request is asked: the policies' `context.time` and the budgets' windows (a
+        # test of the example policy's office hours sets a weekday here)
+        self.clock: Callable[[], datetime] = lambda: datetime.now().astimezone()
 
     def reload(self, config: Config) -> str:
         """Use the policy set of `config` from the next request on (SIGHUP); its hash. Raises
@@ -71,7 +75,7 @@ class PolicyStep:
     ) -> Ruled:
         """The ruling on one request and the events it adds; a permit's budget charges count
         from here on (`release` them if the write fails)."""
-        now = datetime.now().astimezone()
+        now = self.clock()
         policies = self.current
         ruling = evaluate(policies, agent, capability, request, now, self._task(task_id))
         rulings = self.ctx.metrics.policy_rulings
@@ -109,17 +113,18 @@ class PolicyStep:
         for it. What the read model holds and what is in flight count alike."""
         delivered = self.ctx.store.last_position
 
-        def spent(policy_id: str, budget: Budget) -> Decimal:
+        def spent(policy_id: str, budget: Budget, scope: str) -> Decimal:
             since = now - timedelta(seconds=budget.period_secs)
             micros = int(since.timestamp() * 1_000_000)
-            folded = self.approvals.spent(agent, capability, policy_id, micros, delivered)
-            return folded + self._in_flight.of((agent, capability, policy_id))
+            folded = self.approvals.spent(agent, capability, policy_id, micros, delivered, scope)
+            return folded + self._in_flight.of((scope or agent, capability, policy_id))
 
-        charges = within_budgets(ruling, spent)
+        config = self.ctx.config
+        charges = within_budgets(ruling, spent, agent, config.agent_groups, self.ctx.name)
         if isinstance(charges, Ruling):
             return _ask(charges, policies)
         for charge in charges:
-            key = (agent, capability, charge.budget)
+            key = (charge.scope or agent, capability, charge.budget)
             self._in_flight.add(approval_id, key, Decimal(charge.amount))
         ref = _ref(ruling, policies)
         approved = c.ApprovalDecided(

@@ -23,6 +23,7 @@ from a2a.types.a2a_pb2 import (
 )
 from google.protobuf.json_format import Parse
 
+from node.delivery.service import OUTBOX
 from tests.delivery.support import DELIVERY_TOML, send_params, start_receiver
 from tests.delivery.support import rpc as call
 from tests.polling import until
@@ -348,3 +349,37 @@ async def test_a_config_past_the_tokens_bound_is_refused_with_its_message(
     assert all(first_id.encode() in r.body for r in receiver.received)  # the first task's only
     listed = await http.get(f"{node.url}/api/v1/a2a/tasks", headers=auth(READ_TOKEN))
     assert [t["id"] for t in listed.json()] == [first_id], listed.text
+
+
+async def test_follow_up_messages_may_repeat_their_push_config_unchanged(node, receiver, http):
+    """The a2a-sdk's `push_notification_config` goes on every message (docs/protocols/a2a.md's
+    recipe): the client answers its own input-required task with it, and it is accepted as it
+    is; a message that would change it is refused, saying what to use instead."""
+    config = TaskPushNotificationConfig(
+        url=f"{receiver.url}/follow",
+        token=CLIENT_TOKEN,
+        authentication=AuthenticationInfo(scheme="Bearer", credentials=CREDENTIALS),
+    )
+    client = await sdk_client(
+        http, f"{node.url}/a2a/cashier", streaming=False, push_notification_config=config
+    )
+    request = SendMessageRequest(
+        message=new_data_message({"pay": {"invoice": "INV-8"}}, role=Role.ROLE_USER)
+    )
+    (answer,) = [e async for e in client.send_message(request)]
+    task = answer.task
+    assert task.status.state == S.TASK_STATE_INPUT_REQUIRED
+    changed = send_params({"decision": "approve"}, push_url=f"{receiver.url}/elsewhere")
+    changed["message"]["taskId"] = task.id
+    refused = await rpc(http, node, "cashier", "SendMessage", changed)
+    assert refused["error"]["code"] == -32602, refused
+    assert "CreateTaskPushNotificationConfig" in refused["error"]["message"]
+    approve = SendMessageRequest(
+        message=new_data_message({"decision": "approve"}, role=Role.ROLE_USER, task_id=task.id)
+    )
+    (decided,) = [e async for e in client.send_message(approve)]
+    assert decided.task.status.state == S.TASK_STATE_COMPLETED
+    await until(lambda: S.TASK_STATE_COMPLETED in states(receiver.at("/follow")), 15, "done")
+    assert receiver.at("/elsewhere") == []
+    assert len(node.app[OUTBOX].configs(task.id)) == 1  # nothing was added
+    await client.close()

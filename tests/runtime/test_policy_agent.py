@@ -5,6 +5,7 @@ policy decided is no input-required and no interrupt."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import httpx
@@ -169,6 +170,27 @@ async def test_over_a2a_two_approvers_one_from_finance_fill_the_request(node, ht
     assert output_of(node, task.id)["paid"] is True
     decided = node.journal("cashier", "approval.decided")[-1]
     assert decided["decision"] == "approve" and decided["operator"] == "finance"
+    await client.close()
+
+
+async def test_a_streaming_sdk_approver_of_one_seat_of_two_gets_input_required_at_once(node, http):
+    """The a2a-sdk streams when the card says `streaming: true`: an "approve" that counts one
+    seat of two answers with the task, still input-required, and the stream ends there (as a
+    blocking answer does) instead of staying open until someone else decides."""
+    client = await sdk_client(http, f"{node.url}/a2a/cashier")  # streaming, as the card says
+    waiting = await collect(client.send_message(user_data({"pay": {"amount": 1500}})))
+    task_id = next(e.task.id for e in waiting if kind(e) == "task")
+    assert node.app[APPROVALS].projection.list()  # the request waits for two people
+    answer = SendMessageRequest(
+        message=new_text_message("approve", role=Role.ROLE_USER, task_id=task_id)
+    )
+    started_at = asyncio.get_running_loop().time()
+    events = await asyncio.wait_for(collect(client.send_message(answer)), 10)
+    assert asyncio.get_running_loop().time() - started_at < 5
+    (only,) = events
+    assert only.task.id == task_id
+    assert only.task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+    assert len(node.journal("cashier", "approval.endorsed")) == 1
     await client.close()
 
 
