@@ -18,6 +18,7 @@ from projections.deployments import DeployedAgents
 from projections.disk import DiskModel, DiskModels
 from projections.entries import Findings, Logs
 from projections.grants import Grants
+from projections.inference_ledger import InferenceLedger
 from projections.journals import Journals
 from projections.keys import KeyHistory
 from projections.ownership import Owners
@@ -47,6 +48,7 @@ READ_MODELS: tuple[ReadModel, ...] = (
     ReadModel(Logs, Storage.DISK),
     ReadModel(Findings, Storage.DISK),
     ReadModel(Tasks, Storage.DISK),
+    ReadModel(InferenceLedger, Storage.DISK),  # inference budgets (issue 54)
     ReadModel(Journals, Storage.MEMORY),
     ReadModel(KeyHistory, Storage.MEMORY),
     ReadModel(Registry, Storage.MEMORY),

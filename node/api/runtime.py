@@ -23,6 +23,7 @@ from aiohttp import web
 from node.api import mcp
 from node.config.model import AgentConfig
 from node.context import CONTEXT, NodeContext
+from node.inference.budgets import InferenceBudgets
 from node.inference.service import InferenceService
 from node.ops import tracing
 from node.placement.key import PLACEMENT
@@ -46,6 +47,7 @@ from node.streams.bus import BUS, EventBus
 from node.sync.service import SYNC
 from node.web.http import Problem, json_response
 from node.web.routes import Doc, Query, add_route
+from projections.inference_ledger import InferenceLedger
 from projections.tasks import Tasks
 
 log = logging.getLogger("agent-node.placement")
@@ -133,7 +135,17 @@ async def runtime_lifecycle(
         metrics=ctx.metrics,
         loop=loop,
         capabilities=Capabilities(session, config.actions),
-        inference=InferenceService(session, config.inference, ctx.metrics),
+        inference=InferenceService(
+            session,
+            config.inference,
+            ctx.metrics,
+            InferenceBudgets(
+                config.inference.budgets,
+                ctx.projections.get(InferenceLedger),
+                config.agent_groups,
+                names,
+            ),
+        ),
         tasks=tasks,
         approvals=deps.approvals,
         grants=deps.grants,

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from node.config.names import AGENT_NAME
+from node.policy.budgets import parse_budget
 
 ModelAlias = Annotated[str, msgspec.Meta(pattern=AGENT_NAME)]
 NonNegative = Annotated[float, msgspec.Meta(ge=0)]
@@ -39,6 +40,15 @@ class ModelSection(_Section, kw_only=True):
     timeout_secs: Annotated[float, msgspec.Meta(gt=0)] | None = None  # default: [inference]'s
 
 
+class InferenceBudget(_Section, kw_only=True):
+    """`[[inference.budgets]]`: `rule` is node/policy/budgets.py's text, in tokens or cost:
+    "tokens 100000 per day", "cost 2.5 per month for group support", "cost 50 per week for
+    node"; a call that would pass it is refused, or asked of people (`over = "ask"`)."""
+
+    rule: str
+    over: Literal["refuse", "ask"] = "refuse"
+
+
 class InferenceSection(_Section, kw_only=True):
     local_url: str | None = None  # the `local` alias (unless [inference.models] names one)
     cloud_url: str | None = None  # the `cloud` alias
@@ -55,6 +65,7 @@ class InferenceSection(_Section, kw_only=True):
     # a provider's 429 or 503 is tried again this often (after its Retry-After, within the
     # run's deadline)
     retries: Annotated[int, msgspec.Meta(ge=0, le=10)] = 2
+    budgets: Annotated[list[InferenceBudget], msgspec.Meta(max_length=100)] = []
 
 
 class AgentInference(_Section, kw_only=True):
@@ -89,6 +100,17 @@ def inference_problems(config: Any, source: str) -> Iterator[str]:
     default = section.default_model
     if default is not None and default not in section.models and default not in known:
         yield f"{source}: inference.default_model: {default!r} is no model of [inference.models]"
+    for i, budget in enumerate(section.budgets):
+        where = f"{source}: inference.budgets[{i}].rule"
+        try:
+            parsed = parse_budget(budget.rule)
+        except ValueError as e:
+            yield f"{where}: {e}"
+            continue
+        if parsed.field not in ("tokens", "cost"):
+            yield f"{where}: an inference budget counts tokens or cost, not {parsed.field!r}"
+        if parsed.scope.kind == "group" and parsed.scope.name not in config.agent_groups:
+            yield f"{where}: no [agent_groups] {parsed.scope.name!r}"
     for i, agent in enumerate(config.agents):
         yield from _agent_problems(agent.inference, known, f"{source}: agents[{i}].inference")
 

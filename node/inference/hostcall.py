@@ -14,7 +14,7 @@ from collections.abc import Coroutine
 from typing import Any, Protocol, TypeVar
 
 from node.config.model import AgentConfig
-from node.inference import genai
+from node.inference import budgets, genai
 from node.inference.ratelimit import LimitRefusal
 from node.inference.service import CAPABILITY, Call, InferenceService, Outcome
 from node.ops import tracing
@@ -39,6 +39,8 @@ class InferHost(Protocol):
     def _await_approval(self, capability: str, request: str) -> None: ...
 
     def run_id(self) -> str: ...
+
+    def report_finding(self, severity: str, title: str, detail: str) -> None: ...
 
 
 class StreamDeltas:
@@ -89,13 +91,36 @@ def infer(host: InferHost, service: InferenceService, request: str) -> str:
     started = time.monotonic()
     call = service.prepare(host.agent, request)  # a refusal here is no call: not journaled
     with tracing.span(f"chat {call.model.model}", genai.request_attributes(call)) as span:
-        if host.agent.is_gated(CAPABILITY):  # people, or the policy set, see what it may cost
+        gated = host.agent.is_gated(CAPABILITY)
+        if gated:  # people, or the policy set, see what it may cost
             host._await_approval(CAPABILITY, json.dumps(call.summary()))
-        outcome = _complete(host, service, call, started)
-        if span is not None:
-            span.set_attributes(genai.response_attributes(outcome))
-        host._append(*c.event_of(outcome.event(tracing.trace_id())))
+        _within_budgets(host, service, call, started)
+        try:
+            outcome = _complete(host, service, call, started)
+            if span is not None:
+                span.set_attributes(genai.response_attributes(outcome))
+            host._append(*c.event_of(outcome.event(tracing.trace_id())))
+        finally:
+            for title in host._on_loop(service.settle(call)):
+                detail = f"agent {host.name}, model {call.model.alias}"
+                host.report_finding("medium" if "80 %" in title else "high", title, detail)
     return outcome.answer()
+
+
+def _within_budgets(host: InferHost, service: InferenceService, call: Call, started: float) -> None:
+    """Reserve the call's most within every budget; past one, refuse it or ask people."""
+    exceeded = host._on_loop(service.reserve(call))
+    if exceeded is None:
+        return
+    if exceeded.over == "ask":
+        asked = {**call.summary(), **budgets.shown(exceeded)}
+        host._await_approval(CAPABILITY, json.dumps(asked))
+        host._on_loop(service.reserve(call, approved=True))
+        return
+    refusal = LimitRefusal(exceeded.message())
+    service.metrics.failed(call.agent, call.model.alias, refused=True)
+    host._append(*c.event_of(_failed(host, call, refusal, started)))
+    raise refusal
 
 
 def _complete(host: InferHost, service: InferenceService, call: Call, started: float) -> Outcome:

@@ -16,6 +16,7 @@ import aiohttp
 
 from node.config.model import AgentConfig, InferenceSection
 from node.inference import anthropic, openai
+from node.inference.budgets import Exceeded, InferenceBudgets
 from node.inference.metering import InferenceMetrics
 from node.inference.models import Model, catalogue, choose, cost_bound, cost_text
 from node.inference.ratelimit import LimitRefusal, RateLimits
@@ -111,13 +112,40 @@ class Outcome:
 
 class InferenceService:
     def __init__(
-        self, session: aiohttp.ClientSession, config: InferenceSection, metrics: NodeMetrics
+        self,
+        session: aiohttp.ClientSession,
+        config: InferenceSection,
+        metrics: NodeMetrics,
+        budgets: InferenceBudgets | None = None,
     ) -> None:
         self.session = session
         self.config = config
         self.models = catalogue(config)
         self.metrics = InferenceMetrics(metrics)
         self.limits = RateLimits(config.requests_per_minute, config.tokens_per_minute)
+        self.budgets = budgets or InferenceBudgets(config.budgets, None, {}, [])
+        self._before: dict[int, dict[str, Any]] = {}  # a reserved call's budget uses before it
+
+    # ---- budgets (node/inference/budgets.py), on the event loop -----------------------------
+    async def reserve(self, call: Call, approved: bool = False) -> Exceeded | None:
+        """The budget the call could pass (nothing reserved), or None: reserved. `approved`:
+        people allowed it past its budget; it is reserved all the same."""
+        tokens, cost = call.estimated_input_tokens + call.max_tokens, call.estimated_cost_nanos
+        before = self.budgets.uses(call.agent)
+        exceeded = None if approved else self.budgets.check(call.agent, tokens, cost)
+        if approved:
+            self.budgets.reserve(call.agent, tokens, cost)
+        if exceeded is None:
+            self._before[id(call)] = before
+        return exceeded
+
+    async def settle(self, call: Call) -> list[str]:
+        """The call's charge is folded (or it failed): its reservation ends; the budgets whose
+        use it took past 80 % or 100 %, as finding titles."""
+        tokens, cost = call.estimated_input_tokens + call.max_tokens, call.estimated_cost_nanos
+        self.budgets.settle(call.agent, tokens, cost)
+        before = self._before.pop(id(call), None)
+        return self.budgets.crossed(call.agent, before) if before is not None else []
 
     def prepare(self, agent: AgentConfig, text: str) -> Call:
         """The call an agent's request makes, or HostError: not-permitted without the
