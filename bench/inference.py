@@ -88,7 +88,10 @@ async def main() -> None:
         model = catalogue(section)["local"]
         chat = parse('{"prompt": "hi"}')
         call = Call("bench", model, chat, model.max_tokens, chat.estimated_input_tokens())
-        d_first, d_total, n_first, n_total = [], [], [], []
+        d_first: list[float] = []
+        d_total: list[float] = []
+        n_first: list[float] = []
+        n_total: list[float] = []
         for i in range(ROUNDS):
             pair = [("d", direct(session, url)), ("n", through(service, call))]
             for kind, job in pair if i % 2 else reversed(pair):

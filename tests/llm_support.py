@@ -134,7 +134,7 @@ class LLM:
         async def send(event: dict[str, Any]) -> None:
             await response.write(f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode())
 
-        message = {
+        message: dict[str, Any] = {
             "id": "msg_1",
             "type": "message",
             "role": "assistant",
@@ -148,7 +148,7 @@ class LLM:
         events: list[dict[str, Any]] = []
         index = 0
         if reply.text:
-            block = {"type": "text", "text": ""}
+            block: dict[str, Any] = {"type": "text", "text": ""}
             events.append({"type": "content_block_start", "index": index, "content_block": block})
             events += [
                 {
@@ -161,7 +161,8 @@ class LLM:
             events.append({"type": "content_block_stop", "index": index})
             index += 1
         for call_id, name, args in reply.tool_calls:
-            block = {"type": "tool_use", "id": call_id, "name": name, "input": {}}
+            block = {"type": "tool_use", "id": call_id, "name": name}
+            block["input"] = {}
             events.append({"type": "content_block_start", "index": index, "content_block": block})
             events += [
                 {
