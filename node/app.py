@@ -27,6 +27,7 @@ from node.api import (
     runtime,
     streams,
     sync,
+    usage,
 )
 from node.cli import progress
 from node.config.model import Config
@@ -56,6 +57,7 @@ AREAS = (
     a2a,
     sync,
     discovery,
+    usage,  # GET /api/v1/usage: inference usage (issue 54)
     console,  # the operator console at /console/ and the read endpoints it needs
     delivery,  # the outbox (A2A push, approval notifications): stops after the runtime
     runtime,  # takes approvals, registry, grants, the bus and tasks; its agents stop first

@@ -53,6 +53,7 @@ RUN_OPENED = "run.opened"
 CALL_RECORDED = "call.recorded"
 RUN_CLOSED = "run.closed"
 
+INFERENCE_FAILED = "inference.failed"  # issue 54
 AGENT_STARTED = "agent.started"
 AGENT_STOPPED = "agent.stopped"
 AGENT_RESTARTED = "agent.restarted"
@@ -393,9 +394,35 @@ class ActionPerformed(Payload):
 
 @entry
 class InferenceCompleted(Payload):
+    """One inference call answered; the metering fields (issue 54, docs/inference.md) are
+    absent from events of older nodes, which read as a call of unknown cost."""
+
     type = INFERENCE_COMPLETED
     route: Name
     chars: Count = 0
+    model: Name = ""  # the alias the call used
+    provider_model: Name = ""  # as the provider named the model that answered
+    input_tokens: Count = 0
+    output_tokens: Count = 0
+    cost_nanos: Count = 0  # in 1e-9 of the node's currency (prices per million tokens)
+    duration_ms: Count = 0
+    finish_reason: Name = ""
+    tool_calls: Count = 0
+    trace_id: Name = ""
+
+
+@entry
+class InferenceFailed(Payload):
+    """An inference call that got no answer: the provider failed, or a limit refused it
+    (`refused`: a rate limit or a budget, before the provider was asked)."""
+
+    type = INFERENCE_FAILED
+    route: Name
+    model: Name = ""
+    error: Text = ""
+    duration_ms: Count = 0
+    refused: bool = False
+    trace_id: Name = ""
 
 
 # ----------------------------------------------------------------------------- recorded calls
@@ -525,6 +552,10 @@ class AgentDefinition(msgspec.Struct, kw_only=True, frozen=True):
     mcp: bool = False
     grant_domains: Annotated[list[Name], msgspec.Meta(max_length=MAX_AGENT_ENTRIES)] = []
     allow_hosts: Annotated[list[Name], msgspec.Meta(max_length=MAX_AGENT_ENTRIES)] = []
+    # the inference models it may use, by alias, and its default (issue 54; none: the node's
+    # default model)
+    inference_models: Annotated[list[Name], msgspec.Meta(max_length=MAX_AGENT_ENTRIES)] = []
+    inference_default: Name | None = None
 
 
 @entry

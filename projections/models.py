@@ -18,6 +18,7 @@ from projections.deployments import DeployedAgents
 from projections.disk import DiskModel, DiskModels
 from projections.entries import Findings, Logs
 from projections.grants import Grants
+from projections.inference_ledger import InferenceLedger
 from projections.journals import Journals
 from projections.keys import KeyHistory
 from projections.ownership import Owners
@@ -25,6 +26,7 @@ from projections.packages import Registry
 from projections.peers import PeerBook
 from projections.placements import Placements
 from projections.tasks import Tasks
+from projections.usage import Usage
 
 
 class Storage(StrEnum):
@@ -46,6 +48,7 @@ READ_MODELS: tuple[ReadModel, ...] = (
     ReadModel(Logs, Storage.DISK),
     ReadModel(Findings, Storage.DISK),
     ReadModel(Tasks, Storage.DISK),
+    ReadModel(InferenceLedger, Storage.DISK),  # inference budgets (issue 54)
     ReadModel(Journals, Storage.MEMORY),
     ReadModel(KeyHistory, Storage.MEMORY),
     ReadModel(Registry, Storage.MEMORY),
@@ -53,6 +56,7 @@ READ_MODELS: tuple[ReadModel, ...] = (
     ReadModel(PeerBook, Storage.MEMORY),
     ReadModel(DeployedAgents, Storage.MEMORY),
     ReadModel(Placements, Storage.MEMORY),
+    ReadModel(Usage, Storage.MEMORY),  # inference (issue 54)
 )
 
 

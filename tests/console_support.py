@@ -127,3 +127,17 @@ def seed_denied(
         await store.close()
 
     asyncio.run(write())
+
+
+def seed_usage(config_path: Path, journal: str, calls: list[dict[str, object]]) -> None:
+    """Journal inference calls (`inference.completed` payloads) while no node runs."""
+    config = load_config(config_path)
+    store = open_store(config, load_or_create_key(config.data_path))
+
+    async def write() -> None:
+        store.start()
+        for call in calls:
+            await store.append(journal, "inference.completed", call)
+        await store.close()
+
+    asyncio.run(write())

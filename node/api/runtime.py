@@ -23,12 +23,14 @@ from aiohttp import web
 from node.api import mcp
 from node.config.model import AgentConfig
 from node.context import CONTEXT, NodeContext
+from node.inference.budgets import InferenceBudgets
+from node.inference.service import InferenceService
+from node.ops import tracing
 from node.placement.key import PLACEMENT
 from node.runtime.agents import AGENTS, Agents
 from node.runtime.capabilities import Capabilities
 from node.runtime.compiled_cache import compiled_cache_dir
 from node.runtime.host import HostServices, JournalHost
-from node.runtime.inference import InferenceClient
 from node.runtime.mcp import McpServer
 from node.runtime.runtime import AgentRuntime
 from node.runtime.spec import AgentSpec, RuntimeOptions, compile_limits, spec_from_config
@@ -45,6 +47,7 @@ from node.streams.bus import BUS, EventBus
 from node.sync.service import SYNC
 from node.web.http import Problem, json_response
 from node.web.routes import Doc, Query, add_route
+from projections.inference_ledger import InferenceLedger
 from projections.tasks import Tasks
 
 log = logging.getLogger("agent-node.placement")
@@ -119,6 +122,7 @@ async def runtime_lifecycle(
     config.agents = hosted
     ctx.metrics.agents_total.set(len(hosted))
     loop = asyncio.get_running_loop()
+    tracing.start(config.tracing)  # OpenTelemetry spans, when [tracing] enabled
     session = aiohttp.ClientSession()
     names = [a.name for a in config.agents]
     tasks = TaskQueue(names)
@@ -131,7 +135,17 @@ async def runtime_lifecycle(
         metrics=ctx.metrics,
         loop=loop,
         capabilities=Capabilities(session, config.actions),
-        inference=InferenceClient(session, config.inference),
+        inference=InferenceService(
+            session,
+            config.inference,
+            ctx.metrics,
+            InferenceBudgets(
+                config.inference.budgets,
+                ctx.projections.get(InferenceLedger),
+                config.agent_groups,
+                names,
+            ),
+        ),
         tasks=tasks,
         approvals=deps.approvals,
         grants=deps.grants,
@@ -197,6 +211,7 @@ async def runtime_lifecycle(
         await loop.run_in_executor(None, runtime.stop)
         agents.attach(None, None)
         await session.close()
+        await loop.run_in_executor(None, tracing.stop)
 
 
 def keep_as_replicas(

@@ -42,6 +42,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     new = action("new", cmd_new, "make a new agent project: source, WIT world, test, README")
     new.add_argument("name", help="agent name, also its registry package id (lower case)")
     new.add_argument("--lang", choices=sorted(LANGUAGES), default="python")
+    new.add_argument(
+        "--template",
+        choices=("words", "tools"),
+        default="words",
+        help="words (counts words, gated actions) or tools (a model calling the agent's tools)",
+    )
     new.add_argument("--dir", default=".", help="folder to make the project in (default .)")
 
     built = action("build", cmd_build, "build the project into build/NAME.wasm")
@@ -93,6 +99,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--state", action="append", default=[], metavar="KEY=VALUE", help="initial state"
     )
     test.add_argument("--infer-reply", default="ok", help="what inference answers")
+    test.add_argument(
+        "--infer-file",
+        metavar="PATH",
+        help="answers to the inference calls, in order: a JSON list of texts or chat answers "
+        '({"message": {"content", "tool_calls"}})',
+    )
     test.add_argument(
         "--fuel",
         dest="fuel_per_tick",
@@ -166,14 +178,18 @@ def _positive(text: str) -> int:
 def cmd_new(args: argparse.Namespace) -> int:
     from node.authoring import project
 
-    made = project.create(args.name, args.lang, Path(args.dir))
+    made = project.create(args.name, args.lang, Path(args.dir), args.template)
     where = os.path.relpath(made.root)
     if where.startswith(".."):
         where = str(made.root)
     print(f"made {made.language} agent {made.name} in {where}/")
     print(f"  cd {where}")
     print("  agent-node agent build          # -> build/" + made.output.name)
-    print('  agent-node agent test --input \'{"text": "hello world"}\'')
+    if args.template == "tools":
+        question = json.dumps({"question": "Weather in Paris?"})
+        print(f"  agent-node agent test --input '{question}' --infer-file answers.json")
+    else:
+        print('  agent-node agent test --input \'{"text": "hello world"}\'')
     print("  " + ("npm test" if made.language == "js" else "python -m unittest"))
     print("the guide to writing agents: agent-node docs agents")
     return 0
@@ -239,6 +255,13 @@ def _fakes(args: argparse.Namespace) -> harness.Fakes:
     from node.authoring import harness
 
     fakes = harness.Fakes(grants=set(args.grant), infer_reply=args.infer_reply)
+    if args.infer_file:
+        from node.inference import canned
+
+        try:
+            fakes.infer_answers = canned.load(Path(args.infer_file).read_text())
+        except (OSError, ValueError) as e:
+            raise UsageError(f"--infer-file {args.infer_file}: {e}") from None
     for item in args.capability:
         name, has_reply, reply = item.partition("=")
         if has_reply:

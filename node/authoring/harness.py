@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from node.inference import canned
 from node.runtime import AgentRuntime, AgentSpec, HostError, RuntimeOptions, Task
 from node.runtime.memhost import MemoryHost
 from node.runtime.redact import SecretRedactor
@@ -39,6 +40,9 @@ class Fakes:
     secrets: dict[tuple[str, str], str] = field(default_factory=dict)
     state: dict[str, str] = field(default_factory=dict)
     infer_reply: str = "ok"
+    infer_answers: list[Any] | None = (
+        None  # --infer-file: answers in order (node/inference/canned.py)
+    )
 
 
 @dataclass
@@ -62,6 +66,8 @@ class KitHost(MemoryHost):
     """MemoryHost with canned capability replies, every outcome recorded, and redaction."""
 
     replies: dict[str, str] = field(default_factory=dict)
+    answers: list[Any] | None = None
+    answered: int = 0
     redactor: SecretRedactor = field(default_factory=SecretRedactor)
     changed: threading.Condition = field(default_factory=threading.Condition)
 
@@ -90,6 +96,20 @@ class KitHost(MemoryHost):
             self.record("invoke", capability=capability, request=request, error=str(exc))
             raise
         self.record("invoke", capability=capability, request=request, result=reply)
+        return reply
+
+    def infer(self, request: str) -> str:
+        if self.answers is None:
+            return super().infer(request)
+        try:
+            if self.answered >= len(self.answers):
+                raise canned.exhausted(len(self.answers))
+            reply = canned.answer_of(request, self.answers[self.answered])
+            self.answered += 1
+        except HostError as exc:
+            self.record("inference", request=request, error=str(exc))
+            raise
+        self.record("inference", request=request)
         return reply
 
     def get_secret(self, domain: str, key: str) -> str:
@@ -127,6 +147,7 @@ def run(
         infer_reply=fakes.infer_reply,
         state=dict(fakes.state),
         replies=dict(fakes.capabilities),
+        answers=fakes.infer_answers,
     )
     spec = AgentSpec(
         name,
@@ -275,7 +296,7 @@ SHOWN = {
         **({"error": d["error"]} if "error" in d else {"result": _json(d["result"])}),
     },
     "secret": lambda d: {"domain": d["domain"], "key": d["key"], **_only(d, "error")},
-    "inference": lambda d: {"request": _json(d["request"])},
+    "inference": lambda d: {"request": _json(d["request"]), **_only(d, "error")},
     c.TaskCreated.type: lambda d: {"id": d["id"], "to": d["to"], "input": _json(d["input"])},
     c.TaskProgress.type: lambda d: {"id": d["id"], "progress": _json(d["progress"])},
     c.StateSet.type: lambda d: {"key": d["key"], "value": d["value"]},

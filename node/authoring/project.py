@@ -35,6 +35,17 @@ TEMPLATE_FILES = {
         "gitignore.tmpl": ".gitignore",
     },
 }
+# `agent new --template tools`: a tool-calling agent (templates/<language>_tools/)
+TEMPLATE_FILES["python_tools"] = {
+    **TEMPLATE_FILES["python"],
+    "answers.json.tmpl": "answers.json",
+}
+TEMPLATE_FILES["js_tools"] = {**TEMPLATE_FILES["js"], "answers.json.tmpl": "answers.json"}
+TEMPLATES = {"words": "", "tools": "_tools"}  # the template's name -> its folder's suffix
+DESCRIPTIONS = {
+    "words": "Counts words; a template to start from",
+    "tools": "Answers questions with a model calling its tools; a template to start from",
+}
 
 
 class ProjectError(Exception):
@@ -113,7 +124,7 @@ def load(root: Path) -> Project:
     return project
 
 
-def create(name: str, language: str, parent: Path) -> Project:
+def create(name: str, language: str, parent: Path, template: str = "words") -> Project:
     """Write a new project `parent/name` from the language's template."""
     check_name(name)
     if language not in LANGUAGES:
@@ -121,18 +132,19 @@ def create(name: str, language: str, parent: Path) -> Project:
     root = parent / name
     if root.exists() and any(root.iterdir()):
         raise ProjectError(f"{root} already exists and is not empty")
-    templates = resources.files("node.authoring").joinpath("templates", language)
+    folder = language + TEMPLATES[template]
+    templates = resources.files("node.authoring").joinpath("templates", folder)
     root.mkdir(parents=True, exist_ok=True)
     (root / "wit").mkdir()
     (root / "wit" / "agent.wit").write_text(wit_text())
-    for template, target in TEMPLATE_FILES[language].items():
-        text = templates.joinpath(template).read_text()
+    for source, target in TEMPLATE_FILES[folder].items():
+        text = templates.joinpath(source).read_text()
         (root / target).write_text(text.replace(PLACEHOLDER, name))
     (root / MANIFEST).write_text(
         "# The agent project, read by `agent-node agent build|test|publish`.\n"
         f'name = "{name}"          # the registry package id\n'
         'version = "0.1.0"         # SemVer: `agent publish` publishes this version\n'
         f'language = "{language}"  # python or js\n'
-        'description = "Counts words; a template to start from"\n'
+        f'description = "{DESCRIPTIONS[template]}"\n'
     )
     return load(root)

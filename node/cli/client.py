@@ -33,6 +33,8 @@ from node.cli.node_api import (
     table,
 )
 from node.cli.placed import replica_status
+from node.cli.usage import add_arguments as usage_args
+from node.cli.usage import cmd_usage
 from node.display.humanize import duration, size, visible, visible_lines
 from node.display.request_summary import summary
 
@@ -395,6 +397,7 @@ def add_client_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
 
     status = command(sub, "status", cmd_status, "status of the node's agents")
     status.add_argument("--agent", help="only this agent")
+    usage_args(command(sub, "usage", cmd_usage, "inference usage and cost per agent and model"))
 
     approvals = sub.add_parser("approvals", help="list and decide pending approvals")
     actions = approvals.add_subparsers(metavar="ACTION")

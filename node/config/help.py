@@ -20,7 +20,8 @@ KEYS: dict[type[msgspec.Struct], dict[str, str]] = {
         "peers": "The other nodes of the mesh this node replicates with.",
         "sync": "Tuning of the replicator (HTTP pushes between peers); defaults suit a LAN.",
         "mesh": "How envelopes travel between nodes: HTTP pushes or a NATS JetStream stream.",
-        "inference": "The OpenAI-compatible endpoints agents' inference calls go to.",
+        "inference": "The models agents' inference calls may use (OpenAI-compatible servers "
+        "and Anthropic's Messages API), their prices and limits (docs/inference.md).",
         "mcp": "MCP's HTTP transport: the browser origins it accepts besides the node's own.",
         "agents": "The agents this node hosts, each a WebAssembly component.",
         "hosting": "Placed agents of other nodes this node consents to host when they fail over "
@@ -32,6 +33,8 @@ KEYS: dict[type[msgspec.Struct], dict[str, str]] = {
         "delivery": "The outbox of notifications (A2A push, approval channels): where it may "
         "send, retries, limits (docs/notifications.md).",
         "notifications": "Who is told that an approval request waits: channels and escalation.",
+        "tracing": "OpenTelemetry spans of runs, host calls, approval waits and inference, "
+        'sent over OTLP/HTTP (off by default; docs/inference.md, "Traces").',
         "policy": "Approval policies in Cedar that permit, forbid or ask people about each use "
         'of a capability whose approval is "policy" (docs/approvals.md).',
         "agent_groups": "Group name to agent names: a budget shared by the group "
@@ -146,6 +149,40 @@ KEYS: dict[type[msgspec.Struct], dict[str, str]] = {
         "local_model": "The model sent to the local route.",
         "cloud_model": "The model sent to the cloud route.",
         "timeout_secs": "Idle timeout for a response and each next piece of a stream.",
+        "models": "Alias to a model ([inference.models.<alias>]); local_url and cloud_url are "
+        "the aliases local and cloud unless this names them.",
+        "default_model": "The alias an agent that lists no models uses (default: default_route).",
+        "requests_per_minute": "Most inference calls of one agent in a minute (0: no limit); "
+        "a call waits for room when that comes before its run's deadline.",
+        "tokens_per_minute": "Most tokens (input and output) of one agent's calls in a minute "
+        "(0: no limit).",
+        "retries": "How often a provider's 429 or 503 is tried again, after its Retry-After, "
+        "within the run's deadline.",
+    },
+    c.ModelSection: {
+        "provider": "openai (any OpenAI-compatible server: vLLM, llama.cpp, Ollama, OpenAI) or "
+        "anthropic (the Messages API).",
+        "base_url": "The API's base URL (.../v1).",
+        "model": "The provider's name of the model.",
+        "api_key_env": "Environment variable holding the API key (read at each call).",
+        "api_key_file": "A file holding the API key (0600).",
+        "api_key": "The API key itself (prefer api_key_file or api_key_env).",
+        "input_price": "Price per million input tokens (the node's one currency).",
+        "output_price": "Price per million output tokens.",
+        "route": "local or cloud: its label in svc_inference_requests_total.",
+        "max_tokens": "max_tokens sent when a call gives none.",
+        "timeout_secs": "Idle timeout of this model (default [inference]'s).",
+    },
+    c.TracingSection: {
+        "enabled": "Send spans (needs the otel extra: pip install 'agent-node[otel]').",
+        "endpoint": "The collector's OTLP/HTTP traces URL (protobuf), .../v1/traces.",
+        "service_name": "service.name of the spans' resource.",
+        "export_interval_ms": "How long finished spans wait to be sent together.",
+        "headers": "Headers of each export (a hosted collector's key; never logged).",
+    },
+    c.AgentInference: {
+        "models": "Model aliases the agent may use (none: the node's default model alone).",
+        "default": "The alias a call that names none uses (default: the first of models).",
     },
     c.AgentConfig: {
         "name": "The agent's name, also its journal's.",
@@ -164,6 +201,7 @@ KEYS: dict[type[msgspec.Struct], dict[str, str]] = {
         "(default 300).",
         "grants": "Secret domains granted to the agent.",
         "http": "What http_fetch may reach.",
+        "inference": "The inference models it may use (with capabilities.inference = true).",
         "placement": "Node names that may host the agent (with the NATS mesh; default: this "
         "node alone). More than one makes it a placed agent that fails over (docs/mesh.md).",
     },
@@ -181,6 +219,8 @@ KEYS: dict[type[msgspec.Struct], dict[str, str]] = {
         "grants": "Secret domains it may read here; this node takes it only when these cover "
         "every domain its definition asks for.",
         "http": "What http_fetch may reach here (intersected with its definition's).",
+        "inference": "The inference models it may use here (those its definition names too; "
+        "none in common: this node's default model).",
         "mcp": "Expose its tools here when its definition does.",
         "fuel_per_tick": "Most fuel per call here.",
         "memory_limit_mb": "Most linear memory here.",

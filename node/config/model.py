@@ -10,11 +10,16 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from node.config.inference import AgentInference as AgentInference
+from node.config.inference import InferenceSection as InferenceSection
+from node.config.inference import ModelSection as ModelSection
+from node.config.inference import inference_problems
 from node.config.names import AGENT_NAME as AGENT_NAME
 from node.config.names import AGENT_NAME_RE as AGENT_NAME_RE
 from node.config.names import MESH_NAME as MESH_NAME
 from node.config.names import SCOPES as SCOPES
 from node.config.names import ConfigError as ConfigError
+from node.config.tracing import TracingSection as TracingSection
 from node.ops.filemodes import exposure
 from node.runtime.limits import DEFAULT_FUEL_PER_TICK
 from projections.catalogue import MAX_APPROVAL_TIMEOUT_SECS
@@ -181,16 +186,6 @@ class MeshSection(_Section, kw_only=True):
     standby_wait_secs: Annotated[float, msgspec.Meta(ge=0, le=3600)] = 120.0
 
 
-class InferenceSection(_Section, kw_only=True):
-    local_url: str | None = None
-    cloud_url: str | None = None
-    cloud_api_key_env: str | None = None
-    default_route: Literal["local", "cloud"] = "local"
-    local_model: str = "local"
-    cloud_model: str = "default"
-    timeout_secs: Annotated[float, msgspec.Meta(gt=0)] = 120.0
-
-
 class GrantsSection(_Section, kw_only=True):
     domains: list[str] = []
 
@@ -216,6 +211,7 @@ class AgentConfig(_Section, kw_only=True):
     approval: dict[str, Any] = {}
     grants: GrantsSection = msgspec.field(default_factory=GrantsSection)
     http: HttpSection = msgspec.field(default_factory=HttpSection)
+    inference: AgentInference = msgspec.field(default_factory=AgentInference)
     # node names that may host it (docs/mesh.md, "Placement and failover"); empty: this node
     placement: list[AgentName] = []
 
@@ -259,6 +255,8 @@ class HostingConfig(_Section, kw_only=True):
     approval: dict[str, Any] = {}
     grants: GrantsSection = msgspec.field(default_factory=GrantsSection)
     http: HttpSection = msgspec.field(default_factory=HttpSection)
+    # the model aliases it may use here (those both name; none: this node's default model)
+    inference: AgentInference = msgspec.field(default_factory=AgentInference)
     mcp: bool = False
     # the most a run may take here (and the shortest interval between ticks)
     fuel_per_tick: PositiveInt = DEFAULT_FUEL_PER_TICK
@@ -378,6 +376,7 @@ class Config(_Section, kw_only=True):
     notifications: NotificationsSection = msgspec.field(default_factory=NotificationsSection)
 
     policy: PolicySection = msgspec.field(default_factory=PolicySection)  # issue 47
+    tracing: TracingSection = msgspec.field(default_factory=TracingSection)  # issue 54
     # named groups of agents that share a budget (`@budget("... for group NAME")`, and the
     # inference budgets): group name → agent names (node/policy/budgets.py)
     agent_groups: Annotated[
@@ -418,6 +417,7 @@ def check_config(config: Config, source: str) -> Iterator[str]:
                 "registry (registry:ID@VERSION), which the other nodes fetch it by"
             )
     yield from _check_hosting(config, source)
+    yield from inference_problems(config, source)
     token_names = [t.name for t in config.auth.tokens]
     for i, token in enumerate(config.auth.tokens):
         where = f"{source}: auth.tokens[{i}]"

@@ -42,7 +42,7 @@ from projections import catalogue as c
 
 log = logging.getLogger("agent-node")
 NODE_STREAM = "$node"
-_RESTART_SECTIONS = ("node", "agents", "inference", "sync", "actions", "mcp")
+_RESTART_SECTIONS = ("node", "agents", "inference", "sync", "actions", "mcp", "tracing")
 
 
 class Reloader:

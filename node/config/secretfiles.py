@@ -67,6 +67,16 @@ def read_secret_files(config: Config, source: str) -> Iterator[str]:
             if problem:
                 yield problem
             setattr(channel, key, value)
+    for alias, model in config.inference.models.items():  # inference (issue 54)
+        if model.api_key_file is None:
+            continue
+        where = f"{source}: inference.models.{alias}"
+        if model.api_key is not None:
+            yield f"{where}: give `api_key` or `api_key_file`, not both"
+            continue
+        model.api_key, problem = _read(config, model.api_key_file, f"{where}.api_key_file")
+        if problem:
+            yield problem
     for domain, values in config.secrets.items():
         for key in [k for k in values if k.endswith(FILE_SUFFIX)]:
             where = f"{source}: secrets.{domain}.{key}"

@@ -26,6 +26,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from node.config.model import Config
 from node.display.humanize import visible
+from node.ops import tracing
 from node.ops.ids import new_id
 from node.ops.logflags import ACCESS_LOGGER
 from node.web.auth import identity_of
@@ -73,6 +74,11 @@ def secrets_of(config: Config) -> list[str]:
         found += [v for v in values.values() if isinstance(v, str)]
     if config.inference.cloud_api_key_env:
         found.append(os.environ.get(config.inference.cloud_api_key_env, ""))
+    found += list(config.tracing.headers.values())  # a collector's key
+    for model in config.inference.models.values():  # inference (issue 54)
+        found.append(model.api_key)
+        if model.api_key_env:
+            found.append(os.environ.get(model.api_key_env, ""))
     return [s for s in found if s]
 
 
@@ -89,6 +95,9 @@ class ContextFilter(logging.Filter):
             identity = identity_of(request)
             if identity is not None and request.path.startswith("/api/v1/sync/"):
                 record.peer = identity.name
+        trace_id = tracing.trace_id()  # "" unless [tracing] is on and a span is current
+        if trace_id:
+            record.trace_id = trace_id
         thread = record.threadName or ""  # None only where logging.logThreads is off
         if not hasattr(record, "agent") and thread.startswith("agent-"):
             record.agent = thread.removeprefix("agent-")
@@ -122,7 +131,7 @@ class _TextFormatter(logging.Formatter):
         line = super().format(record)
         context = " ".join(
             f"{field}={getattr(record, field)}"
-            for field in ("agent", "peer", "request_id")
+            for field in ("agent", "peer", "request_id", "trace_id")
             if getattr(record, field, "")
         )
         return self._redact(f"{line} [{context}]" if context else line)

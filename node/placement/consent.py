@@ -17,7 +17,8 @@ agent of the consented name whose owner is not the one the consent names is refu
 
 What the agent gets here is the definition bounded by the consent (`bound`): a capability only
 when both enable it, gated when either gates it, grant domains and allowed hosts both name,
-the smaller of each run limit, MCP only when both allow it. A node is eligible to host it
+the smaller of each run limit, MCP only when both allow it, the inference models both name
+(none in common: this node's default model alone). A node is eligible to host it
 (`refusal` says why not) only when every grant domain the definition asks for is consented
 and served here (a secret the agent cannot read would fail it), and its component is one the
 consent allows. The component itself passes this node's own compile check before it runs
@@ -50,6 +51,7 @@ class Consent:
     components: frozenset[str]  # sha256:... allowed; empty: any
     # the node whose agent this consent is for (None: any node's agent of that name)
     owner: str | None = None
+    inference_models: frozenset[str] = frozenset()  # model aliases it may use here
 
     @classmethod
     def of_hosting(cls, entry: HostingConfig) -> Consent:
@@ -70,6 +72,7 @@ class Consent:
             ),
             components=frozenset(entry.components),
             owner=entry.owner,
+            inference_models=frozenset(entry.inference.models),
         )
 
     @classmethod
@@ -88,6 +91,7 @@ class Consent:
             limits=definition.limits,
             components=frozenset(),
             owner=owner,
+            inference_models=frozenset(definition.inference_models),
         )
 
     def bound(self, definition: c.AgentDefinition) -> c.AgentDefinition:
@@ -114,6 +118,7 @@ class Consent:
             memory_limit_mb=min(wanted.memory_limit_mb, cap.memory_limit_mb),
             tick_timeout_ms=min(wanted.tick_timeout_ms, cap.tick_timeout_ms),
         )
+        models = [m for m in definition.inference_models if m in self.inference_models]
         return c.AgentDefinition(
             component=definition.component,
             sha256=definition.sha256,
@@ -124,6 +129,11 @@ class Consent:
             mcp=definition.mcp and self.mcp,
             grant_domains=[d for d in definition.grant_domains if d in self.grant_domains],
             allow_hosts=[h for h in definition.allow_hosts if h in self.allow_hosts],
+            # the models both name (none in common: this node's default model alone)
+            inference_models=models,
+            inference_default=definition.inference_default
+            if definition.inference_default in models
+            else None,
         )
 
     def refusal(

@@ -48,6 +48,19 @@ HTTP_FETCH_REQUEST: dict[str, Any] = {
     "path": "String",
     "query": "String",
 }
+# inference's request as an approval shows it (node/inference/service.py Call.summary)
+INFERENCE = "inference"
+INFERENCE_REQUEST: dict[str, Any] = {
+    "model": "String",
+    "provider": "String",
+    "provider_model": "String",
+    "route": "String",
+    "max_tokens": "Long",
+    "estimated_input_tokens": "Long",
+    "estimated_cost": "decimal",
+    "messages": "Long",
+    "tools": "Set<String>",
+}
 LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
 DECIMAL_MAX = Decimal("922337203685477.5807")
 
@@ -127,8 +140,12 @@ def parse_record(declared: Mapping[str, Any], depth: int = 0) -> FieldType:
 
 
 def request_types(requests: Mapping[str, Mapping[str, Any]]) -> dict[str, FieldType]:
-    """capability → its request's Record type: the config's, plus http_fetch's built in."""
-    types = {HTTP_FETCH: parse_record(HTTP_FETCH_REQUEST)}
+    """capability → its request's Record type: the config's, plus http_fetch's and
+    inference's built in."""
+    types = {
+        HTTP_FETCH: parse_record(HTTP_FETCH_REQUEST),
+        INFERENCE: parse_record(INFERENCE_REQUEST),
+    }
     for capability, declared in requests.items():
         types[capability] = parse_record(declared)
     return types

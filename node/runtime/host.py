@@ -28,12 +28,13 @@ from typing import Any, Literal, Protocol, TypeVar
 
 from eventstore.store import EventStore
 from node.config.model import AgentConfig, Config, secret_env_name
-from node.ops.ids import new_id
+from node.inference import hostcall
+from node.inference.service import InferenceService
+from node.ops import tracing
 from node.ops.metrics import NodeMetrics
 from node.runtime.callrecords import CallContext, CallRecorder
 from node.runtime.capabilities import Capabilities, canonical_fetch
 from node.runtime.hostapi import AgentFault, HostError, Run, RunResult, Task, exempt_from_deadline
-from node.runtime.inference import InferenceClient, parse_request
 from node.runtime.limits import (
     MAX_DETAIL,
     MAX_PAYLOAD_BYTES,
@@ -112,7 +113,7 @@ class HostServices:
     metrics: NodeMetrics
     loop: asyncio.AbstractEventLoop
     capabilities: Capabilities
-    inference: InferenceClient
+    inference: InferenceService
     tasks: TaskQueue
     approvals: ApprovalGate
     grants: Grants
@@ -168,6 +169,7 @@ class JournalHost:
             services.redactor.value,
             services.config.node.call_record_max_kb * 1024,
         )
+        self._span: Any = None  # the run's OpenTelemetry span (node/ops/tracing.py)
 
     # ---- plumbing --------------------------------------------------------------------------
 
@@ -237,6 +239,10 @@ class JournalHost:
         self._append(*c.event_of(finding))
 
     def invoke(self, capability: str, request: str) -> str:
+        with tracing.span("host.invoke", {"agent": self.name, "capability": capability}):
+            return self._invoke(capability, request)
+
+    def _invoke(self, capability: str, request: str) -> str:
         if not self.agent.capabilities.get(capability):
             raise HostError(
                 "not-permitted", f"capability {capability} is not enabled for agent {self.name}"
@@ -304,7 +310,8 @@ class JournalHost:
         timeout = self.agent.approval_timeout_secs
         task_id = self._run.detail if self._run is not None and self._run.kind == "task" else None
         by_policy = self.agent.decided_by_policy(capability)
-        with exempt_from_deadline():  # waiting for a person is not the agent's wasm time
+        waiting = {"agent": self.name, "capability": capability, "policy": by_policy}
+        with exempt_from_deadline(), tracing.span("approval.wait", waiting):
             verdict = self._on_loop(
                 gate.ask(
                     self.name, capability, shown, timeout, task_id, policy=by_policy, call=call
@@ -336,26 +343,12 @@ class JournalHost:
 
     def infer(self, request: str) -> str:
         shown = self.s.redactor.text(request)
-        return self.calls.call("infer", "", shown, lambda call: self._infer(request, call))
+        return self.calls.call(
+            "infer", "", shown, lambda call: hostcall.infer(self, self.s.inference, request, call)
+        )
 
-    def _infer(self, request: str, call: CallContext) -> str:
-        route, prompt, max_tokens = parse_request(request, self.s.config.inference.default_route)
-        self.s.metrics.inference_requests.labels(route=route).inc()
-        run_id = self._run.run_id if self._run else ""
-        message_id = new_id()
-        frame = {"run_id": run_id, "threadId": self.name, "runId": run_id, "messageId": message_id}
-        self._publish("TEXT_MESSAGE_START", {**frame, "role": "assistant"})
-
-        def on_token(text: str) -> None:
-            self._publish("token", {"text": text})
-            self._publish("TEXT_MESSAGE_CONTENT", {**frame, "text": text, "delta": text})
-
-        try:
-            text = self._on_loop(self.s.inference.complete(route, prompt, max_tokens, on_token))
-        finally:
-            self._publish("TEXT_MESSAGE_END", frame)
-        call.journal_with(*c.event_of(c.InferenceCompleted(route=route, chars=len(text))))
-        return text
+    def run_id(self) -> str:
+        return self._run.run_id if self._run else ""
 
     def create_task(self, to: str, input: str) -> str:
         _cap("the task input", input)
@@ -454,7 +447,10 @@ class JournalHost:
         self._run = run
         self._awaiting = None
         self.calls.run_started(run)
+        self._span = tracing.begin(f"agent.{run.kind}", tracing.run_attributes(run))
         frame = {"run_id": run.run_id, "threadId": self.name, "runId": run.run_id}
+        if self._span is not None:
+            frame["trace_id"] = tracing.trace_id()
         self._publish("RUN_STARTED", {**frame, "kind": run.kind})
         if run.kind == "tool":  # an MCP call: one AG-UI tool call inside its run
             self._publish(
@@ -474,9 +470,14 @@ class JournalHost:
             self.calls.run_finished(run, faulted=result.error is not None)
         except Exception as e:  # the store closing under a stop: the run stays open
             log.warning("agent %s: cannot close run %s: %s", self.name, run.run_id, e)
+        trace_id = tracing.trace_id() if self._span is not None else ""
+        tracing.end(self._span, result.error, {"agent.fuel": result.fuel_consumed})
+        self._span = None
         if result.fuel_consumed:
             self.s.metrics.fuel_consumed.labels(agent=self.name).inc(result.fuel_consumed)
         frame = {"run_id": run.run_id, "threadId": self.name, "runId": run.run_id}
+        if trace_id:
+            frame["trace_id"] = trace_id
         if run.kind == "tool":
             self._publish(
                 "TOOL_CALL_END",

@@ -32,6 +32,8 @@ class AgentPatch(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     approval: dict[str, bool | int | Literal["policy"] | None] | None = None
     grant_domains: list[str] | None = None
     allow_hosts: list[str] | None = None
+    inference_models: list[str] | None = None
+    inference_default: str | None = None
     # the nodes that may host it, replaced whole; `null` or absent: the set it has (docs/api.md)
     placement: list[str] | None = None
 
@@ -47,6 +49,8 @@ def request_of(definition: c.AgentDefinition) -> dict[str, Any]:
         "approval": dict(definition.approval),
         "grant_domains": list(definition.grant_domains),
         "allow_hosts": list(definition.allow_hosts),
+        "inference_models": list(definition.inference_models),
+        "inference_default": definition.inference_default,
     }
 
 

@@ -37,6 +37,8 @@ class DeployRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     approval: dict[str, Any] = {}
     grant_domains: list[str] = []
     allow_hosts: list[str] = []
+    inference_models: list[str] = []  # the model aliases it may use (docs/inference.md)
+    inference_default: str | None = None
     # node names that may host it (docs/mesh.md, "Placement and failover"); None: as it is
     # (this node alone for a new agent)
     placement: list[str] | None = None
@@ -57,6 +59,8 @@ def definition_of(agent: AgentConfig, sha256: str) -> c.AgentDefinition:
         mcp=agent.mcp,
         grant_domains=list(agent.grants.domains),
         allow_hosts=list(agent.http.allow_hosts),
+        inference_models=list(agent.inference.models),
+        inference_default=agent.inference.default,
     )
 
 
@@ -72,6 +76,10 @@ def config_of(name: str, definition: c.AgentDefinition) -> AgentConfig:
         "approval": dict(definition.approval),
         "grants": {"domains": list(definition.grant_domains)},
         "http": {"allow_hosts": list(definition.allow_hosts)},
+        "inference": {
+            "models": list(definition.inference_models),
+            "default": definition.inference_default,
+        },
     }
     return msgspec.convert(raw, AgentConfig)
 

@@ -48,6 +48,10 @@ class Upgrades(DeploymentBase):
         raw["name"] = name
         raw["grants"] = {"domains": raw.pop("grant_domains")}
         raw["http"] = {"allow_hosts": raw.pop("allow_hosts")}
+        raw["inference"] = {
+            "models": raw.pop("inference_models"),
+            "default": raw.pop("inference_default"),
+        }
         raw.pop("placement")  # checked by placement_set: not an entry's key as given
         if raw["fuel_per_tick"] is None:
             del raw["fuel_per_tick"]

@@ -87,6 +87,56 @@ def test_inference_answers_the_given_text(project, built_agents):
     assert of_type(report, "inference")[0]["request"]["route"] == "cloud"
 
 
+def test_a_tool_calling_agent_is_answered_from_an_infer_file(project, built_agents, tmp_path):
+    answers = tmp_path / "answers.json"
+    call = {
+        "id": "c1",
+        "type": "function",
+        "function": {"name": "add", "arguments": '{"a": 2, "b": 3}'},
+    }
+    answers.write_text(
+        json.dumps(
+            [
+                {"message": {"content": None, "tool_calls": [call]}, "usage": {"input_tokens": 9}},
+                "The sum is 5.",
+            ]
+        )
+    )
+    status, report = run(
+        project,
+        built_agents["tool_caller"],
+        "--infer-file",
+        str(answers),
+        "--input",
+        '{"question": "2 + 3?"}',
+    )
+    assert status == 0, report
+    assert report["task"]["output"] == {
+        "answer": "The sum is 5.",
+        "rounds": 2,
+        "input_tokens": 9,
+        "output_tokens": 0,
+        "tool_calls": 1,
+    }
+    asked = of_type(report, "inference")
+    assert asked[1]["request"]["messages"][-1] == {
+        "role": "tool",
+        "tool_call_id": "c1",
+        "content": '{"sum": 5.0}',
+    }
+    # a third call finds no answer left: the agent's error, not a crash of the kit
+    answers.write_text(json.dumps([{"message": {"tool_calls": [call]}}]))
+    status, report = run(
+        project,
+        built_agents["tool_caller"],
+        "--infer-file",
+        str(answers),
+        "--input",
+        '{"question": "2 + 3?"}',
+    )
+    assert "no answer left" in json.dumps(report)
+
+
 def test_a_load_failure_is_a_reported_fault(project, tmp_path):
     bogus = tmp_path / "bogus.wasm"
     bogus.write_bytes(b"\0asm\x0d\x00\x01\x00garbage")

@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from tests.authoring.kit_support import agent, agent_test, author_env, of_type
+from tests.support import ROOT
 
 
 @pytest.mark.timeout(900)
@@ -86,3 +87,49 @@ def test_new_build_test_a_python_agent_outside_the_repo(tmp_path):
     )
     assert own.returncode == 0, own.stderr
     assert "Ran 6 tests" in own.stderr and "OK" in own.stderr
+
+
+def test_the_tools_template_is_a_tool_calling_agent(tmp_path, built_agents):
+    """`agent new --template tools`: its app.py is agents/tools_template's (built by the
+    suite, so this test need not build it again), answered from its own answers.json."""
+    made = agent("new", "forecaster", "--template", "tools", "--dir", str(tmp_path), cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    assert "--infer-file answers.json" in made.stdout
+    project = tmp_path / "forecaster"
+    assert sorted(p.name for p in project.iterdir()) == [
+        ".gitignore",
+        "README.md",
+        "agent.toml",
+        "answers.json",
+        "app.py",
+        "test_app.py",
+        "wit",
+    ]
+    built_from = ROOT / "agents" / "tools_template" / "app.py"
+    source = (project / "app.py").read_text().replace("forecaster", "tools_template")
+    assert source == built_from.read_text(), "agents/tools_template/app.py is the template's"
+    question = json.dumps({"question": "Weather in Oslo?"})
+    done = agent(
+        "test",
+        str(project),
+        "--json",
+        "--wasm",
+        str(built_agents["tools_template"]),
+        "--input",
+        question,
+        "--infer-file",
+        "answers.json",
+        cwd=project,
+    )
+    report = json.loads(done.stdout)
+    assert done.returncode == 0, report
+    assert report["task"]["output"] == {
+        "answer": "Tomorrow in Paris: sunny, 21 C.",
+        "rounds": 2,
+        "input_tokens": 100,
+        "output_tokens": 21,
+    }
+    asked = [e["request"] for e in of_type(report, "inference")]
+    assert asked[0]["tools"][0]["function"]["name"] == "forecast"
+    assert asked[0]["max_tokens"] == 512
+    assert asked[1]["messages"][-1]["content"] == json.dumps({"forecast": "sunny, 21 C"})

@@ -24,6 +24,7 @@ from tests.console_support import (
     console_config,
     seed_denied,
     seed_pending,
+    seed_usage,
 )
 from tests.polling import wait_until
 from tests.support import ADMIN_TOKEN, READ_TOKEN, ROOT, NodeProcess, logs_on_failure
@@ -54,6 +55,7 @@ def node(tmp_path_factory, built_agents) -> Iterator[NodeProcess]:
     # what a hostile peer's journal can hold: a request and a reason written to deceive
     hostile_request = json.dumps({"amount": 90000, "memo": HOSTILE})
     seed_pending(config, "ledger", "spend", ["hostile-1"], detail=HOSTILE, request=hostile_request)
+    seed_usage(config, "ledger", USAGE)
     seed_denied(config, "ledger", "refund", "reversed-1", "\u202eevorppa")
     # a request a policy asked two people for, one of them from finance
     seed_pending(config, "ledger", "payout", ["payout-1"], approvers=TWO_WITH_FINANCE)
@@ -312,8 +314,8 @@ def test_nav_and_tables_stay_usable_at_390_px(node, open_page):
     page = open_page(*PHONE)
     sign_in(page, node, ONCALL_TOKEN)
     links = page.locator("nav a")
-    expect(links).to_have_count(7)
-    for index in range(7):
+    expect(links).to_have_count(8)
+    for index in range(8):
         link = links.nth(index)
         expect(link).to_be_in_viewport(ratio=1)  # wholly in sight: no nav scrolling needed
         view = link.get_attribute("data-view")
@@ -538,3 +540,35 @@ def test_the_agent_page_keeps_hostile_reasons_escaped_when_it_refreshes(
     page.once("dialog", lambda dialog: dialog.accept())
     page.locator("#deployment").get_by_role("button", name="remove deceiver").click()
     expect(page.locator('#agent-list tr[data-agent="deceiver"]')).to_have_count(0)
+
+
+USAGE = [
+    {
+        "route": "cloud",
+        "model": "claude",
+        "input_tokens": 1200,
+        "output_tokens": 300,
+        "cost_nanos": 8_100_000,
+        "duration_ms": 900,
+    },
+    {
+        "route": "cloud",
+        "model": "claude",
+        "input_tokens": 800,
+        "output_tokens": 100,
+        "cost_nanos": 3_900_000,
+        "duration_ms": 500,
+    },
+    {"route": "local", "model": "small", "input_tokens": 50, "output_tokens": 5, "duration_ms": 40},
+]
+
+
+@screenshot_on_failure
+def test_the_usage_view_shows_tokens_and_cost_per_agent_and_model(node, open_page):
+    page = open_page()
+    sign_in(page, node, ONCALL_TOKEN, view="usage")
+    claude = page.locator('tr[data-agent="ledger"][data-model="claude"] td')
+    expect(claude).to_have_text(["ledger", "claude", "2", "0", "2000", "400", "0.012", "700 ms"])
+    expect(page.locator('tr[data-agent="ledger"][data-model="small"] td').nth(6)).to_have_text("0")
+    page.get_by_label("Period").select_option("1h")
+    expect(claude.nth(2)).to_have_text("2")  # journaled just now: inside the last hour too

@@ -191,6 +191,7 @@ def placed_and_moved(nodes: dict[str, NodeProcess], token: str, wasm: Path, mode
                 [
                     *("agents", "deploy", AGENT, f"registry:{AGENT}@1.0.0"),
                     *("--placement", "node-a,node-b", "--tick-interval-ms", "100"),
+                    *("--capability", "inference"),  # its model is node-a's to give
                     *("--url", a.url, "--token", token),
                 ],
                 "deploy: waiting for its first run",

@@ -4,6 +4,8 @@ bounded by that node's operator's word; a replicated definition may ask for less
 from __future__ import annotations
 
 import msgspec
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from node.config.model import HostingConfig
 from node.placement.consent import Consent
@@ -87,3 +89,37 @@ def test_an_agent_handed_to_this_node_is_its_own():
     consent = hosting(owner="node-a")
     assert consent.refusal(definition(), [], owner="node-b", here="node-b") is None
     assert "owned by 'node-b'" in consent.refusal(definition(), [], owner="node-b", here="node-c")
+
+
+def test_inference_is_a_capability_consent_bounds_with_the_models_both_name():
+    asked = definition(
+        capabilities={"inference": True},
+        approval={"inference": "policy"},
+        inference_models=["small", "big"],
+        inference_default="big",
+    )
+    got = hosting(capabilities={"inference": True}, inference={"models": ["small"]}).bound(asked)
+    assert got.capabilities == {"inference": True} and got.approval == {"inference": "policy"}
+    assert got.inference_models == ["small"] and got.inference_default is None
+    refused = hosting().bound(asked)  # no consent to inference: not-permitted here
+    assert refused.capabilities == {"inference": False} and refused.inference_models == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    wanted=st.lists(st.sampled_from(["a", "b", "c", "d"]), unique=True),
+    consented=st.lists(st.sampled_from(["a", "b", "c", "d"]), unique=True),
+    default=st.sampled_from([None, "a", "b", "c", "d"]),
+    enabled=st.booleans(),
+)
+def test_a_bound_definition_never_uses_a_model_either_side_did_not_name(
+    wanted, consented, default, enabled
+):
+    asked = definition(
+        capabilities={"inference": True}, inference_models=wanted, inference_default=default
+    )
+    consent = hosting(capabilities={"inference": enabled}, inference={"models": consented})
+    got = consent.bound(asked)
+    assert set(got.inference_models) <= set(wanted) & set(consented)
+    assert got.inference_default is None or got.inference_default in got.inference_models
+    assert got.capabilities["inference"] is enabled

@@ -40,6 +40,7 @@ tick_interval_ms = 60000
 [agents.capabilities]
 spend = true
 http_fetch = true
+inference = true
 [agents.http]
 allow_hosts = ["127.0.0.1:{receiver.port}"]
 [agents.approval]

@@ -1,4 +1,5 @@
-"""The inference client against a local fake chat-completions server that misbehaves."""
+"""The OpenAI adapter (node/inference/openai.py) against a local chat-completions server
+that misbehaves."""
 
 from __future__ import annotations
 
@@ -10,8 +11,22 @@ import pytest
 from aiohttp import web
 
 from node.config.model import InferenceSection
+from node.inference import openai
+from node.inference.models import catalogue
+from node.inference.request import parse
+from node.inference.stream import MAX_LINE
 from node.runtime.hostapi import HostError
-from node.runtime.inference import MAX_LINE, InferenceClient
+
+
+class Tokens(list):
+    def text(self, token: str) -> None:
+        self.append(token)
+
+    def tool_call(self, call_id: str, name: str) -> None:
+        raise AssertionError("no tool call expected")
+
+    def tool_arguments(self, call_id: str, delta: str) -> None:
+        raise AssertionError("no tool call expected")
 
 
 def chunk(text: str) -> bytes:
@@ -38,10 +53,11 @@ async def complete(aiohttp_server, frames, timeout_secs: float = 5.0) -> tuple[s
     config = InferenceSection(
         local_url=f"http://127.0.0.1:{server.port}/v1", timeout_secs=timeout_secs
     )
-    tokens: list[str] = []
+    tokens = Tokens()
+    model = catalogue(config)["local"]
     async with aiohttp.ClientSession() as session:
-        text = await InferenceClient(session, config).complete("local", "hi", None, tokens.append)
-    return text, tokens
+        done = await openai.complete(session, model, parse('{"prompt": "hi"}'), tokens)
+    return done.text, tokens
 
 
 async def test_a_complete_stream_is_the_whole_text(aiohttp_server):

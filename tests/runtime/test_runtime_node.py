@@ -332,7 +332,9 @@ async def test_inference_streams_tokens(aiohttp_client, aiohttp_server, tmp_path
     llm.router.add_post("/v1/chat/completions", completions)
     server = await aiohttp_server(llm)
     toml = f'\n[inference]\nlocal_url = "http://127.0.0.1:{server.port}/v1"\n' + agent_toml(
-        "thinker", built_agents["inference"], "tick_interval_ms = 60000"
+        "thinker",
+        built_agents["inference"],
+        "tick_interval_ms = 60000\n[agents.capabilities]\ninference = true",
     )
     app, client, sink = await start_node(aiohttp_client, tmp_path, toml, sink=True)
     answers = await until(

@@ -10,8 +10,9 @@ import logs from "./views/logs.js";
 import grants from "./views/grants.js";
 import mesh from "./views/mesh.js";
 import registry from "./views/registry.js";
+import usage from "./views/usage.js";
 
-const VIEWS = { inbox, agents, tasks, logs, grants, mesh, registry };
+const VIEWS = { inbox, agents, tasks, logs, grants, mesh, registry, usage };
 const ORDER = Object.keys(VIEWS);
 const $ = (id) => document.getElementById(id);
 

@@ -1,0 +1,163 @@
+"""The `infer` host call, on the agent's worker thread: checked and gated like a capability,
+streamed to the agent's event streams (SSE `token`, AG-UI text and tool-call events), and
+metered in the agent's journal (`inference.completed`, or `inference.failed`).
+
+`node/runtime/host.py` hands each call here with itself as the `InferHost`, so that what wraps
+its host calls (journaled call records) wraps this too.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any, Protocol, TypeVar
+
+from node.config.model import AgentConfig
+from node.inference import budgets, genai
+from node.inference.ratelimit import LimitRefusal
+from node.inference.service import CAPABILITY, Call, InferenceService, Outcome
+from node.ops import tracing
+from node.ops.ids import new_id
+from node.runtime.callrecords import CallContext
+from node.runtime.hostapi import HostError, run_clock
+from projections import catalogue as c
+
+T = TypeVar("T")
+SLACK_SECS = 1.0  # past the run's deadline, the worker stops waiting for the loop
+
+
+class InferHost(Protocol):
+    agent: AgentConfig
+    name: str
+
+    def _append(self, type_: str, data: dict[str, Any], stream: str | None = None) -> None: ...
+
+    def _publish(self, event: str, data: dict[str, Any]) -> None: ...
+
+    def _on_loop(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T: ...
+
+    def _await_approval(self, capability: str, request: str, call: str | None = None) -> None: ...
+
+    def run_id(self) -> str: ...
+
+    def report_finding(self, severity: str, title: str, detail: str) -> None: ...
+
+
+class StreamDeltas:
+    """An answer's pieces as the agent's stream events, as they arrive (on the event loop;
+    the sink is thread-safe)."""
+
+    def __init__(self, host: InferHost, run_id: str) -> None:
+        self.host = host
+        self.message_id = new_id()
+        self.frame = {"run_id": run_id, "threadId": host.name, "runId": run_id}
+        self.calls: list[str] = []
+
+    def begin(self) -> None:
+        frame = {**self.frame, "messageId": self.message_id}
+        self.host._publish("TEXT_MESSAGE_START", {**frame, "role": "assistant"})
+
+    def text(self, token: str) -> None:
+        self.host._publish("token", {"text": token})
+        frame = {**self.frame, "messageId": self.message_id}
+        self.host._publish("TEXT_MESSAGE_CONTENT", {**frame, "text": token, "delta": token})
+
+    def tool_call(self, call_id: str, name: str) -> None:
+        self.calls.append(call_id)
+        self.host._publish(
+            "TOOL_CALL_START",
+            {
+                **self.frame,
+                "tool_call_id": call_id,
+                "toolCallId": call_id,
+                "tool": name,
+                "toolCallName": name,
+                "parentMessageId": self.message_id,
+            },
+        )
+
+    def tool_arguments(self, call_id: str, delta: str) -> None:
+        ids = {"tool_call_id": call_id, "toolCallId": call_id}
+        self.host._publish("TOOL_CALL_ARGS", {**self.frame, **ids, "delta": delta})
+
+    def end(self) -> None:
+        self.host._publish("TEXT_MESSAGE_END", {**self.frame, "messageId": self.message_id})
+        for call_id in self.calls:
+            ids = {"tool_call_id": call_id, "toolCallId": call_id}
+            self.host._publish("TOOL_CALL_END", {**self.frame, **ids})
+
+
+Journal = Callable[[str, dict[str, Any]], None]
+
+
+def infer(
+    host: InferHost, service: InferenceService, request: str, record: CallContext | None = None
+) -> str:
+    """One live inference. `record` is the call's record (node/runtime/callrecords.py): the
+    metering is journaled in the same write as the record (a resumed run gets the answer from
+    it, metered and billed once), and an approval given before the run was interrupted, for
+    this call at this position, is not asked again."""
+    started = time.monotonic()
+    journal: Journal = record.journal_with if record is not None else host._append
+    call = service.prepare(host.agent, request)  # a refusal here is no call: not journaled
+    with tracing.span(f"chat {call.model.model}", genai.request_attributes(call)) as span:
+        approved = record is not None and record.approved
+        if host.agent.is_gated(CAPABILITY) and not approved:  # people, or the policy set, see
+            ref = record.ref if record is not None else None  # what it may cost
+            host._await_approval(CAPABILITY, json.dumps(call.summary()), ref)
+        _within_budgets(host, service, call, started, journal)
+        try:
+            outcome = _complete(host, service, call, started, journal)
+            if span is not None:
+                span.set_attributes(genai.response_attributes(outcome))
+            journal(*c.event_of(outcome.event(tracing.trace_id())))
+        finally:
+            for title in host._on_loop(service.settle(call)):
+                detail = f"agent {host.name}, model {call.model.alias}"
+                host.report_finding("medium" if "80 %" in title else "high", title, detail)
+    return outcome.answer()
+
+
+def _within_budgets(
+    host: InferHost, service: InferenceService, call: Call, started: float, journal: Journal
+) -> None:
+    """Reserve the call's most within every budget; past one, refuse it or ask people."""
+    exceeded = host._on_loop(service.reserve(call))
+    if exceeded is None:
+        return
+    if exceeded.over == "ask":
+        asked = {**call.summary(), **budgets.shown(exceeded)}
+        host._await_approval(CAPABILITY, json.dumps(asked))
+        host._on_loop(service.reserve(call, approved=True))
+        return
+    refusal = LimitRefusal(exceeded.message())
+    service.metrics.failed(call.agent, call.model.alias, refused=True)
+    journal(*c.event_of(_failed(host, call, refusal, started)))
+    raise refusal
+
+
+def _complete(
+    host: InferHost, service: InferenceService, call: Call, started: float, journal: Journal
+) -> Outcome:
+    left = max(run_clock().remaining_ms() / 1000, 0.0)
+    deltas = StreamDeltas(host, host.run_id())
+    deltas.begin()
+    try:
+        return host._on_loop(service.complete(call, deltas, left), left + SLACK_SECS)
+    except HostError as e:
+        journal(*c.event_of(_failed(host, call, e, started)))
+        raise
+    finally:
+        deltas.end()
+
+
+def _failed(host: InferHost, call: Call, error: HostError, started: float) -> c.InferenceFailed:
+    return c.InferenceFailed(
+        route=call.model.route,
+        model=call.model.alias,
+        error=error.message[:2000],
+        duration_ms=int((time.monotonic() - started) * 1000),
+        refused=isinstance(error, LimitRefusal),
+        trace_id=tracing.trace_id(),
+    )
