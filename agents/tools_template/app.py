@@ -11,7 +11,7 @@ here (`TOOLS`) and its result sent back as a `tool` message, until the model ans
     [agents.inference]
     models = ["local"]
 
-Built with componentize-py against wit/agent.wit (world `agent`): `agent-node agent build`.
+Built with componentize-py against the world `agent` 0.3.0: `agent-node agent build`.
 """
 
 import json
@@ -111,3 +111,27 @@ class WitWorld(wit_world.WitWorld):
 
     def call_tool(self, name: str, arguments: str) -> str:
         raise Err(f"unknown tool {name}")
+
+    # ---- MCP beyond tools (world 0.3.0): this agent offers none of them; the node adds its
+    # own resources, read from the journal (agent://<name>/state, findings, logs...)
+    def call_tool_content(self, name: str, arguments: str) -> str:
+        """Called instead of call_tool: the result as a list of MCP content items."""
+        return json.dumps([{"type": "text", "text": self.call_tool(name, arguments)}])
+
+    def list_prompts(self) -> list[types.Prompt]:
+        return []
+
+    def get_prompt(self, name: str, arguments: str) -> str:
+        raise Err(f"unknown prompt {name}")
+
+    def complete_argument(self, prompt: str, argument: str, value: str) -> list[str]:
+        return []
+
+    def list_resources(self) -> list[types.ResourceInfo]:
+        return []
+
+    def list_resource_templates(self) -> list[types.ResourceInfo]:
+        return []
+
+    def read_resource(self, uri: str) -> str:
+        raise Err(f"no resource {uri}")
