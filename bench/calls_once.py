@@ -31,6 +31,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from node.ops.polling import until
+
 STEPS = 40
 
 
@@ -70,8 +72,7 @@ def _receiver_app(held: threading.Event) -> Any:
         return web.json_response({"paid": body["request"].get("invoice")})
 
     async def hold(request: web.Request) -> web.Response:
-        while not held.is_set():
-            await asyncio.sleep(0.01)
+        await until(held.is_set, 600, "the bench releases the held fetch", interval=0.01)
         return web.Response(text="fetched")
 
     async def chat(request: web.Request) -> web.StreamResponse:

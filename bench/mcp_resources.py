@@ -18,6 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from node.ops.polling import wait_until
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -60,11 +62,12 @@ def main() -> None:
 
 def measure(base: str, headers: dict[str, str], findings: int, reads: int) -> dict[str, float]:
     with httpx.Client(base_url=base, headers=headers, timeout=60) as http:
-        deadline = time.monotonic() + 180
-        while http.get("/api/v1/status").json()[0]["status"] == "starting":
-            if time.monotonic() > deadline:
-                raise RuntimeError("the counter agent did not start")
-            time.sleep(0.2)
+        wait_until(
+            lambda: http.get("/api/v1/status").json()[0]["status"] != "starting",
+            180,
+            "the counter agent starts",
+            interval=0.2,
+        )
         for n in range(findings):
             body = {"agent": "counter", "severity": "low", "title": f"f{n}", "detail": "x" * 80}
             http.post("/api/v1/findings", json=body).raise_for_status()

@@ -5,8 +5,9 @@ for the console's and the CLI's tests of what a node tells about a placed agent:
   its home and holds its lease. node-b and node-c are no processes: the test writes node-b's
   advert (ready to host `counter`) into the mesh's bucket; node-c has none (it is dead), so
   only node-b is a move target.
-- `ticker`, a journal pushed by node-b with real signatures (node-c deployed it, handed it to
-  node-b, which upgraded and stopped it), placed on node-c, node-b and node-a. node-a has no
+- `ticker`, a journal pushed by node-b with real signatures (node-c deployed it, handed its
+  ownership and its journal to node-b, which upgraded and stopped it as its owner: "The owner
+  decides, the home runs", docs/mesh.md), placed on node-c, node-b and node-a. node-a has no
   consent to host it ([[hosting]]), so it keeps a replica; node-b's lease is not in the
   bucket unless the test writes it, so its home is suspect. The operators' names are hostile.
 """
@@ -152,8 +153,9 @@ class Chain:
 
 
 def ticker_journal() -> list[dict[str, Any]]:
-    """Deployed on node-c (revision 1, by alice), handed to node-b, upgraded there (revision 2)
-    and stopped, by operators whose names a hostile member chose."""
+    """Deployed on node-c (revision 1, by alice), handed to node-b (its ownership first, signed
+    by node-c while it is the owner and the home, then its journal), upgraded there (revision 2)
+    and stopped by node-b as the owner, by operators whose names a hostile member chose."""
     chain = Chain("ticker")
     placed = {"placement": TICKER_SET, "definition": TICKER}
     first = msgspec.structs.replace(TICKER, component="registry:ticker@1.0.0")
@@ -161,6 +163,7 @@ def ticker_journal() -> list[dict[str, Any]]:
         "node-c",
         c.AgentPlaced(placement=TICKER_SET, definition=first, revision=1, operator="alice"),
     )
+    chain.add("node-c", c.AgentOwnerHanded(to="node-b", operator="alice"))
     chain.add("node-c", c.JournalHandoff(to="node-b", epoch=1))
     chain.add("node-b", c.AgentMovedIn(epoch=1, from_node="node-c", reason="handoff"))
     chain.add(
@@ -202,7 +205,7 @@ def placed_views(root: Path, counter_wasm: Path) -> Iterator[PlacedViews]:
                     json={"peer_id": "node-b", "envelopes": ticker_journal()},
                     headers=auth(peer_token("node-b", "node-a")),
                 )
-            assert pushed.json()["accepted"] == 5, pushed.text
+            assert pushed.json()["accepted"] == 6, pushed.text
             yield PlacedViews(node, server.url)
     finally:
         server.kill()

@@ -24,7 +24,11 @@ if TYPE_CHECKING:
 
 # The tokens shipped in examples/ and the docs: anyone may know them. A test keeps this list
 # in step with examples/*.toml.
-EXAMPLE_TOKENS = ("dev-admin-token-change-me", "dev-reader-token-change-me")
+EXAMPLE_TOKENS = (
+    "dev-admin-token-change-me",
+    "dev-finance-token-change-me",
+    "dev-reader-token-change-me",
+)
 _EXAMPLE_DIGESTS = {hashlib.sha256(t.encode()).hexdigest(): t for t in EXAMPLE_TOKENS}
 _LOOPBACK_NAMES = ("localhost", "localhost.localdomain")
 log = logging.getLogger("agent-node")

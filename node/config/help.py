@@ -158,6 +158,14 @@ KEYS: dict[type[msgspec.Struct], dict[str, str]] = {
         "(0: no limit).",
         "retries": "How often a provider's 429 or 503 is tried again, after its Retry-After, "
         "within the run's deadline.",
+        "budgets": "Budgets of inference ([[inference.budgets]]): per agent, per group of "
+        "agents or for the node, per hour, day, week or month, in tokens or cost.",
+    },
+    c.InferenceBudget: {
+        "rule": 'The budget, as the policies\' budgets read it: "tokens 100000 per day", '
+        '"cost 2.5 per month for group support", "cost 50 per week for node".',
+        "over": "refuse (the call fails, saying which budget and what is left) or ask "
+        "(people decide the call, as an approval).",
     },
     c.ModelSection: {
         "provider": "openai (any OpenAI-compatible server: vLLM, llama.cpp, Ollama, OpenAI) or "

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from node.config.inference import AgentInference as AgentInference
+from node.config.inference import InferenceBudget as InferenceBudget
 from node.config.inference import InferenceSection as InferenceSection
 from node.config.inference import ModelSection as ModelSection
 from node.config.inference import inference_problems

@@ -97,7 +97,9 @@ def infer(
     """One live inference. `record` is the call's record (node/runtime/callrecords.py): the
     metering is journaled in the same write as the record (a resumed run gets the answer from
     it, metered and billed once), and an approval given before the run was interrupted, for
-    this call at this position, is not asked again."""
+    this call at this position, is not asked again. The budgets' reservation ends once that
+    write is folded into the ledger (`after_write`): ended before, the call's charge would
+    count neither as held nor as spent (no 80 % / 100 % finding, room for another call)."""
     started = time.monotonic()
     journal: Journal = record.journal_with if record is not None else host._append
     call = service.prepare(host.agent, request)  # a refusal here is no call: not journaled
@@ -107,16 +109,24 @@ def infer(
             ref = record.ref if record is not None else None  # what it may cost
             host._await_approval(CAPABILITY, json.dumps(call.summary()), ref)
         _within_budgets(host, service, call, started, journal)
+        if record is not None:  # reserved: settled once the charge is journaled and folded
+            record.after_write(lambda: _settle(host, service, call))
         try:
             outcome = _complete(host, service, call, started, journal)
             if span is not None:
                 span.set_attributes(genai.response_attributes(outcome))
             journal(*c.event_of(outcome.event(tracing.trace_id())))
         finally:
-            for title in host._on_loop(service.settle(call)):
-                detail = f"agent {host.name}, model {call.model.alias}"
-                host.report_finding("medium" if "80 %" in title else "high", title, detail)
+            if record is None:  # journaled (and folded) already
+                _settle(host, service, call)
     return outcome.answer()
+
+
+def _settle(host: InferHost, service: InferenceService, call: Call) -> None:
+    """The call's reservation ends; the budgets it took past 80 % or 100 % are findings."""
+    for title in host._on_loop(service.settle(call)):
+        detail = f"agent {host.name}, model {call.model.alias}"
+        host.report_finding("medium" if "80 %" in title else "high", title, detail)
 
 
 def _within_budgets(

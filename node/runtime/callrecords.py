@@ -59,16 +59,28 @@ def header_value(key: str) -> str:
 
 @dataclass
 class CallContext:
-    """What a live call needs of the recorder: its key, whether it is approved already, and
-    the events to journal with its record (an `action.performed`, say)."""
+    """What a live call needs of the recorder: its key, whether it is approved already, the
+    events to journal with its record (an `action.performed`, say), and what to do once that
+    write is durable and folded (or the call ended without one): `after_write`."""
 
     key: str | None
     ref: str | None  # names the call in an approval request
     approved: bool = False
     events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    written: list[Callable[[], None]] = field(default_factory=list)
 
     def journal_with(self, type_: str, data: dict[str, Any]) -> None:
         self.events.append((type_, data))
+
+    def after_write(self, then: Callable[[], None]) -> None:
+        """Run `then` after the record and its events are journaled and folded (an inference
+        budget's reservation ends once its charge is in the ledger); run all the same when
+        the call ends without a record (a stop cut it, the write failed)."""
+        self.written.append(then)
+
+    def _written(self) -> None:
+        for then in self.written:
+            then()
 
 
 @dataclass
@@ -155,7 +167,7 @@ class CallRecorder:
         `request` is the call's request as journaled (secrets masked)."""
         current = self._current
         if current is None:  # no run to record it in (list-tools): nothing to resume
-            return perform(CallContext(None, None))
+            return self._unrecorded(perform)
         position = current.position
         current.position += 1
         request_hash = hash_request(request)
@@ -169,6 +181,20 @@ class CallRecorder:
                 return self._replayed(record)
             self._diverged(current, position, record, call, target)
         return self._live(current, position, call, target, request_hash, perform, False)
+
+    def _unrecorded(self, perform: Callable[[CallContext], str]) -> str:
+        """A live call outside a recorded run: its events are journaled without a record."""
+        context = CallContext(None, None)
+        try:
+            try:
+                return perform(context)
+            finally:
+                if context.events:
+                    self.store.append_many_blocking(
+                        [NewEvent(self.agent, t, self.redact(d)) for t, d in context.events]
+                    )
+        finally:
+            context._written()
 
     def _replayed(self, record: CallRecorded) -> str:
         if record.omitted is not None:
@@ -232,37 +258,40 @@ class CallRecorder:
             approved,
         )
         try:
-            result = perform(context)
-        except HostError as e:
-            if self.stopping.is_set():  # a stop cuts the call: the resumed run makes it
-                current.cut = True
-            else:
-                text, omitted = self._bounded(e.message)
-                failed = CallRecorded(
-                    run=run_id,
-                    position=position,
-                    call=call,
-                    target=target[:1000],
-                    request_hash=request_hash,
-                    outcome="error",
-                    error_kind=e.kind,
-                    result=text,
-                    omitted=omitted,
-                )
-                self._record(failed, context)
-            raise
-        text, omitted = self._bounded(result)
-        done = CallRecorded(
-            run=run_id,
-            position=position,
-            call=call,
-            target=target[:1000],
-            request_hash=request_hash,
-            result=text,
-            omitted=omitted,
-        )
-        self._record(done, context)
-        return result
+            try:
+                result = perform(context)
+            except HostError as e:
+                if self.stopping.is_set():  # a stop cuts the call: the resumed run makes it
+                    current.cut = True
+                else:
+                    text, omitted = self._bounded(e.message)
+                    failed = CallRecorded(
+                        run=run_id,
+                        position=position,
+                        call=call,
+                        target=target[:1000],
+                        request_hash=request_hash,
+                        outcome="error",
+                        error_kind=e.kind,
+                        result=text,
+                        omitted=omitted,
+                    )
+                    self._record(failed, context)
+                raise
+            text, omitted = self._bounded(result)
+            done = CallRecorded(
+                run=run_id,
+                position=position,
+                call=call,
+                target=target[:1000],
+                request_hash=request_hash,
+                result=text,
+                omitted=omitted,
+            )
+            self._record(done, context)
+            return result
+        finally:
+            context._written()  # the record (and its events) are folded, or there is none
 
     def _bounded(self, text: str) -> tuple[str, int | None]:
         """The result as journaled (secrets masked), or "" and its size when over the bound."""

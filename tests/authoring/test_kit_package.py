@@ -21,23 +21,25 @@ def test_a_wheel_carries_the_wit_and_the_templates_and_agent_new_works_from_it(
 ):
     names = set(zipfile.ZipFile(pure_wheel.wheel).namelist())
     assert "node/authoring/wit/agent.wit" in names
-    for language, files in TEMPLATE_FILES.items():
+    for folder, files in TEMPLATE_FILES.items():
         for template in files:
-            assert f"node/authoring/templates/{language}/{template}" in names
+            assert f"node/authoring/templates/{folder}/{template}" in names
     target, env = pure_wheel.site, pure_wheel.env
     code = (
         "import sys, node\n"
         f"assert node.__file__.startswith({str(target)!r}), node.__file__\n"
         "from node.cli.main import main\n"
-        "sys.exit(main(['agent', 'new', 'from-wheel', '--lang', sys.argv[1]]))\n"
+        "sys.exit(main(['agent', 'new', 'from-wheel', '--lang', sys.argv[1],"
+        " '--template', sys.argv[2]]))\n"
     )
     # -S: no .pth files, so the dev install's editable finder cannot supply `node`
     path = pure_wheel.python_path
-    for language, files in TEMPLATE_FILES.items():
-        where = tmp_path / language
+    for folder, files in TEMPLATE_FILES.items():  # templates/<language>[_<template>]
+        language, _, template = folder.partition("_")
+        where = tmp_path / folder
         where.mkdir()
         ran = subprocess.run(
-            [sys.executable, "-S", "-c", code, language],
+            [sys.executable, "-S", "-c", code, language, template or "words"],
             capture_output=True,
             text=True,
             env={**env, "PYTHONPATH": path},

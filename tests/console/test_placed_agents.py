@@ -148,7 +148,7 @@ def test_agents_show_tells_the_truth_about_a_replica(mesh, cli):
     assert "ready to take it: no other node of its set now" in lines
     moves = lines.index("moves (newest first):")  # as the console lists them
     assert lines[moves + 1].split() == ["SEQ", "EPOCH", "FROM", "TO", "REASON", "AT"]
-    assert lines[moves + 2].split()[:5] == ["2", "1", "node-c", "node-b", "handoff"]
+    assert lines[moves + 2].split()[:5] == ["3", "1", "node-c", "node-b", "handoff"]
     history = lines.index("deployments across homes (newest first):")
     assert lines[history + 1].split() == [
         "AT", "CHANGE", "REVISION", "NODE", "OPERATOR", "COMPONENT"

@@ -114,7 +114,7 @@ def test_replay_reports_counts(tmp_path):
     assert "  logs.entries: 10" in result.stdout
     assert "  findings.entries: 10" in result.stdout
     assert "  findings.incidents: 0" in result.stdout
-    assert "  journals: home 2, head 2" in result.stdout
+    assert "  journals: home 2, owner 2, head 2" in result.stdout
     assert "stored read models equal the rebuild" in result.stdout
 
 

@@ -149,7 +149,8 @@ component = "{broken}"
             assert all(status_of(client, a) != "error" for a in ("hello", "worker", "tools"))
             cold_kb = rss_anon_kb(node.proc.pid)
         # right after the start none of them ran: nothing was compiled (issue 37 item 8)
-        assert {s["status"] for s in first} == {"stopped"}, first
+        # (the broken one may already be refused: its bytes do not even parse)
+        assert {s["status"] for s in first if s["name"] != "broken"} == {"stopped"}, first
         assert "compiling" in phases, phases
         # three components, two compile slots on two cores: one waited for a slot, and said so
         if default_parallelism() < 3:

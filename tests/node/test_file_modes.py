@@ -131,7 +131,8 @@ def check_private(tmp_path: Path, data: Path, node: NodeProcess) -> None:
     paths = [data, *data.rglob("*")]
     names = {p.relative_to(data).parts[0] for p in paths[1:]}
     assert {"journal", "compiled", "node.key"} <= names, names  # the writes happened
-    assert len(list((data / COMPILED_DIR).glob("*.cwasm"))) == 2  # one compiled by the node
+    # one compiled by the node, and the published one, compiled once at its publish
+    assert len(list((data / COMPILED_DIR).glob("*.cwasm"))) == 3
     assert any("registry" in str(p) for p in paths), names
     exposed = [
         f"{p.relative_to(tmp_path)} {stat.S_IMODE(p.lstat().st_mode):04o}"

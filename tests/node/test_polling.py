@@ -51,6 +51,14 @@ PERIODIC = {
     ("node/services/rollouts.py", "_watch"),  # reads an instance's runs through its probation
     # a hostile member's lease attack: a round every period until stopped
     ("harness/hostile.py", "_attack"),
+    ("harness/hostile.py", "_advertise"),  # a hostile member's false advert, every period
+    # an agent's rate limit: waits the limiter's own time for room, refused past the deadline
+    ("node/inference/service.py", "_admit"),
+    # a provider's 429/503 tried again after its Retry-After, within the run's deadline
+    ("node/inference/service.py", "_ask"),
+    # adverts read until one is ready, the wait's end, or nobody is left to wait for; each
+    # look is the upgrade's progress
+    ("node/placement/standby.py", "wait_for_standby"),
     # the home is sampled through the lease attack: it must run the agent at every look
     (
         "tests/failover/test_hostile_member.py",

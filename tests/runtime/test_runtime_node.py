@@ -379,6 +379,8 @@ async def test_mcp_endpoint(aiohttp_client, tmp_path, built_agents):
         "tools": {"listChanged": False},
         "logging": {},
         "resources": {"subscribe": True, "listChanged": False},
+        "prompts": {"listChanged": False},
+        "completions": {},
     }
     assert (await rpc({"jsonrpc": "2.0", "method": "notifications/initialized"}))[0] == 202
     assert (await rpc({"jsonrpc": "2.0", "id": 2, "method": "ping"}))[1]["result"] == {}
