@@ -196,6 +196,20 @@ def wait_runner(
     return holder[-1]
 
 
+def move_to(fm: FailoverMesh, home: str, to: str, timeout: float = 60) -> None:
+    """The agent moved from `home` to `to` once `to` is ready to take it (an upgrade is the
+    owner's decision: a test that took the agent over moves it back to its owner first)."""
+    wait_until(
+        lambda: to in ((agent_view(fm[home]) or {}).get("placement") or {}).get("candidates", []),
+        timeout,
+        f"{to} ready to take it",
+    )
+    with fm[home].client() as client:
+        answer = client.post(f"/api/v1/agents/{AGENT}/move", json={"to": to}, timeout=30)
+    assert answer.status_code == 200, answer.text
+    wait_runner(fm, 30, among=[to])
+
+
 def events(node: NodeProcess, agent: str = AGENT) -> list[dict[str, Any]]:
     """Every envelope of the node's copy of the agent's journal: seq, type, origin, data."""
     out: list[dict[str, Any]] = []

@@ -24,6 +24,7 @@ url = "{receiver.url}/spend"
 
 [[hosting]]
 agent = "{AGENT}"
+owner = "node-a"  # ungated spends and a host: consent names whose agent (docs/mesh.md)
 [hosting.capabilities]
 spend = true
 http_fetch = true

@@ -11,6 +11,7 @@ from harness.failover import (
     FailoverMesh,
     agent_view,
     deploy,
+    move_to,
     publish_component,
     wait_for,
     wait_runner,
@@ -61,11 +62,12 @@ def test_every_node_numbers_the_deployments_alike_after_takeovers(failover, buil
     fm["node-a"].start(60)
     assert len(same_revision_everywhere(fm, 2)) == 3
 
-    assert "revision 3" in upgrade(fm, taker, wasm, "1.2.0")  # one more than the journal's
+    move_to(fm, taker, "node-a")  # the owner upgrades (docs/mesh.md, the owner decides)
+    assert "revision 3" in upgrade(fm, "node-a", wasm, "1.2.0")  # one more than the journal's
     same_revision_everywhere(fm, 3)
-    fm[taker].kill()
-    second = new_home(fm, [n for n in SET if n != taker])
+    fm["node-a"].kill()
+    second = new_home(fm, [n for n in SET if n != "node-a"])
     wait_runner(fm, 30, among=[second])
-    fm[taker].start(60)
+    fm["node-a"].start(60)
     shown = same_revision_everywhere(fm, 3)
     assert sorted(shown) == SET, shown

@@ -17,6 +17,7 @@ from harness.failover import (
     FailoverMesh,
     agent_view,
     events,
+    move_to,
     publish_component,
     ticks,
     wait_for,
@@ -107,10 +108,11 @@ def test_kill_9_and_sigterm_right_after_an_upgrade_find_a_standby(failover, buil
     assert agent_view(fm[taker])["current"]["version"] == "1.1.0"
 
     fm["node-a"].start(60)
-    upgrade(fm, taker, fresh_bytes(counter, "three", tmp_path), "1.2.0")
+    move_to(fm, taker, "node-a", 300)  # the owner upgrades (docs/mesh.md, the owner decides)
+    upgrade(fm, "node-a", fresh_bytes(counter, "three", tmp_path), "1.2.0")
     stopped = time.monotonic()
-    fm[taker].terminate()
-    others = [n for n in SET if n != taker]
+    fm["node-a"].terminate()
+    others = [n for n in SET if n != "node-a"]
     second, took = first_tick_on(fm, others, stopped)
     assert took <= BOUND_SECS, took
     assert agent_view(fm[second])["current"]["version"] == "1.2.0"
