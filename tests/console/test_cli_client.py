@@ -56,7 +56,11 @@ def ok_json(node, *args: str, token: str = ADMIN_TOKEN):
 
 
 def test_status_table_and_json(node):
-    wait_until(lambda: len(ok_json(node, "status")) == 4)
+    def loaded() -> bool:  # each of the four has its component loaded: a heap to show
+        agents = ok_json(node, "status")
+        return len(agents) == 4 and all(a["memory_profile"]["heap_bytes"] for a in agents)
+
+    wait_until(loaded, 60)
     table = cli(node, "status")
     assert table.returncode == 0, table.stderr
     header, *rows = table.stdout.splitlines()
