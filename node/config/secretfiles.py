@@ -23,60 +23,21 @@ MAX_SECRET_FILE_BYTES = 64 * 1024
 
 def read_secret_files(config: Config, source: str) -> Iterator[str]:
     """Fill each `token` and secret from its `*_file`; yield a problem for each that fails."""
+    one_of = "give exactly one of `token`, `token_sha256` or `token_file`"
     for i, entry in enumerate(config.auth.tokens):
-        if entry.token_file is None:
-            continue
         where = f"{source}: auth.tokens[{i}]"
-        if entry.token is not None or entry.token_sha256 is not None:
-            yield f"{where}: give exactly one of `token`, `token_sha256` or `token_file`"
-            continue
-        value, problem = _read(config, entry.token_file, f"{where}.token_file")
-        if problem:
-            yield problem
-        entry.token = value
-    for i, peer in enumerate(config.peers):
-        if peer.token_file is None:
-            continue
-        where = f"{source}: peers[{i}]"
-        if peer.token is not None:
-            yield f"{where}: give `token` or `token_file`, not both"
-            continue
-        peer.token, problem = _read(config, peer.token_file, f"{where}.token_file")
-        if problem:
-            yield problem
-    mesh = config.mesh
-    if mesh.nats_password_file is not None:
-        if mesh.nats_password is not None:
-            yield f"{source}: mesh: give `nats_password` or `nats_password_file`, not both"
+        if entry.token_file is not None and entry.token_sha256 is not None:
+            yield f"{where}: {one_of}"
         else:
-            mesh.nats_password, problem = _read(
-                config, mesh.nats_password_file, f"{source}: mesh.nats_password_file"
-            )
-            if problem:
-                yield problem
+            yield from _fill(config, entry, "token", where, one_of)
+    for i, peer in enumerate(config.peers):
+        yield from _fill(config, peer, "token", f"{source}: peers[{i}]")
+    yield from _fill(config, config.mesh, "nats_password", f"{source}: mesh")
     for i, channel in enumerate(config.notifications.channels):  # delivery (issue 47)
         for key in ("url", "secret"):
-            path_text = getattr(channel, f"{key}{FILE_SUFFIX}")
-            if path_text is None:
-                continue
-            where = f"{source}: notifications.channels[{i}]"
-            if getattr(channel, key) is not None:
-                yield f"{where}: give `{key}` or `{key}{FILE_SUFFIX}`, not both"
-                continue
-            value, problem = _read(config, path_text, f"{where}.{key}{FILE_SUFFIX}")
-            if problem:
-                yield problem
-            setattr(channel, key, value)
+            yield from _fill(config, channel, key, f"{source}: notifications.channels[{i}]")
     for alias, model in config.inference.models.items():  # inference (issue 54)
-        if model.api_key_file is None:
-            continue
-        where = f"{source}: inference.models.{alias}"
-        if model.api_key is not None:
-            yield f"{where}: give `api_key` or `api_key_file`, not both"
-            continue
-        model.api_key, problem = _read(config, model.api_key_file, f"{where}.api_key_file")
-        if problem:
-            yield problem
+        yield from _fill(config, model, "api_key", f"{source}: inference.models.{alias}")
     for domain, values in config.secrets.items():
         for key in [k for k in values if k.endswith(FILE_SUFFIX)]:
             where = f"{source}: secrets.{domain}.{key}"
@@ -91,6 +52,20 @@ def read_secret_files(config: Config, source: str) -> Iterator[str]:
                     yield problem
                 else:
                     values[name] = value
+
+
+def _fill(config: Config, holder: object, key: str, where: str, both: str = "") -> Iterator[str]:
+    """Set `holder.<key>` from `holder.<key>_file` when that is given (never both)."""
+    path_text = getattr(holder, f"{key}{FILE_SUFFIX}")
+    if path_text is None:
+        return
+    if getattr(holder, key) is not None:
+        yield f"{where}: {both or f'give `{key}` or `{key}{FILE_SUFFIX}`, not both'}"
+        return
+    value, problem = _read(config, path_text, f"{where}.{key}{FILE_SUFFIX}")
+    if problem:
+        yield problem
+    setattr(holder, key, value)
 
 
 def _read(config: Config, path_text: str, where: str) -> tuple[str | None, str]:
