@@ -98,28 +98,10 @@ class JournalResources:
         self._states: dict[str, tuple[int, dict[str, str]]] = {}  # agent → (seq, state)
 
     def listed(self, agent: str) -> list[dict[str, Any]]:
-        return [
-            {
-                "uri": uri(agent, path),
-                "name": f"{agent} {name.lower()}",
-                "title": name,
-                "description": text,
-                "mimeType": JSON,
-            }
-            for path, name, text in STATIC
-        ]
+        return _described(agent, STATIC, "uri")
 
     def templates(self, agent: str) -> list[dict[str, Any]]:
-        return [
-            {
-                "uriTemplate": uri(agent, path),
-                "name": f"{agent} {name.lower()}",
-                "title": name,
-                "description": text,
-                "mimeType": JSON,
-            }
-            for path, name, text in TEMPLATES
-        ]
+        return _described(agent, TEMPLATES, "uriTemplate")
 
     def owns(self, agent: str, address: str) -> bool:
         return address.startswith(f"{SCHEME}://{agent}/")
@@ -195,3 +177,19 @@ def _number(query: dict[str, str], name: str, default: int) -> int:
     if not value.isdigit() or len(value) > 18:
         raise RpcError(INVALID_PARAMS, f"`{name}` in the URI must be a non-negative integer")
     return int(value)
+
+
+def _described(
+    agent: str, entries: tuple[tuple[str, str, str], ...], key: str
+) -> list[dict[str, Any]]:
+    """MCP's listing of resources (or templates): one entry per (path, name, text)."""
+    return [
+        {
+            key: uri(agent, path),
+            "name": f"{agent} {name.lower()}",
+            "title": name,
+            "description": text,
+            "mimeType": JSON,
+        }
+        for path, name, text in entries
+    ]
