@@ -108,6 +108,24 @@ _encode = msgspec.msgpack.Encoder().encode
 _decode = msgspec.msgpack.Decoder().decode
 
 
+class _IdOnly(msgspec.Struct):
+    """A stored task's id: decoding into it skips the rest (its input, output, ...)."""
+
+    id: str
+
+
+# a stored record with only its task's id decoded: what a listing sorts and filters by
+_decode_listed = msgspec.msgpack.Decoder(tuple[int, _IdOnly, str, Any, str]).decode
+
+
+class Listed(msgspec.Struct, frozen=True):
+    """One task as a listing filters and orders it, its task itself not decoded."""
+
+    id: str
+    state: TaskState
+    updated_at: str  # when its state last changed
+
+
 def id_key(item_id: str) -> bytes | None:
     """The id as a key with room for a position after it (the approval index); a longer one
     as its digest (`key_of`); None for an empty id, which names nothing."""
@@ -444,6 +462,20 @@ class Tasks:
                 record = _stored(raw)
                 if status is None or record.task.status == status:
                     yield self._served(record), len(raw), record.position
+
+    def listing(self, agent: str) -> builtins.list[Listed]:
+        """Every task of `agent`, in creation order, with its state and when it last changed,
+        read without decoding the tasks: a caller that sorts or filters all of them (A2A's
+        ListTasks, most recently updated first) then decodes only the page it serves."""
+        found: builtins.list[Listed] = []
+        with self.space.read() as txn:
+            for _, key in _prefixed(txn, self._by_agent, agent):
+                raw = txn.get(key, db=self._task)
+                if raw is None:  # every index points at a stored task
+                    raise LookupError(f"task {key!r} is indexed but not stored")
+                _, task, state, _, updated_at = _decode_listed(raw)
+                found.append(Listed(task.id, TaskState(state), updated_at))
+        return found
 
     def open_count(self, agent: str, stop_at: int) -> int:
         """How many open tasks the agent has, counting no further than `stop_at`."""
