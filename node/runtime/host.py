@@ -376,10 +376,12 @@ class JournalHost:
         log.info("agent %s: task %s parked until %s is decided", self.name, parked.task, capability)
         raise RunParked(f"task {parked.task} waits for people to decide on {capability}")
 
-    def _resume(self, task_id: str) -> None:
-        """A parked run's verdict arrived (on the loop): its task is run again."""
-        if self.s.tasks.release(self.name, [task_id]):
-            self.wake()
+    def _resume(self, task_id: str) -> bool:
+        """A parked run's verdict arrived (on the loop): its task is run again, if still open."""
+        if not self.s.tasks.release(self.name, [task_id]):
+            return False
+        self.wake()
+        return True
 
     def get_secret(self, domain: str, key: str) -> str:
         if not self._grant_active(domain):

@@ -40,9 +40,11 @@ class Parked:
 class ParkedRuns:
     """The parked runs of one agent; used from its worker thread and the event loop."""
 
-    def __init__(self, limit: int, released: Callable[[str], None]) -> None:
+    def __init__(self, limit: int, released: Callable[[str], bool]) -> None:
         self.limit = limit
-        self._released = released  # told (on the loop) the task whose verdict arrived
+        # told (on the loop) the task whose verdict arrived; False when it is not open any
+        # more (canceled meanwhile: the gate denied its request itself)
+        self._released = released
         self._lock = threading.Lock()
         self._runs: dict[str, Parked] = {}
 
@@ -65,11 +67,17 @@ class ParkedRuns:
     def _decided(self, parked: Parked) -> None:
         with self._lock:
             current = self._runs.get(parked.task) is parked
-        if current and not parked.verdict.cancelled():
-            try:
-                self._released(parked.task)
-            except Exception:  # the agent is gone meanwhile: nothing to resume
-                log.exception("cannot release parked task %s", parked.task)
+        if not current or parked.verdict.cancelled():
+            return
+        try:
+            resumes = self._released(parked.task)
+        except Exception:  # the agent is gone meanwhile: nothing to resume
+            log.exception("cannot release parked task %s", parked.task)
+            resumes = False
+        if not resumes:  # no run will take it: it must not hold a place
+            with self._lock:
+                if self._runs.get(parked.task) is parked:
+                    del self._runs[parked.task]
 
     def take(self, task: str, call: str, request_hash: str) -> Parked | None:
         """The parked run of `task` when it was parked at this call with this request (its
