@@ -3,7 +3,7 @@
 One node whose agent (a tiny component that never runs a task) holds `--tasks` pending tasks
 of about 1 KB of input each. The node process's CPU time (utime + stime, /proc: counters drift
 far less than wall-clock times on a shared machine) is read around batches of `--batch` calls,
-alternating: A2A `ListTasks` (POST /a2a/worker, `pageSize` 50) and the REST page (GET
+alternating: A2A `ListTasks` (POST /a2a/worker, `pageSize` `--page`, 50) and the REST page (GET
 /api/v1/a2a/tasks?agent=worker&limit=50), one call at a time on a keep-alive connection. The
 figures are CPU ms per call (the median over the batches) and their ratio. With `--base REV`
 the same is measured on that revision's tree in the same run (the ratio before).
@@ -35,7 +35,6 @@ name = "worker"
 component = "{component}"
 tick_interval_ms = 600000
 """
-PAGE = 50
 
 
 def main() -> None:
@@ -43,9 +42,10 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=1000)
     parser.add_argument("--batches", type=int, default=10)
     parser.add_argument("--batch", type=int, default=20)
+    parser.add_argument("--page", type=int, default=50, help="tasks a call lists")
     parser.add_argument("--base", help="also measure this revision's tree (before)")
     args = parser.parse_args()
-    figures: dict[str, object] = {"bench": "list_tasks_cpu", "tasks": args.tasks}
+    figures: dict[str, object] = {"bench": "list_tasks_cpu", "tasks": args.tasks, "page": args.page}
     with tempfile.TemporaryDirectory(prefix="list-tasks-") as tmp:
         trees = [("", ROOT)]
         if args.base:
@@ -88,15 +88,15 @@ def measure(base: str, pid: int, args: argparse.Namespace) -> dict[str, float]:
         for n in range(args.tasks):
             body = {"from": "operator", "to": "worker", "input": {"n": n, "text": "x" * 1000}}
             http.post("/api/v1/a2a/tasks", json=body).raise_for_status()
-        rpc = {"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": {"pageSize": PAGE}}
+        rpc = {"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": {"pageSize": args.page}}
 
         def a2a() -> None:
             answer = http.post("/a2a/worker", json=rpc).json()
-            assert len(answer["result"]["tasks"]) == PAGE, answer
+            assert len(answer["result"]["tasks"]) == args.page, answer
 
         def rest() -> None:
-            listed = http.get("/api/v1/a2a/tasks", params={"agent": "worker", "limit": PAGE})
-            assert len(listed.json()["tasks"]) == PAGE, listed.text[:200]
+            listed = http.get("/api/v1/a2a/tasks", params={"agent": "worker", "limit": args.page})
+            assert len(listed.json()) == args.page, listed.text[:200]
 
         a2a(), rest()  # warm both paths
         a2a_ms: list[float] = []

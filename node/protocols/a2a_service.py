@@ -87,8 +87,8 @@ class A2AService:
         _check_history_length(params.history_length)
         after = _timestamp(params.status_timestamp_after) if params.status_timestamp_after else None
         start = _page_token(params.page_token)
-        # sorted and filtered on what the index holds (no task decoded), then only the page's
-        # tasks are read: a call costs about a REST page, not a read of every task
+        # filtered on what the index of changes holds (in the order tasks last changed, no
+        # task decoded), then only the page's tasks are read: about a REST page's cost
         read_model = self.ctx.projections.get(Tasks)
         found = [
             t
@@ -97,7 +97,6 @@ class A2AService:
             and (after is None or _timestamp(t.updated_at) >= after)
             and (not params.context_id or views.context_of_id(t.id) == params.context_id)
         ]
-        found.sort(key=lambda t: t.updated_at, reverse=True)
         served = (read_model.get(t.id) for t in found[start : start + size])
         page, _ = tasks_page(  # bounded in bytes too, large parts left out (a2a_pages.py)
             (
