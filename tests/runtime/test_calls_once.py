@@ -247,13 +247,20 @@ def test_a_task_waiting_for_people_is_parked_while_the_agent_works_on(config, re
 
         node.kill()  # while parked
         node = NodeProcess(config).start()
-        again = wait_until(lambda: pending_spend(node, "W-1"), 60, "the resumed run waits again")
-        assert again["id"] == asked["id"], "the pending request is adopted, not asked twice"
         denied = create_task(node, [spend("D-1", 600)])
         to_deny = wait_until(lambda: pending_spend(node, "D-1"), 60, "D-1 waits for people")
         assert finished(node, create_task(node, [spend("Q-2", 1)]))["output"]["results"] == [
             paid("Q-2")
         ]
+        # tasks run oldest first: the resumed run of the waiting task has asked and parked
+        again = pending_spend(node, "W-1")
+        assert again is not None and again["id"] == asked["id"]
+        requested = [
+            e
+            for e in events(node, AGENT)
+            if e["type"] == "approval.requested" and '"invoice": "W-1"' in e["data"]["request"]
+        ]
+        assert len(requested) == 1, "the pending request is adopted, not asked twice"
         decide(node, again, "approve")
         decide(node, to_deny, "deny")
         assert finished(node, waiting)["output"] == {"results": [paid("P-1"), paid("W-1")]}
