@@ -185,6 +185,26 @@ async def test_canceling_a_task_denies_its_pending_approval_with_the_reason(
     assert [t["id"] for t in journal(app, "hostile", "task.completed")] == [later["id"]]
 
 
+async def test_a_parked_task_whose_approval_expires_gets_the_timeout(
+    aiohttp_client, tmp_path, built_agents
+):
+    """docs/agents.md, "A task waiting for people": the run parked at its request resumes
+    when the request expires, and its call ends as an expired approval does."""
+    toml = hostile_toml(
+        built_agents,
+        "[agents.capabilities]\nspend = true\n[agents.approval]\nspend = true\ntimeout_secs = 1\n",
+    )
+    app, client, _ = await start_node(aiohttp_client, tmp_path, toml)
+    task_id = await new_task(client, "spend", amount=5)
+    done = await outcome(app, task_id)
+    assert done["type"] == "task.completed"
+    assert done["output"]["error_kind"] == "HostError_ApprovalTimeout", done
+    assert journal(app, "hostile", "approval.timed_out")
+    started = [t["id"] for t in journal(app, "hostile", "task.started")]
+    assert started == [task_id, task_id], "parked, then resumed once it expired"
+    assert not journal(app, "hostile", "agent.errored")
+
+
 # ---- 2. secrets the agent read never reach the journal ----------------------------------------
 
 
