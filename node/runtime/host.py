@@ -345,7 +345,7 @@ class JournalHost:
         """The verdict on the request. A task's recorded call left to people parks its run
         (parking.py) unless the agent has `max_parked_runs_per_agent` parked already; the
         resumed run takes the verdict its park waited for instead of asking again."""
-        parkable = call is not None and task_id is not None
+        parkable = False
         if call is not None and task_id is not None:
             parked = self.parked.take(task_id, call, hash_request(shown))
             if parked is not None:
