@@ -287,7 +287,7 @@ class AgentWorker:
                 )
 
     def _start_instance(self) -> bool:
-        restarting = self._failures > 0
+        restarting = self._failures > 0 and not self._replacing  # a park is no restart
         if restarting:
             self.set_phase(RESTARTING, f"loading its component again after: {self._last_error}")
         try:
