@@ -85,6 +85,8 @@ def run_side(tree: Path, work: Path, args: argparse.Namespace) -> dict[str, Any]
             text=True,
             timeout=1800,
         )
+        if args.tck_log is not None:  # the TCK's own report: which tests failed, and why
+            args.tck_log.write_text(tck.stdout + tck.stderr)
         mcp = asyncio.run(
             mcp_conformance.run(
                 argparse.Namespace(
@@ -111,6 +113,7 @@ def main() -> None:
     parser.add_argument("--tck", type=Path, required=True, help="an a2a-tck checkout")
     parser.add_argument("--tck-python", default="", help="its venv's python")
     parser.add_argument("--base", default="", help="also measure this commit")
+    parser.add_argument("--tck-log", type=Path, help="write the TCK's output here (last side)")
     parser.add_argument(
         "--tester",
         nargs="+",

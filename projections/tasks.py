@@ -19,6 +19,9 @@ On disk (projections/disk.py), nothing in the heap:
 `created`       u64(position) → id, every task in creation order
 `by_agent`      agent\0u64(position) → id, one agent's tasks in creation order
 `open`          agent\0u64(position) → id, the open ones: what a restart delivers again
+`updated`       agent\0u64(position of its last change) → (state, updated at, id) in msgpack:
+                one agent's tasks in the order they last changed (A2A's ListTasks)
+`changed`       task id → u64(position of its last change): its key in `updated`
 `context`       task id → its `a2a` map in msgpack (only tasks that carried one)
 `working_on`    agent → the task its worker is running
 `approval_task` approval id → `task id\0u64(request position)`: the task that asked
@@ -108,6 +111,14 @@ _encode = msgspec.msgpack.Encoder().encode
 _decode = msgspec.msgpack.Decoder().decode
 
 
+class Listed(msgspec.Struct, frozen=True):
+    """One task as a listing filters and orders it, its task itself not decoded."""
+
+    id: str
+    state: TaskState
+    updated_at: str  # when its state last changed
+
+
 def id_key(item_id: str) -> bytes | None:
     """The id as a key with room for a position after it (the approval index); a longer one
     as its digest (`key_of`); None for an empty id, which names nothing."""
@@ -137,6 +148,7 @@ class Tasks:
         self._changes = db(self.name, "changes")
         self._awaiting, self._turns = db(self.name, "awaiting"), db(self.name, "turns")
         self._turn_input = db(self.name, "turn_input")
+        self._updated, self._changed = db(self.name, "updated"), db(self.name, "changed")
 
     # ------------------------------------------------------------------ the fold
     def fold(self, txn: Txn, envelope: Envelope) -> builtins.list[Change]:
@@ -202,7 +214,7 @@ class Tasks:
             task.completed_at = ts
             txn.delete(_agent_key(task.to, record.position), db=self._open)
             txn.delete(key, db=self._awaiting)
-        self._save(txn, key, record, after, ts)
+        self._save(txn, key, record, after, ts, envelope.position)
         return [
             TaskChanged(
                 task=task_id, agent=task.to, before=before, after=after, position=envelope.position
@@ -283,7 +295,7 @@ class Tasks:
         record = TaskRecord(
             task=task, state=TaskState.PENDING, canceled_by=None, updated_at="", position=position
         )
-        self._save(txn, key, record, TaskState.PENDING, envelope.event.ts)
+        self._save(txn, key, record, TaskState.PENDING, envelope.event.ts, position)
         txn.put(u64(position), key, db=self._created)
         txn.put(_agent_key(task.to, position), key, db=self._by_agent)
         txn.put(_agent_key(task.to, position), key, db=self._open)
@@ -327,7 +339,7 @@ class Tasks:
         before = record.state
         after = s.task_waiting(before, waiting)
         # what the task waits for changed, so its status did (its message lists them)
-        self._save(txn, task_key, record, after or before, envelope.event.ts)
+        self._save(txn, task_key, record, after or before, envelope.event.ts, envelope.position)
         if after is None:
             return [change]
         return [
@@ -341,11 +353,24 @@ class Tasks:
             ),
         ]
 
-    def _save(self, txn: Txn, key: bytes, record: TaskRecord, state: TaskState, ts: str) -> None:
+    def _save(
+        self, txn: Txn, key: bytes, record: TaskRecord, state: TaskState, ts: str, position: int
+    ) -> None:
+        """Store the record as changed at `position` (its place in the `updated` order)."""
         record.state, record.updated_at = state, ts
         record.task.status = s.rest_status(state)  # type: ignore[assignment]
         stored = (record.position, record.task, state.value, record.canceled_by, ts)
         txn.put(key, _encode(stored), db=self._task)
+        agent = record.task.to
+        before = txn.get(key, db=self._changed)
+        if before is not None:
+            txn.delete(_agent_key(agent, from_u64(before)), db=self._updated)
+        txn.put(
+            _agent_key(agent, position),
+            _encode((state.value, ts, record.task.id)),
+            db=self._updated,
+        )
+        txn.put(key, u64(position), db=self._changed)
 
     def _record(self, txn: Txn, key: bytes) -> TaskRecord | None:
         raw = txn.get(key, db=self._task)
@@ -444,6 +469,29 @@ class Tasks:
                 record = _stored(raw)
                 if status is None or record.task.status == status:
                     yield self._served(record), len(raw), record.position
+
+    def listing(self, agent: str) -> builtins.list[Listed]:
+        """Every task of `agent`, the one that changed last first, with its state and when it
+        changed, read from the `updated` index (no task decoded): a caller that filters all of
+        them (A2A's ListTasks) then reads only the page it serves."""
+        prefix = agent.encode() + b"\0"
+        if len(prefix) + 8 > _MAX_KEY:
+            return []
+        found: builtins.list[Listed] = []
+        with self.space.read() as txn:
+            cursor = txn.cursor(self._updated)
+            # on the first key past the agent's (or the last key), then backwards
+            if not cursor.set_range(prefix + b"\xff" * 8) and not cursor.last():
+                return []
+            for key, value in cursor.iterprev():
+                if bytes(key[: len(prefix)]) != prefix:
+                    if bytes(key) > prefix:
+                        continue  # past the agent's last key (a longer name alike)
+                    break
+                if len(key) == len(prefix) + 8:
+                    state, updated_at, task_id = _decode(value)
+                    found.append(Listed(task_id, TaskState(state), updated_at))
+        return found
 
     def open_count(self, agent: str, stop_at: int) -> int:
         """How many open tasks the agent has, counting no further than `stop_at`."""

@@ -157,6 +157,7 @@ async def runtime_lifecycle(
         agent = config.agent(spec.name)
         assert agent is not None
         host = JournalHost(agent, services, stopping)
+        host.wake = lambda: runtime.notify_task(spec.name)  # a parked run's verdict came
         return host, host
 
     runtime = AgentRuntime(

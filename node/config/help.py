@@ -70,6 +70,8 @@ KEYS: dict[type[msgspec.Struct], dict[str, str]] = {
         "max_connections_per_client": "Open connections from one client address.",
         "page_max_kb": "A page of logs, findings, tasks or envelopes stops near this size.",
         "max_open_tasks_per_agent": "Pending and running tasks of one agent (429 past it).",
+        "max_parked_runs_per_agent": "Task runs of one agent parked while people decide on "
+        "their approval (the agent works on meanwhile); past it a run waits in place. 0: never.",
         "call_record_max_kb": "A recorded host call's result kept in the journal, at most "
         "(1-192 KiB); a larger one is not kept and a resumed run gets an error for it.",
         "sse_streams_max": "Open SSE, A2A and AG-UI streams on the node (429 past it).",

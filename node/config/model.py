@@ -96,6 +96,9 @@ class NodeSection(_Section, kw_only=True):
     page_max_kb: PositiveInt = 1024
     # pending and running tasks one agent may have; a create past it is a 429
     max_open_tasks_per_agent: PositiveInt = 1000
+    # task runs of one agent parked while people decide on their approval (docs/agents.md,
+    # "A task waiting for people"); past it a run waits in place; 0: never park
+    max_parked_runs_per_agent: Annotated[int, msgspec.Meta(ge=0, le=1000)] = 32
     # a recorded host call's result (docs/agents.md, "When a node dies mid-run") is journaled
     # up to this size; a larger one is not kept (a resumed run gets an error for it)
     call_record_max_kb: Annotated[int, msgspec.Meta(ge=1, le=192)] = 64

@@ -63,8 +63,12 @@ class TaskViews:
         return a2a_state(state) if state is not None else SUBMITTED
 
     def context_id(self, task: Task) -> str:
-        context = self.view.context_of(task.id).get("contextId")
-        return context if isinstance(context, str) and context else task.id
+        return self.context_of_id(task.id)
+
+    def context_of_id(self, task_id: str) -> str:
+        """The task's A2A contextId (its own id when it was created without one)."""
+        context = self.view.context_of(task_id).get("contextId")
+        return context if isinstance(context, str) and context else task_id
 
     def updated(self, task: Task) -> str:
         """When the task's status last changed (its creation, if the view has nothing)."""

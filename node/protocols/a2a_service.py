@@ -87,20 +87,24 @@ class A2AService:
         _check_history_length(params.history_length)
         after = _timestamp(params.status_timestamp_after) if params.status_timestamp_after else None
         start = _page_token(params.page_token)
+        # filtered on what the index of changes holds (in the order tasks last changed, no
+        # task decoded), then only the page's tasks are read: about a REST page's cost
+        read_model = self.ctx.projections.get(Tasks)
         found = [
             t
-            for t in self.ctx.projections.get(Tasks).list(agent=agent)
-            if (not params.context_id or views.context_id(t) == params.context_id)
-            and (not state or views.state(t) == state)
-            and (after is None or _timestamp(views.status(t)["timestamp"]) >= after)
+            for t in read_model.listing(agent)
+            if (not state or a2a_state(t.state) == state)
+            and (after is None or _timestamp(t.updated_at) >= after)
+            and (not params.context_id or views.context_of_id(t.id) == params.context_id)
         ]
-        found.sort(key=views.updated, reverse=True)
+        served = (read_model.get(t.id) for t in found[start : start + size])
         page, _ = tasks_page(  # bounded in bytes too, large parts left out (a2a_pages.py)
             (
                 views.to_json(
                     t, history_length=params.history_length, artifacts=params.include_artifacts
                 )
-                for t in found[start : start + size]
+                for t in served
+                if t is not None
             ),
             self.ctx.config.node.page_max_kb * 1024,
         )

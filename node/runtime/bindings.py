@@ -7,7 +7,8 @@ do not refill it; time blocked on an operator's approval is excluded, see RunClo
 Python exception ever unwinds into wasmtime-py, whose exception
 hand-off is a process-wide global and so not safe with one thread per agent. A host failure
 in a call that has no error channel (log, state-set, ...) traps the agent instead of being
-swallowed, so lost journal writes are never silent.
+swallowed, so lost journal writes are never silent. A call that parks its run (RunParked)
+traps it too: the run ends there and is resumed later (node/runtime/parking.py).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import wasmtime
 from wasmtime import _ffi as ffi
 from wasmtime import component as cm
 
-from node.runtime.hostapi import AgentHost, HostError, run_clock
+from node.runtime.hostapi import AgentHost, HostError, RunParked, run_clock
 from node.runtime.witversion import PACKAGE, VERSIONS
 
 log = logging.getLogger(__name__)
@@ -60,6 +61,8 @@ def _result_func(name: str, fn: Callable[..., str], interval_ms: int) -> Callabl
             return value
         except HostError as e:
             return cm.Variant(e.kind, e.message)
+        except RunParked as e:  # cut the run here: a trap the worker knows is no fault
+            raise wasmtime.WasmtimeError(f"the run is parked: {e}") from None
         except Exception as e:
             log.exception("host call %s failed", name)
             return cm.Variant("failed", f"host error in {name}: {type(e).__name__}")

@@ -153,6 +153,11 @@ class CallRecorder:
         self.store.append_blocking(self.agent, *c.event_of(closed))
         self._folded().apply(closed)
 
+    def run_parked(self) -> None:
+        """The run was parked at a call waiting for people (node/runtime/parking.py): it is
+        left open, and the task's next run resumes it."""
+        self._current = None
+
     @property
     def resuming(self) -> bool:
         """Whether the current run still replays recorded calls."""

@@ -22,7 +22,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeVar
 
@@ -34,7 +34,16 @@ from node.ops import tracing
 from node.ops.metrics import NodeMetrics
 from node.runtime.callrecords import CallContext, CallRecorder
 from node.runtime.capabilities import Capabilities, canonical_fetch
-from node.runtime.hostapi import AgentFault, HostError, Run, RunResult, Task, exempt_from_deadline
+from node.runtime.hostapi import (
+    AgentFault,
+    HostError,
+    Run,
+    RunParked,
+    RunResult,
+    Task,
+    exempt_from_deadline,
+    run_clock,
+)
 from node.runtime.limits import (
     MAX_DETAIL,
     MAX_PAYLOAD_BYTES,
@@ -42,11 +51,12 @@ from node.runtime.limits import (
     MAX_TEXT,
     over_limit,
 )
+from node.runtime.parking import Parked, ParkedRuns, waits_for_people
 from node.runtime.redact import SecretRedactor
 from node.runtime.tasks import TaskQueue
 from node.web import boundedjson
 from projections import catalogue as c
-from projections.approvals import Verdict
+from projections.approvals import Verdict, hash_request
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -71,6 +81,7 @@ class ApprovalGate(Protocol):
         task_id: str | None = None,
         policy: bool = False,
         call: str | None = None,
+        waiting: Callable[[], None] | None = None,
     ) -> Verdict: ...  # the outcome, with who decided and their reason
 
 
@@ -170,6 +181,11 @@ class JournalHost:
             services.config.node.call_record_max_kb * 1024,
         )
         self._span: Any = None  # the run's OpenTelemetry span (node/ops/tracing.py)
+        # task runs parked while people decide (node/runtime/parking.py); `wake` (set by who
+        # builds the runtime) makes the worker look for the task a verdict released
+        self.parked = ParkedRuns(services.config.node.max_parked_runs_per_agent, self._resume)
+        self.wake: Callable[[], None] = lambda: None
+        self._parked_run = False  # the current run was parked: it stays open for its resume
 
     # ---- plumbing --------------------------------------------------------------------------
 
@@ -192,7 +208,10 @@ class JournalHost:
 
     def _on_loop(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         """Run `coro` on the event loop and wait; give up if the agent is being stopped."""
-        future = asyncio.run_coroutine_threadsafe(coro, self.s.loop)
+        return self._result(asyncio.run_coroutine_threadsafe(coro, self.s.loop), timeout)
+
+    def _result(self, future: concurrent.futures.Future[T], timeout: float | None = None) -> T:
+        """Wait for what runs on the loop; give up if the agent is being stopped."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             try:
@@ -303,26 +322,66 @@ class JournalHost:
         return json.dumps({"awaiting": state})
 
     def _await_approval(self, capability: str, request: str, call: str | None = None) -> None:
-        gate = self.s.approvals
         # What the operator sees and approves, and what its hash binds: the request with the
         # secrets the agent read masked; approved, it is performed with the real values.
         shown = self.s.redactor.text(request)
-        timeout = self.agent.approval_timeout_secs
         task_id = self._run.detail if self._run is not None and self._run.kind == "task" else None
         by_policy = self.agent.decided_by_policy(capability)
         waiting = {"agent": self.name, "capability": capability, "policy": by_policy}
         with exempt_from_deadline(), tracing.span("approval.wait", waiting):
-            verdict = self._on_loop(
-                gate.ask(
-                    self.name, capability, shown, timeout, task_id, policy=by_policy, call=call
-                )
-            )
+            verdict = self._decision(capability, shown, task_id, by_policy, call)
         if verdict.outcome == "deny":
             raise HostError("approval-denied", denial_message(capability, verdict))
         if verdict.outcome != "approve":
             raise HostError(
-                "approval-timeout", f"no decision on {capability} within {timeout} s; retry later"
+                "approval-timeout",
+                f"no decision on {capability} within {self.agent.approval_timeout_secs} s; "
+                "retry later",
             )
+
+    def _decision(
+        self, capability: str, shown: str, task_id: str | None, policy: bool, call: str | None
+    ) -> Verdict:
+        """The verdict on the request. A task's recorded call left to people parks its run
+        (parking.py) unless the agent has `max_parked_runs_per_agent` parked already; the
+        resumed run takes the verdict its park waited for instead of asking again."""
+        parkable = False
+        if call is not None and task_id is not None:
+            parked = self.parked.take(task_id, call, hash_request(shown))
+            if parked is not None:
+                return self._result(parked.verdict)
+            parkable = self.parked.has_room()
+        people = threading.Event()
+        asked = self.s.approvals.ask(
+            self.name,
+            capability,
+            shown,
+            self.agent.approval_timeout_secs,
+            task_id,
+            policy=policy,
+            call=call,
+            waiting=people.set if parkable else None,
+        )
+        future = asyncio.run_coroutine_threadsafe(asked, self.s.loop)
+        if parkable and waits_for_people(future, people, self.stopping):
+            assert call is not None and task_id is not None
+            self._park(Parked(task_id, call, hash_request(shown), future), capability)
+        return self._result(future)
+
+    def _park(self, parked: Parked, capability: str) -> None:
+        """End the run here (RunParked traps it): people decide while the agent works on."""
+        self.parked.park(parked)
+        self._parked_run = True
+        run_clock().parked = True
+        log.info("agent %s: task %s parked until %s is decided", self.name, parked.task, capability)
+        raise RunParked(f"task {parked.task} waits for people to decide on {capability}")
+
+    def _resume(self, task_id: str) -> bool:
+        """A parked run's verdict arrived (on the loop): its task is run again, if still open."""
+        if not self.s.tasks.release(self.name, [task_id]):
+            return False
+        self.wake()
+        return True
 
     def get_secret(self, domain: str, key: str) -> str:
         if not self._grant_active(domain):
@@ -438,6 +497,7 @@ class JournalHost:
         self._note(*c.event_of(errored))
 
     def agent_stopped(self) -> None:
+        self.parked.cancel_all()  # their requests stay pending: the next instance adopts them
         self._note(*c.event_of(c.AgentStopped()))
 
     def status_changed(self, status: str) -> None:
@@ -466,8 +526,12 @@ class JournalHost:
 
     def run_finished(self, run: Run, result: RunResult) -> None:
         self._run = None
+        parked, self._parked_run = self._parked_run, False
         try:
-            self.calls.run_finished(run, faulted=result.error is not None)
+            if parked:  # left open: the task's next run resumes it
+                self.calls.run_parked()
+            else:
+                self.calls.run_finished(run, faulted=result.error is not None)
         except Exception as e:  # the store closing under a stop: the run stays open
             log.warning("agent %s: cannot close run %s: %s", self.name, run.run_id, e)
         trace_id = tracing.trace_id() if self._span is not None else ""
@@ -486,7 +550,10 @@ class JournalHost:
         if result.error:
             self._publish("RUN_ERROR", {**frame, "message": result.error})
         else:
-            self._publish("RUN_FINISHED", {**frame, "duration_ms": result.duration_ms})
+            finished = {**frame, "duration_ms": result.duration_ms}
+            if parked:  # its task goes on in a later run, once people decide
+                finished["parked"] = True
+            self._publish("RUN_FINISHED", finished)
         if run.kind == "tick":
             self._publish("agent_complete", {"duration_ms": result.duration_ms})
 

@@ -30,6 +30,13 @@ class HostError(Exception):
         self.message = message
 
 
+class RunParked(Exception):
+    """Raised by a host call of a task's run that would wait for people (an approval): the
+    run is cut at that call, its instance freed for other work, and the task is run again
+    from the start once they decide, its recorded calls replayed (docs/agents.md, "A task
+    waiting for people")."""
+
+
 class RunClock:
     """One entry into wasm's wall-clock budget, on the worker thread that runs it.
 
@@ -48,9 +55,13 @@ class RunClock:
         # set while the run waits for a person (read by the thread draining the agent: such a
         # wait is not work to finish, the drain ends it at once)
         self.waiting = False
+        # set by the host when it parks the run (RunParked): the trap that ends the run is no
+        # fault of the agent's
+        self.parked = False
 
     def start(self, budget_ms: int) -> None:
         self.budget_ms, self.started, self.exempt = float(budget_ms), time.monotonic(), 0.0
+        self.parked = False
 
     def remaining_ms(self) -> float:
         return self.budget_ms - (time.monotonic() - self.started - self.exempt) * 1000

@@ -46,8 +46,9 @@ class TaskQueue:
         self.seed(agent, open_tasks)
 
     def release(self, agent: str, task_ids: Iterable[str]) -> int:
-        """Tasks of `agent` whose instance ended in a lifecycle swap before finishing them
-        become deliverable again, for the next instance to take over. How many."""
+        """Tasks of `agent` handed out but not finished become deliverable again: those of an
+        instance a lifecycle swap ended (for the next instance to take over), or a run parked
+        while people decided (node/runtime/parking.py), once they have. How many."""
         with self._lock:
             released = self._delivered & set(task_ids) & set(self._open.get(agent, {}))
             self._delivered -= released

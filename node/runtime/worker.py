@@ -4,7 +4,9 @@ Everything that touches the agent's Store happens on this thread, so a host call
 blocks (an approval wait) holds up this agent only, and wasm never runs on the asyncio loop.
 Other threads talk to the worker through a queue: `submit` for MCP calls, `wake` for new
 tasks, `stop`. A fault (trap, err, fuel, deadline, memory) puts the agent in `error`; it is
-restarted with exponential backoff, its store and memory freed in between.
+restarted with exponential backoff, its store and memory freed in between. A task's run
+that would wait for people is parked instead (node/runtime/parking.py): it ends at that call,
+the instance is replaced at once (no fault, no backoff) and the agent's other work goes on.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from node.runtime.hostapi import (
     RunClock,
     RunKind,
     RunListener,
+    RunParked,
     RunResult,
     Task,
     run_clock,
@@ -134,6 +137,8 @@ class AgentWorker:
         self.probation: Future[str | None] = Future()
         self._on_probation = True  # until `probation` is set (read every run: no lock)
         self.handed_over: list[str] = []  # ids of tasks left open for the next instance
+        self._parked: set[str] = set()  # tasks whose run was parked and not yet resumed
+        self._replacing = False  # the next instance replaces one a parked run ended
         self._clock: RunClock | None = None  # the worker thread's run clock, once it runs
         self._run: tuple[Run, float] | None = None  # the run in progress and its start
         self._thread = threading.Thread(target=self._main, name=f"agent-{spec.name}", daemon=True)
@@ -282,7 +287,7 @@ class AgentWorker:
                 )
 
     def _start_instance(self) -> bool:
-        restarting = self._failures > 0
+        restarting = self._failures > 0 and not self._replacing  # a park is no restart
         if restarting:
             self.set_phase(RESTARTING, f"loading its component again after: {self._last_error}")
         try:
@@ -313,9 +318,12 @@ class AgentWorker:
             self._fuel_remaining = instance.fuel_remaining
             if restarting:
                 self._restart_count += 1
-        self._next_tick = now  # first tick right away
         self._emit_output()
-        self.hooks.agent_started(self._restart_count)
+        if self._replacing:  # the same agent going on after a parked run: no new life
+            self._replacing = False
+        else:
+            self._next_tick = now  # first tick right away
+            self.hooks.agent_started(self._restart_count)
         self._set_state("idle", force=True)
         return True
 
@@ -396,6 +404,7 @@ class AgentWorker:
         return True
 
     def _run_task(self, task: Task) -> None:
+        self._parked.discard(task.id)
         self.hooks.task_started(task)
 
         def handle(inst: AgentInstance) -> Any:  # the record of the world it was built for
@@ -403,6 +412,9 @@ class AgentWorker:
 
         try:
             result = self._execute("task", task.id, handle)
+        except RunParked:  # it waits for people; its verdict releases it to the queue again
+            self._parked.add(task.id)
+            return
         except MissingExportError as e:
             self.hooks.task_failed(task, str(e))
             return
@@ -441,10 +453,15 @@ class AgentWorker:
         start = time.monotonic()
         self._run = (run, start)
         fault: AgentFault | None = None
+        parked = False
         instance.fuel_used = 0
         try:
             return fn(instance)
         except AgentFaultError as e:
+            clock = self._clock
+            if clock is not None and clock.parked:  # the host cut it: no fault of the agent
+                parked = True
+                raise RunParked(f"{kind} {detail}") from None
             fault = e.fault
             raise
         finally:
@@ -472,9 +489,13 @@ class AgentWorker:
             )
             if fault is not None:
                 self._fail(fault)
+            elif parked:  # a trapped instance cannot be entered again: a fresh one goes on
+                self._close_instance()
+                self._replacing = True
 
     def _fail(self, fault: AgentFault) -> None:
         fault = AgentFault(fault.kind, self.hooks.redact(fault.reason))  # stderr may hold one
+        self._replacing = False  # a restart after this: the next instance is a new life
         self._failures += 1
         delay_ms = min(
             self.options.restart_backoff_ms * 2 ** (self._failures - 1),
@@ -507,6 +528,8 @@ class AgentWorker:
             self._instance = None
 
     def _shutdown(self) -> None:
+        if self.hand_over_tasks:  # parked runs resume on the next instance
+            self.handed_over.extend(t for t in self._parked if t not in self.handed_over)
         self._close_instance()
         self._linker = None
         self._emit_output()

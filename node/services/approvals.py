@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, cast
 
 from aiohttp import web
@@ -93,6 +93,7 @@ class ApprovalGate(ApprovalDecisions):
         task_id: str | None = None,
         policy: bool = False,
         call: str | None = None,
+        waiting: Callable[[], None] | None = None,
     ) -> Verdict:
         """Journal `approval.requested` and wait: the outcome ("approve", "deny" or "timeout")
         with who decided and why (the host tells the agent).
@@ -101,7 +102,9 @@ class ApprovalGate(ApprovalDecisions):
         `policy`, the policy set rules first: a permit or a forbid is journaled with the request
         in one write and returned at once; an ask waits for the people it names. `call` names
         the recorded host call that asks (node/runtime/callrecords.py): approved, it is not
-        asked again when a resumed run makes the same call in the same place.
+        asked again when a resumed run makes the same call in the same place. `waiting` is
+        told (on the loop) once the request waits for people, not a policy: a task's run then
+        parks (node/runtime/parking.py) while this coroutine goes on waiting.
         """
         if self._closed:
             raise GateClosedError("the node is shutting down")
@@ -124,6 +127,8 @@ class ApprovalGate(ApprovalDecisions):
             try:
                 if orphan.recorded is not None:
                     await self.claim(orphan.id)
+                elif waiting is not None:
+                    waiting()
                 return self._verdict(orphan.id, await future)
             finally:
                 self._waiters.pop(orphan.id, None)
@@ -150,6 +155,8 @@ class ApprovalGate(ApprovalDecisions):
         try:
             await self.ctx.store.append(agent, *c.event_of(c.ApprovalRequested(**data)))
             self._timeouts.arm(approval_id, timeout_secs)
+            if waiting is not None:
+                waiting()
             return self._verdict(approval_id, await future)
         finally:
             self._waiters.pop(approval_id, None)

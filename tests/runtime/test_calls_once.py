@@ -210,3 +210,68 @@ def test_a_run_that_draws_a_random_number_before_its_call_diverges_and_goes_live
         assert len(diverged) == 1 and "not deterministic" in diverged[0]["detail"]
     finally:
         node.kill()
+
+
+def pending_spend(node: NodeProcess, invoice: str) -> dict[str, Any] | None:
+    """The approval request listed as pending for the spend of `invoice`, if any."""
+    with node.client() as client:
+        listed = client.get("/api/v1/approvals").json()
+    return next((a for a in listed if f'"invoice": "{invoice}"' in a["request"]), None)
+
+
+def decide(node: NodeProcess, approval: dict[str, Any], decision: str) -> None:
+    with node.client() as client:
+        body = {"decision": decision, "request_hash": approval["request_hash"]}
+        response = client.post(f"/api/v1/approvals/{approval['id']}", json=body)
+    assert response.status_code == 200, response.text
+
+
+def paid(invoice: str) -> dict[str, Any]:
+    return {"status": 200, "body": {"paid": invoice}}
+
+
+def test_a_task_waiting_for_people_is_parked_while_the_agent_works_on(config, receiver):
+    """docs/agents.md, "A task waiting for people": the waiting run is cut at its approval
+    (parked), a task the policy permits completes meanwhile, and the parked one resumes once
+    decided: across a kill -9, adopting its pending request, its effects performed once."""
+    receiver.arm()
+    node = NodeProcess(config).start()
+    try:
+        waiting = create_task(node, [spend("P-1", 3), spend("W-1", 500)])  # 500: people decide
+        asked = wait_until(lambda: pending_spend(node, "W-1"), 60, "W-1 waits for people")
+        quick = create_task(node, [spend("Q-1", 2)])
+        assert finished(node, quick)["output"] == {"results": [paid("Q-1")]}
+        with node.client() as client:
+            parked = client.get(f"/api/v1/a2a/tasks/{waiting}").json()
+        # still waiting: without parking the permitted task ran only once W-1 had expired
+        assert parked.get("waiting_for") == "waiting for approval of spend", parked
+
+        node.kill()  # while parked
+        node = NodeProcess(config).start()
+        denied = create_task(node, [spend("D-1", 600)])
+        to_deny = wait_until(lambda: pending_spend(node, "D-1"), 60, "D-1 waits for people")
+        assert finished(node, create_task(node, [spend("Q-2", 1)]))["output"]["results"] == [
+            paid("Q-2")
+        ]
+        # tasks run oldest first: the resumed run of the waiting task has asked and parked
+        again = pending_spend(node, "W-1")
+        assert again is not None and again["id"] == asked["id"]
+        requested = [
+            e
+            for e in events(node, AGENT)
+            if e["type"] == "approval.requested" and '"invoice": "W-1"' in e["data"]["request"]
+        ]
+        assert len(requested) == 1, "the pending request is adopted, not asked twice"
+        decide(node, again, "approve")
+        decide(node, to_deny, "deny")
+        assert finished(node, waiting)["output"] == {"results": [paid("P-1"), paid("W-1")]}
+        (refused,) = finished(node, denied)["output"]["results"]
+        assert "denied spend" in refused["error"], refused
+        for invoice, times in (("P-1", 1), ("W-1", 1), ("Q-1", 1), ("Q-2", 1), ("D-1", 0)):
+            assert len(receiver.spends(invoice)) == times, invoice
+        (decision,) = decided_spends(node, "P-1")  # replayed on each resume, charged once
+        assert decision["operator"] == "policy:small-payments"
+        parks = [e for e in events(node, AGENT) if e["type"] == "agent.errored"]
+        assert not parks, "a park is no fault"
+    finally:
+        node.kill()

@@ -156,7 +156,7 @@ async def test_an_oversize_request_is_refused_to_the_agent_naming_the_limit(
 
 
 async def test_canceling_a_task_denies_its_pending_approval_with_the_reason(
-    aiohttp_client, tmp_path, built_agents, caplog
+    aiohttp_client, tmp_path, built_agents
 ):
     toml = hostile_toml(
         built_agents, "[agents.capabilities]\nspend = true\n[agents.approval]\nspend = true\n"
@@ -176,11 +176,33 @@ async def test_canceling_a_task_denies_its_pending_approval_with_the_reason(
         and resolved.outcome == "deny"
         and resolved.reason == decided[0]["reason"]
     )
-    # the agent got the denial and answered; the task service refuses its late output, since
-    # the task is already canceled (one writer of task events: node/services/tasks.py)
-    refused = f"cannot complete task {task_id!r}"
-    await until(lambda: any(refused in r.getMessage() for r in caplog.records))
-    assert journal(app, "hostile", "task.completed") == []
+    # its run was parked at the request (docs/agents.md, "A task waiting for people"): the
+    # canceled task is not run again. The agent takes tasks oldest first, so once a later
+    # one is done, the canceled one would have run before it.
+    later = await outcome(app, await new_task(client, "state", size=10))
+    assert later["type"] == "task.completed"
+    assert [t["id"] for t in journal(app, "hostile", "task.started")] == [task_id, later["id"]]
+    assert [t["id"] for t in journal(app, "hostile", "task.completed")] == [later["id"]]
+
+
+async def test_a_parked_task_whose_approval_expires_gets_the_timeout(
+    aiohttp_client, tmp_path, built_agents
+):
+    """docs/agents.md, "A task waiting for people": the run parked at its request resumes
+    when the request expires, and its call ends as an expired approval does."""
+    toml = hostile_toml(
+        built_agents,
+        "[agents.capabilities]\nspend = true\n[agents.approval]\nspend = true\ntimeout_secs = 1\n",
+    )
+    app, client, _ = await start_node(aiohttp_client, tmp_path, toml)
+    task_id = await new_task(client, "spend", amount=5)
+    done = await outcome(app, task_id)
+    assert done["type"] == "task.completed"
+    assert done["output"]["error_kind"] == "HostError_ApprovalTimeout", done
+    assert journal(app, "hostile", "approval.timed_out")
+    started = [t["id"] for t in journal(app, "hostile", "task.started")]
+    assert started == [task_id, task_id], "parked, then resumed once it expired"
+    assert not journal(app, "hostile", "agent.errored")
 
 
 # ---- 2. secrets the agent read never reach the journal ----------------------------------------
@@ -224,8 +246,9 @@ allow_hosts = ["127.0.0.1:{target.port}"]
         assert SECRET.encode() not in envelope.payload, envelope.event.type
     logs = [e["message"] for e in journal(app, "hostile", "log")]
     assert f"the key is {MARKER}" in logs and f"stdout {MARKER}" in logs
-    (finding,) = journal(app, "hostile", "finding")
-    assert finding["title"] == f"found {MARKER}" and finding["detail"] == f"detail {MARKER}"
+    # reported before the spend parked the run, and again by its resumed run
+    for finding in journal(app, "hostile", "finding"):
+        assert finding["title"] == f"found {MARKER}" and finding["detail"] == f"detail {MARKER}"
     fetch = next(a for a in journal(app, "hostile", "action.performed") if "url" in a)
     assert fetch["url"] == f"{url}?key={MARKER}"
     assert journal(app, "hostile", "task.progress")[0]["progress"] == {"seen": MARKER}
