@@ -32,8 +32,8 @@ from node.inference import hostcall
 from node.inference.service import InferenceService
 from node.ops import tracing
 from node.ops.metrics import NodeMetrics
-from node.runtime.callrecords import CallContext, CallRecorder
-from node.runtime.capabilities import Capabilities, canonical_fetch
+from node.runtime.callrecords import CallContext, CallRecorder, OpenRunsView
+from node.runtime.capabilities import SAFE_METHODS, Capabilities, canonical_fetch
 from node.runtime.hostapi import AgentFault, HostError, Run, RunResult, Task, exempt_from_deadline
 from node.runtime.limits import (
     MAX_DETAIL,
@@ -120,6 +120,7 @@ class HostServices:
     task_service: TaskLifecycle
     sink: EventSink
     redactor: SecretRedactor = field(default_factory=SecretRedactor)
+    open_runs: OpenRunsView | None = None  # the read model of interrupted runs (call records)
 
 
 def denial_message(capability: str, verdict: Verdict) -> str:
@@ -168,6 +169,7 @@ class JournalHost:
             stopping,
             services.redactor.value,
             services.config.node.call_record_max_kb * 1024,
+            services.open_runs,
         )
         self._span: Any = None  # the run's OpenTelemetry span (node/ops/tracing.py)
 
@@ -269,8 +271,10 @@ class JournalHost:
         if self.agent.is_gated(capability) and not call.approved:
             self._await_approval(capability, request, call.ref)
         if capability == "http_fetch":
+            method = str(parsed.get("method", "GET")).upper()
+            key = None if method in SAFE_METHODS else call.key  # a GET's run opens with its record
             result = self._on_loop(
-                self.s.capabilities.http_fetch(parsed, self.agent.http.allow_hosts, call.key)
+                self.s.capabilities.http_fetch(parsed, self.agent.http.allow_hosts, key)
             )
             summary = {
                 "method": str(parsed.get("method", "GET")).upper()[:20],
