@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from eventstore.store import EventStore, NewEvent
+from node.ops import tracing
 from node.runtime.hostapi import HostError, Run
 from projections import catalogue as c
 from projections.approvals import hash_request
@@ -205,6 +206,7 @@ class CallRecorder:
                 current.resumed = None
                 return self._live(current, position, call, target, request_hash, perform, approved)
             if (record.call, record.target, record.request_hash) == (call, target, request_hash):
+                tracing.annotate({"agent.call.position": position, "agent.call.replayed": True})
                 return self._replayed(record)
             self._diverged(current, position, record, call, target)
         return self._live(current, position, call, target, request_hash, perform, False)

@@ -32,6 +32,7 @@ from node.inference import hostcall
 from node.inference.service import InferenceService
 from node.ops import tracing
 from node.ops.metrics import NodeMetrics
+from node.ops.tracing import fetch_attributes
 from node.runtime.callrecords import CallContext, CallRecorder, OpenRunsView
 from node.runtime.capabilities import SAFE_METHODS, Capabilities, canonical_fetch
 from node.runtime.hostapi import AgentFault, HostError, Run, RunResult, Task, exempt_from_deadline
@@ -241,7 +242,8 @@ class JournalHost:
         self._append(*c.event_of(finding))
 
     def invoke(self, capability: str, request: str) -> str:
-        with tracing.span("host.invoke", {"agent": self.name, "capability": capability}):
+        name = "host.http_fetch" if capability == "http_fetch" else "host.invoke"
+        with tracing.span(name, {"agent": self.name, "capability": capability}):
             return self._invoke(capability, request)
 
     def _invoke(self, capability: str, request: str) -> str:
@@ -273,6 +275,7 @@ class JournalHost:
         if capability == "http_fetch":
             method = str(parsed.get("method", "GET")).upper()
             key = None if method in SAFE_METHODS else call.key  # a GET's run opens with its record
+            tracing.annotate(fetch_attributes(method, parsed["url"]))
             result = self._on_loop(
                 self.s.capabilities.http_fetch(parsed, self.agent.http.allow_hosts, key)
             )
@@ -286,6 +289,7 @@ class JournalHost:
             result = self._on_loop(action)
             summary = {"request": parsed, "status": result["status"]}
         call.journal_with(*c.event_of(c.ActionPerformed(capability=capability, **summary)))
+        tracing.annotate({"http.response.status_code": result["status"]})
         return json.dumps(result)
 
     def _task_await(self, request: Any) -> str:
@@ -360,13 +364,17 @@ class JournalHost:
         if not isinstance(data, dict):
             raise HostError("failed", "task input must be a JSON object")
         shown = json.dumps(data, sort_keys=True)
-        return self.calls.call("create_task", to, shown, lambda call: self._create(to, data, call))
+        with tracing.span("host.create_task", {"agent": self.name, "agent.task.to": to}):
+            return self.calls.call(
+                "create_task", to, shown, lambda call: self._create(to, data, call)
+            )
 
     def _create(self, to: str, data: dict[str, Any], call: CallContext) -> str:
         """The task's id derives from the call's key: made again after an interruption, the
         same task is found rather than a second one created."""
         task_id = call.key and str(uuid.UUID(call.key[:32]))
         created = self._on_loop(self.s.task_service.create(self.name, to, data, task_id=task_id))
+        tracing.annotate({"agent.task.id": str(created["id"])})
         return str(created["id"])
 
     def task_progress(self, task_id: str, progress: str) -> None:
