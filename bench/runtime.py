@@ -268,9 +268,12 @@ async def bench_approval_http(wasm: Path, cache: Path, rounds: int) -> dict[str,
         headers = {"Authorization": "Bearer bench-operator-token-000001"}
         latencies: list[float] = []
         async with aiohttp.ClientSession(f"http://127.0.0.1:{port}", headers=headers) as http:
-            for _ in range(rounds):
-                pending = await until(
-                    ctx.projections.get(Approvals).list, 60, "a pending approval", 0.001
+            for i in range(rounds):
+                pending = await until(  # the first waits for the agent's cold compile too
+                    ctx.projections.get(Approvals).list,
+                    600 if i == 0 else 60,
+                    "a pending approval",
+                    0.001,
                 )
                 await asyncio.sleep(0.002)  # the operator thinks
                 before = len(resumed)

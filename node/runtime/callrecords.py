@@ -13,6 +13,10 @@ host call with an effect or a cost goes through `call`: the recorder numbers it 
   whether an approval given before the interruption already covers it; its outcome is
   journaled (with the events `perform` adds, in one write) before the result reaches the agent.
 
+A record is one write (with its run's `run.opened` when it is the run's first, unless the
+call read its key or ref first: then the run was made durable before the call left the node);
+a tick's or tool call's run ends with `run.closed`, a task's with its task's end (no write).
+
 A replayed run that asks at a recorded position for something else (its code is not
 deterministic) gets live calls from there on, and a finding says so. State reads are not
 recorded: a resumed run reads the state as the journal has it now (docs/agents.md).

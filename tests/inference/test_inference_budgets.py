@@ -138,6 +138,11 @@ async def test_a_groups_budget_is_shared_and_stops_exactly_at_its_limit(
     )
     await until(lambda: refused(app, "thinker") and refused(app, "other"), 20, "both refused")
     assert completed(app, names) == 5 and len(llm.asked) == 5  # 5 x 45 = 225, shared
+    # a shared budget is told once, in the node's own journal, naming the member that crossed
+    told = journal(app, app[CONTEXT].name, "finding")
+    assert [f["title"].split(" is ")[1] for f in told] == ["80 % spent", "100 % spent"]
+    assert {f["subject"] for f in told} <= set(names)
+    assert not [f for n in names for f in journal(app, n, "finding")]
 
 
 async def test_a_budget_that_asks_people_lets_an_approved_call_past_it(
