@@ -6,7 +6,7 @@ at full speed (`gap 0`: the node's fixed costs weigh most) and at one token per 
 (a model's pace). Each round either reads that stream directly (aiohttp, the SSE lines) or
 asks the node: a task for the once agent (agents/once) whose run makes one `infer`, the time
 taken from sending POST /api/v1/a2a/tasks to the first `token` event on the agent's SSE
-stream (GET /api/v1/agents/stream) and to its `task.completed` there (the answer journaled
+stream (GET /api/v1/agents/stream) and to its `task_completed` there (the answer journaled
 with its record, the task completed); the two kinds alternate which goes first.
 
 The budget check's cost per call: what InferenceService.reserve and .settle do (the uses
@@ -96,7 +96,7 @@ async def through_node(
     ) as response:
         assert response.status in (200, 201), await response.text()
     _, first = await stream.until("token")
-    _, end = await stream.until("task.completed")
+    _, end = await stream.until("task_completed")  # SSE names: dots become _
     return first - start, end - start
 
 
@@ -194,8 +194,13 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=200)
     parser.add_argument("--gap-ms", type=float, default=1.0)
     args = parser.parse_args()
-    from bench.runtime import build
+    import os
 
+    from bench.runtime import build
+    from node.runtime.compiled_cache import COMPILED_CACHE_ENV
+    from tests.runtime_support import COMPILED_CACHE
+
+    os.environ.setdefault(COMPILED_CACHE_ENV, str(COMPILED_CACHE))  # the suite's warm cache
     wasm = build()["once"]
     figures: dict[str, Any] = {"bench": "inference_node", "tokens": args.tokens}
     for label, gap in (("full_speed", 0.0), (f"gap_{args.gap_ms:g}ms", args.gap_ms / 1000)):
