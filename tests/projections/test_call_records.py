@@ -113,7 +113,7 @@ def _shown(run):
     return (run.run, run.kind, run.subject, records, run.approved)
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(events, events)
 def test_the_read_model_on_disk_agrees_with_the_fold_for_every_agent(mine, theirs):
     """The node's `OpenRuns` (LMDB, folded by the journal's writer) answers what the pure fold
