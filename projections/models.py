@@ -14,6 +14,7 @@ from enum import StrEnum
 from typing import NamedTuple
 
 from projections.base import Projection, Projections
+from projections.call_records import OpenRuns
 from projections.deployments import DeployedAgents
 from projections.disk import DiskModel, DiskModels
 from projections.entries import Findings, Logs
@@ -49,6 +50,7 @@ READ_MODELS: tuple[ReadModel, ...] = (
     ReadModel(Findings, Storage.DISK),
     ReadModel(Tasks, Storage.DISK),
     ReadModel(InferenceLedger, Storage.DISK),  # inference budgets (issue 54)
+    ReadModel(OpenRuns, Storage.DISK),  # interrupted runs' recorded calls (issue 53)
     ReadModel(Journals, Storage.MEMORY),
     ReadModel(KeyHistory, Storage.MEMORY),
     ReadModel(Registry, Storage.MEMORY),

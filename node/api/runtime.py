@@ -24,6 +24,7 @@ from node.api import mcp
 from node.config.model import AgentConfig
 from node.context import CONTEXT, NodeContext
 from node.inference.budgets import InferenceBudgets
+from node.inference.notices import BudgetNotices
 from node.inference.service import InferenceService
 from node.ops import tracing
 from node.placement.key import PLACEMENT
@@ -47,6 +48,8 @@ from node.streams.bus import BUS, EventBus
 from node.sync.service import SYNC
 from node.web.http import Problem, json_response
 from node.web.routes import Doc, Query, add_route
+from projections.call_records import OpenRuns
+from projections.entries import Findings
 from projections.inference_ledger import InferenceLedger
 from projections.tasks import Tasks
 
@@ -145,12 +148,14 @@ async def runtime_lifecycle(
                 config.agent_groups,
                 names,
             ),
+            BudgetNotices(ctx.store, ctx.projections.get(Findings), ctx.name),
         ),
         tasks=tasks,
         approvals=deps.approvals,
         grants=deps.grants,
         task_service=deps.tasks,
         sink=BusSink(deps.bus),
+        open_runs=ctx.projections.get(OpenRuns),
     )
 
     def host_factory(spec: AgentSpec, stopping: Any) -> tuple[JournalHost, JournalHost]:

@@ -312,7 +312,8 @@ class ActionSection(_Section, kw_only=True):
 # A2A push notifications and approval notifications, from one outbox; node/delivery/,
 # docs/notifications.md)
 ChannelName = Annotated[str, msgspec.Meta(pattern=AGENT_NAME)]
-ChannelEvent = Literal["requested", "escalated", "decided", "expired", "abandoned"]
+# `budget`: an inference budget crossed 80 % or 100 % (docs/inference.md, "Budgets")
+ChannelEvent = Literal["requested", "escalated", "decided", "expired", "abandoned", "budget"]
 
 
 class DeliverySection(_Section, kw_only=True):
@@ -346,7 +347,7 @@ class ChannelConfig(_Section, kw_only=True):
     url_file: str | None = None
     secret: str | None = None  # a webhook's signing secret, whsec_<base64> (or secret_file)
     secret_file: str | None = None
-    on: list[ChannelEvent] = msgspec.field(default_factory=lambda: ["requested"])
+    on: list[ChannelEvent] = msgspec.field(default_factory=lambda: ["requested", "budget"])
     agents: list[AgentName] = []  # only these agents' requests (empty: every agent)
     capabilities: list[str] = []  # only these capabilities (empty: every capability)
     # only requests whose approvers name one of these groups (empty: every request)

@@ -15,7 +15,7 @@ from node.config.model import DeliverySection
 from node.delivery import store as s
 from node.delivery.store import Entry, Lane, PushConfig
 
-PUSH, APPROVAL = "push", "approval"
+PUSH, APPROVAL, BUDGET = "push", "approval", "budget"
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,10 @@ def push_lane_id(task: str, config_id: str) -> str:
 
 def approval_lane_id(approval: str, channel: str) -> str:
     return f"approval/{approval}/{channel}"
+
+
+def budget_lane_id(incident: str, channel: str) -> str:
+    return f"budget/{incident}/{channel}"
 
 
 def entry_id(seq: int, n: int, lane: str) -> str:

@@ -36,6 +36,7 @@ MAX_SUMMARY = 500
 MAX_TITLE = 200
 REQUESTED, ESCALATED = "requested", "escalated"
 DECIDED, EXPIRED, ABANDONED = "decided", "expired", "abandoned"
+BUDGET = "budget"  # an inference budget crossed 80 % or 100 % (node/inference/notices.py)
 # a resolution's outcome → the follow-up event a channel may ask for
 FOLLOW_UPS = {"approve": DECIDED, "deny": DECIDED, "timeout": EXPIRED, "abandoned": ABANDONED}
 logging.getLogger("apprise").setLevel(logging.CRITICAL)  # its messages may quote a URL
@@ -63,6 +64,17 @@ class Notice(msgspec.Struct, kw_only=True):
     why: str | None = None  # a follow-up's: the decision's reason
 
 
+class BudgetNotice(msgspec.Struct, kw_only=True):
+    """The data of one budget notification: which budget, how far, whose call took it there."""
+
+    title: str
+    detail: str
+    agent: str
+    severity: str
+    node: str
+    console_url: str
+
+
 class Channels:
     def __init__(self, config: Config) -> None:
         self.config = config
@@ -80,6 +92,29 @@ class Channels:
             and (not ch.capabilities or request.capability in ch.capabilities)
             and (not ch.groups or not groups.isdisjoint(ch.groups))
         ]
+
+    def hearing_budgets(self, agent: str) -> list[ChannelConfig]:
+        """The channels told of inference budgets: `budget` in their `on`, their agents
+        (if any) naming the agent whose call crossed, their capabilities (if any) naming
+        inference; a channel kept to approver groups hears of no budget."""
+        return [
+            ch
+            for ch in self.channels
+            if BUDGET in ch.on
+            and (not ch.agents or agent in ch.agents)
+            and (not ch.capabilities or "inference" in ch.capabilities)
+            and not ch.groups
+        ]
+
+    def budget_notice(self, title: str, detail: str, agent: str, severity: str) -> BudgetNotice:
+        return BudgetNotice(
+            title=visible(elide(title, MAX_TITLE)),
+            detail=visible(elide(detail, MAX_SUMMARY)),
+            agent=agent,
+            severity=severity,
+            node=self.config.node.name,
+            console_url=f"{self.console}#/usage",
+        )
 
     def escalation_at(self, request: ApprovalRequest) -> float:
         """When an escalation goes out (epoch seconds): `escalate_before_secs` before the
@@ -126,6 +161,14 @@ def _shown(text: str | None) -> str | None:
 def webhook_body(event: str, notice: Notice, at: str) -> bytes:
     """Standard Webhooks' recommended shape: {type, timestamp, data}."""
     return msgspec.json.encode({"type": f"approval.{event}", "timestamp": at, "data": notice})
+
+
+def budget_body(kind: str, notice: BudgetNotice, at: str) -> bytes:
+    if kind == "webhook":
+        return msgspec.json.encode({"type": "inference.budget", "timestamp": at, "data": notice})
+    title = visible(elide(f"[{notice.node}] {notice.title}", MAX_TITLE))
+    body = f"{notice.detail}\nUsage in the console (sign-in needed): {notice.console_url}"
+    return msgspec.json.encode(ChatMessage(title, body))
 
 
 class ChatMessage(msgspec.Struct):

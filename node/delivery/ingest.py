@@ -8,6 +8,8 @@ cursor, becomes the notifications it implies.
   is not): one entry per matching channel, and an escalation due before it times out; its
   resolution drops what was not sent yet, and queues a follow-up (decided, expired,
   abandoned) to each channel that was told of it and asks for that event;
+- an inference budget's crossing of 80 % or 100 % (a finding with its `inference-budget`
+  incident key, journaled once per window): one entry per channel whose `on` has `budget`;
 - `delivery.progress`: deliveries another node (or this one) finished: their entries go;
 - a journal's change of home: its lanes are looked at again (only the home delivers).
 
@@ -37,6 +39,7 @@ from node.delivery.metrics import DeliveryMetrics
 from node.delivery.waits import next_turn
 from node.display.humanize import visible
 from node.display.request_summary import elide
+from node.inference.notices import is_budget_incident
 from node.protocols.a2a_model import TaskViews
 from projections import catalogue as c
 from projections.approvals import Approvals, Resolution
@@ -81,7 +84,7 @@ class Ingester:
         self._advanced = asyncio.Event()
         # live: the commit listener hands over the envelopes that may imply something, so the
         # journal's hot path (logs, findings) costs one set lookup each, never a second read
-        self._interesting = OWN_TYPES | MOVES | frozenset(self.tasks.handles)
+        self._interesting = OWN_TYPES | MOVES | {c.FINDING} | frozenset(self.tasks.handles)
         self._live: list[Envelope] | None = None
         self._seen = 0
         self._wake = asyncio.Event()
@@ -213,6 +216,8 @@ class Ingester:
             self._own(envelope, ops, now)
         elif kind in MOVES:
             moved.add(stream)
+        elif kind == c.FINDING and is_budget_incident(stream, envelope.event.data.get("incident")):
+            self._budget(envelope, ops, ready, now)
         for change in self.tasks.changes(envelope):
             if isinstance(change, TaskChanged):
                 if change.before != change.after:
@@ -329,6 +334,43 @@ class Ingester:
                 )
                 ops += self.book.enqueue(lane, entry, now)
                 self.metrics.enqueued.labels(kind=channel.kind).inc()
+            ready.add(lane.id)
+
+    def _budget(self, envelope: Envelope, ops: list[s.Op], ready: set[str], now: float) -> None:
+        """An inference budget crossed 80 % or 100 % (node/inference/notices.py journals that
+        once per window): one notice to each channel whose `on` has `budget`."""
+        finding = c.payload_of(envelope)
+        if not isinstance(finding, c.Finding) or finding.incident is None:
+            return
+        agent = finding.subject or envelope.stream
+        notice = self.channels.budget_notice(finding.title, finding.detail, agent, finding.severity)
+        made_at = ch.epoch(envelope.event.ts, now)
+        for channel in self.channels.hearing_budgets(agent):
+            lane = self.book.open_lane(
+                b.budget_lane_id(finding.incident, channel.name),
+                b.BUDGET,
+                envelope.stream,
+                finding.incident,
+                channel.name,
+            )
+            if lane.closed:  # told already: the fold of this envelope again
+                continue
+            entry = s.Entry(
+                id=b.entry_id(envelope.seq, 0, lane.id),
+                lane=lane.id,
+                journal=envelope.stream,
+                seq=envelope.seq,
+                n=0,
+                kind=channel.kind,
+                label=ch.BUDGET,
+                made_at=made_at,
+                due=now,
+                deadline=made_at + self.deadline_secs,
+                body=ch.budget_body(channel.kind, notice, envelope.event.ts),
+            )
+            ops += self.book.enqueue(lane, entry, now)
+            ops += self.book.close(lane, "final", now, drop=False)
+            self.metrics.enqueued.labels(kind=channel.kind).inc()
             ready.add(lane.id)
 
     def _caller(self, task_id: str | None) -> str | None:

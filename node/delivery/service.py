@@ -108,7 +108,7 @@ class Outbox:
             await next_turn(self._stopping, SWEEP_SECS)
 
     def _gauges(self) -> None:
-        for about in (b.PUSH, b.APPROVAL):
+        for about in (b.PUSH, b.APPROVAL, b.BUDGET):
             self.metrics.pending.labels(about=about).set(self.book.pending_count(about))
 
     # ------------------------------------------------------------------ push configs

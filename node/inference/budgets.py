@@ -22,6 +22,7 @@ from typing import Protocol
 
 from node.config.inference import InferenceBudget
 from node.inference.models import NANOS
+from node.inference.notices import Crossing
 from node.policy.budgets import Budget, parse_budget
 from node.policy.budgets import amount_text as decimal_text
 
@@ -110,8 +111,9 @@ class InferenceBudgets:
 
     def crossed(
         self, agent: str, before: dict[str, Decimal], now: float | None = None
-    ) -> list[str]:
-        """Findings to report: the budgets whose use crossed 80 % or 100 % since `before`."""
+    ) -> list[Crossing]:
+        """The budgets whose use crossed 80 % or 100 % since `before` (node/inference/notices.py
+        tells each once per window)."""
         now = time.time() if now is None else now
         said = []
         for budget, _ in self.rules:
@@ -121,8 +123,7 @@ class InferenceBudgets:
             was, now_used = before.get(budget.text, Decimal(0)), self.used(budget, members, now)
             for mark in (Decimal("0.8"), Decimal(1)):
                 if was < mark * budget.limit <= now_used:
-                    share = int(mark * 100)
-                    said.append(f"inference budget {budget.text!r} is {share} % spent")
+                    said.append(Crossing(budget, int(mark * 100), agent, now))
         return said
 
     def uses(self, agent: str, now: float | None = None) -> dict[str, Decimal]:

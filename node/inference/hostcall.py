@@ -123,10 +123,9 @@ def infer(
 
 
 def _settle(host: InferHost, service: InferenceService, call: Call) -> None:
-    """The call's reservation ends; the budgets it took past 80 % or 100 % are findings."""
-    for title in host._on_loop(service.settle(call)):
-        detail = f"agent {host.name}, model {call.model.alias}"
-        host.report_finding("medium" if "80 %" in title else "high", title, detail)
+    """The call's reservation ends; the budgets it took past 80 % or 100 % are told (a
+    finding and the notification channels, once per window: node/inference/notices.py)."""
+    host._on_loop(service.settle(call))
 
 
 def _within_budgets(

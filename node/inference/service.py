@@ -19,6 +19,7 @@ from node.inference import anthropic, openai
 from node.inference.budgets import Exceeded, InferenceBudgets
 from node.inference.metering import InferenceMetrics
 from node.inference.models import Model, catalogue, choose, cost_bound, cost_text
+from node.inference.notices import BudgetNotices, Crossing
 from node.inference.ratelimit import LimitRefusal, RateLimits
 from node.inference.request import ChatRequest, parse
 from node.inference.stream import Completion, Deltas, ProviderError
@@ -117,6 +118,7 @@ class InferenceService:
         config: InferenceSection,
         metrics: NodeMetrics,
         budgets: InferenceBudgets | None = None,
+        notices: BudgetNotices | None = None,
     ) -> None:
         self.session = session
         self.config = config
@@ -124,6 +126,7 @@ class InferenceService:
         self.metrics = InferenceMetrics(metrics)
         self.limits = RateLimits(config.requests_per_minute, config.tokens_per_minute)
         self.budgets = budgets or InferenceBudgets(config.budgets, None, {}, [])
+        self.notices = notices
         self._before: dict[int, dict[str, Any]] = {}  # a reserved call's budget uses before it
 
     # ---- budgets (node/inference/budgets.py), on the event loop -----------------------------
@@ -139,13 +142,17 @@ class InferenceService:
             self._before[id(call)] = before
         return exceeded
 
-    async def settle(self, call: Call) -> list[str]:
+    async def settle(self, call: Call) -> list[Crossing]:
         """The call's charge is folded (or it failed): its reservation ends; the budgets whose
-        use it took past 80 % or 100 %, as finding titles."""
+        use it took past 80 % or 100 % are told (once per window: node/inference/notices.py)."""
         tokens, cost = call.estimated_input_tokens + call.max_tokens, call.estimated_cost_nanos
         self.budgets.settle(call.agent, tokens, cost)
         before = self._before.pop(id(call), None)
-        return self.budgets.crossed(call.agent, before) if before is not None else []
+        crossings = self.budgets.crossed(call.agent, before) if before is not None else []
+        for crossing in crossings:
+            if self.notices is not None:
+                await self.notices.report(crossing)
+        return crossings
 
     def prepare(self, agent: AgentConfig, text: str) -> Call:
         """The call an agent's request makes, or HostError: not-permitted without the

@@ -15,6 +15,7 @@ import contextlib
 import logging
 from collections.abc import Iterator, Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 log = logging.getLogger(__name__)
 _tracer: Any = None  # an opentelemetry Tracer, when tracing is on
@@ -95,6 +96,28 @@ def span(name: str, attributes: Mapping[str, Any]) -> Iterator[Any]:
         end(opened, error=f"{type(e).__name__}: {e}")
         raise
     end(opened)
+
+
+def annotate(attributes: Mapping[str, Any]) -> None:
+    """Add attributes to the current span (nothing when tracing is off)."""
+    if _tracer is None:
+        return
+    from opentelemetry import trace
+
+    trace.get_current_span().set_attributes(dict(attributes))
+
+
+def fetch_attributes(method: str, url: str) -> dict[str, Any]:
+    """An http_fetch's span attributes, as OpenTelemetry's HTTP client conventions name them:
+    the method and the server, never the URL's path or query (they may hold a secret)."""
+    parts = urlsplit(url)
+    found: dict[str, Any] = {"http.request.method": method[:20]}
+    if parts.hostname:
+        found["server.address"] = parts.hostname[:255]
+    with contextlib.suppress(ValueError):
+        if parts.port is not None:
+            found["server.port"] = parts.port
+    return found
 
 
 def run_attributes(run: Any) -> dict[str, Any]:

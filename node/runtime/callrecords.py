@@ -13,6 +13,10 @@ host call with an effect or a cost goes through `call`: the recorder numbers it 
   whether an approval given before the interruption already covers it; its outcome is
   journaled (with the events `perform` adds, in one write) before the result reaches the agent.
 
+A record is one write (with its run's `run.opened` when it is the run's first, unless the
+call read its key or ref first: then the run was made durable before the call left the node);
+a tick's or tool call's run ends with `run.closed`, a task's with its task's end (no write).
+
 A replayed run that asks at a recorded position for something else (its code is not
 deterministic) gets live calls from there on, and a finding says so. State reads are not
 recorded: a resumed run reads the state as the journal has it now (docs/agents.md).
@@ -23,23 +27,17 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
 
-from eventstore.envelope import Envelope
 from eventstore.store import EventStore, NewEvent
+from node.ops import tracing
 from node.runtime.hostapi import HostError, Run
 from projections import catalogue as c
 from projections.approvals import hash_request
 from projections.call_records import CallRecords, OpenRun, call_ref
-from projections.catalogue import (
-    MAX_RECORD_RESULT,
-    CallName,
-    CallRecorded,
-    RunClosed,
-    RunOpened,
-)
+from projections.catalogue import MAX_RECORD_RESULT, CallName, CallRecorded, RunClosed, RunOpened
 
 log = logging.getLogger(__name__)
 RECORDED_KINDS = frozenset({"tick", "task", "tool"})
@@ -57,17 +55,42 @@ def header_value(key: str) -> str:
     return f'"{key}"'
 
 
-@dataclass
 class CallContext:
     """What a live call needs of the recorder: its key, whether it is approved already, the
     events to journal with its record (an `action.performed`, say), and what to do once that
-    write is durable and folded (or the call ended without one): `after_write`."""
+    write is durable and folded (or the call ended without one): `after_write`.
 
-    key: str | None
-    ref: str | None  # names the call in an approval request
-    approved: bool = False
-    events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
-    written: list[Callable[[], None]] = field(default_factory=list)
+    Reading `key` or `ref` makes the run durable first (its `run.opened`, when the run has
+    none yet): the key leaves the node with the call and the ref names it in an approval, so
+    the next instance must resume the run under the same id. A call that reads neither (an
+    infer that asks no one, a GET) has its run opened in the write of its record."""
+
+    def __init__(
+        self,
+        key: str | None,
+        ref: str | None,
+        approved: bool = False,
+        durable: Callable[[], None] | None = None,
+    ) -> None:
+        self._key, self._ref, self.approved = key, ref, approved
+        self._durable = durable
+        self.events: list[tuple[str, dict[str, Any]]] = []
+        self.written: list[Callable[[], None]] = []
+
+    @property
+    def key(self) -> str | None:
+        self._make_durable()
+        return self._key
+
+    @property
+    def ref(self) -> str | None:
+        self._make_durable()
+        return self._ref
+
+    def _make_durable(self) -> None:
+        durable, self._durable = self._durable, None
+        if durable is not None:
+            durable()
 
     def journal_with(self, type_: str, data: dict[str, Any]) -> None:
         self.events.append((type_, data))
@@ -93,6 +116,26 @@ class _Current:
     cut: bool = False  # a call of it was refused because the agent is being stopped
 
 
+class OpenRunsView(Protocol):
+    """Where the recorder finds an interrupted run (projections/call_records.py `OpenRuns`)."""
+
+    def resumable(self, agent: str, kind: str, subject: str) -> OpenRun | None: ...
+
+
+class JournalFold:
+    """`OpenRunsView` by folding the agent's journal at each look-up: for a recorder without
+    the node's read model (a bench, a test of the recorder alone)."""
+
+    def __init__(self, store: EventStore) -> None:
+        self.store = store
+
+    def resumable(self, agent: str, kind: str, subject: str) -> OpenRun | None:
+        records = CallRecords()
+        for envelope in self.store.iter_stream(agent):
+            records.apply(c.payload_of(envelope))
+        return records.resumable(kind, subject)
+
+
 class CallRecorder:
     def __init__(
         self,
@@ -101,37 +144,27 @@ class CallRecorder:
         stopping: threading.Event,
         redact: Callable[[Any], Any],
         max_result_bytes: int,
+        open_runs: OpenRunsView | None = None,
     ) -> None:
         self.agent = agent
         self.store = store
         self.stopping = stopping
         self.redact = redact
         self.max_result_bytes = min(max_result_bytes, MAX_RECORD_RESULT)
-        self._records: CallRecords | None = None
+        self.open_runs = open_runs if open_runs is not None else JournalFold(store)
         self._current: _Current | None = None
 
     # ---- the run's frame -------------------------------------------------------------------
 
     def reset(self) -> None:
-        """A new instance: the interrupted runs are read from the journal again."""
-        self._records = None
-
-    def _folded(self) -> CallRecords:
-        if self._records is None:
-            records = CallRecords()
-            for envelope in self._journal():
-                records.apply(c.payload_of(envelope))
-            self._records = records
-        return self._records
-
-    def _journal(self) -> Iterable[Envelope]:
-        return self.store.iter_stream(self.agent)
+        """A new instance: nothing to forget, since the interrupted runs are read from the
+        journal's read model at each run's start (kept for the hooks that call it)."""
 
     def run_started(self, run: Run) -> None:
         self._current = None
         if run.kind not in RECORDED_KINDS:
             return
-        resumed = self._folded().resumable(run.kind, run.detail)
+        resumed = self.open_runs.resumable(self.agent, run.kind, run.detail)
         if resumed is not None:
             log.info(
                 "agent %s: %s %s resumes run %s", self.agent, run.kind, run.detail, resumed.run
@@ -143,15 +176,14 @@ class CallRecorder:
     def run_finished(self, run: Run, faulted: bool = False) -> None:
         """The run returned or faulted: close it, unless the stop of the agent cut it (a call
         refused, a fault, or a task, which a stop hands over to the next instance: then the
-        next instance resumes it)."""
+        next instance resumes it). A task's run is closed by its task's end (or its await)
+        in the journal: no write of its own."""
         current, self._current = self._current, None
-        if current is None or not current.opened:
+        if current is None or not current.opened or run.kind == "task":
             return
-        if self.stopping.is_set() and (current.cut or faulted or run.kind == "task"):
+        if self.stopping.is_set() and (current.cut or faulted):
             return
-        closed = RunClosed(run=current.journal_id)
-        self.store.append_blocking(self.agent, *c.event_of(closed))
-        self._folded().apply(closed)
+        self.store.append_blocking(self.agent, *c.event_of(RunClosed(run=current.journal_id)))
 
     def run_parked(self) -> None:
         """The run was parked at a call waiting for people (node/runtime/parking.py): it is
@@ -183,6 +215,7 @@ class CallRecorder:
                 current.resumed = None
                 return self._live(current, position, call, target, request_hash, perform, approved)
             if (record.call, record.target, record.request_hash) == (call, target, request_hash):
+                tracing.annotate({"agent.call.position": position, "agent.call.replayed": True})
                 return self._replayed(record)
             self._diverged(current, position, record, call, target)
         return self._live(current, position, call, target, request_hash, perform, False)
@@ -247,20 +280,12 @@ class CallRecorder:
         perform: Callable[[CallContext], str],
         approved: bool,
     ) -> str:
-        if not current.opened:
-            opened = RunOpened(
-                run=current.journal_id,
-                kind=current.run.kind,
-                subject=current.run.detail,
-            )
-            self.store.append_blocking(self.agent, *c.event_of(opened))
-            self._folded().apply(opened)
-            current.opened = True
         run_id = current.journal_id
         context = CallContext(
             idempotency_key(self.agent, run_id, position, request_hash),
             call_ref(run_id, position),
             approved,
+            durable=None if current.opened else lambda: self._open(current),
         )
         try:
             try:
@@ -281,7 +306,7 @@ class CallRecorder:
                         result=text,
                         omitted=omitted,
                     )
-                    self._record(failed, context)
+                    self._record(current, failed, context)
                 raise
             text, omitted = self._bounded(result)
             done = CallRecorded(
@@ -293,7 +318,7 @@ class CallRecorder:
                 result=text,
                 omitted=omitted,
             )
-            self._record(done, context)
+            self._record(current, done, context)
             return result
         finally:
             context._written()  # the record (and its events) are folded, or there is none
@@ -304,8 +329,23 @@ class CallRecorder:
         size = len(redacted.encode("utf-8", "surrogatepass"))
         return ("", size) if size > self.max_result_bytes else (redacted, None)
 
-    def _record(self, record: CallRecorded, context: CallContext) -> None:
-        events = [NewEvent(self.agent, t, self.redact(d)) for t, d in context.events]
+    def _open(self, current: _Current) -> None:
+        """Journal the run's `run.opened` now: a call of it needs the run durable first."""
+        if not current.opened:
+            self.store.append_blocking(self.agent, *c.event_of(self._opened(current)))
+            current.opened = True
+
+    @staticmethod
+    def _opened(current: _Current) -> RunOpened:
+        return RunOpened(run=current.journal_id, kind=current.run.kind, subject=current.run.detail)
+
+    def _record(self, current: _Current, record: CallRecorded, context: CallContext) -> None:
+        """One write: the run's `run.opened` if it has none yet, the call's events, its
+        record."""
+        events = (
+            [] if current.opened else [NewEvent(self.agent, *c.event_of(self._opened(current)))]
+        )
+        events += [NewEvent(self.agent, t, self.redact(d)) for t, d in context.events]
         events.append(NewEvent(self.agent, *c.event_of(record)))
         self.store.append_many_blocking(events)
-        self._folded().apply(record)
+        current.opened = True

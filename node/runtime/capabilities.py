@@ -28,7 +28,7 @@ MAX_BODY = 1 << 20
 FETCH_TIMEOUT = 30.0
 _METHODS = {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
 _NODE_HEADERS = {"host", "content-length", "transfer-encoding", "connection"}
-_SAFE_METHODS = {"GET", "HEAD"}  # no Idempotency-Key: repeating them changes nothing
+SAFE_METHODS = frozenset({"GET", "HEAD"})  # no Idempotency-Key: repeating them changes nothing
 
 
 def canonical_fetch(request: Any, text: str) -> tuple[dict[str, Any], str]:
@@ -94,7 +94,7 @@ class Capabilities:
             raise HostError("failed", "`headers` must be an object and `body` a string")
         sent = _headers(headers)
         own_key = any(k.strip().lower() == "idempotency-key" for k in sent)
-        if key is not None and method not in _SAFE_METHODS and not own_key:
+        if key is not None and method not in SAFE_METHODS and not own_key:
             sent[IDEMPOTENCY_HEADER] = header_value(key)
         try:
             async with self.session.request(

@@ -32,8 +32,9 @@ from node.inference import hostcall
 from node.inference.service import InferenceService
 from node.ops import tracing
 from node.ops.metrics import NodeMetrics
-from node.runtime.callrecords import CallContext, CallRecorder
-from node.runtime.capabilities import Capabilities, canonical_fetch
+from node.ops.tracing import fetch_attributes
+from node.runtime.callrecords import CallContext, CallRecorder, OpenRunsView
+from node.runtime.capabilities import SAFE_METHODS, Capabilities, canonical_fetch
 from node.runtime.hostapi import (
     AgentFault,
     HostError,
@@ -131,6 +132,7 @@ class HostServices:
     task_service: TaskLifecycle
     sink: EventSink
     redactor: SecretRedactor = field(default_factory=SecretRedactor)
+    open_runs: OpenRunsView | None = None  # the read model of interrupted runs (call records)
 
 
 def denial_message(capability: str, verdict: Verdict) -> str:
@@ -179,6 +181,7 @@ class JournalHost:
             stopping,
             services.redactor.value,
             services.config.node.call_record_max_kb * 1024,
+            services.open_runs,
         )
         self._span: Any = None  # the run's OpenTelemetry span (node/ops/tracing.py)
         # task runs parked while people decide (node/runtime/parking.py); `wake` (set by who
@@ -258,7 +261,8 @@ class JournalHost:
         self._append(*c.event_of(finding))
 
     def invoke(self, capability: str, request: str) -> str:
-        with tracing.span("host.invoke", {"agent": self.name, "capability": capability}):
+        name = "host.http_fetch" if capability == "http_fetch" else "host.invoke"
+        with tracing.span(name, {"agent": self.name, "capability": capability}):
             return self._invoke(capability, request)
 
     def _invoke(self, capability: str, request: str) -> str:
@@ -288,8 +292,11 @@ class JournalHost:
         if self.agent.is_gated(capability) and not call.approved:
             self._await_approval(capability, request, call.ref)
         if capability == "http_fetch":
+            method = str(parsed.get("method", "GET")).upper()
+            key = None if method in SAFE_METHODS else call.key  # a GET's run opens with its record
+            tracing.annotate(fetch_attributes(method, parsed["url"]))
             result = self._on_loop(
-                self.s.capabilities.http_fetch(parsed, self.agent.http.allow_hosts, call.key)
+                self.s.capabilities.http_fetch(parsed, self.agent.http.allow_hosts, key)
             )
             summary = {
                 "method": str(parsed.get("method", "GET")).upper()[:20],
@@ -301,6 +308,7 @@ class JournalHost:
             result = self._on_loop(action)
             summary = {"request": parsed, "status": result["status"]}
         call.journal_with(*c.event_of(c.ActionPerformed(capability=capability, **summary)))
+        tracing.annotate({"http.response.status_code": result["status"]})
         return json.dumps(result)
 
     def _task_await(self, request: Any) -> str:
@@ -415,13 +423,17 @@ class JournalHost:
         if not isinstance(data, dict):
             raise HostError("failed", "task input must be a JSON object")
         shown = json.dumps(data, sort_keys=True)
-        return self.calls.call("create_task", to, shown, lambda call: self._create(to, data, call))
+        with tracing.span("host.create_task", {"agent": self.name, "agent.task.to": to}):
+            return self.calls.call(
+                "create_task", to, shown, lambda call: self._create(to, data, call)
+            )
 
     def _create(self, to: str, data: dict[str, Any], call: CallContext) -> str:
         """The task's id derives from the call's key: made again after an interruption, the
         same task is found rather than a second one created."""
         task_id = call.key and str(uuid.UUID(call.key[:32]))
         created = self._on_loop(self.s.task_service.create(self.name, to, data, task_id=task_id))
+        tracing.annotate({"agent.task.id": str(created["id"])})
         return str(created["id"])
 
     def task_progress(self, task_id: str, progress: str) -> None:

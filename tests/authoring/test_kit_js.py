@@ -10,6 +10,7 @@ import subprocess
 import pytest
 
 from tests.authoring.kit_support import BIN, agent, agent_test, author_env, of_type
+from tests.support import ROOT
 
 
 @pytest.mark.timeout(900)
@@ -84,3 +85,48 @@ def test_a_javascript_build_without_node_says_what_to_install(tmp_path):
     assert built.returncode == 1
     assert "needs Node.js (20 or newer) and npm on PATH" in built.stderr
     assert "Traceback" not in built.stderr
+
+
+def test_the_javascript_tools_template_is_a_tool_calling_agent(tmp_path, built_agents):
+    """`agent new --lang js --template tools`: its app.js is agents/tools_template_js's (built
+    once by the suite's set-up, as the Python template's is, so this test builds nothing),
+    run by `agent test` and answered from its own answers.json."""
+    made = agent(
+        "new", "forecaster", "--lang", "js", "--template", "tools", "--dir", str(tmp_path),
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    assert "--infer-file answers.json" in made.stdout
+    project = tmp_path / "forecaster"
+    assert "answers.json" in {p.name for p in project.iterdir()}
+    built_from = ROOT / "agents" / "tools_template_js" / "app.js"
+    source = (project / "app.js").read_text().replace("forecaster", "tools_template_js")
+    assert source == built_from.read_text(), "agents/tools_template_js/app.js is the template's"
+    done = agent(
+        "test",
+        str(project),
+        "--json",
+        "--wasm",
+        str(built_agents["tools_template_js"]),
+        "--input",
+        json.dumps({"question": "Weather in Paris?"}),
+        "--infer-file",
+        "answers.json",
+        cwd=project,
+    )
+    report = json.loads(done.stdout)
+    assert done.returncode == 0, report
+    assert report["task"]["output"] == {
+        "answer": "Tomorrow in Paris: sunny, 21 C.",
+        "rounds": 2,
+        "input_tokens": 100,
+        "output_tokens": 21,
+    }
+    asked = [e["request"] for e in of_type(report, "inference")]
+    assert asked[0]["tools"][0]["function"]["name"] == "forecast"
+    assert asked[0]["max_tokens"] == 512
+    assert asked[1]["messages"][-1] == {
+        "role": "tool",
+        "tool_call_id": "call-1",
+        "content": json.dumps({"forecast": "sunny, 21 C"}, separators=(",", ":")),
+    }

@@ -1,7 +1,8 @@
 """Traces: with `[tracing] enabled`, a node sends OpenTelemetry spans over OTLP/HTTP to a real
 receiver (an aiohttp server here, decoding the protobuf with opentelemetry-proto): the run, the
 inference call under it with the GenAI attributes, the approval wait; the trace id is in the
-run's events and in the journaled call."""
+run's events and in the journaled call; the other host calls (an action, an http_fetch,
+create-task) are spans under their runs too."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from node.ops import tracing
 from tests.inference.test_inference_node import ANSWER, TOOL_ROUND, helper_node, outcome
 from tests.polling import until
-from tests.runtime.test_runtime_node import journal
+from tests.runtime.test_lifecycle import create_task
+from tests.runtime.test_runtime_node import agent_toml, decide, journal, start_node
 
 
 def value_of(any_value: Any) -> Any:
@@ -106,3 +108,92 @@ export_interval_ms = 50
     assert {c["trace_id"] for c in calls} == {run["trace_id"]}
     started = [e for e in sink.named("RUN_STARTED") if e.get("kind") == "task"]
     assert started[0]["trace_id"] == run["trace_id"]
+
+
+async def test_host_calls_and_approval_waits_are_spans_under_their_runs(
+    aiohttp_client, aiohttp_server, tmp_path, built_agents, llm
+):
+    """A task delegated by `worker` (create-task) to `once`, whose task makes a spend that
+    waits for approval, an http_fetch POST and an inference: each host call is a span under
+    its run's, the approval wait under the spend's; the trace id is in the run's events."""
+    receiver = Receiver()
+    collector_app = web.Application()
+    collector_app.router.add_post("/v1/traces", receiver.traces)
+    collector = await aiohttp_server(collector_app)
+
+    async def spend(request: web.Request) -> web.Response:
+        return web.json_response({"paid": True})
+
+    async def fetched(request: web.Request) -> web.Response:
+        return web.Response(text="fetched")
+
+    target_app = web.Application()
+    target_app.router.add_post("/spend", spend)
+    target_app.router.add_post("/fetch", fetched)
+    target = await aiohttp_server(target_app)
+    toml = (
+        f"""
+[tracing]
+enabled = true
+endpoint = "http://127.0.0.1:{collector.port}/v1/traces"
+export_interval_ms = 50
+
+[actions.spend]
+url = "http://127.0.0.1:{target.port}/spend"
+
+[inference]
+local_url = "http://127.0.0.1:{llm.port}/v1"
+"""
+        + agent_toml(
+            "once",
+            built_agents["once"],
+            f"""tick_interval_ms = 60000
+[agents.capabilities]
+spend = true
+http_fetch = true
+inference = true
+[agents.approval]
+spend = true
+[agents.http]
+allow_hosts = ["127.0.0.1:{target.port}"]
+""",
+        )
+        + agent_toml("worker", built_agents["task_worker"], "tick_interval_ms = 60000")
+    )
+    steps = [
+        {"spend": {"amount": 1, "payee": "acme"}},
+        {"fetch": f"http://127.0.0.1:{target.port}/fetch"},
+        {"infer": "hello"},
+    ]
+    try:
+        app, client, sink = await start_node(aiohttp_client, tmp_path, toml, sink=True)
+        await create_task(client, {"delegate_to": "once", "steps": steps}, to="worker")
+        await decide(client, "approve")
+        await until(lambda: journal(app, "once", "task.completed"), 20, "the delegated task")
+        (fetch,) = await until(lambda: receiver.named("host.http_fetch"), 15, "the fetch span")
+        runs = await until(lambda: two(receiver.named("agent.task")), 15, "both runs' spans")
+        delegated = journal(app, "worker", "task.completed")[0]["output"]["delegated"]
+    finally:
+        await client.close()
+        tracing.stop()
+    by_agent = {r["attributes"]["agent"]: r for r in runs}
+    (create,) = receiver.named("host.create_task")
+    assert create["parent"] == by_agent["worker"]["span_id"]
+    assert create["attributes"]["agent.task.to"] == "once"
+    assert create["attributes"]["agent.task.id"] == delegated
+    run = by_agent["once"]
+    (invoke,) = receiver.named("host.invoke")
+    (wait,) = receiver.named("approval.wait")
+    (chat,) = receiver.named("chat ")
+    assert {invoke["parent"], fetch["parent"], chat["parent"]} == {run["span_id"]}
+    assert wait["parent"] == invoke["span_id"] and invoke["attributes"]["capability"] == "spend"
+    assert invoke["attributes"]["http.response.status_code"] == 200
+    assert fetch["attributes"]["http.request.method"] == "POST"
+    assert fetch["attributes"]["server.address"] == "127.0.0.1"
+    assert fetch["attributes"]["http.response.status_code"] == 200
+    spans = [invoke, wait, fetch, chat]
+    assert {s["trace_id"] for s in spans} == {run["trace_id"]}
+    run_id = run["attributes"]["agent.run_id"]
+    (started,) = [e for e in sink.named("RUN_STARTED") if e.get("run_id") == run_id]
+    (finished,) = [e for e in sink.named("RUN_FINISHED") if e.get("run_id") == run_id]
+    assert started["trace_id"] == finished["trace_id"] == run["trace_id"]

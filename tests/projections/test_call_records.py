@@ -5,11 +5,14 @@ counts as approved only what an approval naming that call approved."""
 
 from __future__ import annotations
 
+import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from projections import catalogue as c
-from projections.call_records import CallRecords, call_ref
+from projections.call_records import CallRecords, OpenRuns, call_ref
+from projections.disk import DiskModels
+from tests.projections.envelopes import Journal
 
 RUNS = ["r1", "r2", "r3"]
 HASHES = ["sha256:" + d * 64 for d in "ab"]
@@ -50,6 +53,7 @@ decided = st.builds(
 ended = st.one_of(
     st.builds(c.TaskCompleted, id=st.sampled_from(["t1", "t2"])),
     st.builds(c.TaskCanceled, id=st.sampled_from(["t1", "t2"])),
+    st.builds(c.TaskAwaiting, id=st.sampled_from(["t1", "t2"])),
     st.builds(c.AgentRetired),
     st.builds(c.ApprovalAbandoned, id=approval_ids),
 )
@@ -100,3 +104,33 @@ def test_a_record_written_again_at_a_position_drops_the_later_ones():
     assert run.records[1].call == "infer"
     fold.apply(c.TaskCompleted(id="t"))
     assert fold.resumable("task", "t") is None
+
+
+def _shown(run):
+    if run is None:
+        return None
+    records = {p: msgspec.to_builtins(r) for p, r in run.records.items()}
+    return (run.run, run.kind, run.subject, records, run.approved)
+
+
+@settings(max_examples=80, deadline=None)
+@given(events, events)
+def test_the_read_model_on_disk_agrees_with_the_fold_for_every_agent(mine, theirs):
+    """The node's `OpenRuns` (LMDB, folded by the journal's writer) answers what the pure fold
+    of each agent's journal answers, two agents' journals interleaved."""
+    disk = DiskModels([OpenRuns()]).scratch()
+    journal, folds = Journal(), {"a": CallRecords(), "b": CallRecords()}
+    for index in range(max(len(mine), len(theirs))):
+        for agent, payloads in (("a", mine), ("b", theirs)):
+            if index < len(payloads):
+                journal.add(agent, *c.event_of(payloads[index]))
+                folds[agent].apply(payloads[index])
+    disk.fold_own(journal.envelopes)
+    runs = disk.get(OpenRuns)
+    assert runs is not None
+    for agent, fold in folds.items():
+        for kind in ("tick", "task", "tool"):
+            for subject in ("", "t1", "t2"):
+                want = _shown(fold.resumable(kind, subject))
+                assert _shown(runs.resumable(agent, kind, subject)) == want
+    disk.close()
