@@ -17,6 +17,8 @@ from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from node.context import NodeContext
 from node.placement.adverts import served_domains
 from node.placement.consent import Consent, consent_of
@@ -172,12 +174,27 @@ class Hosting:
         return consent.bound(placed.definition)
 
     def ready_to_host(self) -> list[str]:
-        """The placed agents this node would take over or accept in a move now (its advert)."""
+        """The placed agents this node would take over or accept in a move now (its advert):
+        on their definition, or on the one before while the new one is not ready here."""
         return sorted(
             placed.agent
             for placed in self.placements.placed_on(self.ctx.name)
-            if self.refusal(placed) is None and self.prepare.ready(placed.definition)
+            if self.runnable(placed) is not None
         )
+
+    def runnable(self, placed: Placed) -> Placed | None:
+        """`placed` as this node would run it now: its definition when that is ready here,
+        else its previous definition (an upgrade whose new version is not compiled here yet:
+        a standby on the old one, issue 52) when that one is, else None."""
+        if self.refusal(placed) is not None:
+            return None
+        if self.prepare.ready(placed.definition):
+            return placed
+        previous = placed.previous
+        if previous is None or not self.prepare.ready(previous):
+            return None
+        older = msgspec.structs.replace(placed, definition=previous)
+        return older if self.refusal(older) is None else None
 
     def prepared_here(self) -> list[str]:
         """`agent=sha256:...` of the definitions upgrades prepare that are ready here (its
@@ -263,6 +280,15 @@ class Hosting:
 
     async def _run_here(self, link: Link, placed: Placed) -> None:
         started = time.monotonic()
+        latest = self.placements.get(placed.agent)
+        if latest is not None and latest.definition != placed.definition:
+            log.warning(
+                "agent %s runs here on %s, the version before its upgrade to %s, which is "
+                "not compiled here yet; it switches to it once it is",
+                placed.agent,
+                placed.definition.component,
+                latest.definition.component,
+            )
         await self.deployments.host_placed(placed.agent, self.definition_here(placed))
         self.running.add(placed.agent)
         # shared (healed if a member forged its meta) after the start, not before it

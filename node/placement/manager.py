@@ -342,7 +342,7 @@ class PlacementManager(Takeovers, Moves):
                 self.metrics.leases_held.set(len(self.leases.held()))
                 await self._forget_retired()
                 placed_here = self.placements.placed_on(self.ctx.name)
-                self.prepare.forget({p.definition.sha256 for p in placed_here})
+                self.prepare.forget(_wanted_components(placed_here))
                 for placed in placed_here:
                     if placed.agent not in self._busy:
                         await self._consider(link, placed)
@@ -358,6 +358,10 @@ class PlacementManager(Takeovers, Moves):
         if agent in self.running:
             if home not in (None, self.ctx.name):
                 self.moved_away(agent, str(home))
+            elif self._behind(placed):
+                self.prepare.want(placed.definition)
+                if self.prepare.ready(placed.definition) and agent not in self._busy:
+                    self._in_background(self._resume_upgrade(placed))
             elif time.monotonic() - self._shared_at.get(agent, 0.0) > SHARE_CHECK_SECS:
                 self._shared_at[agent] = time.monotonic()
                 self._in_background(self._keep_shared(link, placed))
@@ -372,6 +376,8 @@ class PlacementManager(Takeovers, Moves):
             return
         self._refused.pop(agent, None)
         self.prepare.want(placed.definition)
+        if placed.previous is not None:
+            self.prepare.want(placed.previous)  # what it stands by on until the new one is ready
         preparing = placed.preparing
         consent = self.consent(agent)
         if (
@@ -380,8 +386,10 @@ class PlacementManager(Takeovers, Moves):
             and consent.refusal(preparing, served_domains(self.ctx.config)) is None
         ):
             self.prepare.want(preparing)  # an upgrade to come: a standby on it before it does
-        if not self.prepare.ready(placed.definition):
+        runnable = self.runnable(placed)
+        if runnable is None:
             return
+        placed = runnable
         self._busy.add(agent)
         try:
             if home in (None, self.ctx.name):
@@ -397,6 +405,41 @@ class PlacementManager(Takeovers, Moves):
         finally:
             self._busy.discard(agent)
 
+    def _behind(self, placed: Placed) -> bool:
+        """This home runs an older definition than the journal's (it took the agent over
+        while the new one was not compiled here)."""
+        deployed = self.ctx.projections.get(DeployedAgents).get(placed.agent)
+        previous = placed.previous
+        if (
+            deployed is None
+            or previous is None
+            or placed.agent in self.deployments.rollouts.changes  # a change of its own
+            or self.refusal(placed) is not None
+        ):
+            return False
+        runs = deployed.current.definition
+        # it runs the version before the journal's: what a takeover on the old one started
+        return (runs.component, runs.sha256) == (previous.component, previous.sha256) and (
+            runs.component,
+            runs.sha256,
+        ) != (placed.definition.component, placed.definition.sha256)
+
+    async def _resume_upgrade(self, placed: Placed) -> None:
+        """The journal's definition is ready here now: the upgrade the takeover ran ahead of
+        is carried out (the same path a takeover takes: the new definition, the instance
+        replaced)."""
+        agent = placed.agent
+        self._busy.add(agent)
+        try:
+            log.info(
+                "agent %s: %s is compiled here now; switching to it", agent,
+                placed.definition.component,
+            )  # fmt: skip
+            await self.deployments.host_placed(agent, self.definition_here(placed))
+            self.prepare.loaded(placed.definition)
+        finally:
+            self._busy.discard(agent)
+
     async def _forget_retired(self) -> None:
         """Agents deployed here that were removed on their home since: forgotten here too."""
         deployed = self.ctx.projections.get(DeployedAgents)
@@ -405,3 +448,16 @@ class PlacementManager(Takeovers, Moves):
                 home = self.journals.home_of(name) or "?"
                 self.running.discard(name)
                 await self.deployments.forget_retired(name, home)
+
+
+def _wanted_components(placed_here: list[Placed]) -> set[str]:
+    """The sha256 of every component a placed agent here may run: its definition, the one
+    before (a standby on it until the new one is ready here) and the one an upgrade prepares.
+    What a preparation learnt of any other is dropped; forgetting the one before made a
+    replica compiling an upgrade's new bytes refuse the takeover on the old ones (issue 52)."""
+    wanted = set()
+    for placed in placed_here:
+        for definition in (placed.definition, placed.previous, placed.preparing):
+            if definition is not None:
+                wanted.add(definition.sha256)
+    return wanted

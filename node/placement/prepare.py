@@ -110,7 +110,8 @@ class Preparer:
                 continue
             definition = due[0]
             await self._prepare(components, definition)
-            if self._states[_key(definition)].ready:
+            state = self._states.get(_key(definition))
+            if state is None or state.ready:  # ready, or forgotten meanwhile
                 self._queue.pop(_key(definition), None)
 
     async def _prepare(self, components: ComponentStore, definition: c.AgentDefinition) -> None:

@@ -106,7 +106,10 @@ class Takeovers(Hosting):
             or self.journals.epoch_of(agent) != epoch
         ):
             return  # the stream held a move: look again next time
-        placed = fresh
+        runnable = self.runnable(fresh)
+        if runnable is None:
+            return  # its definition changed meanwhile to one not ready here
+        placed = runnable
         held = self.ctx.store.head(agent)
         if await self._others_wrote_since(link, placed, (held.seq if held else 0) + 1):
             return  # something newer is in the stream: catch up first

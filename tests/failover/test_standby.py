@@ -22,31 +22,14 @@ from harness.failover import (
     ticks,
     wait_for,
 )
+from harness.fresh_bytes import fresh_bytes
 from tests.failover.test_placement_ops import SET, new_home
 
-pytestmark = pytest.mark.timeout(420)
+pytestmark = pytest.mark.timeout(900)
 BOUND_SECS = LEASE_TTL_SECS + 5
 # the replicas keep compiled components in their own data dirs: a publish on the home, which
 # compiles into the run's shared cache, does not compile anything for them
 COLD = ("node-b", "node-c")
-
-
-def _leb128(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, n = n & 0x7F, n >> 7
-        out.append(byte | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-
-def fresh_bytes(wasm: Path, tag: str, folder: Path) -> Path:
-    """The same agent with a custom section appended: bytes no node has compiled."""
-    name, payload = b"agent-node-test", tag.encode()
-    body = _leb128(len(name)) + name + payload
-    path = folder / f"counter-{tag}.wasm"
-    path.write_bytes(wasm.read_bytes() + b"\x00" + _leb128(len(body)) + body)
-    return path
 
 
 def upgrade(fm: FailoverMesh, home: str, wasm: Path, version: str) -> dict:
@@ -85,14 +68,18 @@ def placed_cold(fm: FailoverMesh, counter: Path) -> None:
 
 
 def first_tick_on(fm: FailoverMesh, among: list[str], since: float) -> tuple[str, float]:
-    """The node that took the agent over and seconds from `since` to its first tick there."""
+    """The node that took the agent over and seconds from `since` (a kill, just before this
+    call) to its first tick there: one written after what the survivors held then (the taker
+    may have been home before)."""
+    held = max(e["seq"] for e in events(fm[among[0]]))
     taker = new_home(fm, among)
-    ticked = wait_for(
-        lambda: any(n == taker for _, n in ticks(events(fm[taker]))) and time.monotonic(),
-        BOUND_SECS + 60,
-        f"a tick on {taker}",
-    )
-    return taker, ticked - since
+
+    def ticked() -> float | bool:
+        later = [e for e in events(fm[taker]) if e["seq"] > held]
+        return any(n == taker for _, n in ticks(later)) and time.monotonic()
+
+    ticked_at = wait_for(ticked, BOUND_SECS + 60, f"a tick on {taker}")
+    return taker, ticked_at - since
 
 
 def test_kill_9_and_sigterm_right_after_an_upgrade_find_a_standby(failover, built_agents, tmp_path):
@@ -116,3 +103,35 @@ def test_kill_9_and_sigterm_right_after_an_upgrade_find_a_standby(failover, buil
     second, took = first_tick_on(fm, others, stopped)
     assert took <= BOUND_SECS, took
     assert agent_view(fm[second])["current"]["version"] == "1.2.0"
+
+    # without waiting (`--no-wait-standby`): the home switches before any replica compiled
+    # the new bytes; a kill -9 of it is still followed by a tick within the bound, on the old
+    # version (the replicas stood by on it, and the new home says so), and the new home
+    # switches to the new version once it has compiled it
+    fm["node-a"].start(60)
+    move_to(fm, second, "node-a", 300)
+    component = publish_component(
+        fm["node-a"], fresh_bytes(counter, "four", tmp_path), version="1.3.0"
+    )
+    with fm["node-a"].client() as client:
+        answer = client.put(
+            f"/api/v1/agents/{AGENT}",
+            params={"wait_standby": "false"},
+            json={"component": component, "tick_interval_ms": 200, "placement": SET},
+            timeout=120,
+        )
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["standby"]["ready"] == [], answer.text  # nobody compiled it yet
+    killed = time.monotonic()
+    fm["node-a"].kill()
+    third, took = first_tick_on(fm, others, killed)
+    assert took <= BOUND_SECS, took
+    assert agent_view(fm[third])["current"]["version"] == "1.2.0"
+    assert "the version before its upgrade" in fm[third].log_path.read_text()
+    wait_for(
+        lambda: (agent_view(fm[third]) or {}).get("current", {}).get("version") == "1.3.0",
+        300,
+        f"{third} switches to 1.3.0 once it compiled it",
+    )
+    ticked = len(ticks(events(fm[third])))
+    wait_for(lambda: len(ticks(events(fm[third]))) > ticked, 30, f"{third} ticks on 1.3.0")
