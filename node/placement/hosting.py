@@ -303,6 +303,22 @@ class Hosting:
         elif worker is not None:
             self._in_background(self._first_run(placed.agent, worker.probation, started))
 
+    async def _resume_upgrade(self, placed: Placed) -> None:
+        """The journal's definition is ready here now: the upgrade the takeover ran ahead of
+        is carried out (the same path a takeover takes: the new definition, the instance
+        replaced)."""
+        agent = placed.agent
+        self._busy.add(agent)
+        try:
+            log.info(
+                "agent %s: %s is compiled here now; switching to it", agent,
+                placed.definition.component,
+            )  # fmt: skip
+            await self.deployments.host_placed(agent, self.definition_here(placed))
+            self.prepare.loaded(placed.definition)
+        finally:
+            self._busy.discard(agent)
+
     async def _keep_shared(self, link: Link, placed: Placed) -> None:
         """The component of an agent this node runs stays fetchable by the set: a member's
         forged meta is healed by putting it again. In the background (the store bounds how

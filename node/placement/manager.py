@@ -49,6 +49,7 @@ from node.placement.components import ComponentError, ComponentRefused
 from node.placement.hosting import MOVE_ACK_SECS, SHARE_CHECK_SECS, Link
 from node.placement.leases import RENEW_SHARE, LeaseError
 from node.placement.moves import Moves
+from node.placement.prepare import wanted_components
 from node.placement.standby import Standby, prepared_key, wait_for_standby
 from node.placement.takeover import Takeovers
 from node.services.approvals import ApprovalGate
@@ -221,11 +222,14 @@ class PlacementManager(Takeovers, Moves):
         )
 
     async def claim(self, name: str) -> None:
-        """The lease of a new placed agent, deployed here at epoch 0."""
+        """The lease of a new placed agent deployed here: at its journal's epoch, 0 for a new
+        journal. An agent removed and deployed again keeps its journal, and its epoch: a
+        lease at 0 under a journal at epoch 3 counted as none, and another node of the set
+        took the agent over a second later (issue 52 item 6)."""
         self._linked()
         try:
             self.ctx.store.own(name)
-            lease = await self.leases.acquire(name, 0)
+            lease = await self.leases.acquire(name, self.journals.epoch_of(name))
             self.ctx.store.fence(name, lease.valid_until)
         except LeaseError as exc:
             raise Problem(503, f"the lease of {name!r} could not be taken: {exc}") from None
@@ -342,7 +346,7 @@ class PlacementManager(Takeovers, Moves):
                 self.metrics.leases_held.set(len(self.leases.held()))
                 await self._forget_retired()
                 placed_here = self.placements.placed_on(self.ctx.name)
-                self.prepare.forget(_wanted_components(placed_here))
+                self.prepare.forget(wanted_components(placed_here))
                 for placed in placed_here:
                     if placed.agent not in self._busy:
                         await self._consider(link, placed)
@@ -424,22 +428,6 @@ class PlacementManager(Takeovers, Moves):
             runs.sha256,
         ) != (placed.definition.component, placed.definition.sha256)
 
-    async def _resume_upgrade(self, placed: Placed) -> None:
-        """The journal's definition is ready here now: the upgrade the takeover ran ahead of
-        is carried out (the same path a takeover takes: the new definition, the instance
-        replaced)."""
-        agent = placed.agent
-        self._busy.add(agent)
-        try:
-            log.info(
-                "agent %s: %s is compiled here now; switching to it", agent,
-                placed.definition.component,
-            )  # fmt: skip
-            await self.deployments.host_placed(agent, self.definition_here(placed))
-            self.prepare.loaded(placed.definition)
-        finally:
-            self._busy.discard(agent)
-
     async def _forget_retired(self) -> None:
         """Agents deployed here that were removed on their home since: forgotten here too."""
         deployed = self.ctx.projections.get(DeployedAgents)
@@ -448,16 +436,3 @@ class PlacementManager(Takeovers, Moves):
                 home = self.journals.home_of(name) or "?"
                 self.running.discard(name)
                 await self.deployments.forget_retired(name, home)
-
-
-def _wanted_components(placed_here: list[Placed]) -> set[str]:
-    """The sha256 of every component a placed agent here may run: its definition, the one
-    before (a standby on it until the new one is ready here) and the one an upgrade prepares.
-    What a preparation learnt of any other is dropped; forgetting the one before made a
-    replica compiling an upgrade's new bytes refuse the takeover on the old ones (issue 52)."""
-    wanted = set()
-    for placed in placed_here:
-        for definition in (placed.definition, placed.previous, placed.preparing):
-            if definition is not None:
-                wanted.add(definition.sha256)
-    return wanted

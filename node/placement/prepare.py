@@ -29,6 +29,7 @@ from projections import catalogue as c
 if TYPE_CHECKING:
     from node.placement.components import ComponentStore
     from node.runtime.engine import AgentEngine
+    from projections.placements import Placed
 
 log = logging.getLogger("agent-node.placement")
 FIRST_BACKOFF_SECS = 1.0
@@ -168,3 +169,16 @@ def _describe(exc: BaseException) -> str:
     if isinstance(exc, RegistryError | CompileError):
         return str(exc)
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def wanted_components(placed_here: list[Placed]) -> set[str]:
+    """The sha256 of every component a placed agent here may run: its definition, the one
+    before (a standby on it until the new one is ready here) and the one an upgrade prepares.
+    What a preparation learnt of any other is dropped; forgetting the one before made a
+    replica compiling an upgrade's new bytes refuse the takeover on the old ones (issue 52)."""
+    wanted: set[str] = set()
+    for placed in placed_here:
+        for definition in (placed.definition, placed.previous, placed.preparing):
+            if definition is not None:
+                wanted.add(definition.sha256)
+    return wanted

@@ -172,10 +172,27 @@ class Takeovers(Hosting):
             self.metrics.failover_seconds.observe(gap)
         # the journal ends at a handoff: its target never wrote a line of it (never home)
         handed_by = last.event.origin if last and last.event.type == c.JOURNAL_HANDOFF else None
-        await self._report_takeover(agent, previous, epoch, gap, handed_by)
+        await self._report_takeover(agent, previous, epoch, gap, handed_by, self._older(placed))
+
+    def _older(self, placed: Placed) -> str:
+        """What the finding says of a takeover on the version before an upgrade ("" if not)."""
+        latest = self.placements.get(placed.agent)
+        if latest is None or latest.definition == placed.definition:
+            return ""
+        return (
+            f" It runs {placed.definition.component}, the version before its upgrade to "
+            f"{latest.definition.component}, which was not compiled here yet; it switches to "
+            "it once it is."
+        )
 
     async def _report_takeover(
-        self, agent: str, previous: str, epoch: int, gap: float | None, handed_by: str | None
+        self,
+        agent: str,
+        previous: str,
+        epoch: int,
+        gap: float | None,
+        handed_by: str | None,
+        older: str = "",
     ) -> None:
         """Every takeover is worth a look: a finding in the agent's journal, naming the home it
         replaced (or the handoff that lapsed: its target never took the agent up) and how
@@ -196,7 +213,7 @@ class Takeovers(Hosting):
                 f"{previous} had lapsed (it died, froze or lost NATS). The gap is from "
                 f"{previous}'s last envelope to the takeover."
             )
-        finding = NewFinding(agent=agent, severity="medium", title=title, detail=detail)
+        finding = NewFinding(agent=agent, severity="medium", title=title, detail=detail + older)
         with contextlib.suppress(Exception):  # the takeover stands without its finding
             await report_finding(self.ctx, finding)
 
