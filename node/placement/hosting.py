@@ -306,9 +306,8 @@ class Hosting:
     async def _resume_upgrade(self, placed: Placed) -> None:
         """The journal's definition is ready here now: the upgrade the takeover ran ahead of
         is carried out (the same path a takeover takes: the new definition, the instance
-        replaced)."""
+        replaced); the caller marked the agent busy."""
         agent = placed.agent
-        self._busy.add(agent)
         try:
             log.info(
                 "agent %s: %s is compiled here now; switching to it", agent,

@@ -183,13 +183,26 @@ class PlacementManager(Takeovers, Moves):
         standby_wait_secs` until one of them advertises it ready (standby.py)."""
         await self.ctx.store.append(name, *c.event_of(c.AgentPreparing(definition=definition)))
         key = prepared_key(name, definition)
-        return await self._standby(
+        found = await self._standby(
             name,
             lambda advert: key in advert.prepared,
             lambda advert: key in advert.preparing,
             wait,
             progress,
         )
+        if self._stopping():  # the agent is handed over on the version it runs, not this one
+            raise Problem(
+                503,
+                f"the upgrade of {name!r} was not made: this node began shutting down or "
+                "draining while it waited for a standby, and hands the agent over on the "
+                "version it runs; upgrade it again once it is back on its owner",
+            )
+        return found
+
+    def _stopping(self) -> bool:
+        """A SIGTERM (the node shuts down: its drain hands the agents over once the requests
+        in progress end) or a drain: a wait for a standby ends at once."""
+        return self.draining or self.ctx.shutting_down
 
     async def standby(self, name: str, wait: bool, progress: Callable[[Standby], None]) -> Standby:
         """After a first deploy: the set's other nodes ready to take `name` over (its advert
@@ -218,7 +231,14 @@ class PlacementManager(Takeovers, Moves):
         within = mesh.standby_wait_secs if wait else 0.0
         grace = mesh.advert_interval_secs * 2 + 1.0  # the set's adverts catch up meanwhile
         return await wait_for_standby(
-            link.adverts.live, others, is_ready, is_pending, within, grace, progress
+            link.adverts.live,
+            others,
+            is_ready,
+            is_pending,
+            within,
+            grace,
+            progress,
+            self._stopping,
         )
 
     async def claim(self, name: str) -> None:
@@ -365,6 +385,7 @@ class PlacementManager(Takeovers, Moves):
             elif self._behind(placed):
                 self.prepare.want(placed.definition)
                 if self.prepare.ready(placed.definition) and agent not in self._busy:
+                    self._busy.add(agent)  # until the switch ends (_resume_upgrade)
                     self._in_background(self._resume_upgrade(placed))
             elif time.monotonic() - self._shared_at.get(agent, 0.0) > SHARE_CHECK_SECS:
                 self._shared_at[agent] = time.monotonic()

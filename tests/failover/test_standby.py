@@ -1,14 +1,19 @@
 """A standby at every moment (issue 52 item 1): an upgrade of a placed agent switches only
 once another node of its set has the new version compiled, so a kill -9 or a SIGTERM of the
 home right after the upgrade answered is followed by a tick on another node within the lease
-TTL + 5 s, the replicas never having compiled the new bytes before. Real node processes on a
-real 3-server cluster (harness/failover.py), each new version bytes no node compiled yet."""
+TTL + 5 s, the replicas never having compiled the new bytes before; and an upgrade that does
+not wait for one (`--no-wait-standby`) finds the replicas standing by on the version before it;
+a SIGTERM while an upgrade waits for a standby hands the agent over on the version it runs.
+Real node processes on a real 3-server cluster (harness/failover.py), each new version bytes
+no node compiled yet."""
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from harness.failover import (
@@ -25,7 +30,7 @@ from harness.failover import (
 from harness.fresh_bytes import fresh_bytes
 from tests.failover.test_placement_ops import SET, new_home
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = pytest.mark.timeout(1200)
 BOUND_SECS = LEASE_TTL_SECS + 5
 # the replicas keep compiled components in their own data dirs: a publish on the home, which
 # compiles into the run's shared cache, does not compile anything for them
@@ -129,9 +134,64 @@ def test_kill_9_and_sigterm_right_after_an_upgrade_find_a_standby(failover, buil
     assert agent_view(fm[third])["current"]["version"] == "1.2.0"
     assert "the version before its upgrade" in fm[third].log_path.read_text()
     wait_for(
+        lambda: any(
+            "the version before its upgrade to" in e["data"].get("detail", "")
+            for e in events(fm[third])
+            if e["type"] == "finding"
+        ),
+        20,
+        f"{third}'s takeover finding says it runs the version before",
+    )
+    fm["node-a"].start(60)  # its publish compiles while the new home compiles 1.3.0
+    five = publish_component(fm["node-a"], fresh_bytes(counter, "five", tmp_path), version="1.4.0")
+    wait_for(
         lambda: (agent_view(fm[third]) or {}).get("current", {}).get("version") == "1.3.0",
         300,
         f"{third} switches to 1.3.0 once it compiled it",
     )
     ticked = len(ticks(events(fm[third])))
     wait_for(lambda: len(ticks(events(fm[third]))) > ticked, 30, f"{third} ticks on 1.3.0")
+
+    # a SIGTERM inside the upgrade window (issue 52 item 6): while an upgrade waits for a
+    # standby (the replicas compiling bytes new to them), the home is stopped: the upgrade is
+    # not made (503), the agent is handed over on the version it runs, and the shutdown logs
+    # no warning (before: the shutdown waited for the upgrade, cut it short, and logged "did
+    # not stop; replacing it anyway" and a fenced journal)
+    move_to(fm, third, "node-a", 300)
+    answers: list[httpx.Response | httpx.HTTPError] = []
+
+    def asked() -> None:
+        try:
+            with fm["node-a"].client() as client:
+                answers.append(
+                    client.put(
+                        f"/api/v1/agents/{AGENT}",
+                        json={"component": five, "tick_interval_ms": 200, "placement": SET},
+                        timeout=120,
+                    )
+                )
+        except httpx.HTTPError as exc:
+            answers.append(exc)
+
+    asking = threading.Thread(target=asked)
+    asking.start()
+    wait_for(
+        lambda: any(
+            e["type"] == "agent.preparing" and e["data"]["definition"]["component"] == five
+            for e in events(fm["node-a"])
+        ),
+        60,
+        "the upgrade waits for a standby",
+    )
+    stopped = time.monotonic()
+    fm["node-a"].terminate()
+    asking.join(60)
+    (answer,) = answers
+    assert isinstance(answer, httpx.Response) and answer.status_code == 503, answer
+    assert "was not made" in answer.json()["detail"], answer.text
+    fourth, took = first_tick_on(fm, others, stopped)
+    assert took <= BOUND_SECS, took
+    assert agent_view(fm[fourth])["current"]["version"] == "1.3.0"
+    log = fm["node-a"].log_path.read_text()
+    stopping = log[log.rindex("shutting down") :]
+    assert " WARNING " not in stopping and " ERROR " not in stopping, stopping
