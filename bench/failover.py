@@ -26,7 +26,7 @@ seq (must be 0: a fenced node wrote nothing that stayed); whether the counter we
 be within the lease TTL + 5 s).
 
 Run: .venv/bin/python bench/failover.py [--kills 10] [--moves 20] [--cold 3] [--hostile-kills 10]
-     [--after-upgrade 5]
+     [--after-upgrade 5] [--after-upgrade-no-wait 5]
 The last line printed is one JSON object with the figures.
 """
 
@@ -253,6 +253,7 @@ def main() -> None:
     parser.add_argument("--hostile-kills", type=int, default=10)
     parser.add_argument("--lease-ttl", type=float, default=3.0)
     parser.add_argument("--after-upgrade", type=int, default=5)  # bench/failover_upgrade.py
+    parser.add_argument("--after-upgrade-no-wait", type=int, default=5)
     args = parser.parse_args()
     os.environ.setdefault(COMPILED_CACHE_ENV, str(ROOT / ".cache" / "wasmtime"))
     result: dict[str, Any] = {"bench": "failover", "lease_ttl_s": args.lease_ttl}
@@ -266,7 +267,7 @@ def main() -> None:
         result["deploy_after_publish_s"] = round(statistics.median(c[2] for c in colds), 2)
     if args.hostile_kills:
         result["hostile"] = kills_and_moves(args, hostile=True)
-    if args.after_upgrade:
+    if args.after_upgrade or args.after_upgrade_no_wait:
         from bench.failover_upgrade import after_upgrade_failovers
 
         result |= after_upgrade_failovers(args, built_counter())

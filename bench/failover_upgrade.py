@@ -1,8 +1,10 @@
 """bench/failover.py's after-upgrade part (issue 52): kill -9 of the home within a second of an
 upgrade answering, the replicas cold on the new version (bytes no node compiled before, and
 node-b and node-c compile for themselves), timed from the kill to the first tick on the new
-home; `rounds` times with the upgrade waiting for a standby (the default) and `rounds` times
-with `?wait_standby=false` (the replicas then stand by on the version before it). After each
+home; `--after-upgrade` times with the upgrade waiting for a standby (the default; up to
+`[mesh] standby_wait_secs`, 120 s: on a busy machine the replicas' compile can take longer,
+and the upgrade then switches without one) and `--after-upgrade-no-wait` times with
+`?wait_standby=false` (the replicas then stand by on the version before it). After each
 round the killed owner, node-a, starts again and the agent moves back to it (the owner
 upgrades: docs/mesh.md).
 
@@ -74,8 +76,7 @@ def _round(fm: FailoverMesh, wasm: Path, root: Path, n: int, wait: bool, ttl: fl
 
 
 def after_upgrade_failovers(args: argparse.Namespace, wasm: Path) -> dict[str, Any]:
-    """`args.after_upgrade` rounds of each kind on one mesh whose replicas compile for
-    themselves; their p95s."""
+    """The rounds of each kind on one mesh whose replicas compile for themselves; their p95s."""
     from bench.failover import p95  # the figure's one definition
 
     root = Path(tempfile.mkdtemp(prefix="failover-upgrade-"))
@@ -96,15 +97,15 @@ def after_upgrade_failovers(args: argparse.Namespace, wasm: Path) -> dict[str, A
             _round(fm, wasm, root, n, True, args.lease_ttl) for n in range(args.after_upgrade)
         ]
         no_wait = [
-            _round(fm, wasm, root, n, False, args.lease_ttl) for n in range(args.after_upgrade)
+            _round(fm, wasm, root, n, False, args.lease_ttl)
+            for n in range(args.after_upgrade_no_wait)
         ]
     finally:
         fm.kill()
-    return {
-        "after_upgrade_rounds": args.after_upgrade,
-        "after_upgrade_failover_p95_s": round(p95(waited), 2),
-        "after_upgrade_failover_max_s": round(max(waited), 2),
-        "after_upgrade_no_wait_failover_p95_s": round(p95(no_wait), 2),
-        "after_upgrade_no_wait_failover_max_s": round(max(no_wait), 2),
-        "after_upgrade_goal_s": args.lease_ttl + 5,
-    }
+    result: dict[str, Any] = {"after_upgrade_goal_s": args.lease_ttl + 5}
+    for key, times in (("after_upgrade", waited), ("after_upgrade_no_wait", no_wait)):
+        if times:
+            result[f"{key}_rounds"] = len(times)
+            result[f"{key}_failover_p95_s"] = round(p95(times), 2)
+            result[f"{key}_failover_max_s"] = round(max(times), 2)
+    return result

@@ -43,7 +43,7 @@ def upgrade(fm: FailoverMesh, home: str, wasm: Path, version: str) -> dict:
         answer = client.put(
             f"/api/v1/agents/{AGENT}",
             json={"component": component, "tick_interval_ms": 200, "placement": SET},
-            timeout=300,
+            timeout=660,
         )
     assert answer.status_code == 200, answer.text
     body = answer.json()
@@ -88,7 +88,9 @@ def first_tick_on(fm: FailoverMesh, among: list[str], since: float) -> tuple[str
 
 
 def test_kill_9_and_sigterm_right_after_an_upgrade_find_a_standby(failover, built_agents, tmp_path):
-    fm = failover(own_compile_cache=COLD)  # the replicas compile for themselves
+    # the replicas compile for themselves; an upgrade waits for them however busy the
+    # machine is (their compile took 140 s at a load of 30, past the 120 s default)
+    fm = failover(own_compile_cache=COLD, mesh_toml="standby_wait_secs = 600\n")
     counter = built_agents["counter"]
     placed_cold(fm, counter)
 
