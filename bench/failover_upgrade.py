@@ -20,12 +20,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from harness.failover import (
     AGENT,
     NODES,
     FailoverMesh,
     agent_view,
-    deploy,
     events,
     move_to,
     publish_component,
@@ -33,20 +34,24 @@ from harness.failover import (
     wait_runner,
 )
 from harness.fresh_bytes import fresh_bytes
+from node.ops.polling import wait_until
 
 OWNER = NODES[0]
 COLD = NODES[1:]
 
 
-def _upgrade(fm: FailoverMesh, wasm: Path, version: str, wait: bool) -> None:
-    component = publish_component(fm[OWNER], wasm, version=version)
+def _put(fm: FailoverMesh, component: str, wait: bool) -> httpx.Response:
     with fm[OWNER].client() as client:
-        answer = client.put(
+        return client.put(
             f"/api/v1/agents/{AGENT}",
             params={} if wait else {"wait_standby": "false"},
             json={"component": component, "tick_interval_ms": 200, "placement": list(NODES)},
             timeout=600,
         )
+
+
+def _upgrade(fm: FailoverMesh, wasm: Path, version: str, wait: bool) -> None:
+    answer = _put(fm, publish_component(fm[OWNER], wasm, version=version), wait)
     assert answer.status_code == 200, answer.text
 
 
@@ -83,8 +88,16 @@ def after_upgrade_failovers(args: argparse.Namespace, wasm: Path) -> dict[str, A
     fm = FailoverMesh(root, lease_ttl=args.lease_ttl, own_compile_cache=COLD).start()
     try:
         component = publish_component(fm[OWNER], wasm)
-        deployed = deploy(fm[OWNER], component, list(NODES))
-        assert deployed.status_code == 201, deployed.text
+        # not waiting for the replicas' own compile (minutes on a busy machine): waited below
+        answers: list[httpx.Response] = []
+
+        def answered() -> bool:
+            answers.append(_put(fm, component, False))
+            return answers[-1].status_code != 503
+
+        wait_until(answered, 60, "the deploy (the NATS link up)", 0.5)
+        assert answers[-1].status_code == 201, answers[-1].text
+        wait_runner(fm, 60, among=[OWNER])
         wait_for(
             lambda: (
                 set(((agent_view(fm[OWNER]) or {}).get("placement") or {}).get("candidates", []))

@@ -157,8 +157,8 @@ def test_kill_9_and_sigterm_right_after_an_upgrade_find_a_standby(failover, buil
     # a SIGTERM inside the upgrade window (issue 52 item 6): while an upgrade waits for a
     # standby (the replicas compiling bytes new to them), the home is stopped: the upgrade is
     # not made (503), the agent is handed over on the version it runs, and the shutdown logs
-    # no warning (before: the shutdown waited for the upgrade, cut it short, and logged "did
-    # not stop; replacing it anyway" and a fenced journal)
+    # no warning (the trial's shutdown in that window logged "did not stop; replacing it
+    # anyway" and a fenced journal)
     move_to(fm, third, "node-a", 300)
     answers: list[httpx.Response | httpx.HTTPError] = []
 
