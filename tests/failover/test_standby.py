@@ -28,6 +28,7 @@ from harness.failover import (
     wait_for,
 )
 from harness.fresh_bytes import fresh_bytes
+from node.ops.polling import wait_until
 from tests.failover.test_placement_ops import SET, new_home
 
 pytestmark = pytest.mark.timeout(1200)
@@ -57,14 +58,22 @@ def placed_cold(fm: FailoverMesh, counter: Path) -> None:
     """counter 1.0.0 placed on SET from node-a, not waiting for the replicas' own compile of
     it (minutes on a busy machine), then waited for: both ready on 1.0.0."""
     component = publish_component(fm["node-a"], counter)
-    with fm["node-a"].client() as client:
-        answer = client.put(
-            f"/api/v1/agents/{AGENT}",
-            params={"wait_standby": "false"},
-            json={"component": component, "tick_interval_ms": 200, "placement": SET},
-            timeout=120,
-        )
-    assert answer.status_code == 201, answer.text
+    answers: list[httpx.Response] = []
+
+    def answered() -> bool:  # asked again while node-a's NATS link comes up (503)
+        with fm["node-a"].client() as client:
+            answers.append(
+                client.put(
+                    f"/api/v1/agents/{AGENT}",
+                    params={"wait_standby": "false"},
+                    json={"component": component, "tick_interval_ms": 200, "placement": SET},
+                    timeout=120,
+                )
+            )
+        return answers[-1].status_code != 503
+
+    wait_until(answered, 60, "node-a takes the deploy (its NATS link up)", 0.2)
+    assert answers[-1].status_code == 201, answers[-1].text
     wait_for(
         lambda: (agent_view(fm["node-a"])["placement"] or {}).get("candidates") == SET[1:],
         300,
