@@ -174,12 +174,13 @@ class Hosting:
         return consent.bound(placed.definition)
 
     def ready_to_host(self) -> list[str]:
-        """The placed agents this node would take over or accept in a move now (its advert):
-        on their definition, or on the one before while the new one is not ready here."""
+        """The placed agents this node would take over or accept in a move now on their
+        definition (its advert's `hosts`; a standby on the version before is not listed: a
+        node ready on the current one comes first, takeover.py)."""
         return sorted(
             placed.agent
             for placed in self.placements.placed_on(self.ctx.name)
-            if self.runnable(placed) is not None
+            if self.refusal(placed) is None and self.prepare.ready(placed.definition)
         )
 
     def runnable(self, placed: Placed) -> Placed | None:

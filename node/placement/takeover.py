@@ -15,6 +15,7 @@ down by claiming.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
@@ -94,6 +95,8 @@ class Takeovers(Hosting):
         if await self._home_live(agent, home, epoch) or not self._grace_over(agent, home, epoch):
             return
         others = [n for n in placed.placement if n not in (home, self.ctx.name)]
+        if await self._ready_on_newer(link, placed, others):
+            return  # a node ready on the current version takes it over, not this stand-in
         leader = await self._claim_leader(agent, others, epoch + 1)
         if leader is not None:
             return  # another node claimed it first: its takeover is on its way
@@ -120,6 +123,19 @@ class Takeovers(Hosting):
             await self.leases.release(agent)
             return
         await self._take_over(link, placed, home, epoch + 1, lease.revision)
+
+    async def _ready_on_newer(self, link: Link, placed: Placed, others: list[str]) -> bool:
+        """This node would run the version before the journal's (not compiled here yet) and a
+        live member of the set advertises the agent ready on the journal's: that one comes
+        first. Adverts that cannot be read count as none (this node stands in)."""
+        latest = self.placements.get(placed.agent)
+        if latest is None or latest.definition == placed.definition or not others:
+            return False
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(1.0):
+                live = await link.adverts.live(others)
+                return any(placed.agent in advert.hosts for advert in live.values())
+        return False
 
     async def _claim_leader(self, agent: str, others: list[str], epoch: int) -> Any:
         """The first live claim of `agent`'s epoch by another node of the set, unless that
