@@ -304,6 +304,25 @@ class Hosting:
         elif worker is not None:
             self._in_background(self._first_run(placed.agent, worker.probation, started))
 
+    def _behind(self, placed: Placed) -> bool:
+        """This home runs an older definition than the journal's (it took the agent over
+        while the new one was not compiled here)."""
+        deployed = self.ctx.projections.get(DeployedAgents).get(placed.agent)
+        previous = placed.previous
+        if (
+            deployed is None
+            or previous is None
+            or placed.agent in self.deployments.rollouts.changes  # a change of its own
+            or self.refusal(placed) is not None
+        ):
+            return False
+        runs = deployed.current.definition
+        # it runs the version before the journal's: what a takeover on the old one started
+        return (runs.component, runs.sha256) == (previous.component, previous.sha256) and (
+            runs.component,
+            runs.sha256,
+        ) != (placed.definition.component, placed.definition.sha256)
+
     async def _resume_upgrade(self, placed: Placed) -> None:
         """The journal's definition is ready here now: the upgrade the takeover ran ahead of
         is carried out (the same path a takeover takes: the new definition, the instance

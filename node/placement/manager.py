@@ -430,25 +430,6 @@ class PlacementManager(Takeovers, Moves):
         finally:
             self._busy.discard(agent)
 
-    def _behind(self, placed: Placed) -> bool:
-        """This home runs an older definition than the journal's (it took the agent over
-        while the new one was not compiled here)."""
-        deployed = self.ctx.projections.get(DeployedAgents).get(placed.agent)
-        previous = placed.previous
-        if (
-            deployed is None
-            or previous is None
-            or placed.agent in self.deployments.rollouts.changes  # a change of its own
-            or self.refusal(placed) is not None
-        ):
-            return False
-        runs = deployed.current.definition
-        # it runs the version before the journal's: what a takeover on the old one started
-        return (runs.component, runs.sha256) == (previous.component, previous.sha256) and (
-            runs.component,
-            runs.sha256,
-        ) != (placed.definition.component, placed.definition.sha256)
-
     async def _forget_retired(self) -> None:
         """Agents deployed here that were removed on their home since: forgotten here too."""
         deployed = self.ctx.projections.get(DeployedAgents)
