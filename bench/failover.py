@@ -16,7 +16,8 @@ it (`deploy_after_publish_s`: it compiles nothing again). Last, with `--hostile-
 again on one nats-server with the generated permissions, while node-x (a member with its own
 NATS user and key, outside the agent's set) deletes and writes junk on the home's lease key and
 junk and claims on its own every 0.5 s throughout: `attack_takeovers` counts takeovers beyond
-one per kill (must be 0).
+one per kill (must be 0). With `--after-upgrade`, kill -9 of the home within a second of an
+upgrade answering, the replicas cold on the new version (bench/failover_upgrade.py).
 
 Figures: the failover times (median, p95) next to the lease TTL; acknowledged findings missing
 from the final journal (must be 0); envelopes written by a node that was not the home at that
@@ -25,6 +26,7 @@ seq (must be 0: a fenced node wrote nothing that stayed); whether the counter we
 be within the lease TTL + 5 s).
 
 Run: .venv/bin/python bench/failover.py [--kills 10] [--moves 20] [--cold 3] [--hostile-kills 10]
+     [--after-upgrade 5] [--after-upgrade-no-wait 5]
 The last line printed is one JSON object with the figures.
 """
 
@@ -250,6 +252,8 @@ def main() -> None:
     parser.add_argument("--cold", type=int, default=3)
     parser.add_argument("--hostile-kills", type=int, default=10)
     parser.add_argument("--lease-ttl", type=float, default=3.0)
+    parser.add_argument("--after-upgrade", type=int, default=5)  # bench/failover_upgrade.py
+    parser.add_argument("--after-upgrade-no-wait", type=int, default=5)
     args = parser.parse_args()
     os.environ.setdefault(COMPILED_CACHE_ENV, str(ROOT / ".cache" / "wasmtime"))
     result: dict[str, Any] = {"bench": "failover", "lease_ttl_s": args.lease_ttl}
@@ -263,6 +267,10 @@ def main() -> None:
         result["deploy_after_publish_s"] = round(statistics.median(c[2] for c in colds), 2)
     if args.hostile_kills:
         result["hostile"] = kills_and_moves(args, hostile=True)
+    if args.after_upgrade or args.after_upgrade_no_wait:
+        from bench.failover_upgrade import after_upgrade_failovers
+
+        result |= after_upgrade_failovers(args, built_counter())
     print(json.dumps(result))
 
 

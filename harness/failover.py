@@ -62,7 +62,8 @@ class FailoverMesh:
     `members`: one nats-server with the mesh's generated permissions, each node on its own
     NATS user (as a real mesh runs; docs/mesh.md "Generated permissions"), instead of an open
     3-server cluster. `without_consent`: nodes whose operator consents to host nothing;
-    `own_compile_cache`: nodes that do not share the run's compile cache (a cold node)."""
+    `own_compile_cache`: nodes that do not share the run's compile cache (a cold node);
+    `mesh_toml`: more `[mesh]` settings."""
 
     def __init__(
         self,
@@ -75,13 +76,14 @@ class FailoverMesh:
         extra_toml: str = "",
         members: bool = False,
         own_compile_cache: tuple[str, ...] = (),
+        mesh_toml: str = "",
     ) -> None:
         self.users = MeshUsers(root / "users", list(names)) if members else None
         self.cluster = self.users.cluster if self.users else NatsCluster(root / "nats", 3)
         self.mesh = Mesh(
             root / "mesh",
             list(names),
-            extra=failover_toml(self.cluster.urls, lease_ttl, 1 if members else 3),
+            extra=failover_toml(self.cluster.urls, lease_ttl, 1 if members else 3) + mesh_toml,
         )
         for name in names:  # tables after every other (consent, actions)
             path = self.mesh.paths[name]

@@ -56,6 +56,9 @@ class Placed(msgspec.Struct, kw_only=True):
     history: list[PlacedChange] = msgspec.field(default_factory=list)
     # the definition an upgrade prepares (`agent.preparing`) until an `agent.placed` follows
     preparing: c.AgentDefinition | None = None
+    # the definition it ran before its latest change of definition: a node not ready on the
+    # new one yet stands by on this one (node/placement/hosting.py, `runnable`)
+    previous: c.AgentDefinition | None = None
 
     def revision_of(self, definition: c.AgentDefinition) -> int:
         """The revision the journal names for `definition`: the latest one's, or that of the
@@ -67,6 +70,14 @@ class Placed(msgspec.Struct, kw_only=True):
             if change.sha256 == definition.sha256 and change.component == definition.component:
                 return change.revision
         return 0
+
+
+def _previous(before: Placed | None, definition: c.AgentDefinition) -> c.AgentDefinition | None:
+    """What ran before an `agent.placed` naming `definition`: the definition it replaces, or
+    (the same definition again: a change of set only) the one before that."""
+    if before is None:
+        return None
+    return before.definition if before.definition != definition else before.previous
 
 
 class Placements:
@@ -141,6 +152,7 @@ class Placements:
             stopped=before.stopped if carried else False,  # type: ignore[union-attr]
             stopped_by=before.stopped_by if carried else None,  # type: ignore[union-attr]
             history=history[-MAX_HISTORY:],
+            previous=_previous(before, placed.definition) if carried else None,
         )
 
     def get(self, agent: str) -> Placed | None:

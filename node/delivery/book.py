@@ -105,6 +105,18 @@ class Book:
         fresh.load(store)
         vars(self).update(vars(fresh))
 
+    def reload_lane(self, store: s.OutboxStore, lane_id: str) -> None:
+        """One lane's queue as the store holds it: a write of that lane failed (the book ran
+        ahead of the store, or behind it) and every other lane is sound."""
+        lane = self.lanes.get(lane_id)
+        if lane is None:
+            return
+        for item in list(self.pending.get(lane_id, ())):
+            self._untrack(lane, item)
+        self.pending.pop(lane_id, None)
+        for entry in store.entries(lane_id):
+            self._track(lane, entry)
+
     # ------------------------------------------------------------------ push configs
     def config(self, task: str, config_id: str) -> PushConfig | None:
         return self.configs.get(task, {}).get(config_id)

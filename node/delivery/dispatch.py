@@ -152,7 +152,7 @@ class Dispatcher:
             await self._forget_lost(lane, pending)
             return
         if (entry.seq, entry.n) != (pending.seq, pending.n):
-            lane.due = time.time() + 0.05  # the store is behind the book: soon again
+            await self._realign(lane, pending)
             return
         now = time.time()
         if now >= entry.deadline:
@@ -206,6 +206,27 @@ class Dispatcher:
         )
         lane.last_error = "an entry the outbox's store did not hold was skipped (a failed write)"
         await self.writer.submit(self.book.forget_entry(lane.id, pending.seq, pending.n))
+
+    async def _realign(self, lane: s.Lane, pending: b.Pending) -> None:
+        """The store's head is not the book's: once every write submitted so far has ended
+        (the store may only have been behind), a lane that still differs lost a write (the
+        delete of an entry it ended, say) and its queue is rebuilt from the store, which is
+        what a restart would deliver; it is not tried again every 0.05 s until the book's
+        next rebuild. The lane is scheduled again by the attempt's end."""
+        await self.writer.idle()
+        if self.book.lane(lane.id) is not lane or self.book.head(lane.id) != pending:
+            return  # rebuilt (the fold's recovery) or moved on meanwhile
+        entry = self.store.head(lane.id)
+        if entry is None or (entry.seq, entry.n) == (pending.seq, pending.n):
+            return  # caught up, or lost: looked at again when scheduled
+        log.warning(
+            "lane %r: the outbox's store holds entry %s at its head, the book %s (a failed "
+            "write); the lane's queue is rebuilt from the store",
+            lane.id,
+            entry.id,
+            pending.entry_id,
+        )
+        self.book.reload_lane(self.store, lane.id)
 
     def backoff(self, attempts: int, retry_after: float | None) -> float:
         """Exponential, with up to half taken off at random (so that many lanes that failed

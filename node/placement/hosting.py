@@ -17,6 +17,8 @@ from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from node.context import NodeContext
 from node.placement.adverts import served_domains
 from node.placement.consent import Consent, consent_of
@@ -172,12 +174,28 @@ class Hosting:
         return consent.bound(placed.definition)
 
     def ready_to_host(self) -> list[str]:
-        """The placed agents this node would take over or accept in a move now (its advert)."""
+        """The placed agents this node would take over or accept in a move now on their
+        definition (its advert's `hosts`; a standby on the version before is not listed: a
+        node ready on the current one comes first, takeover.py)."""
         return sorted(
             placed.agent
             for placed in self.placements.placed_on(self.ctx.name)
             if self.refusal(placed) is None and self.prepare.ready(placed.definition)
         )
+
+    def runnable(self, placed: Placed) -> Placed | None:
+        """`placed` as this node would run it now: its definition when that is ready here,
+        else its previous definition (an upgrade whose new version is not compiled here yet:
+        a standby on the old one, issue 52) when that one is, else None."""
+        if self.refusal(placed) is not None:
+            return None
+        if self.prepare.ready(placed.definition):
+            return placed
+        previous = placed.previous
+        if previous is None or not self.prepare.ready(previous):
+            return None
+        older = msgspec.structs.replace(placed, definition=previous)
+        return older if self.refusal(older) is None else None
 
     def prepared_here(self) -> list[str]:
         """`agent=sha256:...` of the definitions upgrades prepare that are ready here (its
@@ -263,6 +281,15 @@ class Hosting:
 
     async def _run_here(self, link: Link, placed: Placed) -> None:
         started = time.monotonic()
+        latest = self.placements.get(placed.agent)
+        if latest is not None and latest.definition != placed.definition:
+            log.warning(
+                "agent %s runs here on %s, the version before its upgrade to %s, which is "
+                "not compiled here yet; it switches to it once it is",
+                placed.agent,
+                placed.definition.component,
+                latest.definition.component,
+            )
         await self.deployments.host_placed(placed.agent, self.definition_here(placed))
         self.running.add(placed.agent)
         # shared (healed if a member forged its meta) after the start, not before it
@@ -276,6 +303,40 @@ class Hosting:
             log.info("agent %s is home here, stopped by %s", placed.agent, placed.stopped_by)
         elif worker is not None:
             self._in_background(self._first_run(placed.agent, worker.probation, started))
+
+    def _behind(self, placed: Placed) -> bool:
+        """This home runs an older definition than the journal's (it took the agent over
+        while the new one was not compiled here)."""
+        deployed = self.ctx.projections.get(DeployedAgents).get(placed.agent)
+        previous = placed.previous
+        if (
+            deployed is None
+            or previous is None
+            or placed.agent in self.deployments.rollouts.changes  # a change of its own
+            or self.refusal(placed) is not None
+        ):
+            return False
+        runs = deployed.current.definition
+        # it runs the version before the journal's: what a takeover on the old one started
+        return (runs.component, runs.sha256) == (previous.component, previous.sha256) and (
+            runs.component,
+            runs.sha256,
+        ) != (placed.definition.component, placed.definition.sha256)
+
+    async def _resume_upgrade(self, placed: Placed) -> None:
+        """The journal's definition is ready here now: the upgrade the takeover ran ahead of
+        is carried out (the same path a takeover takes: the new definition, the instance
+        replaced); the caller marked the agent busy."""
+        agent = placed.agent
+        try:
+            log.info(
+                "agent %s: %s is compiled here now; switching to it", agent,
+                placed.definition.component,
+            )  # fmt: skip
+            await self.deployments.host_placed(agent, self.definition_here(placed))
+            self.prepare.loaded(placed.definition)
+        finally:
+            self._busy.discard(agent)
 
     async def _keep_shared(self, link: Link, placed: Placed) -> None:
         """The component of an agent this node runs stays fetchable by the set: a member's

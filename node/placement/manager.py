@@ -49,6 +49,7 @@ from node.placement.components import ComponentError, ComponentRefused
 from node.placement.hosting import MOVE_ACK_SECS, SHARE_CHECK_SECS, Link
 from node.placement.leases import RENEW_SHARE, LeaseError
 from node.placement.moves import Moves
+from node.placement.prepare import wanted_components
 from node.placement.standby import Standby, prepared_key, wait_for_standby
 from node.placement.takeover import Takeovers
 from node.services.approvals import ApprovalGate
@@ -182,13 +183,26 @@ class PlacementManager(Takeovers, Moves):
         standby_wait_secs` until one of them advertises it ready (standby.py)."""
         await self.ctx.store.append(name, *c.event_of(c.AgentPreparing(definition=definition)))
         key = prepared_key(name, definition)
-        return await self._standby(
+        found = await self._standby(
             name,
             lambda advert: key in advert.prepared,
             lambda advert: key in advert.preparing,
             wait,
             progress,
         )
+        if self._stopping():  # the agent is handed over on the version it runs, not this one
+            raise Problem(
+                503,
+                f"the upgrade of {name!r} was not made: this node began shutting down or "
+                "draining while it waited for a standby, and hands the agent over on the "
+                "version it runs; upgrade it again once it is back on its owner",
+            )
+        return found
+
+    def _stopping(self) -> bool:
+        """A SIGTERM (the node shuts down: its drain hands the agents over once the requests
+        in progress end) or a drain: a wait for a standby ends at once."""
+        return self.draining or self.ctx.shutting_down
 
     async def standby(self, name: str, wait: bool, progress: Callable[[Standby], None]) -> Standby:
         """After a first deploy: the set's other nodes ready to take `name` over (its advert
@@ -217,15 +231,25 @@ class PlacementManager(Takeovers, Moves):
         within = mesh.standby_wait_secs if wait else 0.0
         grace = mesh.advert_interval_secs * 2 + 1.0  # the set's adverts catch up meanwhile
         return await wait_for_standby(
-            link.adverts.live, others, is_ready, is_pending, within, grace, progress
+            link.adverts.live,
+            others,
+            is_ready,
+            is_pending,
+            within,
+            grace,
+            progress,
+            self._stopping,
         )
 
     async def claim(self, name: str) -> None:
-        """The lease of a new placed agent, deployed here at epoch 0."""
+        """The lease of a new placed agent deployed here: at its journal's epoch, 0 for a new
+        journal. An agent removed and deployed again keeps its journal, and its epoch: a
+        lease at 0 under a journal at epoch 3 counted as none, and another node of the set
+        took the agent over a second later (issue 52 item 6)."""
         self._linked()
         try:
             self.ctx.store.own(name)
-            lease = await self.leases.acquire(name, 0)
+            lease = await self.leases.acquire(name, self.journals.epoch_of(name))
             self.ctx.store.fence(name, lease.valid_until)
         except LeaseError as exc:
             raise Problem(503, f"the lease of {name!r} could not be taken: {exc}") from None
@@ -342,7 +366,7 @@ class PlacementManager(Takeovers, Moves):
                 self.metrics.leases_held.set(len(self.leases.held()))
                 await self._forget_retired()
                 placed_here = self.placements.placed_on(self.ctx.name)
-                self.prepare.forget({p.definition.sha256 for p in placed_here})
+                self.prepare.forget(wanted_components(placed_here))
                 for placed in placed_here:
                     if placed.agent not in self._busy:
                         await self._consider(link, placed)
@@ -358,6 +382,11 @@ class PlacementManager(Takeovers, Moves):
         if agent in self.running:
             if home not in (None, self.ctx.name):
                 self.moved_away(agent, str(home))
+            elif self._behind(placed):
+                self.prepare.want(placed.definition)
+                if self.prepare.ready(placed.definition) and agent not in self._busy:
+                    self._busy.add(agent)  # until the switch ends (_resume_upgrade)
+                    self._in_background(self._resume_upgrade(placed))
             elif time.monotonic() - self._shared_at.get(agent, 0.0) > SHARE_CHECK_SECS:
                 self._shared_at[agent] = time.monotonic()
                 self._in_background(self._keep_shared(link, placed))
@@ -372,6 +401,8 @@ class PlacementManager(Takeovers, Moves):
             return
         self._refused.pop(agent, None)
         self.prepare.want(placed.definition)
+        if placed.previous is not None:
+            self.prepare.want(placed.previous)  # what it stands by on until the new one is ready
         preparing = placed.preparing
         consent = self.consent(agent)
         if (
@@ -380,8 +411,10 @@ class PlacementManager(Takeovers, Moves):
             and consent.refusal(preparing, served_domains(self.ctx.config)) is None
         ):
             self.prepare.want(preparing)  # an upgrade to come: a standby on it before it does
-        if not self.prepare.ready(placed.definition):
+        runnable = self.runnable(placed)
+        if runnable is None:
             return
+        placed = runnable
         self._busy.add(agent)
         try:
             if home in (None, self.ctx.name):

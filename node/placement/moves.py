@@ -16,12 +16,14 @@ import contextlib
 import time
 from typing import Any
 
+from node.ops.polling import DeadlineExceeded, until
 from node.placement.hosting import MOVE_ACK_SECS, Hosting, Link
 from node.placement.leases import LeaseError
 from node.placement.targets import ready_targets, refusal_of_target
 from node.web.http import Problem
 from projections import catalogue as c
 
+CHANGE_POLL_SECS = 0.05  # how often a drain looks whether a change in progress ended
 DRAIN_SECS = 20.0  # a drain (`node drain`, SIGTERM) hands agents over within this long
 MIN_DRAIN_SECS, MAX_DRAIN_SECS = 0.1, 300.0  # what `POST /node/drain?within_s=` may ask
 
@@ -41,6 +43,7 @@ class Moves(Hosting):
         outcomes: list[dict[str, Any]] = []
         for agent in sorted(self.running):
             outcome: dict[str, Any] = {"agent": agent, "to": None, "epoch": None}
+            await self._change_ended(agent, deadline)
             to = await self._drain_target(agent) if time.monotonic() < deadline else None
             if to is not None:
                 try:
@@ -54,6 +57,21 @@ class Moves(Hosting):
             await self._give_up(agent, "node drained")
             outcomes.append(outcome | {"done": "released"})
         return outcomes
+
+    async def _change_ended(self, agent: str, deadline: float) -> None:
+        """A change of the agent in progress here (an upgrade swapping its instance) ends
+        before the agent is handed over, within the drain's time: else the handoff stopped
+        the instance the upgrade was starting ("did not stop; replacing it anyway") and the
+        upgrade's next write met a journal fenced by the handoff. An upgrade still waiting
+        for a standby gives up at once when the node drains (PlacementManager's
+        prepare_standby), so this wait is the swap's and its first run's, seconds."""
+        with contextlib.suppress(DeadlineExceeded):
+            await until(
+                lambda: agent not in self.deployments.rollouts.changes,
+                max(0.0, deadline - time.monotonic()),
+                f"the change of {agent} in progress",
+                CHANGE_POLL_SECS,
+            )
 
     async def _drain_target(self, agent: str) -> str | None:
         placed, link = self.placements.get(agent), self.link

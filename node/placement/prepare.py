@@ -29,6 +29,7 @@ from projections import catalogue as c
 if TYPE_CHECKING:
     from node.placement.components import ComponentStore
     from node.runtime.engine import AgentEngine
+    from projections.placements import Placed
 
 log = logging.getLogger("agent-node.placement")
 FIRST_BACKOFF_SECS = 1.0
@@ -110,7 +111,8 @@ class Preparer:
                 continue
             definition = due[0]
             await self._prepare(components, definition)
-            if self._states[_key(definition)].ready:
+            state = self._states.get(_key(definition))
+            if state is None or state.ready:  # ready, or forgotten meanwhile
                 self._queue.pop(_key(definition), None)
 
     async def _prepare(self, components: ComponentStore, definition: c.AgentDefinition) -> None:
@@ -167,3 +169,16 @@ def _describe(exc: BaseException) -> str:
     if isinstance(exc, RegistryError | CompileError):
         return str(exc)
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def wanted_components(placed_here: list[Placed]) -> set[str]:
+    """The sha256 of every component a placed agent here may run: its definition, the one
+    before (a standby on it until the new one is ready here) and the one an upgrade prepares.
+    What a preparation learnt of any other is dropped; forgetting the one before made a
+    replica compiling an upgrade's new bytes refuse the takeover on the old ones (issue 52)."""
+    wanted: set[str] = set()
+    for placed in placed_here:
+        for definition in (placed.definition, placed.previous, placed.preparing):
+            if definition is not None:
+                wanted.add(definition.sha256)
+    return wanted

@@ -62,11 +62,12 @@ async def wait_for_standby(
     within: float,
     grace: float,
     progress: Callable[[Standby], None],
+    stop: Callable[[], bool] = lambda: False,
 ) -> Standby:
     """Poll the adverts of `others` until one `is_ready`, or `within` seconds passed (0: look
     once), or none is live, or, `grace` seconds in (adverts lag an interval), none is
-    preparing (`is_pending`): nobody is left to wait for. Each look is told to `progress`.
-    Adverts that cannot be read count as none."""
+    preparing (`is_pending`): nobody is left to wait for; or `stop()` (this node drains).
+    Each look is told to `progress`. Adverts that cannot be read count as none."""
     started = time.monotonic()
     deadline = started + within
     while True:
@@ -79,6 +80,7 @@ async def wait_for_standby(
         progress(standby)
         now = time.monotonic()
         pending = any(is_pending(a) for a in adverts.values())
-        if ready or now >= deadline or not adverts or (now - started >= grace and not pending):
+        over = now >= deadline or not adverts or (now - started >= grace and not pending)
+        if ready or over or stop():
             return standby
         await asyncio.sleep(min(POLL_SECS, max(0.0, deadline - now)))

@@ -15,6 +15,7 @@ down by claiming.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
@@ -94,6 +95,8 @@ class Takeovers(Hosting):
         if await self._home_live(agent, home, epoch) or not self._grace_over(agent, home, epoch):
             return
         others = [n for n in placed.placement if n not in (home, self.ctx.name)]
+        if await self._ready_on_newer(link, placed, others):
+            return  # a node ready on the current version takes it over, not this stand-in
         leader = await self._claim_leader(agent, others, epoch + 1)
         if leader is not None:
             return  # another node claimed it first: its takeover is on its way
@@ -106,7 +109,10 @@ class Takeovers(Hosting):
             or self.journals.epoch_of(agent) != epoch
         ):
             return  # the stream held a move: look again next time
-        placed = fresh
+        runnable = self.runnable(fresh)
+        if runnable is None:
+            return  # its definition changed meanwhile to one not ready here
+        placed = runnable
         held = self.ctx.store.head(agent)
         if await self._others_wrote_since(link, placed, (held.seq if held else 0) + 1):
             return  # something newer is in the stream: catch up first
@@ -117,6 +123,19 @@ class Takeovers(Hosting):
             await self.leases.release(agent)
             return
         await self._take_over(link, placed, home, epoch + 1, lease.revision)
+
+    async def _ready_on_newer(self, link: Link, placed: Placed, others: list[str]) -> bool:
+        """This node would run the version before the journal's (not compiled here yet) and a
+        live member of the set advertises the agent ready on the journal's: that one comes
+        first. Adverts that cannot be read count as none (this node stands in)."""
+        latest = self.placements.get(placed.agent)
+        if latest is None or latest.definition == placed.definition or not others:
+            return False
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(1.0):
+                live = await link.adverts.live(others)
+                return any(placed.agent in advert.hosts for advert in live.values())
+        return False
 
     async def _claim_leader(self, agent: str, others: list[str], epoch: int) -> Any:
         """The first live claim of `agent`'s epoch by another node of the set, unless that
@@ -169,10 +188,27 @@ class Takeovers(Hosting):
             self.metrics.failover_seconds.observe(gap)
         # the journal ends at a handoff: its target never wrote a line of it (never home)
         handed_by = last.event.origin if last and last.event.type == c.JOURNAL_HANDOFF else None
-        await self._report_takeover(agent, previous, epoch, gap, handed_by)
+        await self._report_takeover(agent, previous, epoch, gap, handed_by, self._older(placed))
+
+    def _older(self, placed: Placed) -> str:
+        """What the finding says of a takeover on the version before an upgrade ("" if not)."""
+        latest = self.placements.get(placed.agent)
+        if latest is None or latest.definition == placed.definition:
+            return ""
+        return (
+            f" It runs {placed.definition.component}, the version before its upgrade to "
+            f"{latest.definition.component}, which was not compiled here yet; it switches to "
+            "it once it is."
+        )
 
     async def _report_takeover(
-        self, agent: str, previous: str, epoch: int, gap: float | None, handed_by: str | None
+        self,
+        agent: str,
+        previous: str,
+        epoch: int,
+        gap: float | None,
+        handed_by: str | None,
+        older: str = "",
     ) -> None:
         """Every takeover is worth a look: a finding in the agent's journal, naming the home it
         replaced (or the handoff that lapsed: its target never took the agent up) and how
@@ -193,7 +229,7 @@ class Takeovers(Hosting):
                 f"{previous} had lapsed (it died, froze or lost NATS). The gap is from "
                 f"{previous}'s last envelope to the takeover."
             )
-        finding = NewFinding(agent=agent, severity="medium", title=title, detail=detail)
+        finding = NewFinding(agent=agent, severity="medium", title=title, detail=detail + older)
         with contextlib.suppress(Exception):  # the takeover stands without its finding
             await report_finding(self.ctx, finding)
 

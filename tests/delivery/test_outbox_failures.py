@@ -170,3 +170,62 @@ async def test_a_head_the_store_lost_is_skipped_once_and_the_lane_goes_on(node, 
     assert tries <= 6, tries
     await outbox.writer.idle()
     book_matches_store(outbox)
+
+
+def expired_entry(lane_id: str, seq: int, n: int, now: float) -> s.Entry:
+    """An entry whose deadline has passed: given up when tried, never sent."""
+    return s.Entry(
+        id=b.entry_id(seq, n, lane_id),
+        lane=lane_id,
+        journal="cashier",
+        seq=seq,
+        n=n,
+        kind="push",
+        label="expired",
+        made_at=now - 60,
+        due=now - 60,
+        deadline=now - 1,
+        body=b"{}",
+    )
+
+
+async def test_a_store_head_older_than_the_book_rebuilds_the_lane_not_a_retry_loop(
+    node, http, waiting
+):
+    """The delete of an ended head failed: the book moved on to the next entry, the store
+    still holds the ended one. The lane is rebuilt from the store once (a retry every 0.05 s
+    until the book's next rebuild, before), and both entries end."""
+    receiver, outbox, _task, lane_id, disk = waiting
+    assert outbox.store is not None
+    dispatcher = outbox.dispatcher
+    tries = 0
+    real_try: Callable[[str], Awaitable[Any]] = dispatcher._try_head
+
+    async def counted(lane: str) -> None:
+        nonlocal tries
+        tries += lane == lane_id
+        await real_try(lane)
+
+    dispatcher._try_head = counted  # type: ignore[method-assign]
+    lane = outbox.book.lane(lane_id)
+    assert lane is not None
+    now, seq = time.time(), 10**9
+    first, second = expired_entry(lane_id, seq, 0, now), expired_entry(lane_id, seq, 1, now)
+    await outbox.writer.submit(outbox.book.enqueue(lane, first, now))
+    await outbox.writer.submit(outbox.book.enqueue(lane, second, now))
+    first_key = ("entries", s.entry_key(lane_id, seq, 0))
+    disk.refuses = lambda ops: any(op[:2] == first_key for op in ops)
+    with pytest.raises(lmdb.MapFullError):
+        await outbox.writer.submit(outbox.book.end_head(lane, first, now))
+    disk.refuses = lambda ops: False
+    head, stored = outbox.book.head(lane_id), outbox.store.head(lane_id)
+    assert head is not None and stored is not None and (head.n, stored.n) == (1, 0)
+
+    expired = lane.expired
+    dispatcher.schedule([lane_id])
+    await until(lambda: outbox.book.head(lane_id) is None, 10, "both entries ended")
+    assert tries <= 4, tries  # realigned once, then each entry ended: no retry loop
+    assert lane.expired == expired + 2
+    await outbox.writer.idle()
+    book_matches_store(outbox)
+    assert states(receiver) == BEFORE  # neither was sent

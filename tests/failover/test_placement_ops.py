@@ -19,6 +19,7 @@ from harness.failover import (
     FindingLoad,
     agent_view,
     counts,
+    deploy,
     events,
     same_journals,
     ticks,
@@ -137,6 +138,23 @@ def test_an_operators_decisions_follow_the_agent_and_sigterm_hands_it_over(failo
     after = retired[[e["type"] for e in retired].index("agent.retired") :]
     assert {e["type"] for e in after} <= {"agent.retired", "agent.stopped", "grant.revoked"}
     assert agent_view(fm["node-a"]) is None
+
+    # deployed again on its old home (issue 52 item 6): its journal goes on at its epoch
+    # (moves made it 3), the lease is taken at that epoch, and no other node takes it over
+    # (a lease at epoch 0 counted as none: another node took it a second later, the old
+    # home logging "did not stop" and a fenced journal)
+    epoch = max(e["data"]["epoch"] for e in retired if "epoch" in e["data"])
+    logged = len(fm["node-a"].log_path.read_text())
+    again = deploy(fm["node-a"], "registry:counter@1.0.0", SET)
+    assert again.status_code == 201, again.text
+    assert wait_runner(fm, 20, among=["node-a"]) == "node-a"
+    deadline = time.monotonic() + LEASE_TTL_SECS + 3
+    while time.monotonic() < deadline:
+        assert not held_by(fm, "node-b") and not held_by(fm, "node-c")
+        time.sleep(0.5)
+    assert agent_view(fm["node-a"])["placement"]["epoch"] == epoch
+    since = fm["node-a"].log_path.read_text()[logged:]
+    assert "did not stop" not in since and "is fenced" not in since, since
 
 
 def test_planned_moves_under_load_stick_every_time(failover, built_agents):
