@@ -16,7 +16,13 @@ it (`deploy_after_publish_s`: it compiles nothing again). Last, with `--hostile-
 again on one nats-server with the generated permissions, while node-x (a member with its own
 NATS user and key, outside the agent's set) deletes and writes junk on the home's lease key and
 junk and claims on its own every 0.5 s throughout: `attack_takeovers` counts takeovers beyond
-one per kill (must be 0).
+one per kill (must be 0). With `--attack-kills` (issue 51), the kills again with node-x in the
+agent's placement set, sending every 0.5 s double takeovers at the head with an `agent.placed`
+of its own after them, a takeover with an `agent.retired`, an `agent.placed` with its own
+component, a secret domain and a set without the owner, and the pair at seq 2 with an
+`agent.halted` (harness/hostile.py `MoveAttack`): `attack_takeovers` (node-x's moves that took
+effect, and takeovers beyond one per kill) and `attack_definitions` (definition, set or run
+changes signed by another than the owner, node-a, that took effect) must be 0.
 
 Figures: the failover times (median, p95) next to the lease TTL; acknowledged findings missing
 from the final journal (must be 0); envelopes written by a node that was not the home at that
@@ -25,12 +31,14 @@ seq (must be 0: a fenced node wrote nothing that stayed); whether the counter we
 be within the lease TTL + 5 s).
 
 Run: .venv/bin/python bench/failover.py [--kills 10] [--moves 20] [--cold 3] [--hostile-kills 10]
+[--attack-kills 10]
 The last line printed is one JSON object with the figures.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import json
 import os
@@ -42,9 +50,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from eventstore.envelope import digest_of  # noqa: E402
 from harness.failover import (  # noqa: E402
     AGENT,
     NODES,
@@ -60,7 +71,7 @@ from harness.failover import (  # noqa: E402
     wait_for,
     wait_runner,
 )
-from harness.hostile import HostileMember, LeaseAttack  # noqa: E402
+from harness.hostile import Head, HostileMember, LeaseAttack, MoveAttack  # noqa: E402
 from node.ops.polling import wait_until  # noqa: E402
 from node.runtime.compiled_cache import COMPILED_CACHE_ENV  # noqa: E402
 
@@ -238,6 +249,123 @@ def cold_failover(args: argparse.Namespace) -> tuple[float, float, float]:
             os.environ[COMPILED_CACHE_ENV] = saved
 
 
+OWNER_DECISIONS = frozenset(
+    {"agent.placed", "agent.retired", "agent.halted", "agent.unhalted", "agent.owner_handed"}
+)
+
+
+def journal_head(fm: FailoverMesh, known: dict[str, int]) -> Head | None:
+    """The agent's journal head as the first honest node that answers holds it (the member
+    reads the stream anyway; this is quicker); `known`: each node's head seen last."""
+    for name in NODES:
+        view = agent_view(fm[name])
+        placement = (view or {}).get("placement") or {}
+        if not placement.get("home"):
+            continue
+        try:
+            with fm[name].client() as client:
+                since = max(0, known.get(name, 1) - 1)
+                got = client.get(
+                    "/api/v1/sync/envelopes/pushed",
+                    params={"agent": AGENT, "since": since, "limit": 1000},
+                    timeout=5,
+                ).json()["envelopes"]
+                first = client.get(
+                    "/api/v1/sync/envelopes/pushed",
+                    params={"agent": AGENT, "since": 0, "limit": 1},
+                    timeout=5,
+                ).json()["envelopes"]
+        except (httpx.HTTPError, KeyError, ValueError):
+            continue
+        if not got or not first:
+            continue
+        known[name] = got[-1]["seq"]
+        return (
+            got[-1]["seq"],
+            payload_hash(got[-1]),
+            int(placement.get("epoch", 0)),
+            str(placement["home"]),
+            payload_hash(first[0]),
+        )
+    return None
+
+
+def payload_hash(envelope: dict[str, Any]) -> str:
+    return "sha256:" + digest_of(base64.b64decode(envelope["payload"])).hex()
+
+
+def move_attack(args: argparse.Namespace) -> dict[str, Any]:
+    """`--attack-kills` kills of the home while node-x, a member of the agent's set, sends
+    double takeovers and definition changes throughout (MoveAttack): what took effect."""
+    member_name = "node-x"
+    root = Path(tempfile.mkdtemp(prefix="failover-attack-"))
+    fm = FailoverMesh(
+        root,
+        (*NODES, member_name),
+        lease_ttl=args.lease_ttl,
+        members=True,
+        without_consent=(member_name,),
+    ).start()
+    member = HostileMember(fm.cluster.urls[0], root / "mesh" / member_name / "data")
+    known: dict[str, int] = {}
+    attack = MoveAttack(member, AGENT, lambda: journal_head(fm, known))
+    failovers: list[float] = []
+    try:
+        component = publish_component(fm["node-a"], built_counter())
+        deployed = deploy(fm["node-a"], component, [*NODES, member_name])
+        assert deployed.status_code == 201, deployed.text
+        home = wait_runner(fm, 30, among=list(NODES))
+        with attack, FindingLoad(fm) as load:
+            wait_for(lambda: len(ticks(events(fm[home]))) >= 5, 30, "first ticks")
+            for kill in range(args.attack_kills):
+                others = [n for n in NODES if n != home]
+                head = max(e["seq"] for e in events(fm[others[0]]))
+                killed = time.monotonic()
+                fm[home].kill()
+                new_home = wait_runner(fm, args.lease_ttl + 30, among=others)
+                ticked = first_tick_by(fm, new_home, head, 30)
+                failovers.append(ticked - killed)
+                print(
+                    f"attacked kill {kill + 1}: {home} -> {new_home} in {ticked - killed:.2f} s "
+                    f"({attack.sent} attack messages so far)",
+                    flush=True,
+                )
+                fm[home].start(60)
+                wait_for(
+                    lambda b=home: (agent_view(fm[b]) or {}).get("status") == "replica",
+                    60,
+                    f"{home} a replica",
+                )
+                home = new_home
+        journal = same_journals(fm, list(NODES), timeout=60)
+        views = [agent_view(fm[n]) or {} for n in NODES]
+    finally:
+        fm.kill()
+    titles = {e["data"].get("title") for e in journal if e["type"] == "finding"}
+    moves = [e for e in journal if e["type"] in ("journal.takeover", "journal.handoff")]
+    takeovers = [e for e in moves if e["type"] == "journal.takeover"]
+    decisions = [e for e in journal if e["type"] in OWNER_DECISIONS]
+    components = {
+        ((v.get("placement") or {}).get("definition") or {}).get("component") for v in views
+    }
+    return {
+        "kills": len(failovers),
+        "failover_median_s": round(statistics.median(failovers), 2),
+        "failover_p95_s": round(p95(failovers), 2),
+        "failover_max_s": round(max(failovers), 2),
+        "within_ttl_plus_5": p95(failovers) <= args.lease_ttl + 5,
+        "lost_acknowledged": len(set(load.acknowledged) - titles),
+        "acknowledged": len(load.acknowledged),
+        "fenced_writes": written_by_non_home(journal),
+        "attack_messages": attack.sent,
+        "attack_takeovers": len([e for e in moves if e["origin"] == member_name])
+        + max(0, len(takeovers) - len(failovers)),
+        "attack_definitions": len([e for e in decisions if e["origin"] != "node-a"]),
+        "components_run": sorted(str(c) for c in components),
+        "journals_equal": True,
+    }
+
+
 def epoch_of(fm: FailoverMesh, node: str) -> int:
     view = agent_view(fm[node]) or {}
     return int((view.get("placement") or {}).get("epoch", 0))
@@ -249,6 +377,7 @@ def main() -> None:
     parser.add_argument("--moves", type=int, default=20)
     parser.add_argument("--cold", type=int, default=3)
     parser.add_argument("--hostile-kills", type=int, default=10)
+    parser.add_argument("--attack-kills", type=int, default=10)
     parser.add_argument("--lease-ttl", type=float, default=3.0)
     args = parser.parse_args()
     os.environ.setdefault(COMPILED_CACHE_ENV, str(ROOT / ".cache" / "wasmtime"))
@@ -263,6 +392,8 @@ def main() -> None:
         result["deploy_after_publish_s"] = round(statistics.median(c[2] for c in colds), 2)
     if args.hostile_kills:
         result["hostile"] = kills_and_moves(args, hostile=True)
+    if args.attack_kills:
+        result["attack"] = move_attack(args)
     print(json.dumps(result))
 
 

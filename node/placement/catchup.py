@@ -52,23 +52,32 @@ async def stream_holds(
 
 
 async def stream_signed_at(
-    js: JetStreamContext, mesh: str, journal: str, node: str, seq: int, lookup: KeyLookup
+    js: JetStreamContext,
+    mesh: str,
+    journal: str,
+    node: str,
+    seq: int,
+    lookup: KeyLookup,
+    prev: str | None = None,
 ) -> bool:
     """Whether the stream holds `node`'s signed envelope of `journal` at exactly `seq`: the
     first of its messages on its subject whose last envelope reaches `seq`, found by a binary
-    search over the stream's positions (a node's messages of one journal are runs in order).
-    Not knowing (its messages before that one aged out of the stream) answers True, the safe
-    answer for a judge: the takeover would erase what the stream may have acknowledged."""
+    search over the stream's positions (a node's messages of one journal are runs in order);
+    with `prev`, only an envelope that follows that digest (a sibling of the envelope asked
+    about: history it would overtake, not a signer's envelope that extends nothing). Not
+    knowing (its messages before that one aged out of the stream) answers True, the safe answer
+    for a judge: the takeover would erase what the stream may have acknowledged."""
     name, where = stream_name(mesh), subject(mesh, node, journal)
 
-    async def first_from(position: int) -> tuple[int, list[int]] | None:
+    async def first_from(position: int) -> tuple[int, list[int], dict[int, str]] | None:
         try:
             msg = await asyncio.wait_for(
                 js.get_msg(name, seq=position, subject=where, next=True), GET_TIMEOUT_SECS
             )
         except NotFoundError:
             return None
-        return int(msg.seq or 0), signed_seqs(msg.data or b"", journal, node, lookup)
+        prevs = signed_prevs(msg.data or b"", journal, node, lookup)
+        return int(msg.seq or 0), list(prevs), prevs
 
     first = await first_from(1)
     try:
@@ -85,7 +94,7 @@ async def stream_signed_at(
         probe = await first_from(mid)  # its first message at `mid` or after
         if probe is None:
             break
-        position, seqs = probe
+        position, seqs, _ = probe
         if seqs and seqs[-1] >= seq:
             hi = mid
         else:
@@ -94,15 +103,16 @@ async def stream_signed_at(
     if found is None or not found[1] or found[1][-1] < seq:
         return False
     if seq in found[1]:
-        return True
+        return prev is None or found[2][seq] == prev  # else it follows another: no sibling
     if found[0] == first[0] and found[1][0] > seq:  # its earlier messages may have aged out
         info = await asyncio.wait_for(js.stream_info(name), GET_TIMEOUT_SECS)
         return int(info.state.first_seq or 1) > 1
     return False
 
 
-def signed_seqs(data: bytes, journal: str, node: str, lookup: KeyLookup) -> list[int]:
-    """The seqs of a message's envelopes of `journal` that `node` signed, in order."""
+def signed_prevs(data: bytes, journal: str, node: str, lookup: KeyLookup) -> dict[int, str]:
+    """The seqs of a message's envelopes of `journal` that `node` signed, in order, each with
+    the digest it follows (its event's `prev`)."""
     items = []
     for raw in envelopes_of(data):
         try:
@@ -112,13 +122,13 @@ def signed_seqs(data: bytes, journal: str, node: str, lookup: KeyLookup) -> list
         if item.stream == journal:
             items.append(item)
     if not items:
-        return []
+        return {}
     checked = precheck(items, lookup)
-    return [
-        item.seq
+    return {
+        item.seq: result.event.prev
         for item, result in zip(items, checked, strict=True)
         if isinstance(result, Verified) and result.event.origin == node
-    ]
+    }
 
 
 def signed_seq(data: bytes, journal: str, node: str, lookup: KeyLookup) -> int:

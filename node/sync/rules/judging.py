@@ -32,6 +32,7 @@ class TakeoverClaim:
     previous_epoch: int
     held: int  # this node's head of the journal (seq <= held: a fork)
     ts: str
+    prev: str | None = None  # the digest it follows: only a sibling of it is history it erases
 
 
 @dataclass(frozen=True)

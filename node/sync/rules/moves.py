@@ -86,7 +86,15 @@ class MoveRules:
             self._book.unjudged[stream] = item.seq
             return GAP, f"takeover of {stream} at seq {item.seq} not judged yet: {verdict.detail}"
         batch.claims[index] = TakeoverClaim(
-            stream, item.seq, event.origin, takeover.epoch, home, epoch, held, event.ts
+            stream,
+            item.seq,
+            event.origin,
+            takeover.epoch,
+            home,
+            epoch,
+            held,
+            event.ts,
+            prev=event.prev,
         )
         if item.seq <= held:
             batch.forks.append(index)
