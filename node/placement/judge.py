@@ -127,7 +127,9 @@ class TakeoverJudge:
         home, epoch, journal = claim.previous_home, claim.previous_epoch, claim.stream
         if home == self._ctx.name and self._leases.holds(journal, epoch):
             return Verdict(
-                "bad_takeover", f"this node, its home, holds a valid lease at epoch {epoch}"
+                "bad_takeover",
+                f"this node, its home, holds a valid lease at epoch {epoch}",
+                refuted=True,
             )
         # the bucket's record, also when this node is the home (it may have restarted within
         # a TTL, or be renewing late): every node judges by the same record

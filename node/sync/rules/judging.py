@@ -43,6 +43,10 @@ class Verdict:
     reason: str
     detail: str
     report: bool = True
+    # refused by this node as the journal's live home: it writes the takeover's seq itself
+    # (receiver.Receiver._refute), so a node reading the stream after its lease record is gone
+    # refuses the takeover as overtaking that envelope, as the nodes that read it in time did
+    refuted: bool = False
 
 
 class TakeoverJudge(Protocol):
