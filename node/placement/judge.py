@@ -134,7 +134,11 @@ class TakeoverJudge:
         # the bucket's record, also when this node is the home (it may have restarted within
         # a TTL, or be renewing late): every node judges by the same record
         if await mesh.home_lease_epoch(journal, home) == epoch:
-            return Verdict("bad_takeover", f"its home {home!r} holds a live lease at epoch {epoch}")
+            return Verdict(
+                "bad_takeover",
+                f"its home {home!r} holds a live lease at epoch {epoch}",
+                refuted=home == self._ctx.name,  # this node: it writes the seq (its fence allowing)
+            )
         journals = self._ctx.projections.get(Journals)
         writers = {home, *journals.writers_from(journal, claim.seq)} - {claim.origin}
         for writer in sorted(writers):

@@ -194,11 +194,13 @@ class Receiver:
         screening = book.screening(forged=forged, refused=plan.refused)
         candidates, origins = screen(items, outcome, screening)
         if screening.claims:
-            verdicts = await judged(self.judge, screening.claims)
+            claims = screening.claims
+            verdicts = await judged(self.judge, claims)
             book.forget(screening)
             outcome = PushOutcome()
             screening = book.screening(verdicts=verdicts, forged=forged, refused=plan.refused)
             candidates, origins = screen(items, outcome, screening)
+            screening.refuted = [(claims[i], v) for i, v in verdicts.items() if v.refuted]
         screening.critical = plan.incidents
         if screening.forks:
             candidates = old_epoch_refused(candidates, screening, outcome)
@@ -232,10 +234,8 @@ class Receiver:
                 await self._report_move(peer_id, key, title, detail)
             for key, title, detail in screening.critical:
                 await self._report_move(peer_id, key, title, detail, "critical")
-            for index, verdict in screening.verdicts.items():
-                claim = screening.claims.get(index)
-                if verdict.refuted and claim is not None:
-                    await self._refute(claim, verdict)
+            for claim, verdict in screening.refuted:
+                await self._refute(claim, verdict)
         for (index, item), result in zip(candidates, results, strict=True):
             if result.status in (ImportStatus.ACCEPTED, ImportStatus.DUPLICATE):
                 held[item.stream] = max(held.get(item.stream, 0), item.seq)
