@@ -162,7 +162,7 @@ async def caught_up(
     """True once the local head of `journal` reaches what the stream holds of it from the
     nodes this node's copy names as its writers (their signed envelopes are its history), and
     what `writers`' other nodes put there either is reached too or has been read and refused
-    (this node's consumer has nothing left to deliver); False when `deadline`
+    (this node's consumer acknowledged the message that holds it); False when `deadline`
     (time.monotonic()) passes first.
 
     A member of the set that signs envelopes ahead of the head (takeovers this node refused,
@@ -177,13 +177,14 @@ async def caught_up(
     others = [node for node in writers if node not in known]
     history = await stream_holds(js, mesh, journal, sorted(known), lookup)
     ahead = await stream_holds(js, mesh, journal, others, lookup) if others else 0
+    position = await _last_position(js, mesh, journal, others) if ahead else 0
     heads = journals.head
 
     async def reached() -> bool:
         head = heads.get(journal, 0)
         if head < history:
             return False
-        return head >= ahead or await _read_everything(js, mesh, ctx.name)
+        return head >= ahead or await _read_through(js, mesh, ctx.name, position)
 
     while True:
         with contextlib.suppress(NatsError, TimeoutError):
@@ -194,10 +195,26 @@ async def caught_up(
         await asyncio.sleep(CATCH_UP_POLL_SECS)
 
 
-async def _read_everything(js: JetStreamContext, mesh: str, node: str) -> bool:
-    """Whether this node's consumer has delivered and had acknowledged every message of the
-    stream (it acknowledges a batch once it is committed, whatever it refused)."""
+async def _last_position(js: JetStreamContext, mesh: str, journal: str, nodes: list[str]) -> int:
+    """The stream position of the last message of `journal` on the subjects of `nodes`."""
+    position = 0
+    for node in nodes:
+        try:
+            last = await asyncio.wait_for(
+                js.get_last_msg(stream_name(mesh), subject(mesh, node, journal)),
+                GET_TIMEOUT_SECS,
+            )
+        except NotFoundError:
+            continue
+        position = max(position, int(last.seq or 0))
+    return position
+
+
+async def _read_through(js: JetStreamContext, mesh: str, node: str, position: int) -> bool:
+    """Whether this node's consumer has had every message up to stream `position` delivered
+    and acknowledged (it acknowledges a batch once it is committed, whatever it refused)."""
     info = await asyncio.wait_for(
         js.consumer_info(stream_name(mesh), durable_name(node)), GET_TIMEOUT_SECS
     )
-    return not int(info.num_pending or 0) and not int(info.num_ack_pending or 0)
+    floor = info.ack_floor.stream_seq if info.ack_floor is not None else 0
+    return int(floor or 0) >= position
