@@ -368,8 +368,12 @@ class ReceiveModel(RuleBasedStateMachine):
     def _publish(self, node: HonestNode, pieces: int = 1) -> None:
         """What `node` wrote and did not publish yet, in `pieces` messages; acknowledged when
         published under a live lease."""
+        signers = {seq: signer for seq, signer, _ in node.events()}
         envelopes = node.envelopes_from(node.published + 1)
-        envelopes = [e for e in envelopes if e["seq"] > node.published]
+        # its own, as its publisher sends each envelope it commits (others' it holds are theirs)
+        envelopes = [
+            e for e in envelopes if e["seq"] > node.published and signers[e["seq"]] == node.name
+        ]
         if not envelopes:
             return
         live = self.leases.live(node.name, node.journals.epoch_of(JOURNAL))
@@ -464,8 +468,7 @@ class ReceiveModel(RuleBasedStateMachine):
 
     def _read(self, node: HonestNode, count: int, staged: bool) -> None:
         moves = self.run(node.read(count, staged))
-        if self._home() is node:
-            self._publish(node)  # what it wrote as it read (a takeover of it refuted)
+        self._publish(node)  # what it wrote as it read (a takeover of it refuted), home or not
         for move in moves:
             if move["reason"] == "takeover" and self.leases.live(move["from"], move["epoch"] - 1):
                 self.violations.append(
