@@ -354,16 +354,12 @@ def move_attack(args: argparse.Namespace) -> dict[str, Any]:
                 home = new_home
         diverged = diverging_nodes(fm)
         journal = same_journals(fm, [n for n in NODES if n not in diverged], timeout=60)
-        views = [agent_view(fm[n]) or {} for n in NODES if n not in diverged]
     finally:
         fm.kill()
     titles = {e["data"].get("title") for e in journal if e["type"] == "finding"}
     moves = [e for e in journal if e["type"] in ("journal.takeover", "journal.handoff")]
     takeovers = [e for e in moves if e["type"] == "journal.takeover"]
     decisions = [e for e in journal if e["type"] in OWNER_DECISIONS]
-    components = {
-        ((v.get("placement") or {}).get("definition") or {}).get("component") for v in views
-    }
     return {
         "kills": len(failovers),
         "failover_median_s": round(statistics.median(failovers), 2),
@@ -377,7 +373,6 @@ def move_attack(args: argparse.Namespace) -> dict[str, Any]:
         "attack_takeovers": len([e for e in moves if e["origin"] == member_name])
         + max(0, len(takeovers) - len(failovers)),
         "attack_definitions": len([e for e in decisions if e["origin"] != "node-a"]),
-        "components_run": sorted(str(c) for c in components),
         "journals_equal": not diverged,
         "diverged": diverged,  # honest nodes whose copy stopped short of the others'
     }
