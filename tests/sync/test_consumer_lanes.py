@@ -29,8 +29,8 @@ def test_lanes_hold_whole_journals_in_the_batch_order() -> None:
     for number, lane in enumerate(lanes):
         assert lane == sorted(lane)  # each lane in the batch's order
         for index in lane:
-            journal = journal_of(items[index])
-            assert lane_of.setdefault(journal, number) == number, journal
+            named = journal_of(items[index])
+            assert lane_of.setdefault(named, number) == number, named
     assert set(lane_of) == {"worker", "mine-1", "mine-2", None}
     assert sorted(i for lane in lanes for i in lane) == list(range(len(items)))
 
