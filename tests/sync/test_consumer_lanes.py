@@ -8,7 +8,8 @@ from __future__ import annotations
 import msgspec
 
 from harness.receive_model import MEMBER, OWNER, signed
-from node.sync.nats.consumer import MIN_LANE_SPLIT, STAGE_LANES, journal_of, lanes_of
+from node.sync.nats.consumer import STAGE_LANES, journal_of, lanes_of
+from node.sync.rules.receiver import MIN_LANE_SPLIT
 
 
 def _of(journal: str, envelope: dict[str, object]) -> msgspec.Raw:
