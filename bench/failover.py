@@ -15,9 +15,16 @@ home is timed; so are the publish on the fresh mesh (its one compile) and the de
 it (`deploy_after_publish_s`: it compiles nothing again). Last, with `--hostile-kills`, the kills
 again on one nats-server with the generated permissions, while node-x (a member with its own
 NATS user and key, outside the agent's set) deletes and writes junk on the home's lease key and
-junk and claims on its own every 0.5 s throughout: `attack_takeovers` counts takeovers beyond
-one per kill (must be 0). With `--after-upgrade`, kill -9 of the home within a second of an
-upgrade answering, the replicas cold on the new version (bench/failover_upgrade.py).
+junk and claims on its own every 0.5 s throughout: `attack_takeovers` counts takeovers beyond one
+per kill (must be 0). With `--after-upgrade`, kill -9 of the home within a second of an upgrade
+answering, the replicas cold on the new version (bench/failover_upgrade.py). With `--attack-kills`
+(issue 51), the kills again with node-x in the agent's placement set, sending every 0.5 s double
+takeovers at the head with an `agent.placed` of its own after them, a takeover with an
+`agent.retired`, an `agent.placed` with its own component, a secret domain and a set without the
+owner, and the pair at seq 2 with an `agent.halted` (harness/hostile.py `MoveAttack`):
+`attack_takeovers` (node-x's moves that took effect, and takeovers beyond one per kill) and
+`attack_definitions` (definition, set or run changes signed by another than the owner, node-a, that
+took effect) must be 0.
 
 Figures: the failover times (median, p95) next to the lease TTL; acknowledged findings missing
 from the final journal (must be 0); envelopes written by a node that was not the home at that
@@ -26,13 +33,14 @@ seq (must be 0: a fenced node wrote nothing that stayed); whether the counter we
 be within the lease TTL + 5 s).
 
 Run: .venv/bin/python bench/failover.py [--kills 10] [--moves 20] [--cold 3] [--hostile-kills 10]
-     [--after-upgrade 5] [--after-upgrade-no-wait 5]
+     [--after-upgrade 5] [--after-upgrade-no-wait 5] [--attack-kills 10]
 The last line printed is one JSON object with the figures.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import json
 import os
@@ -44,9 +52,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from eventstore.envelope import digest_of  # noqa: E402
 from harness.failover import (  # noqa: E402
     AGENT,
     NODES,
@@ -62,8 +73,8 @@ from harness.failover import (  # noqa: E402
     wait_for,
     wait_runner,
 )
-from harness.hostile import HostileMember, LeaseAttack  # noqa: E402
-from node.ops.polling import wait_until  # noqa: E402
+from harness.hostile import Head, HostileMember, LeaseAttack, MoveAttack  # noqa: E402
+from node.ops.polling import DeadlineExceeded, wait_until  # noqa: E402
 from node.runtime.compiled_cache import COMPILED_CACHE_ENV  # noqa: E402
 
 
@@ -240,6 +251,135 @@ def cold_failover(args: argparse.Namespace) -> tuple[float, float, float]:
             os.environ[COMPILED_CACHE_ENV] = saved
 
 
+OWNER_DECISIONS = frozenset(
+    {"agent.placed", "agent.retired", "agent.halted", "agent.unhalted", "agent.owner_handed"}
+)
+
+
+def journal_head(fm: FailoverMesh, known: dict[str, int]) -> Head | None:
+    """The agent's journal head as the first honest node that answers holds it (the member
+    reads the stream anyway; this is quicker); `known`: each node's head seen last."""
+    for name in NODES:
+        view = agent_view(fm[name])
+        placement = (view or {}).get("placement") or {}
+        if not placement.get("home"):
+            continue
+        try:
+            with fm[name].client() as client:
+                since = max(0, known.get(name, 1) - 1)
+                got = client.get(
+                    "/api/v1/sync/envelopes/pushed",
+                    params={"agent": AGENT, "since": since, "limit": 1000},
+                    timeout=5,
+                ).json()["envelopes"]
+                first = client.get(
+                    "/api/v1/sync/envelopes/pushed",
+                    params={"agent": AGENT, "since": 0, "limit": 1},
+                    timeout=5,
+                ).json()["envelopes"]
+        except (httpx.HTTPError, KeyError, ValueError):
+            continue
+        if not got or not first:
+            continue
+        known[name] = got[-1]["seq"]
+        return (
+            got[-1]["seq"],
+            payload_hash(got[-1]),
+            int(placement.get("epoch", 0)),
+            str(placement["home"]),
+            payload_hash(first[0]),
+        )
+    return None
+
+
+def payload_hash(envelope: dict[str, Any]) -> str:
+    return "sha256:" + digest_of(base64.b64decode(envelope["payload"])).hex()
+
+
+def diverging_nodes(fm: FailoverMesh) -> list[str]:
+    """The honest nodes whose copy does not reach the furthest one's within 60 s (their copy
+    holds an envelope the others refused: they stop there), reported instead of waited for."""
+    try:
+        same_journals(fm, list(NODES), timeout=60)
+        return []
+    except DeadlineExceeded:
+        lengths = {n: len(events(fm[n])) for n in NODES}
+        furthest = max(lengths.values())
+        return sorted(n for n, held in lengths.items() if held < furthest // 2)
+
+
+def wait_replica(fm: FailoverMesh, node: str) -> None:
+    def replica() -> bool:
+        return (agent_view(fm[node]) or {}).get("status") == "replica"
+
+    wait_for(replica, 60, f"{node} a replica")
+
+
+def move_attack(args: argparse.Namespace) -> dict[str, Any]:
+    """`--attack-kills` kills of the home while node-x, a member of the agent's set, sends
+    double takeovers and definition changes throughout (MoveAttack): what took effect."""
+    member_name = "node-x"
+    root = Path(tempfile.mkdtemp(prefix="failover-attack-"))
+    fm = FailoverMesh(
+        root,
+        (*NODES, member_name),
+        lease_ttl=args.lease_ttl,
+        members=True,
+        without_consent=(member_name,),
+    ).start()
+    member = HostileMember(fm.cluster.urls[0], root / "mesh" / member_name / "data")
+    known: dict[str, int] = {}
+    attack = MoveAttack(member, AGENT, lambda: journal_head(fm, known))
+    failovers: list[float] = []
+    try:
+        component = publish_component(fm["node-a"], built_counter())
+        deployed = deploy(fm["node-a"], component, [*NODES, member_name])
+        assert deployed.status_code == 201, deployed.text
+        home = wait_runner(fm, 30, among=list(NODES))
+        with attack, FindingLoad(fm) as load:
+            wait_for(lambda: len(ticks(events(fm[home]))) >= 5, 30, "first ticks")
+            for kill in range(args.attack_kills):
+                others = [n for n in NODES if n != home]
+                head = max(e["seq"] for e in events(fm[others[0]]))
+                killed = time.monotonic()
+                fm[home].kill()
+                new_home = wait_runner(fm, args.lease_ttl + 30, among=others)
+                ticked = first_tick_by(fm, new_home, head, 30)
+                failovers.append(ticked - killed)
+                print(
+                    f"attacked kill {kill + 1}: {home} -> {new_home} in {ticked - killed:.2f} s "
+                    f"({attack.sent} attack messages so far)",
+                    flush=True,
+                )
+                fm[home].start(60)
+                wait_replica(fm, home)
+                home = new_home
+        diverged = diverging_nodes(fm)
+        journal = same_journals(fm, [n for n in NODES if n not in diverged], timeout=60)
+    finally:
+        fm.kill()
+    titles = {e["data"].get("title") for e in journal if e["type"] == "finding"}
+    moves = [e for e in journal if e["type"] in ("journal.takeover", "journal.handoff")]
+    takeovers = [e for e in moves if e["type"] == "journal.takeover"]
+    decisions = [e for e in journal if e["type"] in OWNER_DECISIONS]
+    return {
+        "kills": len(failovers),
+        "failover_median_s": round(statistics.median(failovers), 2),
+        "failover_p95_s": round(p95(failovers), 2),
+        "failover_max_s": round(max(failovers), 2),
+        "within_ttl_plus_5": p95(failovers) <= args.lease_ttl + 5,
+        "lost_acknowledged": len(set(load.acknowledged) - titles),
+        "acknowledged": len(load.acknowledged),
+        "fenced_writes": written_by_non_home(journal),
+        "attack_messages": attack.sent,
+        "attack_takeovers": len([e for e in moves if e["origin"] == member_name])
+        + max(0, len(takeovers) - len(failovers)),
+        "attack_definitions": len([e for e in decisions if e["origin"] != "node-a"]),
+        "journals_equal": not diverged,
+        "diverged": diverged,  # honest nodes whose copy stopped short of the others'
+    }
+
+
 def epoch_of(fm: FailoverMesh, node: str) -> int:
     view = agent_view(fm[node]) or {}
     return int((view.get("placement") or {}).get("epoch", 0))
@@ -251,6 +391,7 @@ def main() -> None:
     parser.add_argument("--moves", type=int, default=20)
     parser.add_argument("--cold", type=int, default=3)
     parser.add_argument("--hostile-kills", type=int, default=10)
+    parser.add_argument("--attack-kills", type=int, default=10)
     parser.add_argument("--lease-ttl", type=float, default=3.0)
     parser.add_argument("--after-upgrade", type=int, default=5)  # bench/failover_upgrade.py
     parser.add_argument("--after-upgrade-no-wait", type=int, default=5)
@@ -271,6 +412,8 @@ def main() -> None:
         from bench.failover_upgrade import after_upgrade_failovers
 
         result |= after_upgrade_failovers(args, built_counter())
+    if args.attack_kills:
+        result["attack"] = move_attack(args)
     print(json.dumps(result))
 
 

@@ -179,3 +179,96 @@ class FalseAdvert:
             advert = {"node": self.member.name, "hosts": self.hosts, "free_slots": 100_000}
             await js.publish(key, msgspec.json.encode(advert | {"at": time.time()}))
             await asyncio.sleep(self.period)
+
+
+# a definition of the member's own: its component, a secret domain, an ungated capability
+ROGUE_DEFINITION: dict[str, Any] = {
+    "component": "registry:leech@1.0.0",
+    "sha256": "sha256:" + "e" * 64,
+    "grant_domains": ["payments"],
+    "capabilities": {"spend": True},
+    "limits": {
+        "tick_interval_ms": 200,
+        "fuel_per_tick": 10**9,
+        "memory_limit_mb": 64,
+        "tick_timeout_ms": 10_000,
+    },
+}
+# the journal's head seq, its payload hash, epoch and home, and the payload hash of its seq 1
+Head = tuple[int, str, int, str, str]
+
+
+class MoveAttack:
+    """Every `period`, the member's moves and definition changes against the journal's head as
+    `head()` reads it from an honest node, one message each, in turn: two takeovers at the next
+    seq (same epoch, other lease revisions) and an `agent.placed` of its own after them (issue
+    51, defect 1); one takeover and an `agent.retired` after it; an `agent.placed` with its own
+    component, a secret domain and a set without the owner at the next seq (defect 3); the pair
+    of takeovers at seq 2 and an `agent.halted` after them. `sent` counts the messages. Runs
+    in a thread (bench/failover.py's attack run)."""
+
+    def __init__(
+        self,
+        member: HostileMember,
+        agent: str,
+        head: Callable[[], Head | None],
+        period: float = 0.5,
+    ) -> None:
+        self.member, self.agent, self.head, self.period = member, agent, head, period
+        self.sent = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=member.run, args=(self._attack,), daemon=True)
+
+    def __enter__(self) -> MoveAttack:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _after(self, first: dict[str, Any], kind: str, data: dict[str, Any]) -> dict[str, Any]:
+        prev = "sha256:" + digest_of(base64.b64decode(first["payload"])).hex()
+        return self.member.envelope(self.agent, first["seq"] + 1, prev, kind, data)
+
+    def _takeovers(self, seq: int, prev: str, epoch: int, home: str) -> list[dict[str, Any]]:
+        data = {"epoch": epoch + 1, "previous_home": home}
+        return [
+            self.member.envelope(
+                self.agent, seq, prev, "journal.takeover", data | {"lease_revision": revision}
+            )
+            for revision in (1, 2)
+        ]
+
+    def envelopes(self, round_: int, head: Head) -> list[dict[str, Any]]:
+        """Round `round_`'s message against `head`."""
+        seq, prev, epoch, home, first = head
+        placed = {"placement": [self.member.name, "node-b"], "definition": ROGUE_DEFINITION}
+        kind = round_ % 4
+        if kind == 0:
+            pair = self._takeovers(seq + 1, prev, epoch, home)
+            return [*pair, self._after(pair[1], "agent.placed", placed)]
+        if kind == 1:
+            (one, _) = self._takeovers(seq + 1, prev, epoch, home)
+            return [one, self._after(one, "agent.retired", {"reason": "the member says so"})]
+        if kind == 2:
+            return [self.member.envelope(self.agent, seq + 1, prev, "agent.placed", placed)]
+        pair = self._takeovers(2, first, epoch, home)
+        return [*pair, self._after(pair[1], "agent.halted", {"operator": self.member.name})]
+
+    async def _attack(self, nc: nats.NATS) -> None:
+        js, where = nc.jetstream(), subject("default", self.member.name, self.agent)
+        round_ = 0
+        while not self._stop.is_set():
+            head = await asyncio.to_thread(self.head)
+            if head is not None:
+                envelopes = self.envelopes(round_, head)
+                # a message id of its own each time: the server's duplicate window would drop
+                # a repeated attack at the same seqs
+                ident = f"attack-{self.member.name}-{round_}-{time.monotonic_ns()}"
+                await js.publish(
+                    where, msgspec.json.encode(envelopes), headers={MSG_ID_HEADER: ident}
+                )
+                self.sent += 1
+                round_ += 1
+            await asyncio.sleep(self.period)

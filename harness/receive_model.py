@@ -156,15 +156,20 @@ class ModelLeases:
 
 
 class JudgesLeases:
-    """What the judge asks of its LeaseBook: this node's own leases (never held: the bucket's
-    record says it) and the bucket's record of a home (`peek`)."""
+    """What the judge asks of its LeaseBook: this node's own lease (its record, live, while its
+    store owns the journal: what a LeaseBook holds) and the bucket's record of a home (`peek`)."""
 
-    def __init__(self, leases: ModelLeases, lookup: Any) -> None:
+    def __init__(self, leases: ModelLeases, lookup: Any, node: HonestNode) -> None:
         self._leases = leases
         self.lookup = lookup
+        self._node = node
 
     def holds(self, agent: str, epoch: int | None = None) -> bool:
-        return False
+        record = self._leases.records.get(self._node.name)
+        ctx = self._node.ctx
+        if record is None or not record[1] or ctx is None or ctx.store.disowned(agent):
+            return False
+        return epoch is None or record[0] == epoch
 
     async def peek(self, agent: str, node: str, js: Any = None) -> LeaseView | None:
         record = self._leases.records.get(node)
@@ -238,7 +243,7 @@ class HonestNode:
         self.sync = SyncService(ctx)
         await self.sync.keys.pin_configured()
         self.js = ModelJetStream(self.stream)
-        judges = JudgesLeases(self.leases, self.sync.keys.lookup)
+        judges = JudgesLeases(self.leases, self.sync.keys.lookup, self)
         self.sync.receiver.judge = TakeoverJudge(ctx, judges, lambda: self.js)  # type: ignore[arg-type, return-value]
 
     async def close(self) -> None:
@@ -363,8 +368,12 @@ class ReceiveModel(RuleBasedStateMachine):
     def _publish(self, node: HonestNode, pieces: int = 1) -> None:
         """What `node` wrote and did not publish yet, in `pieces` messages; acknowledged when
         published under a live lease."""
+        signers = {seq: signer for seq, signer, _ in node.events()}
         envelopes = node.envelopes_from(node.published + 1)
-        envelopes = [e for e in envelopes if e["seq"] > node.published]
+        # its own, as its publisher sends each envelope it commits (others' it holds are theirs)
+        envelopes = [
+            e for e in envelopes if e["seq"] > node.published and signers[e["seq"]] == node.name
+        ]
         if not envelopes:
             return
         live = self.leases.live(node.name, node.journals.epoch_of(JOURNAL))
@@ -395,9 +404,13 @@ class ReceiveModel(RuleBasedStateMachine):
 
     @rule()
     def home_lease_lapses(self) -> None:
-        """The home dies or freezes: it writes nothing more, its record lapses."""
+        """The home dies or freezes: it writes nothing more, its record lapses. What the stream
+        held a moment before it read (a live home's consumer reads within milliseconds; a
+        takeover it refused then is refuted: the receiver writes its seq); the window of those
+        milliseconds is outside the model (docs/mesh.md, "What a node reading late decides")."""
         home = self._home()
         if home is not None:
+            self._read_all(home)
             epoch = home.journals.epoch_of(JOURNAL)
             self.leases.records[home.name] = (epoch, False)
             assert home.ctx is not None
@@ -431,6 +444,9 @@ class ReceiveModel(RuleBasedStateMachine):
         home = self._home()
         if home is None or home.name == to:
             return
+        self._read_all(home)  # a live home's consumer has read the stream (as it lapses, above)
+        if self._home() is not home:
+            return
         assert home.ctx is not None
         epoch = home.journals.epoch_of(JOURNAL) + 1
         handoff = c.JournalHandoff(to=to, epoch=epoch)
@@ -451,7 +467,9 @@ class ReceiveModel(RuleBasedStateMachine):
             self._read(node, len(self.stream.messages), False)
 
     def _read(self, node: HonestNode, count: int, staged: bool) -> None:
-        for move in self.run(node.read(count, staged)):
+        moves = self.run(node.read(count, staged))
+        self._publish(node)  # what it wrote as it read (a takeover of it refuted), home or not
+        for move in moves:
             if move["reason"] == "takeover" and self.leases.live(move["from"], move["epoch"] - 1):
                 self.violations.append(
                     f"{node.name} accepted the takeover at seq {move['seq']} by {move['to']} "

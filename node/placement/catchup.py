@@ -13,18 +13,19 @@ such an envelope counts as nothing here; the consumer refuses it and reports its
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Iterable
 
+from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
 from eventstore.imports import KeyLookup, Verified, precheck
 from node.context import NodeContext
-from node.ops.polling import DeadlineExceeded, until
 from node.sync.nats.envelopes import envelopes_of
-from node.sync.nats.subjects import stream_name, subject
+from node.sync.nats.subjects import durable_name, stream_name, subject
 from node.sync.wire import MalformedEnvelope, parse_envelope
 from projections.journals import Journals
 
@@ -52,23 +53,32 @@ async def stream_holds(
 
 
 async def stream_signed_at(
-    js: JetStreamContext, mesh: str, journal: str, node: str, seq: int, lookup: KeyLookup
+    js: JetStreamContext,
+    mesh: str,
+    journal: str,
+    node: str,
+    seq: int,
+    lookup: KeyLookup,
+    prev: str | None = None,
 ) -> bool:
     """Whether the stream holds `node`'s signed envelope of `journal` at exactly `seq`: the
     first of its messages on its subject whose last envelope reaches `seq`, found by a binary
-    search over the stream's positions (a node's messages of one journal are runs in order).
-    Not knowing (its messages before that one aged out of the stream) answers True, the safe
-    answer for a judge: the takeover would erase what the stream may have acknowledged."""
+    search over the stream's positions (a node's messages of one journal are runs in order);
+    with `prev`, only an envelope that follows that digest (a sibling of the envelope asked
+    about: history it would overtake, not a signer's envelope that extends nothing). Not
+    knowing (its messages before that one aged out of the stream) answers True, the safe answer
+    for a judge: the takeover would erase what the stream may have acknowledged."""
     name, where = stream_name(mesh), subject(mesh, node, journal)
 
-    async def first_from(position: int) -> tuple[int, list[int]] | None:
+    async def first_from(position: int) -> tuple[int, list[int], dict[int, str]] | None:
         try:
             msg = await asyncio.wait_for(
                 js.get_msg(name, seq=position, subject=where, next=True), GET_TIMEOUT_SECS
             )
         except NotFoundError:
             return None
-        return int(msg.seq or 0), signed_seqs(msg.data or b"", journal, node, lookup)
+        prevs = signed_prevs(msg.data or b"", journal, node, lookup)
+        return int(msg.seq or 0), list(prevs), prevs
 
     first = await first_from(1)
     try:
@@ -85,7 +95,7 @@ async def stream_signed_at(
         probe = await first_from(mid)  # its first message at `mid` or after
         if probe is None:
             break
-        position, seqs = probe
+        position, seqs, _ = probe
         if seqs and seqs[-1] >= seq:
             hi = mid
         else:
@@ -94,15 +104,16 @@ async def stream_signed_at(
     if found is None or not found[1] or found[1][-1] < seq:
         return False
     if seq in found[1]:
-        return True
+        return prev is None or found[2][seq] == prev  # else it follows another: no sibling
     if found[0] == first[0] and found[1][0] > seq:  # its earlier messages may have aged out
         info = await asyncio.wait_for(js.stream_info(name), GET_TIMEOUT_SECS)
         return int(info.state.first_seq or 1) > 1
     return False
 
 
-def signed_seqs(data: bytes, journal: str, node: str, lookup: KeyLookup) -> list[int]:
-    """The seqs of a message's envelopes of `journal` that `node` signed, in order."""
+def signed_prevs(data: bytes, journal: str, node: str, lookup: KeyLookup) -> dict[int, str]:
+    """The seqs of a message's envelopes of `journal` that `node` signed, in order, each with
+    the digest it follows (its event's `prev`)."""
     items = []
     for raw in envelopes_of(data):
         try:
@@ -112,13 +123,13 @@ def signed_seqs(data: bytes, journal: str, node: str, lookup: KeyLookup) -> list
         if item.stream == journal:
             items.append(item)
     if not items:
-        return []
+        return {}
     checked = precheck(items, lookup)
-    return [
-        item.seq
+    return {
+        item.seq: result.event.prev
         for item, result in zip(items, checked, strict=True)
         if isinstance(result, Verified) and result.event.origin == node
-    ]
+    }
 
 
 def signed_seq(data: bytes, journal: str, node: str, lookup: KeyLookup) -> int:
@@ -148,17 +159,62 @@ async def caught_up(
     lookup: KeyLookup,
     deadline: float,
 ) -> bool:
-    """True once the local head of `journal` reaches what the stream holds; False when
-    `deadline` (time.monotonic()) passes first."""
-    want = await stream_holds(js, ctx.config.mesh.name, journal, writers, lookup)
-    heads = ctx.projections.get(Journals).head
-    try:
-        await until(
-            lambda: heads.get(journal, 0) >= want,
-            max(0.0, deadline - time.monotonic()),
-            f"{journal} caught up with the stream",
-            CATCH_UP_POLL_SECS,
-        )
-    except DeadlineExceeded:
-        return False
-    return True
+    """True once the local head of `journal` reaches what the stream holds of it from the
+    nodes this node's copy names as its writers (their signed envelopes are its history), and
+    what `writers`' other nodes put there either is reached too or has been read and refused
+    (this node's consumer acknowledged the message that holds it); False when `deadline`
+    (time.monotonic()) passes first.
+
+    A member of the set that signs envelopes ahead of the head (takeovers this node refused,
+    definitions of its own) would else hold an honest takeover back for good: the bench's
+    attack run (bench/failover.py --attack-kills) saw no takeover within 30 s."""
+    mesh = ctx.config.mesh.name
+    journals = ctx.projections.get(Journals)
+    known = set(journals.writers_from(journal, 1))
+    home = journals.home_of(journal)
+    if home is not None:
+        known.add(home)
+    others = [node for node in writers if node not in known]
+    history = await stream_holds(js, mesh, journal, sorted(known), lookup)
+    ahead = await stream_holds(js, mesh, journal, others, lookup) if others else 0
+    position = await _last_position(js, mesh, journal, others) if ahead else 0
+    heads = journals.head
+
+    async def reached() -> bool:
+        head = heads.get(journal, 0)
+        if head < history:
+            return False
+        return head >= ahead or await _read_through(js, mesh, ctx.name, position)
+
+    while True:
+        with contextlib.suppress(NatsError, TimeoutError):
+            if await reached():
+                return True
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(CATCH_UP_POLL_SECS)
+
+
+async def _last_position(js: JetStreamContext, mesh: str, journal: str, nodes: list[str]) -> int:
+    """The stream position of the last message of `journal` on the subjects of `nodes`."""
+    position = 0
+    for node in nodes:
+        try:
+            last = await asyncio.wait_for(
+                js.get_last_msg(stream_name(mesh), subject(mesh, node, journal)),
+                GET_TIMEOUT_SECS,
+            )
+        except NotFoundError:
+            continue
+        position = max(position, int(last.seq or 0))
+    return position
+
+
+async def _read_through(js: JetStreamContext, mesh: str, node: str, position: int) -> bool:
+    """Whether this node's consumer has had every message up to stream `position` delivered
+    and acknowledged (it acknowledges a batch once it is committed, whatever it refused)."""
+    info = await asyncio.wait_for(
+        js.consumer_info(stream_name(mesh), durable_name(node)), GET_TIMEOUT_SECS
+    )
+    floor = info.ack_floor.stream_seq if info.ack_floor is not None else 0
+    return int(floor or 0) >= position

@@ -18,7 +18,14 @@ by itself, and refuse it (reported, naming its signer) when:
   epoch taken over, not the writer's last message at any epoch. A writer that took the journal
   back later (a takeover or handoff at a higher epoch) holds later seqs in the stream, and
   they are no erasure: a node that was down during two quick takeovers judges the first one as
-  the nodes that were up did, and catches up;
+  the nodes that were up did, and catches up. Only a sibling counts, an envelope that follows
+  what the takeover follows (its `prev`): a signer's envelope at that seq that extends nothing
+  (a member's, published ahead at seqs it never held) is no history, and counting it made a
+  node that read the stream later refuse a takeover the others had accepted. A sibling counts
+  wherever it stands in the stream, before the takeover or after it: the live home that goes
+  on writing after refusing a takeover (then hands the agent on, or dies) is what a node that
+  reads the stream later must refuse it by, the lease record it was refused by being gone
+  (docs/mesh.md, "What is judged when");
 - it forks this node's copy over a tail that began more than FORK_SPAN_TTLS lease TTLs (plus
   FORK_SLACK_SECS) before the takeover: an honest old home can write past what the stream has
   only until its lease runs out.
@@ -64,8 +71,9 @@ class MeshView(Protocol):
         """The highest seq of `journal` the stream holds signed by `writer` (0: none)."""
         ...
 
-    async def signed_at(self, journal: str, writer: str, seq: int) -> bool:
-        """Whether the stream holds `writer`'s signed envelope of `journal` at `seq`."""
+    async def signed_at(self, journal: str, writer: str, seq: int, prev: str | None = None) -> bool:
+        """Whether the stream holds `writer`'s signed envelope of `journal` at `seq` (following
+        the digest `prev`, when given)."""
         ...
 
 
@@ -80,9 +88,9 @@ class NatsView:
     async def holds(self, journal: str, writer: str) -> int:
         return await stream_holds(self._js, self._mesh, journal, [writer], self._leases.lookup)
 
-    async def signed_at(self, journal: str, writer: str, seq: int) -> bool:
+    async def signed_at(self, journal: str, writer: str, seq: int, prev: str | None = None) -> bool:
         lookup = self._leases.lookup
-        return await stream_signed_at(self._js, self._mesh, journal, writer, seq, lookup)
+        return await stream_signed_at(self._js, self._mesh, journal, writer, seq, lookup, prev)
 
 
 class TakeoverJudge:
@@ -119,17 +127,23 @@ class TakeoverJudge:
         home, epoch, journal = claim.previous_home, claim.previous_epoch, claim.stream
         if home == self._ctx.name and self._leases.holds(journal, epoch):
             return Verdict(
-                "bad_takeover", f"this node, its home, holds a valid lease at epoch {epoch}"
+                "bad_takeover",
+                f"this node, its home, holds a valid lease at epoch {epoch}",
+                refuted=True,
             )
         # the bucket's record, also when this node is the home (it may have restarted within
         # a TTL, or be renewing late): every node judges by the same record
         if await mesh.home_lease_epoch(journal, home) == epoch:
-            return Verdict("bad_takeover", f"its home {home!r} holds a live lease at epoch {epoch}")
+            return Verdict(
+                "bad_takeover",
+                f"its home {home!r} holds a live lease at epoch {epoch}",
+                refuted=home == self._ctx.name,  # this node: it writes the seq (its fence allowing)
+            )
         journals = self._ctx.projections.get(Journals)
         writers = {home, *journals.writers_from(journal, claim.seq)} - {claim.origin}
         for writer in sorted(writers):
             held = await mesh.holds(journal, writer)
-            if held >= claim.seq and await mesh.signed_at(journal, writer, claim.seq):
+            if held >= claim.seq and await mesh.signed_at(journal, writer, claim.seq, claim.prev):
                 return Verdict(
                     "bad_takeover",
                     f"the stream holds seq {claim.seq} of it from {writer!r} (up to {held}): the "

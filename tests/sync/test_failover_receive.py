@@ -572,7 +572,9 @@ async def test_what_the_stream_holds_is_what_its_signed_envelopes_say(client, me
 async def test_the_home_judges_a_takeover_of_its_journal_by_its_record_in_the_bucket(client, mesh):
     """node-a is the home of `local` and its signed record is live in the bucket, though this
     process holds no lease (it restarted within a TTL): it refuses the takeover, as every other
-    node does."""
+    node does, and refutes it: it writes the takeover's seq itself, so a node reading the
+    stream after its record lapsed refuses the takeover by that sibling (docs/mesh.md, "What a
+    node reading late decides")."""
     ctx = client.server.app[CONTEXT]
     kind, data = c.event_of(placed("node-a", "node-b"))
     await ctx.store.append("local", kind, data)
@@ -584,6 +586,10 @@ async def test_the_home_judges_a_takeover_of_its_journal_by_its_record_in_the_bu
     assert reasons(body) == ["bad_takeover"], body
     assert "its home 'node-a' holds a live lease at epoch 0" in body["rejections"][0]["detail"]
     assert journals(client).home_of("local") == "node-a"
+    refutation = ctx.store.get("local", 3)
+    assert refutation is not None and refutation.event.origin == "node-a"
+    assert refutation.event.type == "finding"
+    assert refutation.event.data["title"] == "refused takeover of journal local by node node-b"
 
 
 async def test_a_batch_of_takeovers_is_judged_within_one_deadline(client, nats_server, monkeypatch):

@@ -80,17 +80,37 @@ class _Batch(NamedTuple):
     lanes: list[tuple[list[int], Staged]]
 
 
-def lanes_of(journals: list[bytes]) -> list[list[int]]:
-    """Indices of the items (by the subject each came on: one journal each) split into up to
-    STAGE_LANES balanced lanes of whole subjects, staged side by side: their signatures are
-    checked at once, as an HTTP receiver checks concurrent pushes."""
-    by_subject: dict[bytes, list[int]] = {}
-    for index, journal in enumerate(journals):
-        by_subject.setdefault(journal, []).append(index)
-    if len(journals) < MIN_LANE_SPLIT or len(by_subject) == 1:
-        return [list(range(len(journals)))]
-    lanes: list[list[int]] = [[] for _ in range(min(STAGE_LANES, len(by_subject)))]
-    for indices in sorted(by_subject.values(), key=len, reverse=True):
+class _JournalOf(msgspec.Struct):
+    agent: str  # the envelope's journal; its other fields are the receive path's
+
+
+_journal_decoder = msgspec.json.Decoder(_JournalOf)
+
+
+def journal_of(item: msgspec.Raw) -> str | None:
+    """The journal an envelope names (None: unreadable; the receive path refuses it)."""
+    try:
+        return _journal_decoder.decode(item).agent
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
+
+def lanes_of(items: list[msgspec.Raw]) -> list[list[int]]:
+    """Indices of the items split into up to STAGE_LANES balanced lanes of whole journals,
+    staged side by side: their signatures are checked at once, as an HTTP receiver checks
+    concurrent pushes. By the journal each envelope names, not the subject it came on: a
+    member's subject may carry envelopes of several journals, and two subjects (the home's
+    and a member's) one journal, whose envelopes must be screened, judged and committed in
+    one lane, in the batch's order."""
+    if len(items) < MIN_LANE_SPLIT:
+        return [list(range(len(items)))]
+    by_journal: dict[str | None, list[int]] = {}
+    for index, item in enumerate(items):
+        by_journal.setdefault(journal_of(item), []).append(index)
+    if len(by_journal) == 1:
+        return [list(range(len(items)))]
+    lanes: list[list[int]] = [[] for _ in range(min(STAGE_LANES, len(by_journal)))]
+    for indices in sorted(by_journal.values(), key=len, reverse=True):
         min(lanes, key=len).extend(indices)
     return [sorted(lane) for lane in lanes if lane]
 
@@ -240,12 +260,11 @@ class NatsConsumer(OnLink):
 
     async def _stage(self, messages: list[Delivered]) -> _Batch:
         """Screen, verify and queue a batch for the writer (Receiver.stage), in lanes of whole
-        subjects verified side by side: it commits after the batch staged before it (every
+        journals verified side by side: it commits after the batch staged before it (every
         lane of it). Publishers are named for the findings only."""
         items: list[msgspec.Raw] = []
         publishers: list[str] = []
         origins: list[Delivered] = []
-        subjects: list[bytes] = []
         redelivered = 0
         for message in messages:
             if message.deliveries > 1:
@@ -256,14 +275,13 @@ class NatsConsumer(OnLink):
             envelopes = envelopes_of(message.data)
             publishers += [publisher] * len(envelopes)
             origins += [message] * len(envelopes)
-            subjects += [message.subject] * len(envelopes)
             items += envelopes
         if redelivered:
             self._metrics.redeliveries.inc(redelivered)
         self.run_length = 0.8 * self.run_length + 0.2 * max(1.0, len(items) / len(messages))
         if not items:
             return _Batch(items, publishers, origins, [])
-        lanes = lanes_of(subjects)
+        lanes = lanes_of(items)
         staged = await asyncio.gather(
             *(self._receiver.stage([items[i] for i in lane]) for lane in lanes)
         )

@@ -32,6 +32,7 @@ class TakeoverClaim:
     previous_epoch: int
     held: int  # this node's head of the journal (seq <= held: a fork)
     ts: str
+    prev: str | None = None  # the digest it follows: only a sibling of it is history it erases
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,10 @@ class Verdict:
     reason: str
     detail: str
     report: bool = True
+    # refused by this node as the journal's live home: it writes the takeover's seq itself
+    # (receiver.Receiver._refute), so a node reading the stream after its lease record is gone
+    # refuses the takeover as overtaking that envelope, as the nodes that read it in time did
+    refuted: bool = False
 
 
 class TakeoverJudge(Protocol):

@@ -71,6 +71,11 @@ class MoveRules:
             )
         head = self._ctx.store.head(stream)
         held = head.seq if head is not None else 0
+        reach = max(held, batch.reach.get(stream, 0))
+        if item.seq > reach + 1:
+            # nothing before it here reaches its seq: the store refuses it as a gap, and what
+            # the batch would note of it (its signer the writer from its seq) must not stand
+            return GAP, f"takeover of {stream} at seq {item.seq}: this node holds up to {reach}"
         if item.seq <= held:
             before = self._ctx.store.get(stream, item.seq - 1) if item.seq > 1 else None
             ours = before.payload_hash if before is not None else ""
@@ -86,7 +91,15 @@ class MoveRules:
             self._book.unjudged[stream] = item.seq
             return GAP, f"takeover of {stream} at seq {item.seq} not judged yet: {verdict.detail}"
         batch.claims[index] = TakeoverClaim(
-            stream, item.seq, event.origin, takeover.epoch, home, epoch, held, event.ts
+            stream,
+            item.seq,
+            event.origin,
+            takeover.epoch,
+            home,
+            epoch,
+            held,
+            event.ts,
+            prev=event.prev,
         )
         if item.seq <= held:
             batch.forks.append(index)

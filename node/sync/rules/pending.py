@@ -50,6 +50,11 @@ class Screening:
     # takeovers that passed the envelope's own checks, for the judge: index → claim
     claims: dict[int, TakeoverClaim] = field(default_factory=dict)
     verdicts: dict[int, Verdict] = field(default_factory=dict)  # the judge's refusals
+    # journal → the highest seq among the part's envelopes screened so far (a takeover beyond
+    # it and this node's head is a gap: moves.MoveRules.takeover)
+    reach: dict[str, int] = field(default_factory=dict)
+    # takeovers this node refused as the journal's live home: it refutes them once committed
+    refuted: list[tuple[TakeoverClaim, Verdict]] = field(default_factory=list)
     # moves (takeovers, handoffs) read, by index: their signatures are checked before any
     # of them is judged or reported, so a forgery names nobody (`Screening.forged`)
     moves_read: dict[int, ForeignEnvelope] = field(default_factory=dict)

@@ -36,12 +36,12 @@ from node.sync.acks import AckRecorder
 from node.sync.incidents import Incidents
 from node.sync.keys import PeerKeys
 from node.sync.rules.forks import old_epoch_refused, resolve_forks
-from node.sync.rules.judging import TakeoverJudge, judged
+from node.sync.rules.judging import TakeoverClaim, TakeoverJudge, Verdict, judged
 from node.sync.rules.moves import MovesSeen, plan_moves
 from node.sync.rules.outcome import STAGED_PEER, PushOutcome, Rejection, log_rejections
 from node.sync.rules.pending import PendingBook, Screening
 from node.sync.rules.screening import Screener
-from projections.catalogue import Severity
+from projections.catalogue import MAX_TITLE, Finding, Severity, event_of
 from projections.journals import Journals
 
 log = logging.getLogger("agent-node.sync")
@@ -194,11 +194,13 @@ class Receiver:
         screening = book.screening(forged=forged, refused=plan.refused)
         candidates, origins = screen(items, outcome, screening)
         if screening.claims:
-            verdicts = await judged(self.judge, screening.claims)
+            claims = screening.claims
+            verdicts = await judged(self.judge, claims)
             book.forget(screening)
             outcome = PushOutcome()
             screening = book.screening(verdicts=verdicts, forged=forged, refused=plan.refused)
             candidates, origins = screen(items, outcome, screening)
+            screening.refuted = [(claims[i], v) for i, v in verdicts.items() if v.refuted]
         screening.critical = plan.incidents
         if screening.forks:
             candidates = old_epoch_refused(candidates, screening, outcome)
@@ -232,6 +234,8 @@ class Receiver:
                 await self._report_move(peer_id, key, title, detail)
             for key, title, detail in screening.critical:
                 await self._report_move(peer_id, key, title, detail, "critical")
+            for claim, verdict in screening.refuted:
+                await self._refute(claim, verdict)
         for (index, item), result in zip(candidates, results, strict=True):
             if result.status in (ImportStatus.ACCEPTED, ImportStatus.DUPLICATE):
                 held[item.stream] = max(held.get(item.stream, 0), item.seq)
@@ -257,6 +261,24 @@ class Receiver:
         if peer_id in self._peers and held:
             self._acks.note(peer_id, held, at_least=True)
         return outcome
+
+    async def _refute(self, claim: TakeoverClaim, verdict: Verdict) -> None:
+        """A takeover of a journal this node is the live home of, refused: this node writes
+        the takeover's seq itself (a finding saying so), unless its copy holds that seq
+        already. The lease record the takeover was refused by lapses a TTL after this node
+        stops; the envelope stays in the stream, and a node that reads the stream later (it
+        was down) refuses the takeover by it (node/placement/judge.py: a sibling the takeover
+        would overtake), as the nodes that read it in time did."""
+        store = self._ctx.store
+        head = store.head(claim.stream)
+        if store.disowned(claim.stream) or (head.seq if head else 0) != claim.seq - 1:
+            return
+        title = f"refused takeover of journal {claim.stream} by node {claim.origin}"
+        finding = Finding(severity="high", title=title[:MAX_TITLE], detail=verdict.detail)
+        try:
+            await store.append(claim.stream, *event_of(finding))
+        except Exception as exc:  # fenced meanwhile (the lease lapsed), or no longer home
+            log.info("not refuting the takeover of %s: %s", claim.stream, exc)
 
     def _moved(self, stream: str, home: str) -> None:
         """An accepted move: this node no longer writes the journal unless it is the home

@@ -101,6 +101,7 @@ class Screener:
                 item = item._replace(writer=writer)
             origins.add(event.origin)
             candidates.append((index, item))
+            screening.reach[item.stream] = max(screening.reach.get(item.stream, 0), item.seq)
         return candidates, origins
 
     def _refusal(
