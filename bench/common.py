@@ -47,6 +47,12 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+def p95(values: list[float]) -> float:
+    """The failover benches' p95: the value at the 95 % rank, nearest (bench/failover*.py)."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+
+
 async def http_load(
     url: str,
     *,

@@ -57,6 +57,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.common import p95  # noqa: E402
 from eventstore.envelope import digest_of  # noqa: E402
 from harness.failover import (  # noqa: E402
     AGENT,
@@ -67,6 +68,7 @@ from harness.failover import (  # noqa: E402
     counts,
     deploy,
     events,
+    first_tick_by,
     publish_component,
     same_journals,
     ticks,
@@ -74,7 +76,7 @@ from harness.failover import (  # noqa: E402
     wait_runner,
 )
 from harness.hostile import Head, HostileMember, LeaseAttack, MoveAttack  # noqa: E402
-from node.ops.polling import DeadlineExceeded, wait_until  # noqa: E402
+from node.ops.polling import DeadlineExceeded  # noqa: E402
 from node.runtime.compiled_cache import COMPILED_CACHE_ENV  # noqa: E402
 
 
@@ -89,17 +91,6 @@ def built_counter() -> Path:
     return Path(json.loads(run.stdout)["counter"])
 
 
-def first_tick_by(fm: FailoverMesh, node: str, after_seq: int, timeout: float) -> float:
-    """Wait until `node`'s journal holds a tick it wrote after `after_seq`; monotonic then."""
-
-    def ticked() -> bool:
-        later = [e for e in events(fm[node]) if e["seq"] > after_seq]
-        return any(origin == node for _, origin in ticks(later))
-
-    wait_until(ticked, timeout, f"a tick by {node}", interval=0.05, retry_on=(Exception,))
-    return time.monotonic()
-
-
 def written_by_non_home(journal: list[dict]) -> int:
     """Envelopes whose origin is not the journal's home at their seq (handoffs and takeovers
     followed): what a fenced node would have got in."""
@@ -112,11 +103,6 @@ def written_by_non_home(journal: list[dict]) -> int:
         if e["type"] == "journal.handoff":
             home = e["data"]["to"]
     return wrong
-
-
-def p95(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
 
 
 def kills_and_moves(args: argparse.Namespace, hostile: bool) -> dict[str, Any]:

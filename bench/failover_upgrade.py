@@ -22,12 +22,14 @@ from typing import Any
 
 import httpx
 
+from bench.common import p95
 from harness.failover import (
     AGENT,
     NODES,
     FailoverMesh,
     agent_view,
     events,
+    first_tick_by,
     move_to,
     publish_component,
     wait_for,
@@ -56,7 +58,6 @@ def _upgrade(fm: FailoverMesh, wasm: Path, version: str, wait: bool) -> None:
 
 
 def _round(fm: FailoverMesh, wasm: Path, root: Path, n: int, wait: bool, ttl: float) -> float:
-    from bench.failover import first_tick_by
 
     version = f"{1 if wait else 2}.{n + 1}.0"
     _upgrade(fm, fresh_bytes(wasm, f"{version}-{os.getpid()}", root), version, wait)
@@ -82,7 +83,6 @@ def _round(fm: FailoverMesh, wasm: Path, root: Path, n: int, wait: bool, ttl: fl
 
 def after_upgrade_failovers(args: argparse.Namespace, wasm: Path) -> dict[str, Any]:
     """The rounds of each kind on one mesh whose replicas compile for themselves; their p95s."""
-    from bench.failover import p95  # the figure's one definition
 
     root = Path(tempfile.mkdtemp(prefix="failover-upgrade-"))
     fm = FailoverMesh(root, lease_ttl=args.lease_ttl, own_compile_cache=COLD).start()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -246,6 +247,17 @@ def ticks(journal: list[dict[str, Any]]) -> list[tuple[int, str]]:
         if message.startswith("tick "):
             out.append((int(message.split()[1]), e["origin"]))
     return out
+
+
+def first_tick_by(fm: FailoverMesh, node: str, after_seq: int, timeout: float) -> float:
+    """Wait until `node`'s journal holds a tick it wrote after `after_seq`; monotonic then."""
+
+    def ticked() -> bool:
+        later = [e for e in events(fm[node]) if e["seq"] > after_seq]
+        return any(origin == node for _, origin in ticks(later))
+
+    wait_until(ticked, timeout, f"a tick by {node}", interval=0.05, retry_on=(Exception,))
+    return time.monotonic()
 
 
 def counts(journal: list[dict[str, Any]]) -> list[int]:

@@ -13,7 +13,6 @@ such an envelope counts as nothing here; the consumer refuses it and reports its
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Iterable
@@ -24,6 +23,7 @@ from nats.js.errors import NotFoundError
 
 from eventstore.imports import KeyLookup, Verified, precheck
 from node.context import NodeContext
+from node.ops.polling import DeadlineExceeded, until
 from node.sync.nats.envelopes import envelopes_of
 from node.sync.nats.subjects import durable_name, stream_name, subject
 from node.sync.wire import MalformedEnvelope, parse_envelope
@@ -184,15 +184,21 @@ async def caught_up(
         head = heads.get(journal, 0)
         if head < history:
             return False
-        return head >= ahead or await _read_through(js, mesh, ctx.name, position)
-
-    while True:
-        with contextlib.suppress(NatsError, TimeoutError):
-            if await reached():
-                return True
-        if time.monotonic() >= deadline:
+        try:
+            return head >= ahead or await _read_through(js, mesh, ctx.name, position)
+        except (NatsError, TimeoutError):  # asked again at the next poll
             return False
-        await asyncio.sleep(CATCH_UP_POLL_SECS)
+
+    try:
+        await until(
+            reached,
+            max(0.0, deadline - time.monotonic()),
+            f"{journal} caught up with the stream",
+            CATCH_UP_POLL_SECS,
+        )
+    except DeadlineExceeded:
+        return False
+    return True
 
 
 async def _last_position(js: JetStreamContext, mesh: str, journal: str, nodes: list[str]) -> int:

@@ -173,16 +173,20 @@ async def test_an_approval_gate_interrupts_the_run_and_resume_decides_it(node):
 
     resume = [{"interruptId": approval.id, "status": "resolved"}]
     resumed = await run(node, "cashier", run_input(thread, "pay INV-0077", resume=resume))
+    # the task was parked at its spend (docs/agents.md, "A task waiting for people"): its
+    # resumed run says its progress before the spend again, then the spend's result
     assert types(resumed) == [
         "RUN_STARTED",
+        "CUSTOM",
         "TOOL_CALL_RESULT",
         "TEXT_MESSAGE_START",
         "TEXT_MESSAGE_CONTENT",
         "TEXT_MESSAGE_END",
         "RUN_FINISHED",
     ]
-    assert resumed[1]["toolCallId"] == interrupt["toolCallId"]
-    assert json.loads(resumed[1]["content"])["capability"] == "spend"
+    assert resumed[1]["value"]["progress"] == events[1]["value"]["progress"]
+    assert resumed[2]["toolCallId"] == interrupt["toolCallId"]
+    assert json.loads(resumed[2]["content"])["capability"] == "spend"
     end = finished(resumed)
     assert end["outcome"] == {"type": "success"} and end["result"]["paid"] is True
     decided = node.journal("cashier", "approval.decided")
