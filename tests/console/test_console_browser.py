@@ -380,9 +380,10 @@ def test_keyboard_approves_and_the_stream_resumes_after_a_restart(node, open_pag
     expect(page.locator("#stream-state")).to_have_text("reconnecting…")
     node.start()
     expect(page.locator("#stream-state")).to_have_text("live", timeout=30_000)
-    # a decision made elsewhere after the restart reaches the page over the resumed stream
+    # a decision made elsewhere after the restart reaches the page over the resumed stream;
+    # the payer's next request may come only after its start and one tick (5 s) after it
     waiting = payer_row(page).first
-    expect(waiting).to_be_visible()
+    expect(waiting).to_be_visible(timeout=30_000)
     waiting_id = waiting.get_attribute("data-id")
     with node.client() as http:
         http.post(f"/api/v1/approvals/{waiting_id}", json={"decision": "deny"}).raise_for_status()
