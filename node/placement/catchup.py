@@ -15,10 +15,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 
 from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
+from nats.js.api import RawStreamMsg
 from nats.js.errors import NotFoundError
 
 from eventstore.imports import KeyLookup, Verified, precheck
@@ -40,14 +41,7 @@ async def stream_holds(
     """The highest seq of `journal` the stream holds, signed, on the subjects of `writers`
     (0: none)."""
     best = 0
-    for node in writers:
-        try:
-            last = await asyncio.wait_for(
-                js.get_last_msg(stream_name(mesh), subject(mesh, node, journal)),
-                GET_TIMEOUT_SECS,
-            )
-        except NotFoundError:
-            continue
+    async for node, last in _last_messages(js, mesh, journal, writers):
         best = max(best, signed_seq(last.data or b"", journal, node, lookup))
     return best
 
@@ -204,14 +198,7 @@ async def caught_up(
 async def _last_position(js: JetStreamContext, mesh: str, journal: str, nodes: list[str]) -> int:
     """The stream position of the last message of `journal` on the subjects of `nodes`."""
     position = 0
-    for node in nodes:
-        try:
-            last = await asyncio.wait_for(
-                js.get_last_msg(stream_name(mesh), subject(mesh, node, journal)),
-                GET_TIMEOUT_SECS,
-            )
-        except NotFoundError:
-            continue
+    async for _, last in _last_messages(js, mesh, journal, nodes):
         position = max(position, int(last.seq or 0))
     return position
 
@@ -224,3 +211,18 @@ async def _read_through(js: JetStreamContext, mesh: str, node: str, position: in
     )
     floor = info.ack_floor.stream_seq if info.ack_floor is not None else 0
     return int(floor or 0) >= position
+
+
+async def _last_messages(
+    js: JetStreamContext, mesh: str, journal: str, nodes: Iterable[str]
+) -> AsyncIterator[tuple[str, RawStreamMsg]]:
+    """The last message of `journal` on each of `nodes`' subjects that holds one."""
+    for node in nodes:
+        try:
+            last = await asyncio.wait_for(
+                js.get_last_msg(stream_name(mesh), subject(mesh, node, journal)),
+                GET_TIMEOUT_SECS,
+            )
+        except NotFoundError:
+            continue
+        yield node, last
