@@ -44,3 +44,21 @@ def agent_test(project: Path, *args: str) -> tuple[int, dict[str, Any]]:
 
 def of_type(report: dict[str, Any], type_: str) -> list[dict[str, Any]]:
     return [e for e in report["events"] if e["type"] == type_]
+
+
+def answered_by_the_tools_template(project: Path, wasm: Path, question: dict) -> dict:
+    """`agent test` of a tools template's project, answered from its answers.json: its report,
+    once the task's output is the two rounds' answer (Python's and JavaScript's alike)."""
+    done = agent(
+        "test", str(project), "--json", "--wasm", str(wasm), "--input", json.dumps(question),
+        "--infer-file", "answers.json", cwd=project,
+    )  # fmt: skip
+    report = json.loads(done.stdout)
+    assert done.returncode == 0, report
+    assert report["task"]["output"] == {
+        "answer": "Tomorrow in Paris: sunny, 21 C.",
+        "rounds": 2,
+        "input_tokens": 100,
+        "output_tokens": 21,
+    }
+    return report

@@ -9,7 +9,14 @@ import subprocess
 
 import pytest
 
-from tests.authoring.kit_support import BIN, agent, agent_test, author_env, of_type
+from tests.authoring.kit_support import (
+    BIN,
+    agent,
+    agent_test,
+    answered_by_the_tools_template,
+    author_env,
+    of_type,
+)
 from tests.support import ROOT
 
 
@@ -102,26 +109,9 @@ def test_the_javascript_tools_template_is_a_tool_calling_agent(tmp_path, built_a
     built_from = ROOT / "agents" / "tools_template_js" / "app.js"
     source = (project / "app.js").read_text().replace("forecaster", "tools_template_js")
     assert source == built_from.read_text(), "agents/tools_template_js/app.js is the template's"
-    done = agent(
-        "test",
-        str(project),
-        "--json",
-        "--wasm",
-        str(built_agents["tools_template_js"]),
-        "--input",
-        json.dumps({"question": "Weather in Paris?"}),
-        "--infer-file",
-        "answers.json",
-        cwd=project,
+    report = answered_by_the_tools_template(
+        project, built_agents["tools_template_js"], {"question": "Weather in Paris?"}
     )
-    report = json.loads(done.stdout)
-    assert done.returncode == 0, report
-    assert report["task"]["output"] == {
-        "answer": "Tomorrow in Paris: sunny, 21 C.",
-        "rounds": 2,
-        "input_tokens": 100,
-        "output_tokens": 21,
-    }
     asked = [e["request"] for e in of_type(report, "inference")]
     assert asked[0]["tools"][0]["function"]["name"] == "forecast"
     assert asked[0]["max_tokens"] == 512

@@ -9,7 +9,13 @@ import sys
 
 import pytest
 
-from tests.authoring.kit_support import agent, agent_test, author_env, of_type
+from tests.authoring.kit_support import (
+    agent,
+    agent_test,
+    answered_by_the_tools_template,
+    author_env,
+    of_type,
+)
 from tests.support import ROOT
 
 
@@ -108,27 +114,9 @@ def test_the_tools_template_is_a_tool_calling_agent(tmp_path, built_agents):
     built_from = ROOT / "agents" / "tools_template" / "app.py"
     source = (project / "app.py").read_text().replace("forecaster", "tools_template")
     assert source == built_from.read_text(), "agents/tools_template/app.py is the template's"
-    question = json.dumps({"question": "Weather in Oslo?"})
-    done = agent(
-        "test",
-        str(project),
-        "--json",
-        "--wasm",
-        str(built_agents["tools_template"]),
-        "--input",
-        question,
-        "--infer-file",
-        "answers.json",
-        cwd=project,
+    report = answered_by_the_tools_template(
+        project, built_agents["tools_template"], {"question": "Weather in Oslo?"}
     )
-    report = json.loads(done.stdout)
-    assert done.returncode == 0, report
-    assert report["task"]["output"] == {
-        "answer": "Tomorrow in Paris: sunny, 21 C.",
-        "rounds": 2,
-        "input_tokens": 100,
-        "output_tokens": 21,
-    }
     asked = [e["request"] for e in of_type(report, "inference")]
     assert asked[0]["tools"][0]["function"]["name"] == "forecast"
     assert asked[0]["max_tokens"] == 512
