@@ -27,6 +27,8 @@ class StatusView(msgspec.Struct, omit_defaults=True):
     memory_profile: MemoryProfile
     phase: str | None = None  # "waiting to compile", "compiling", "restarting", ...
     reason: str | None = None
+    # tasks whose run is parked until people decide (node/runtime/parking.py), oldest first
+    parked_tasks: list[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,7 @@ class AgentStatus:
     reason: str | None = None
     faults: int = 0  # faults of this worker (each one a restart after the backoff)
     good_runs: int = 0  # runs of this worker that ended without a fault
+    parked_tasks: tuple[str, ...] = ()  # in the order they were parked
 
     def to_api(self) -> StatusView:
         return StatusView(
@@ -57,4 +60,5 @@ class AgentStatus:
             MemoryProfile(self.heap_bytes, self.fuel_remaining),
             self.phase,
             self.reason,
+            list(self.parked_tasks) or None,
         )

@@ -137,7 +137,8 @@ class AgentWorker:
         self.probation: Future[str | None] = Future()
         self._on_probation = True  # until `probation` is set (read every run: no lock)
         self.handed_over: list[str] = []  # ids of tasks left open for the next instance
-        self._parked: set[str] = set()  # tasks whose run was parked and not yet resumed
+        # tasks whose run was parked and not yet resumed, in the order parked (under _lock)
+        self._parked: dict[str, None] = {}
         self._replacing = False  # the next instance replaces one a parked run ended
         self._clock: RunClock | None = None  # the worker thread's run clock, once it runs
         self._run: tuple[Run, float] | None = None  # the run in progress and its start
@@ -240,6 +241,7 @@ class AgentWorker:
                 reason=self._reason,
                 faults=self._faults,
                 good_runs=self._good_runs,
+                parked_tasks=tuple(self._parked),
             )
 
     # ---- the worker thread ---------------------------------------------------------------
@@ -404,7 +406,8 @@ class AgentWorker:
         return True
 
     def _run_task(self, task: Task) -> None:
-        self._parked.discard(task.id)
+        with self._lock:
+            self._parked.pop(task.id, None)
         self.hooks.task_started(task)
 
         def handle(inst: AgentInstance) -> Any:  # the record of the world it was built for
@@ -413,7 +416,8 @@ class AgentWorker:
         try:
             result = self._execute("task", task.id, handle)
         except RunParked:  # it waits for people; its verdict releases it to the queue again
-            self._parked.add(task.id)
+            with self._lock:
+                self._parked[task.id] = None
             return
         except MissingExportError as e:
             self.hooks.task_failed(task, str(e))

@@ -243,8 +243,10 @@ def test_a_task_waiting_for_people_is_parked_while_the_agent_works_on(config, re
         assert finished(node, quick)["output"] == {"results": [paid("Q-1")]}
         with node.client() as client:
             parked = client.get(f"/api/v1/a2a/tasks/{waiting}").json()
+            (status,) = client.get("/api/v1/status", params={"agent": AGENT}).json()
         # still waiting: without parking the permitted task ran only once W-1 had expired
         assert parked.get("waiting_for") == "waiting for approval of spend", parked
+        assert status["parked_tasks"] == [waiting], status
 
         node.kill()  # while parked
         node = NodeProcess(config).start()
