@@ -52,7 +52,7 @@ from node.runtime.limits import (
     MAX_TEXT,
     over_limit,
 )
-from node.runtime.parking import Parked, ParkedRuns, waits_for_people
+from node.runtime.parking import ParkedRuns
 from node.runtime.redact import SecretRedactor
 from node.runtime.tasks import TaskQueue
 from node.web import boundedjson
@@ -350,39 +350,30 @@ class JournalHost:
     def _decision(
         self, capability: str, shown: str, task_id: str | None, policy: bool, call: str | None
     ) -> Verdict:
-        """The verdict on the request. A task's recorded call left to people parks its run
-        (parking.py) unless the agent has `max_parked_runs_per_agent` parked already; the
-        resumed run takes the verdict its park waited for instead of asking again."""
-        parkable = False
-        if call is not None and task_id is not None:
-            parked = self.parked.take(task_id, call, hash_request(shown))
-            if parked is not None:
-                return self._result(parked.verdict)
-            parkable = self.parked.has_room()
-        people = threading.Event()
-        asked = self.s.approvals.ask(
-            self.name,
-            capability,
-            shown,
-            self.agent.approval_timeout_secs,
-            task_id,
-            policy=policy,
-            call=call,
-            waiting=people.set if parkable else None,
-        )
-        future = asyncio.run_coroutine_threadsafe(asked, self.s.loop)
-        if parkable and waits_for_people(future, people, self.stopping):
-            assert call is not None and task_id is not None
-            self._park(Parked(task_id, call, hash_request(shown), future), capability)
-        return self._result(future)
+        """The verdict on the request, or RunParked when people decide it (parking.py)."""
 
-    def _park(self, parked: Parked, capability: str) -> None:
-        """End the run here (RunParked traps it): people decide while the agent works on."""
-        self.parked.park(parked)
-        self._parked_run = True
-        run_clock().parked = True
-        log.info("agent %s: task %s parked until %s is decided", self.name, parked.task, capability)
-        raise RunParked(f"task {parked.task} waits for people to decide on {capability}")
+        def ask(waiting: Callable[[], None] | None) -> concurrent.futures.Future[Verdict]:
+            asked = self.s.approvals.ask(
+                self.name,
+                capability,
+                shown,
+                self.agent.approval_timeout_secs,
+                task_id,
+                policy=policy,
+                call=call,
+                waiting=waiting,
+            )
+            return asyncio.run_coroutine_threadsafe(asked, self.s.loop)
+
+        request_hash = hash_request(shown)
+        try:
+            future = self.parked.verdict(ask, task_id, call, request_hash, self.stopping)
+        except RunParked:  # the run ends here: people decide while the agent works on
+            self._parked_run = True
+            run_clock().parked = True
+            log.info("agent %s: task %s parked until %s is decided", self.name, task_id, capability)
+            raise
+        return self._result(future)
 
     def _resume(self, task_id: str) -> bool:
         """A parked run's verdict arrived (on the loop): its task is run again, if still open."""

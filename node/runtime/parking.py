@@ -22,6 +22,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from node.runtime.hostapi import RunParked
 from projections.approvals import Verdict
 
 log = logging.getLogger(__name__)
@@ -104,6 +105,32 @@ class ParkedRuns:
     def tasks(self) -> list[str]:
         with self._lock:
             return list(self._runs)
+
+    def verdict(
+        self,
+        ask: Callable[[Callable[[], None] | None], concurrent.futures.Future[Verdict]],
+        task: str | None,
+        call: str | None,
+        request_hash: str,
+        stopping: threading.Event,
+    ) -> concurrent.futures.Future[Verdict]:
+        """The verdict on a request, to wait for; RunParked when the run is parked instead.
+        `ask(waiting)` sends the request to the gate (`waiting`, when given, is called as the
+        request goes to people). Only a task's recorded call parks, while there is room; the
+        resumed run gets the verdict its park waited for instead of asking again."""
+        parkable = False
+        if call is not None and task is not None:
+            parked = self.take(task, call, request_hash)
+            if parked is not None:
+                return parked.verdict
+            parkable = self.has_room()
+        people = threading.Event()
+        future = ask(people.set if parkable else None)
+        if parkable and waits_for_people(future, people, stopping):
+            assert call is not None and task is not None
+            self.park(Parked(task, call, request_hash, future))
+            raise RunParked(f"task {task} waits for people to decide")
+        return future
 
 
 PEOPLE_POLL_SECS = 0.05
