@@ -31,18 +31,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import heapq
-import json
 import logging
 import secrets
 import time
-from pathlib import Path
 
 import msgspec
 from nats.errors import MaxPayloadError
 from nats.js.errors import NotFoundError
 
 from eventstore.envelope import Envelope
-from node.ops.files import write_atomically
+from node.sync.nats.cursor import CURSOR_FILE, CURSOR_SAVE_SECS, Cursor
 from node.sync.nats.link import Link, OnLink
 from node.sync.nats.raw import STATUS_PREFIX, hpub_frame
 from node.sync.nats.subjects import (
@@ -56,8 +54,6 @@ from node.sync.nats.subjects import (
 from projections.journals import Journals
 
 log = logging.getLogger("agent-node.sync")
-CURSOR_FILE = "nats-published.json"
-CURSOR_SAVE_SECS = 1.0
 IDLE_CHECK_SECS = 5.0
 ACK_TIMEOUT_SECS = 10.0
 # a message's bytes at most (and at most the server's max_payload and the stream's
@@ -75,27 +71,6 @@ def _unfenced(deadline: float | None, now: float) -> bool:
 def encode_envelope(envelope: Envelope) -> bytes:
     """One envelope as an HTTP push carries it (wire.encode_push, one item)."""
     return _encoder.encode(envelope.as_pushed())
-
-
-class Cursor:
-    """journal → last seq acknowledged by JetStream, durable across kill -9."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.acked: dict[str, int] = {}
-        try:
-            loaded = json.loads(path.read_text())
-            self.acked = {str(k): int(v) for k, v in loaded.items()}
-        except FileNotFoundError:
-            pass
-        except (ValueError, TypeError, AttributeError):
-            log.warning("nats: %s is unreadable; republishing from the stream's heads", path)
-
-    def encoded(self) -> bytes:
-        return json.dumps(self.acked, sort_keys=True).encode()
-
-    def save(self) -> None:
-        write_atomically(self.path, self.encoded())
 
 
 class _PubAck(msgspec.Struct):
@@ -318,8 +293,7 @@ class NatsPublisher(OnLink):
         due = now - self._saved_at >= CURSOR_SAVE_SECS
         if self._acked_unsaved and (due or not self._in_flight):
             self._acked_unsaved, self._saved_at = 0, now
-            # encoded here: acknowledgements change the cursor while the thread writes
-            await asyncio.to_thread(write_atomically, self.cursor.path, self.cursor.encoded())
+            await asyncio.to_thread(self.cursor.write, self.cursor.encoded())
 
     def _check(self) -> None:
         """A refused publish: what was acknowledged before it is saved, the rest goes again
