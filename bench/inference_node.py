@@ -149,6 +149,8 @@ async def measure(wasm: Path, rounds: int, tokens: int, gap: float) -> dict[str,
             statistics.median(d_total) / statistics.median(n_total), 3
         ),
         "direct_first_token_ms": round(statistics.median(d_first) * 1000, 2),
+        # the peer's own tail: the machine's noise, which the node's p99 below carries too
+        "direct_first_token_p99_ms": round(p99(d_first) * 1000, 2),
         "node_first_token_ms": round(statistics.median(n_first) * 1000, 2),
         "first_token_added_p50_ms": round(statistics.median(added) * 1000, 2),
         "first_token_added_p99_ms": round(p99(added) * 1000, 2),
