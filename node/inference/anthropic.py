@@ -21,19 +21,15 @@ import aiohttp
 from node.inference.models import Model
 from node.inference.request import ChatRequest
 from node.inference.stream import (
-    MAX_LINE,
     Completion,
     Deltas,
     ProviderError,
     count,
-    data_lines,
     dumps,
     error_in,
-    idle_error,
     json_chunk,
     obj,
-    refusal,
-    timeout_of,
+    post_streamed,
 )
 
 VERSION = "2023-06-01"
@@ -121,37 +117,26 @@ async def complete(
     session: aiohttp.ClientSession, model: Model, chat: ChatRequest, deltas: Deltas
 ) -> Completion:
     where = f"inference {model.alias}"
-    headers = {"Accept": "text/event-stream", "anthropic-version": VERSION}
+    headers = {"anthropic-version": VERSION}
     key = model.key()
     if key:
         headers["x-api-key"] = key
-    url = model.base_url.rstrip("/") + "/messages"
     answer = Completion(model=model.model)
+    blocks: dict[int, dict[str, Any]] = {}
     stopped = False
-    try:
-        async with session.post(
-            url,
-            json=body_of(model, chat),
-            headers=headers,
-            timeout=timeout_of(model.timeout_secs),
-            read_bufsize=MAX_LINE // 2,
-            allow_redirects=False,
-        ) as response:
-            if response.status >= 300:
-                raise await refusal(response, where)
-            blocks: dict[int, dict[str, Any]] = {}
-            async for data in data_lines(response, where, model.timeout_secs):
-                event = json_chunk(data, where)
-                if event is None:
-                    continue
-                if event.get("type") == "message_stop":
-                    stopped = True
-                    break
-                _take(event, answer, blocks, deltas, where)
-    except aiohttp.ClientError as e:
-        raise ProviderError(f"{where} failed: {type(e).__name__}") from e
-    except TimeoutError as e:
-        raise ProviderError(f"{where} failed: {idle_error(model.timeout_secs)}") from e
+
+    def on_data(data: str) -> bool:
+        nonlocal stopped
+        event = json_chunk(data, where)
+        if event is None:
+            return False
+        if event.get("type") == "message_stop":
+            stopped = True
+            return True
+        _take(event, answer, blocks, deltas, where)
+        return False
+
+    await post_streamed(session, model, "/messages", headers, body_of(model, chat), on_data)
     if not stopped:
         raise ProviderError(f"{where} stream ended before it finished")
     answer.finish_reason = answer.finish_reason or "stop"

@@ -17,18 +17,14 @@ import aiohttp
 from node.inference.models import Model
 from node.inference.request import ChatRequest
 from node.inference.stream import (
-    MAX_LINE,
     Completion,
     Deltas,
     ProviderError,
     count,
-    data_lines,
     error_in,
-    idle_error,
     json_chunk,
     obj,
-    refusal,
-    timeout_of,
+    post_streamed,
 )
 
 
@@ -55,36 +51,24 @@ async def complete(
     session: aiohttp.ClientSession, model: Model, chat: ChatRequest, deltas: Deltas
 ) -> Completion:
     where = f"inference {model.alias}"
-    headers = {"Accept": "text/event-stream"}
     key = model.key()
-    if key:
-        headers["Authorization"] = f"Bearer {key}"
-    url = model.base_url.rstrip("/") + "/chat/completions"
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
     answer = Completion(model=model.model)
+    calls: dict[int, dict[str, Any]] = {}
     done = False
-    try:
-        async with session.post(
-            url,
-            json=body_of(model, chat),
-            headers=headers,
-            timeout=timeout_of(model.timeout_secs),
-            read_bufsize=MAX_LINE // 2,
-            allow_redirects=False,
-        ) as response:
-            if response.status >= 300:
-                raise await refusal(response, where)
-            calls: dict[int, dict[str, Any]] = {}
-            async for data in data_lines(response, where, model.timeout_secs):
-                if data == "[DONE]":
-                    done = True
-                    break
-                chunk = json_chunk(data, where)
-                if chunk is not None:
-                    _take(chunk, answer, calls, deltas, where)
-    except aiohttp.ClientError as e:
-        raise ProviderError(f"{where} failed: {type(e).__name__}") from e
-    except TimeoutError as e:  # the response's headers (sock_read)
-        raise ProviderError(f"{where} failed: {idle_error(model.timeout_secs)}") from e
+
+    def on_data(data: str) -> bool:
+        nonlocal done
+        if data == "[DONE]":
+            done = True
+            return True
+        chunk = json_chunk(data, where)
+        if chunk is not None:
+            _take(chunk, answer, calls, deltas, where)
+        return False
+
+    body = body_of(model, chat)
+    await post_streamed(session, model, "/chat/completions", headers, body, on_data)
     if answer.finish_reason is None:
         if not done:
             raise ProviderError(f"{where} stream ended before it finished")

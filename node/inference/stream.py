@@ -1,5 +1,6 @@
-"""What both providers' adapters share: the answer they build, the deltas they report as
-tokens arrive, their errors, and the bounded reading of a server-sent event stream.
+"""What both providers' adapters share: the streamed request (`post_streamed`), the answer
+they build, the deltas they report as tokens arrive, their errors, and the bounded reading
+of a server-sent event stream.
 
 A server that misbehaves gets a clean error, never a partial success: an SSE line longer than
 MAX_LINE, more than MAX_TEXT of text and arguments, or a wait for the next line past its
@@ -10,13 +11,14 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import aiohttp
 from aiohttp.http_exceptions import LineTooLong
 
+from node.inference.models import Model
 from node.runtime.hostapi import HostError
 from node.web import boundedjson
 
@@ -132,6 +134,39 @@ async def data_lines(
         line = raw.decode("utf-8", "replace").strip()
         if line.startswith("data:"):
             yield line[5:].strip()
+
+
+async def post_streamed(
+    session: aiohttp.ClientSession,
+    model: Model,
+    path: str,
+    headers: dict[str, str],
+    body: dict[str, Any],
+    on_data: Callable[[str], bool],
+) -> None:
+    """POST `body` to the model's `path` and hand each `data:` payload of the answer's stream
+    to `on_data` until it says that was the last (True) or the body ends. An answer >= 300, a
+    failed connection and a wait past the model's `timeout_secs` are ProviderErrors (never a
+    redirect followed: the key would go along)."""
+    where = f"inference {model.alias}"
+    try:
+        async with session.post(
+            model.base_url.rstrip("/") + path,
+            json=body,
+            headers={"Accept": "text/event-stream", **headers},
+            timeout=timeout_of(model.timeout_secs),
+            read_bufsize=MAX_LINE // 2,
+            allow_redirects=False,
+        ) as response:
+            if response.status >= 300:
+                raise await refusal(response, where)
+            async for data in data_lines(response, where, model.timeout_secs):
+                if on_data(data):
+                    return
+    except aiohttp.ClientError as e:
+        raise ProviderError(f"{where} failed: {type(e).__name__}") from e
+    except TimeoutError as e:  # the response's headers (sock_read)
+        raise ProviderError(f"{where} failed: {idle_error(model.timeout_secs)}") from e
 
 
 def idle_error(idle_secs: float) -> str:
