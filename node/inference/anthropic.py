@@ -121,7 +121,7 @@ async def complete(
     key = model.key()
     if key:
         headers["x-api-key"] = key
-    answer = Completion(model=model.model)
+    answer = Completion(model=model.model, where=where, deltas=deltas)
     blocks: dict[int, dict[str, Any]] = {}
     stopped = False
 
@@ -133,7 +133,7 @@ async def complete(
         if event.get("type") == "message_stop":
             stopped = True
             return True
-        _take(event, answer, blocks, deltas, where)
+        _take(event, answer, blocks)
         return False
 
     await post_streamed(session, model, "/messages", headers, body_of(model, chat), on_data)
@@ -143,13 +143,8 @@ async def complete(
     return answer
 
 
-def _take(
-    event: dict[str, Any],
-    answer: Completion,
-    blocks: dict[int, dict[str, Any]],
-    deltas: Deltas,
-    where: str,
-) -> None:
+def _take(event: dict[str, Any], answer: Completion, blocks: dict[int, dict[str, Any]]) -> None:
+    where = answer.where
     kind = event.get("type")
     if kind == "error":
         error_in(event, where)
@@ -167,19 +162,16 @@ def _take(
             call_id, name = block.get("id"), block.get("name")
             if not isinstance(call_id, str) or not isinstance(name, str):
                 raise ProviderError(f"{where} began a tool use without its id and name")
-            blocks[index] = answer.start_call(call_id[:200], name[:200], where)
-            deltas.tool_call(call_id[:200], name[:200])
+            blocks[index] = answer.start_call(call_id, name)
     elif kind == "content_block_delta" and isinstance(event.get("delta"), dict):
         delta = event["delta"]
         if delta.get("type") == "text_delta" and isinstance(delta.get("text"), str):
-            answer.add_text(delta["text"], where)
-            deltas.text(delta["text"])
+            answer.add_text(delta["text"])
         elif delta.get("type") == "input_json_delta" and isinstance(delta.get("partial_json"), str):
             call = blocks.get(event.get("index"))  # type: ignore[arg-type]
             if call is None:
                 raise ProviderError(f"{where} sent tool input for no tool use")
-            answer.add_arguments(call, delta["partial_json"], where)
-            deltas.tool_arguments(call["id"], delta["partial_json"])
+            answer.add_arguments(call, delta["partial_json"])
     elif kind == "message_delta":
         delta = obj(event.get("delta"))
         reason = delta.get("stop_reason")

@@ -27,6 +27,8 @@ from node.inference.stream import (
     post_streamed,
 )
 
+Calls = dict[int, dict[str, Any]]  # the tool calls begun, by their `index`
+
 
 def body_of(model: Model, chat: ChatRequest) -> dict[str, Any]:
     body: dict[str, Any] = {
@@ -53,8 +55,8 @@ async def complete(
     where = f"inference {model.alias}"
     key = model.key()
     headers = {"Authorization": f"Bearer {key}"} if key else {}
-    answer = Completion(model=model.model)
-    calls: dict[int, dict[str, Any]] = {}
+    answer = Completion(model=model.model, where=where, deltas=deltas)
+    calls: Calls = {}
     done = False
 
     def on_data(data: str) -> bool:
@@ -64,7 +66,7 @@ async def complete(
             return True
         chunk = json_chunk(data, where)
         if chunk is not None:
-            _take(chunk, answer, calls, deltas, where)
+            _take(chunk, answer, calls)
         return False
 
     body = body_of(model, chat)
@@ -76,14 +78,8 @@ async def complete(
     return answer
 
 
-def _take(
-    chunk: dict[str, Any],
-    answer: Completion,
-    calls: dict[int, dict[str, Any]],
-    deltas: Deltas,
-    where: str,
-) -> None:
-    error_in(chunk, where)
+def _take(chunk: dict[str, Any], answer: Completion, calls: Calls) -> None:
+    error_in(chunk, answer.where)
     if isinstance(chunk.get("model"), str):
         answer.model = chunk["model"][:200]
     usage = chunk.get("usage")
@@ -97,23 +93,17 @@ def _take(
     delta = obj(choice.get("delta"))
     content = delta.get("content")
     if isinstance(content, str) and content:
-        answer.add_text(content, where)
-        deltas.text(content)
+        answer.add_text(content)
     for piece in delta.get("tool_calls") or ():
         if isinstance(piece, dict):
-            _tool_piece(piece, answer, calls, deltas, where)
+            _tool_piece(piece, answer, calls)
     reason = choice.get("finish_reason")
     if isinstance(reason, str) and reason:
         answer.finish_reason = reason[:40]
 
 
-def _tool_piece(
-    piece: dict[str, Any],
-    answer: Completion,
-    calls: dict[int, dict[str, Any]],
-    deltas: Deltas,
-    where: str,
-) -> None:
+def _tool_piece(piece: dict[str, Any], answer: Completion, calls: Calls) -> None:
+    where = answer.where
     index = piece.get("index", 0)
     function = obj(piece.get("function"))
     if not isinstance(index, int) or isinstance(index, bool):
@@ -123,9 +113,7 @@ def _tool_piece(
         call_id, name = piece.get("id"), function.get("name")
         if not isinstance(call_id, str) or not isinstance(name, str):
             raise ProviderError(f"{where} began a tool call without its id and name")
-        call = calls[index] = answer.start_call(call_id[:200], name[:200], where)
-        deltas.tool_call(call["id"], call["function"]["name"])
+        call = calls[index] = answer.start_call(call_id, name)
     arguments = function.get("arguments")
     if isinstance(arguments, str) and arguments:
-        answer.add_arguments(call, arguments, where)
-        deltas.tool_arguments(call["id"], arguments)
+        answer.add_arguments(call, arguments)

@@ -50,9 +50,12 @@ class ProviderError(HostError):
 
 @dataclass
 class Completion:
-    """The assistant's answer in OpenAI's chat shape, with what the provider counted."""
+    """The assistant's answer in OpenAI's chat shape, with what the provider counted; each
+    piece added is reported to `deltas` as it comes (the streams see what the answer holds)."""
 
     model: str = ""  # as the provider names the model that answered
+    where: str = ""  # "inference <alias>", for errors
+    deltas: Deltas | None = field(default=None, repr=False, compare=False)
     content: list[str] = field(default_factory=list)
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     finish_reason: str | None = None
@@ -61,28 +64,35 @@ class Completion:
     size: int = 0
     first_token_at: float | None = None  # monotonic
 
-    def add_text(self, token: str, where: str) -> None:
-        self._grow(len(token), where)
+    def add_text(self, token: str) -> None:
+        self._grow(len(token))
         self.content.append(token)
+        if self.deltas is not None:
+            self.deltas.text(token)
 
-    def _grow(self, n: int, where: str) -> None:
+    def _grow(self, n: int) -> None:
         if self.first_token_at is None:
             self.first_token_at = time.monotonic()
         self.size += n
         if self.size > MAX_TEXT:
-            raise ProviderError(f"{where} sent over {MAX_TEXT} characters")
+            raise ProviderError(f"{self.where} sent over {MAX_TEXT} characters")
 
-    def start_call(self, call_id: str, name: str, where: str) -> dict[str, Any]:
+    def start_call(self, call_id: str, name: str) -> dict[str, Any]:
         if len(self.tool_calls) >= MAX_TOOL_CALLS:
-            raise ProviderError(f"{where} sent over {MAX_TOOL_CALLS} tool calls")
-        self._grow(len(name), where)
+            raise ProviderError(f"{self.where} sent over {MAX_TOOL_CALLS} tool calls")
+        call_id, name = call_id[:200], name[:200]
+        self._grow(len(name))
         call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": ""}}
         self.tool_calls.append(call)
+        if self.deltas is not None:
+            self.deltas.tool_call(call_id, name)
         return call
 
-    def add_arguments(self, call: dict[str, Any], delta: str, where: str) -> None:
-        self._grow(len(delta), where)
+    def add_arguments(self, call: dict[str, Any], delta: str) -> None:
+        self._grow(len(delta))
         call["function"]["arguments"] += delta
+        if self.deltas is not None:
+            self.deltas.tool_arguments(call["id"], delta)
 
     @property
     def text(self) -> str:
