@@ -8,8 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 from tests.llm_support import Reply
+from tests.polling import until
 from tests.runtime.test_lifecycle import create_task
-from tests.runtime.test_runtime_node import agent_toml, start_node
+from tests.runtime.test_runtime_node import agent_toml, journal, start_node
 from tests.support import READ_TOKEN, SseStream
 
 TOKENS = [f"t{i} " for i in range(40)]
@@ -95,3 +96,29 @@ async def test_a_window_of_zero_sends_each_piece_as_it_came(
     events, frames = await streamed(client, Reply(text=TOKENS[:10]), llm)
     assert [e.json()["text"] for e in events if e.event == "token"] == TOKENS[:10]
     assert texts(frames) == TOKENS[:10]
+
+
+SECRET = "sk-live-abcdef0123456789"
+
+
+async def test_a_secret_split_across_the_pieces_of_one_window_is_redacted(
+    aiohttp_client, tmp_path, built_agents, llm
+):
+    """`reader` learned a secret (its first tick reads it); a model then streams it in two
+    pieces right behind the first: held in one window, they go out joined, and the joined
+    text is redacted (per piece, neither half is the value)."""
+    reader = agent_toml(
+        "reader",
+        built_agents["secrets_reader"],
+        'tick_interval_ms = 60000\n[agents.grants]\ndomains = ["payments"]\n',
+    )
+    secrets = f'\n[secrets.payments]\napi_key = "{SECRET}"\n'
+    toml = node_toml(llm, built_agents, 1000) + reader + secrets
+    app, client, _ = await start_node(aiohttp_client, tmp_path, toml)
+    await until(lambda: journal(app, "reader", "secret.accessed"), 15, "the secret read")
+    pieces = ["The key is ", SECRET[:10], SECRET[10:], "."]
+    events, frames = await streamed(client, Reply(text=pieces), llm)
+    tokens = [e.json()["text"] for e in events if e.event == "token"]
+    assert tokens == ["The key is ", "[secret:payments/api_key]."]
+    assert texts(frames) == tokens
+    assert not [e for e in events if SECRET[:10] in e.data or SECRET[10:] in e.data]
