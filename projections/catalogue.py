@@ -353,6 +353,7 @@ class Log(Payload):
     level: LogLevel = "info"
     message: Text = ""
     stream: Literal["stdout", "stderr"] | None = None
+    trace_id: Name | None = None  # the run's trace (node/ops/tracing.py), when tracing is on
 
 
 @entry
@@ -366,6 +367,7 @@ class Finding(Payload):
     # what it is about, when not the journal's own agent: a finding posted about a name the
     # node does not host is kept in the node's own journal (node/services/findings.py)
     subject: JournalName | None = None
+    trace_id: Name | None = None  # the run's trace (node/ops/tracing.py), when tracing is on
 
 
 @entry
@@ -373,6 +375,7 @@ class StateSet(Payload):
     type = STATE_SET
     key: str  # agent-chosen, bounded only by the payload: peers must not refuse what we write
     value: str
+    trace_id: Name | None = None  # the run's trace (node/ops/tracing.py), when tracing is on
 
 
 @entry
@@ -390,6 +393,7 @@ class ActionPerformed(Payload):
     url: str | None = None
     status: int | str | None = None
     request: Any = None
+    trace_id: Name | None = None  # the run's trace (node/ops/tracing.py), when tracing is on
 
 
 @entry

@@ -160,6 +160,9 @@ KEYS: dict[type[msgspec.Struct], dict[str, str]] = {
         "(0: no limit).",
         "retries": "How often a provider's 429 or 503 is tried again, after its Retry-After, "
         "within the run's deadline.",
+        "stream_window_ms": "Streamed pieces of an answer that arrive within this many ms of "
+        "the last stream event go out together, as one event (the first at once; 0: each "
+        "piece on its own).",
         "budgets": "Budgets of inference ([[inference.budgets]]): per agent, per group of "
         "agents or for the node, per hour, day, week or month, in tokens or cost.",
     },

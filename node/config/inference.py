@@ -66,6 +66,9 @@ class InferenceSection(_Section, kw_only=True):
     # run's deadline)
     retries: Annotated[int, msgspec.Meta(ge=0, le=10)] = 2
     budgets: Annotated[list[InferenceBudget], msgspec.Meta(max_length=100)] = []
+    # tokens (and tool-call arguments) that arrive within this of the last stream event sent
+    # go out together, in one event (0: each on its own); the first goes out at once
+    stream_window_ms: Annotated[int, msgspec.Meta(ge=0, le=1000)] = 10
 
 
 class AgentInference(_Section, kw_only=True):

@@ -21,19 +21,15 @@ import aiohttp
 from node.inference.models import Model
 from node.inference.request import ChatRequest
 from node.inference.stream import (
-    MAX_LINE,
     Completion,
     Deltas,
     ProviderError,
     count,
-    data_lines,
     dumps,
     error_in,
-    idle_error,
     json_chunk,
     obj,
-    refusal,
-    timeout_of,
+    post_streamed,
 )
 
 VERSION = "2023-06-01"
@@ -121,50 +117,34 @@ async def complete(
     session: aiohttp.ClientSession, model: Model, chat: ChatRequest, deltas: Deltas
 ) -> Completion:
     where = f"inference {model.alias}"
-    headers = {"Accept": "text/event-stream", "anthropic-version": VERSION}
+    headers = {"anthropic-version": VERSION}
     key = model.key()
     if key:
         headers["x-api-key"] = key
-    url = model.base_url.rstrip("/") + "/messages"
-    answer = Completion(model=model.model)
+    answer = Completion(model=model.model, where=where, deltas=deltas)
+    blocks: dict[int, dict[str, Any]] = {}
     stopped = False
-    try:
-        async with session.post(
-            url,
-            json=body_of(model, chat),
-            headers=headers,
-            timeout=timeout_of(model.timeout_secs),
-            read_bufsize=MAX_LINE // 2,
-            allow_redirects=False,
-        ) as response:
-            if response.status >= 300:
-                raise await refusal(response, where)
-            blocks: dict[int, dict[str, Any]] = {}
-            async for data in data_lines(response, where, model.timeout_secs):
-                event = json_chunk(data, where)
-                if event is None:
-                    continue
-                if event.get("type") == "message_stop":
-                    stopped = True
-                    break
-                _take(event, answer, blocks, deltas, where)
-    except aiohttp.ClientError as e:
-        raise ProviderError(f"{where} failed: {type(e).__name__}") from e
-    except TimeoutError as e:
-        raise ProviderError(f"{where} failed: {idle_error(model.timeout_secs)}") from e
+
+    def on_data(data: str) -> bool:
+        nonlocal stopped
+        event = json_chunk(data, where)
+        if event is None:
+            return False
+        if event.get("type") == "message_stop":
+            stopped = True
+            return True
+        _take(event, answer, blocks)
+        return False
+
+    await post_streamed(session, model, "/messages", headers, body_of(model, chat), on_data)
     if not stopped:
         raise ProviderError(f"{where} stream ended before it finished")
     answer.finish_reason = answer.finish_reason or "stop"
     return answer
 
 
-def _take(
-    event: dict[str, Any],
-    answer: Completion,
-    blocks: dict[int, dict[str, Any]],
-    deltas: Deltas,
-    where: str,
-) -> None:
+def _take(event: dict[str, Any], answer: Completion, blocks: dict[int, dict[str, Any]]) -> None:
+    where = answer.where
     kind = event.get("type")
     if kind == "error":
         error_in(event, where)
@@ -182,19 +162,16 @@ def _take(
             call_id, name = block.get("id"), block.get("name")
             if not isinstance(call_id, str) or not isinstance(name, str):
                 raise ProviderError(f"{where} began a tool use without its id and name")
-            blocks[index] = answer.start_call(call_id[:200], name[:200], where)
-            deltas.tool_call(call_id[:200], name[:200])
+            blocks[index] = answer.start_call(call_id, name)
     elif kind == "content_block_delta" and isinstance(event.get("delta"), dict):
         delta = event["delta"]
         if delta.get("type") == "text_delta" and isinstance(delta.get("text"), str):
-            answer.add_text(delta["text"], where)
-            deltas.text(delta["text"])
+            answer.add_text(delta["text"])
         elif delta.get("type") == "input_json_delta" and isinstance(delta.get("partial_json"), str):
             call = blocks.get(event.get("index"))  # type: ignore[arg-type]
             if call is None:
                 raise ProviderError(f"{where} sent tool input for no tool use")
-            answer.add_arguments(call, delta["partial_json"], where)
-            deltas.tool_arguments(call["id"], delta["partial_json"])
+            answer.add_arguments(call, delta["partial_json"])
     elif kind == "message_delta":
         delta = obj(event.get("delta"))
         reason = delta.get("stop_reason")

@@ -8,7 +8,9 @@ its host calls (journaled call records) wraps this too.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import math
 import time
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol, TypeVar
@@ -25,6 +27,7 @@ from projections import catalogue as c
 
 T = TypeVar("T")
 SLACK_SECS = 1.0  # past the run's deadline, the worker stops waiting for the loop
+MAX_HELD = 16 * 1024  # characters held back at most: more goes out at once
 
 
 class InferHost(Protocol):
@@ -45,25 +48,38 @@ class InferHost(Protocol):
 
 
 class StreamDeltas:
-    """An answer's pieces as the agent's stream events, as they arrive (on the event loop;
-    the sink is thread-safe)."""
+    """An answer's pieces as the agent's stream events, as they arrive (on the event loop).
 
-    def __init__(self, host: InferHost, run_id: str) -> None:
+    Pieces that arrive within `window_secs` of the last event sent are joined into one event
+    (one `token` and one TEXT_MESSAGE_CONTENT, or one TOOL_CALL_ARGS), sent when the window
+    ends: a model's pace of one token a millisecond would otherwise make two events, two
+    redactions and an SSE frame per client each millisecond. The first piece, and the first
+    after a pause, goes out at once; a piece of another kind (a tool call's start, another
+    call's arguments) sends what is held first, so the order is the provider's. A client sees
+    every piece's text, in order, never more than `window_secs` late. `close` sends what is
+    held and ends the message and its tool calls."""
+
+    def __init__(self, host: InferHost, run_id: str, window_secs: float = 0.0) -> None:
         self.host = host
+        self.window = window_secs
         self.message_id = new_id()
         self.frame = {"run_id": run_id, "threadId": host.name, "runId": run_id}
         self.calls: list[str] = []
+        self._held: list[str] = []  # pieces not sent yet, all of one kind
+        self._held_size = 0
+        self._held_call: str | None = None  # None: text; else the call whose arguments they are
+        self._sent_at = -math.inf  # monotonic
+        self._timer: asyncio.TimerHandle | None = None
 
     def begin(self) -> None:
         frame = {**self.frame, "messageId": self.message_id}
         self.host._publish("TEXT_MESSAGE_START", {**frame, "role": "assistant"})
 
     def text(self, token: str) -> None:
-        self.host._publish("token", {"text": token})
-        frame = {**self.frame, "messageId": self.message_id}
-        self.host._publish("TEXT_MESSAGE_CONTENT", {**frame, "text": token, "delta": token})
+        self._piece(None, token)
 
     def tool_call(self, call_id: str, name: str) -> None:
+        self.flush()
         self.calls.append(call_id)
         self.host._publish(
             "TOOL_CALL_START",
@@ -78,14 +94,48 @@ class StreamDeltas:
         )
 
     def tool_arguments(self, call_id: str, delta: str) -> None:
-        ids = {"tool_call_id": call_id, "toolCallId": call_id}
-        self.host._publish("TOOL_CALL_ARGS", {**self.frame, **ids, "delta": delta})
+        self._piece(call_id, delta)
 
-    def end(self) -> None:
+    def close(self) -> None:
+        self.flush()
         self.host._publish("TEXT_MESSAGE_END", {**self.frame, "messageId": self.message_id})
         for call_id in self.calls:
             ids = {"tool_call_id": call_id, "toolCallId": call_id}
             self.host._publish("TOOL_CALL_END", {**self.frame, **ids})
+
+    def _piece(self, call: str | None, piece: str) -> None:
+        if not piece:
+            return
+        if self._held and call != self._held_call:
+            self.flush()
+        now = time.monotonic()
+        self._held.append(piece)
+        self._held_size += len(piece)
+        self._held_call = call
+        due = self._sent_at + self.window
+        if now >= due or self._held_size >= MAX_HELD:
+            self.flush()
+        elif self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(due - now, self.flush)
+
+    def flush(self) -> None:
+        """Send what is held, as one event of its kind."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if not self._held:
+            return
+        joined = "".join(self._held)
+        call = self._held_call
+        self._held, self._held_size = [], 0
+        self._sent_at = time.monotonic()
+        if call is None:
+            self.host._publish("token", {"text": joined})
+            frame = {**self.frame, "messageId": self.message_id}
+            self.host._publish("TEXT_MESSAGE_CONTENT", {**frame, "text": joined, "delta": joined})
+        else:
+            ids = {"tool_call_id": call, "toolCallId": call}
+            self.host._publish("TOOL_CALL_ARGS", {**self.frame, **ids, "delta": joined})
 
 
 Journal = Callable[[str, dict[str, Any]], None]
@@ -150,15 +200,25 @@ def _complete(
     host: InferHost, service: InferenceService, call: Call, started: float, journal: Journal
 ) -> Outcome:
     left = max(run_clock().remaining_ms() / 1000, 0.0)
-    deltas = StreamDeltas(host, host.run_id())
-    deltas.begin()
+    window = service.config.stream_window_ms / 1000
+    deltas = StreamDeltas(host, host.run_id(), window)
     try:
-        return host._on_loop(service.complete(call, deltas, left), left + SLACK_SECS)
+        return host._on_loop(_streamed(service, call, deltas, left), left + SLACK_SECS)
     except HostError as e:
         journal(*c.event_of(_failed(host, call, e, started)))
         raise
+
+
+async def _streamed(
+    service: InferenceService, call: Call, deltas: StreamDeltas, left: float
+) -> Outcome:
+    """The call with its stream events, all sent from the loop (in order, whether the call
+    ends, fails or is cancelled: a worker that gives up waiting sends nothing after)."""
+    deltas.begin()
+    try:
+        return await service.complete(call, deltas, left)
     finally:
-        deltas.end()
+        deltas.close()
 
 
 def _failed(host: InferHost, call: Call, error: HostError, started: float) -> c.InferenceFailed:

@@ -7,7 +7,11 @@ Once means once across restarts and nodes holding the journal: the finding carri
 the epoch), and the findings read model keeps the keys already journaled
 (projections/entries.py `has_incident`), so the decision is the journal's, not this process's.
 An agent's own budget is told in the agent's journal; a shared one (a group's, the node's) in
-the node's own journal, so that its members' crossings make one notice.
+the node's own journal, so that its members' crossings make one notice. Only the node whose
+agent's call settled reports (InferenceService.settle); a replica folds the same finding into
+its outbox but only the journal's home delivers it (node/delivery/dispatch.py `is_home`), and
+the home's `delivery.progress` makes the replica forget it (tests/delivery/
+test_budget_notice_replica.py).
 """
 
 from __future__ import annotations

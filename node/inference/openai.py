@@ -17,19 +17,17 @@ import aiohttp
 from node.inference.models import Model
 from node.inference.request import ChatRequest
 from node.inference.stream import (
-    MAX_LINE,
     Completion,
     Deltas,
     ProviderError,
     count,
-    data_lines,
     error_in,
-    idle_error,
     json_chunk,
     obj,
-    refusal,
-    timeout_of,
+    post_streamed,
 )
+
+Calls = dict[int, dict[str, Any]]  # the tool calls begun, by their `index`
 
 
 def body_of(model: Model, chat: ChatRequest) -> dict[str, Any]:
@@ -55,36 +53,24 @@ async def complete(
     session: aiohttp.ClientSession, model: Model, chat: ChatRequest, deltas: Deltas
 ) -> Completion:
     where = f"inference {model.alias}"
-    headers = {"Accept": "text/event-stream"}
     key = model.key()
-    if key:
-        headers["Authorization"] = f"Bearer {key}"
-    url = model.base_url.rstrip("/") + "/chat/completions"
-    answer = Completion(model=model.model)
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    answer = Completion(model=model.model, where=where, deltas=deltas)
+    calls: Calls = {}
     done = False
-    try:
-        async with session.post(
-            url,
-            json=body_of(model, chat),
-            headers=headers,
-            timeout=timeout_of(model.timeout_secs),
-            read_bufsize=MAX_LINE // 2,
-            allow_redirects=False,
-        ) as response:
-            if response.status >= 300:
-                raise await refusal(response, where)
-            calls: dict[int, dict[str, Any]] = {}
-            async for data in data_lines(response, where, model.timeout_secs):
-                if data == "[DONE]":
-                    done = True
-                    break
-                chunk = json_chunk(data, where)
-                if chunk is not None:
-                    _take(chunk, answer, calls, deltas, where)
-    except aiohttp.ClientError as e:
-        raise ProviderError(f"{where} failed: {type(e).__name__}") from e
-    except TimeoutError as e:  # the response's headers (sock_read)
-        raise ProviderError(f"{where} failed: {idle_error(model.timeout_secs)}") from e
+
+    def on_data(data: str) -> bool:
+        nonlocal done
+        if data == "[DONE]":
+            done = True
+            return True
+        chunk = json_chunk(data, where)
+        if chunk is not None:
+            _take(chunk, answer, calls)
+        return False
+
+    body = body_of(model, chat)
+    await post_streamed(session, model, "/chat/completions", headers, body, on_data)
     if answer.finish_reason is None:
         if not done:
             raise ProviderError(f"{where} stream ended before it finished")
@@ -92,14 +78,8 @@ async def complete(
     return answer
 
 
-def _take(
-    chunk: dict[str, Any],
-    answer: Completion,
-    calls: dict[int, dict[str, Any]],
-    deltas: Deltas,
-    where: str,
-) -> None:
-    error_in(chunk, where)
+def _take(chunk: dict[str, Any], answer: Completion, calls: Calls) -> None:
+    error_in(chunk, answer.where)
     if isinstance(chunk.get("model"), str):
         answer.model = chunk["model"][:200]
     usage = chunk.get("usage")
@@ -113,23 +93,17 @@ def _take(
     delta = obj(choice.get("delta"))
     content = delta.get("content")
     if isinstance(content, str) and content:
-        answer.add_text(content, where)
-        deltas.text(content)
+        answer.add_text(content)
     for piece in delta.get("tool_calls") or ():
         if isinstance(piece, dict):
-            _tool_piece(piece, answer, calls, deltas, where)
+            _tool_piece(piece, answer, calls)
     reason = choice.get("finish_reason")
     if isinstance(reason, str) and reason:
         answer.finish_reason = reason[:40]
 
 
-def _tool_piece(
-    piece: dict[str, Any],
-    answer: Completion,
-    calls: dict[int, dict[str, Any]],
-    deltas: Deltas,
-    where: str,
-) -> None:
+def _tool_piece(piece: dict[str, Any], answer: Completion, calls: Calls) -> None:
+    where = answer.where
     index = piece.get("index", 0)
     function = obj(piece.get("function"))
     if not isinstance(index, int) or isinstance(index, bool):
@@ -139,9 +113,7 @@ def _tool_piece(
         call_id, name = piece.get("id"), function.get("name")
         if not isinstance(call_id, str) or not isinstance(name, str):
             raise ProviderError(f"{where} began a tool call without its id and name")
-        call = calls[index] = answer.start_call(call_id[:200], name[:200], where)
-        deltas.tool_call(call["id"], call["function"]["name"])
+        call = calls[index] = answer.start_call(call_id, name)
     arguments = function.get("arguments")
     if isinstance(arguments, str) and arguments:
-        answer.add_arguments(call, arguments, where)
-        deltas.tool_arguments(call["id"], arguments)
+        answer.add_arguments(call, arguments)

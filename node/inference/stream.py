@@ -1,5 +1,6 @@
-"""What both providers' adapters share: the answer they build, the deltas they report as
-tokens arrive, their errors, and the bounded reading of a server-sent event stream.
+"""What both providers' adapters share: the streamed request (`post_streamed`), the answer
+they build, the deltas they report as tokens arrive, their errors, and the bounded reading
+of a server-sent event stream.
 
 A server that misbehaves gets a clean error, never a partial success: an SSE line longer than
 MAX_LINE, more than MAX_TEXT of text and arguments, or a wait for the next line past its
@@ -10,13 +11,14 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import aiohttp
 from aiohttp.http_exceptions import LineTooLong
 
+from node.inference.models import Model
 from node.runtime.hostapi import HostError
 from node.web import boundedjson
 
@@ -48,9 +50,12 @@ class ProviderError(HostError):
 
 @dataclass
 class Completion:
-    """The assistant's answer in OpenAI's chat shape, with what the provider counted."""
+    """The assistant's answer in OpenAI's chat shape, with what the provider counted; each
+    piece added is reported to `deltas` as it comes (the streams see what the answer holds)."""
 
     model: str = ""  # as the provider names the model that answered
+    where: str = ""  # "inference <alias>", for errors
+    deltas: Deltas | None = field(default=None, repr=False, compare=False)
     content: list[str] = field(default_factory=list)
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     finish_reason: str | None = None
@@ -59,28 +64,35 @@ class Completion:
     size: int = 0
     first_token_at: float | None = None  # monotonic
 
-    def add_text(self, token: str, where: str) -> None:
-        self._grow(len(token), where)
+    def add_text(self, token: str) -> None:
+        self._grow(len(token))
         self.content.append(token)
+        if self.deltas is not None:
+            self.deltas.text(token)
 
-    def _grow(self, n: int, where: str) -> None:
+    def _grow(self, n: int) -> None:
         if self.first_token_at is None:
             self.first_token_at = time.monotonic()
         self.size += n
         if self.size > MAX_TEXT:
-            raise ProviderError(f"{where} sent over {MAX_TEXT} characters")
+            raise ProviderError(f"{self.where} sent over {MAX_TEXT} characters")
 
-    def start_call(self, call_id: str, name: str, where: str) -> dict[str, Any]:
+    def start_call(self, call_id: str, name: str) -> dict[str, Any]:
         if len(self.tool_calls) >= MAX_TOOL_CALLS:
-            raise ProviderError(f"{where} sent over {MAX_TOOL_CALLS} tool calls")
-        self._grow(len(name), where)
+            raise ProviderError(f"{self.where} sent over {MAX_TOOL_CALLS} tool calls")
+        call_id, name = call_id[:200], name[:200]
+        self._grow(len(name))
         call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": ""}}
         self.tool_calls.append(call)
+        if self.deltas is not None:
+            self.deltas.tool_call(call_id, name)
         return call
 
-    def add_arguments(self, call: dict[str, Any], delta: str, where: str) -> None:
-        self._grow(len(delta), where)
+    def add_arguments(self, call: dict[str, Any], delta: str) -> None:
+        self._grow(len(delta))
         call["function"]["arguments"] += delta
+        if self.deltas is not None:
+            self.deltas.tool_arguments(call["id"], delta)
 
     @property
     def text(self) -> str:
@@ -132,6 +144,39 @@ async def data_lines(
         line = raw.decode("utf-8", "replace").strip()
         if line.startswith("data:"):
             yield line[5:].strip()
+
+
+async def post_streamed(
+    session: aiohttp.ClientSession,
+    model: Model,
+    path: str,
+    headers: dict[str, str],
+    body: dict[str, Any],
+    on_data: Callable[[str], bool],
+) -> None:
+    """POST `body` to the model's `path` and hand each `data:` payload of the answer's stream
+    to `on_data` until it says that was the last (True) or the body ends. An answer >= 300, a
+    failed connection and a wait past the model's `timeout_secs` are ProviderErrors (never a
+    redirect followed: the key would go along)."""
+    where = f"inference {model.alias}"
+    try:
+        async with session.post(
+            model.base_url.rstrip("/") + path,
+            json=body,
+            headers={"Accept": "text/event-stream", **headers},
+            timeout=timeout_of(model.timeout_secs),
+            read_bufsize=MAX_LINE // 2,
+            allow_redirects=False,
+        ) as response:
+            if response.status >= 300:
+                raise await refusal(response, where)
+            async for data in data_lines(response, where, model.timeout_secs):
+                if on_data(data):
+                    return
+    except aiohttp.ClientError as e:
+        raise ProviderError(f"{where} failed: {type(e).__name__}") from e
+    except TimeoutError as e:  # the response's headers (sock_read)
+        raise ProviderError(f"{where} failed: {idle_error(model.timeout_secs)}") from e
 
 
 def idle_error(idle_secs: float) -> str:

@@ -138,3 +138,8 @@ def trace_id() -> str:
 
     context = trace.get_current_span().get_span_context()
     return format(context.trace_id, "032x") if context.is_valid else ""
+
+
+def event_trace_id() -> str | None:
+    """The trace id as a journaled event's optional `trace_id`: None (absent) when off."""
+    return trace_id() or None

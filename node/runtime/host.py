@@ -241,7 +241,8 @@ class JournalHost:
             known = level
         else:
             message, known = f"[{level[:20]}] {message}", "info"
-        self._append(*c.event_of(c.Log(level=known, message=message[:MAX_TEXT])))
+        logged = c.Log(level=known, message=message[:MAX_TEXT], trace_id=tracing.event_trace_id())
+        self._append(*c.event_of(logged))
         self._tell(known, message[:MAX_TEXT])
 
     def _tell(self, level: str, message: str) -> None:
@@ -257,7 +258,12 @@ class JournalHost:
             known = severity
         else:
             title, known = f"[{severity[:20]}] {title}", "info"
-        finding = c.Finding(severity=known, title=title[:MAX_DETAIL], detail=detail[:MAX_TEXT])
+        finding = c.Finding(
+            severity=known,
+            title=title[:MAX_DETAIL],
+            detail=detail[:MAX_TEXT],
+            trace_id=tracing.event_trace_id(),
+        )
         self._append(*c.event_of(finding))
 
     def invoke(self, capability: str, request: str) -> str:
@@ -307,7 +313,10 @@ class JournalHost:
             action = self.s.capabilities.action(self.name, capability, parsed, call.key)
             result = self._on_loop(action)
             summary = {"request": parsed, "status": result["status"]}
-        call.journal_with(*c.event_of(c.ActionPerformed(capability=capability, **summary)))
+        done = c.ActionPerformed(
+            capability=capability, trace_id=tracing.event_trace_id(), **summary
+        )
+        call.journal_with(*c.event_of(done))
         tracing.annotate({"http.response.status_code": result["status"]})
         return json.dumps(result)
 
@@ -481,7 +490,9 @@ class JournalHost:
             if problem is not None:
                 raise ValueError(problem)
         states = self._states()
-        self._append(*c.event_of(c.StateSet(key=key, value=value)))
+        self._append(
+            *c.event_of(c.StateSet(key=key, value=value, trace_id=tracing.event_trace_id()))
+        )
         states[key] = self.s.redactor.text(value)  # what the journal holds, as after a restart
 
     # ---- AgentHooks ------------------------------------------------------------------------
@@ -562,7 +573,9 @@ class JournalHost:
 
     def output(self, stream: Literal["stdout", "stderr"], line: str) -> None:
         level: c.LogLevel = "info" if stream == "stdout" else "warn"
-        self._note(*c.event_of(c.Log(level=level, message=line[:MAX_TEXT], stream=stream)))
+        traced = tracing.event_trace_id()
+        logged = c.Log(level=level, message=line[:MAX_TEXT], stream=stream, trace_id=traced)
+        self._note(*c.event_of(logged))
         self._tell(level, line[:MAX_TEXT])
 
     def next_task(self) -> Task | None:

@@ -9,38 +9,15 @@ from __future__ import annotations
 import json
 
 import httpx
-from nacl.signing import SigningKey
 
-from eventstore.keys import public_key_multibase
-from node.app import build_app
 from node.context import CONTEXT
 from node.delivery.service import OUTBOX
 from projections import catalogue as c
+from tests.delivery.pair import placed_pair
 from tests.delivery.support import DELIVERY_TOML, rpc, send_params, start_receiver
 from tests.polling import until
 from tests.protocol_support import agent_toml
-from tests.support import OPERATE_TOKEN, auth, free_port, make_config
-
-KEY_A, KEY_B = SigningKey(bytes([1]) * 32), SigningKey(bytes([2]) * 32)
-LIMITS = c.AgentLimits(
-    tick_interval_ms=1000, fuel_per_tick=1, memory_limit_mb=64, tick_timeout_ms=1
-)
-
-
-def peer(name: str, key: SigningKey, port: int) -> str:
-    """The other node as a mesh peer: its key, and the sync tokens of both directions."""
-    return f"""
-[[auth.tokens]]
-name = "{name}"
-token = "sync-token-from-{name}-0001"
-scopes = ["sync"]
-
-[[peers]]
-name = "{name}"
-url = "http://127.0.0.1:{port}"
-token = "sync-token-from-{"node-b" if name == "node-a" else "node-a"}-0001"
-public_key = "{public_key_multibase(key.verify_key)}"
-"""
+from tests.support import OPERATE_TOKEN, auth
 
 
 async def test_the_node_that_takes_a_journal_over_delivers_what_its_home_did_not(
@@ -56,24 +33,12 @@ async def test_the_node_that_takes_a_journal_over_delivers_what_its_home_did_not
         return 503
 
     receiver.answer = answer
-    port_a, port_b = free_port(), free_port()
     worker = agent_toml("worker", built_agents["task_worker"])
-    config_a = make_config(
-        tmp_path / "a", worker + DELIVERY_TOML + peer("node-b", KEY_B, port_b), port=port_a
+    _, server_a, app_b = await placed_pair(
+        aiohttp_server, tmp_path, "worker", worker, DELIVERY_TOML
     )
-    config_b = make_config(
-        tmp_path / "b", DELIVERY_TOML + peer("node-a", KEY_A, port_a), name="node-b", port=port_b
-    )
-    app_a = build_app(config_a, key=KEY_A)
-    server_a = await aiohttp_server(app_a, port=port_a)
-    app_b = build_app(config_b, key=KEY_B)
-    await aiohttp_server(app_b, port=port_b)
-    a, b = app_a[CONTEXT], app_b[CONTEXT]
-
-    # the agent's placement set names both nodes: its configs are sealed to both
-    definition = c.AgentDefinition(component="registry:worker@1.0.0", sha256="", limits=LIMITS)
-    placed = c.AgentPlaced(placement=["node-a", "node-b"], definition=definition)
-    await a.store.append("worker", *c.event_of(placed))
+    b = app_b[CONTEXT]
+    port_a = server_a.port
 
     async with httpx.AsyncClient(headers=auth(OPERATE_TOKEN)) as http:
         params = send_params({}, push_url=f"{receiver.url}/failover")

@@ -6,6 +6,7 @@ create-task) are spans under their runs too."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from aiohttp import web
@@ -15,6 +16,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 
 from node.ops import tracing
+from node.ops.logsetup import ContextFilter
 from tests.inference.test_inference_node import ANSWER, TOOL_ROUND, helper_node, outcome
 from tests.polling import until
 from tests.runtime.test_lifecycle import create_task
@@ -56,6 +58,29 @@ class Receiver:
 
     def named(self, prefix: str) -> list[dict[str, Any]]:
         return [s for s in self.spans if s["name"].startswith(prefix)]
+
+
+class Lines(logging.Handler):
+    """The node's log records as its log handler sees them (with its ContextFilter), the
+    root logger at INFO while it is open."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.addFilter(ContextFilter())
+        self.records: list[logging.LogRecord] = []
+        root = logging.getLogger()
+        self._level = root.level
+        root.addHandler(self)
+        root.setLevel(logging.INFO)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+    def close(self) -> None:
+        root = logging.getLogger()
+        root.removeHandler(self)
+        root.setLevel(self._level)
+        super().close()
 
 
 def two(spans: list) -> list | None:
@@ -169,6 +194,7 @@ allow_hosts = ["127.0.0.1:{target.port}"]
         {"fetch": f"http://127.0.0.1:{target.port}/fetch"},
         {"infer": "hello"},
     ]
+    lines = Lines()
     try:
         app, client, sink = await start_node(aiohttp_client, tmp_path, toml, sink=True)
         await create_task(client, {"delegate_to": "once", "steps": steps}, to="worker")
@@ -179,7 +205,9 @@ allow_hosts = ["127.0.0.1:{target.port}"]
         # (docs/agents.md, "A task waiting for people"): two runs of `once`, one of `worker`
         runs = await until(lambda: three(receiver.named("agent.task")), 15, "the runs' spans")
         delegated = journal(app, "worker", "task.completed")[0]["output"]["delegated"]
+        actions = journal(app, "once", "action.performed")
     finally:
+        lines.close()
         await client.close()
         tracing.stop()
     (worker,) = [r for r in runs if r["attributes"]["agent"] == "worker"]
@@ -215,3 +243,50 @@ allow_hosts = ["127.0.0.1:{target.port}"]
         if e.get("run_id") == run_id and e.get("trace_id") == run["trace_id"]
     ]
     assert started["trace_id"] == finished["trace_id"] == run["trace_id"]
+    # the journaled actions (the spend, the fetch) carry the trace id of the run that made them
+    assert sorted(a["capability"] for a in actions) == ["http_fetch", "spend"]
+    assert {a["trace_id"] for a in actions} == {run["trace_id"]}
+    # the node's own log lines written inside a run of `once` (its park) name that run's trace
+    once = [r for r in lines.records if getattr(r, "agent", "") == "once"]
+    in_runs = [r.trace_id for r in once if hasattr(r, "trace_id")]
+    once_runs = [r for r in receiver.named("agent.") if r["attributes"]["agent"] == "once"]
+    assert in_runs and set(in_runs) <= {r["trace_id"] for r in once_runs}  # a tick's, a task's
+
+
+async def test_an_agents_log_lines_carry_the_trace_id_of_their_run(
+    aiohttp_client, aiohttp_server, tmp_path, built_agents
+):
+    """`hello` logs a line (host log) and prints one (stdout) each tick: with tracing on, each
+    journaled `log` event names the trace of the tick that wrote it (the span the receiver
+    got); with tracing off, none has a trace id (the field is absent, as before)."""
+    receiver = Receiver()
+    collector_app = web.Application()
+    collector_app.router.add_post("/v1/traces", receiver.traces)
+    collector = await aiohttp_server(collector_app)
+    hello = agent_toml("hello", built_agents["hello"], "tick_interval_ms = 60000")
+    traced = f"""
+[tracing]
+enabled = true
+endpoint = "http://127.0.0.1:{collector.port}/v1/traces"
+export_interval_ms = 50
+"""
+    try:
+        app, client, _ = await start_node(aiohttp_client, tmp_path, traced + hello)
+        (tick,) = await until(lambda: receiver.named("agent.tick"), 15, "the first tick's span")
+        logs = await until(lambda: two(journal(app, "hello", "log")), 15, "the tick's two lines")
+    finally:
+        await client.close()
+        tracing.stop()
+    assert {(e["message"], e.get("stream")) for e in logs} == {
+        ("hello from a wasm agent", None),
+        ("hello on stdout", "stdout"),
+    }
+    assert {e["trace_id"] for e in logs} == {tick["trace_id"]}
+
+    (tmp_path / "off").mkdir()
+    app, client, _ = await start_node(aiohttp_client, tmp_path / "off", hello)
+    try:
+        untraced = await until(lambda: two(journal(app, "hello", "log")), 15, "two lines, untraced")
+    finally:
+        await client.close()
+    assert not [e for e in untraced if "trace_id" in e]
