@@ -22,6 +22,8 @@ import time
 from datetime import datetime
 from typing import Any
 
+from nats.errors import Error as NatsError
+
 from node.placement.hosting import NODE_LOST, Claims, Hosting, Link
 from node.placement.leases import LeaseError
 from node.services.findings import NewFinding, report_finding
@@ -122,7 +124,43 @@ class Takeovers(Hosting):
         if leader is not None and (mine is None or leader.revision < mine.revision):
             await self.leases.release(agent)
             return
-        await self._take_over(link, placed, home, epoch + 1, lease.revision)
+        if not await self._lapsed_at(link, placed, home, epoch, lease.position):
+            await self.leases.release(agent)
+            return
+        await self._take_over(link, placed, home, epoch + 1, lease.revision, lease.position)
+
+    async def _lapsed_at(
+        self, link: Link, placed: Placed, home: str, epoch: int, position: int
+    ) -> bool:
+        """Whether the takeover may be written, as every node will judge it: the home's lease
+        lapsed at this node's acquire record (`position` in the stream's lease log), and this
+        node's copy holds what the stream held before it (read again now: it was read before
+        the record was written)."""
+        from node.placement import leaselog
+
+        mesh = self.ctx.config.mesh.name
+        try:
+            acquired = await leaselog.record_at(link.js, mesh, position)
+            if acquired is None:
+                return False
+            live = await leaselog.live_at(
+                link.js, mesh, placed.agent, home, acquired, self.leases.ttl, self.leases.lookup
+            )
+        except (TimeoutError, NatsError):
+            return False
+        if live is not None:
+            log.info(
+                "agent %s: %s's lease was live at this node's lease record %d; not taking over",
+                placed.agent,
+                home,
+                position,
+            )
+            return False
+        if not await self._caught_up(link, placed):
+            return False
+        return self.journals.home_of(placed.agent) == home and (
+            self.journals.epoch_of(placed.agent) == epoch
+        )
 
     async def _ready_on_newer(self, link: Link, placed: Placed, others: list[str]) -> bool:
         """This node would run the version before the journal's (not compiled here yet) and a
@@ -162,13 +200,15 @@ class Takeovers(Hosting):
         return None
 
     async def _take_over(
-        self, link: Link, placed: Placed, previous: str, epoch: int, revision: int
+        self, link: Link, placed: Placed, previous: str, epoch: int, revision: int, position: int
     ) -> None:
         agent = placed.agent
         log.warning("agent %s: lease of %s gone; taking over (epoch %d)", agent, previous, epoch)
         self.ctx.store.own(agent)
         self.ctx.store.fence(agent, self.leases.valid_until(agent) or 0.0)
-        takeover = c.JournalTakeover(epoch=epoch, lease_revision=revision, previous_home=previous)
+        takeover = c.JournalTakeover(
+            epoch=epoch, lease_revision=revision, previous_home=previous, lease_position=position
+        )
         head = self.ctx.store.head(agent)
         last = self.ctx.store.get(agent, head.seq) if head is not None else None
         last_ts = last.event.ts if last is not None else None
