@@ -37,10 +37,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import itertools
 import os
 import shutil
 import tempfile
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +52,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from nacl.signing import SigningKey
 from nats.js.errors import NotFoundError
 
-from eventstore.envelope import Event, digest_of, encode_event, sign, utc_now
+from eventstore.envelope import Event, digest_of, encode_event, sign
 from eventstore.keys import public_key_multibase
 from harness.mesh import SYNC_TUNING, peer_toml
 from harness.node import make_config
@@ -232,11 +234,19 @@ class JudgesLeases:
         self.ttl = TTL
 
 
+_EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+_SIGNED = itertools.count(1)
+
+
 def signed(
     origin: str, seq: int, prev: str, payload: c.Payload | None, **finding: Any
 ) -> dict[str, Any]:
     kind, data = c.event_of(payload) if payload is not None else ("finding", finding)
-    event = Event(type=kind, ts=utc_now(), origin=origin, prev=prev, data=data)
+    # a new time for each: two envelopes alike are alike only when the model copies one (a
+    # clock's microsecond would make a run's moves equivocations or duplicates by chance)
+    ts = (_EPOCH + timedelta(microseconds=next(_SIGNED))).isoformat(timespec="microseconds")
+    ts = ts.replace("+00:00", "Z")
+    event = Event(type=kind, ts=ts, origin=origin, prev=prev, data=data)
     raw = encode_event(event)
     digest = digest_of(raw)
     return {
