@@ -11,6 +11,13 @@ revision among the set's records at that epoch), catches up with the stream, app
 with its open tasks and appends `agent.moved_in`. A claim that came first but led to no
 takeover within a TTL is ignored from then on (and reported), so a member cannot hold an agent
 down by claiming.
+
+Both go by the stream's lease log (node/placement/leaselog.py), as every node will judge: a
+taker writes its takeover only when, read after its own record is in the stream, the home's
+lease was lapsed at that record, and it names the record's position in the takeover; a named
+home that (re)takes its lease waits while another node of the set holds a record of the next
+epoch live at its own record (a takeover naming that record may still come, and would remove
+what this node writes meanwhile).
 """
 
 from __future__ import annotations
@@ -64,10 +71,43 @@ class Takeovers(Hosting):
             return
         self.ctx.store.own(agent)
         lease = await self.leases.acquire(agent, epoch)
+        if await self._contended_at(link, placed, epoch, lease.position):
+            await self.leases.release(agent)
+            return
         self.ctx.store.fence(agent, lease.valid_until)
         await self._start(link, placed)
         if epoch > 0 and placed.moved_in_epoch < epoch:
             await self._moved_in(agent, epoch, "handoff")
+
+    async def _contended_at(self, link: Link, placed: Placed, epoch: int, position: int) -> bool:
+        """Whether another node of the set has a lease record of the next epoch live at this
+        node's record (`position`): a takeover naming it may be on its way, and would remove
+        what this node writes after its own record (docs/mesh.md, "Leases"). This node waits
+        (the next supervision pass looks again); unknown counts as contended."""
+        from node.placement import leaselog
+
+        mesh, agent = self.ctx.config.mesh.name, placed.agent
+        try:
+            mine = await leaselog.record_at(link.js, mesh, position)
+            if mine is None:
+                return True
+            for other in placed.placement:
+                if other == self.ctx.name:
+                    continue
+                live = await leaselog.live_at(
+                    link.js, mesh, agent, other, mine, self.leases.ttl, self.leases.lookup
+                )
+                record = (
+                    leaselog.record_of(live, mesh, agent, other, self.leases.lookup)
+                    if live is not None
+                    else None
+                )
+                if record is not None and not isinstance(record, str) and record.epoch > epoch:
+                    log.info("agent %s: %s claims epoch %d; waiting", agent, other, epoch + 1)
+                    return True
+        except (TimeoutError, NatsError):
+            return True
+        return False
 
     # ------------------------------------------------------------------ takeover
     async def _home_live(self, agent: str, home: str, epoch: int) -> bool:
