@@ -27,6 +27,7 @@ from node.sync.nats.subjects import (
     Bucket,
     bucket_name,
     kv_subject,
+    lease_subject,
     msg_id,
     subject,
     token,
@@ -81,6 +82,17 @@ class HostileMember:
             )
 
         self.run(work)
+
+    def log_lease(self, journal: str, epoch: int) -> int:
+        """This member's signed lease record of `journal` in the stream's lease log, as a
+        taker writes its acquire record (node/placement/leaselog.py): its stream position."""
+        value = sign_record(self.key, LeaseRecord(journal, self.name, epoch, time.time()))
+
+        async def work(nc: nats.NATS) -> int:
+            ack = await nc.jetstream().publish(lease_subject("default", self.name, journal), value)
+            return int(ack.seq)
+
+        return int(self.run(work))
 
     def has_components_bucket(self) -> bool:
         async def work(nc: nats.NATS) -> bool:

@@ -5,23 +5,28 @@ Three honest nodes (node-a, the owner and first home; node-b, a member of the pl
 node-c, a replica outside it) and a member (node-m, in the set, with a key of its own). Each
 honest node is the real thing as far as the receive rules go: its own LMDB journal in a temp
 dir, its read models, its pinned keys, the real `Receiver` (node/sync/rules/) and the real
-takeover judge (node/placement/judge.py). What is modelled is only what the judge reads of
-NATS: the stream is a list of messages (publisher, envelopes), served to the judge as the
-JetStream calls it makes (`ModelJetStream`), and the leases bucket is one record per node
-(epoch, live or lapsed), read through `ModelLeases.peek` as the bucket's record would be. No
-nats-server runs: the model's speed is in examples per second, and the judge's inputs are
-exactly the ones a real bucket and stream give it.
+takeover judge (node/placement/judge.py, with the lease log's reads, leaselog.py). What is
+modelled is only NATS: the stream is a list of messages (publisher, subject, server stamp of a
+model clock, envelopes or a signed lease record), served to the judge as the JetStream calls
+it makes (`ModelJetStream`: last message by subject, next by subject, and STREAM.MSG.GET with
+`start_time`). No nats-server runs: the model's speed is in examples per second, and the
+judge's inputs are exactly the ones a real stream gives it.
 
-Hypothesis drives `ReceiveModel` (a RuleBasedStateMachine): the honest home writes (under a
-live lease: acknowledged), its lease lapses, an honest member takes over after catching up
-(as the placement manager does), the home hands over, the member publishes validly signed
-envelopes of any kind (takeovers, handoffs, placed, retired, halted, findings) at any seq and
-epoch, duplicated, several per message, and writes lease records of its own; each honest node
-reads the stream when the model says, in batches of any size, through `receive` or through
-`stage` and `settle` (the NATS consumer's halves). After every step:
+Hypothesis drives `ReceiveModel` (a RuleBasedStateMachine): time passes (the stamps are
+monotonic); the honest home writes while its fence holds (its last lease record's stamp + TTL -
+margin: acknowledged) and renews its lease (a record in the stream's lease log), or dies (no
+more renewals: its lease lapses a TTL after its last record); an honest member takes over as
+the placement manager does (its acquire record in the log, catching up, the home's lease
+lapsed at that record by the log, then the takeover naming it); the home hands over; the member
+publishes validly signed envelopes of any kind (takeovers naming any position, handoffs,
+placed, retired, halted, findings) at any seq and epoch, duplicated, several per message, and
+lease records of its own at any time; each honest node reads the stream when the model says,
+in batches of any size, through `receive` or through `stage` and `settle` (the NATS consumer's
+halves), early or late. After every step:
 
 - no acknowledged envelope a node held is gone from it;
-- no takeover was accepted while the home it replaced held a live lease at that epoch;
+- no takeover was accepted while the home it replaced was live at its lease record's position
+  (computed here from the model's stream, apart from the judge's code);
 - honest nodes that have read the whole stream hold the same journal;
 - what runs (the placement set and definition) changes only by the owner's signature
   (`OWNER_STRICT`: the owner rule of issue 51 item 1; without it, only a change by a node that
@@ -32,10 +37,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import itertools
 import os
 import shutil
 import tempfile
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +52,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from nacl.signing import SigningKey
 from nats.js.errors import NotFoundError
 
-from eventstore.envelope import Event, digest_of, encode_event, sign, utc_now
+from eventstore.envelope import Event, digest_of, encode_event, sign
 from eventstore.keys import public_key_multibase
 from harness.mesh import SYNC_TUNING, peer_toml
 from harness.node import make_config
@@ -53,8 +60,10 @@ from node.app import core_projections, open_store
 from node.context import NodeContext
 from node.ops.metrics import NodeMetrics
 from node.placement.judge import TakeoverJudge
-from node.placement.leases import LeaseView
-from node.sync.nats.subjects import stream_name, subject
+from node.placement.leaselog import iso_of, stamp_of
+from node.placement.leases import MARGIN_SHARE
+from node.placement.records import LeaseRecord, SignedLease, sign_record
+from node.sync.nats.subjects import lease_subject, stream_name, subject
 from node.sync.service import SyncService
 from projections import catalogue as c
 from projections.journals import Journals
@@ -77,25 +86,71 @@ OWNER_STRICT = os.environ.get("MODEL_OWNER_STRICT", "") == "1"
 HONEST_ONLY = os.environ.get("MODEL_HONEST_ONLY", "") == "1"
 
 
+TTL = 10.0  # the model's lease TTL, in model seconds (the nodes' `lease_ttl_secs`)
+MARGIN = TTL * MARGIN_SHARE  # an honest holder's fence ends this long before its record lapses
+
+
 @dataclass
 class Message:
     position: int  # its stream sequence, from 1
     publisher: str
     envelopes: list[dict[str, Any]]
+    stamp: float = 0.0  # the server's stamp (the model's clock)
+    lease: bytes | None = None  # a lease log message: its signed record
 
     @property
     def data(self) -> bytes:
-        return msgspec.json.encode(self.envelopes)
+        return self.lease if self.lease is not None else msgspec.json.encode(self.envelopes)
+
+    @property
+    def subject(self) -> str:
+        if self.lease is not None:
+            return lease_subject(MESH, self.publisher, JOURNAL)
+        return subject(MESH, self.publisher, JOURNAL)
 
 
 @dataclass
 class Stream:
     messages: list[Message] = field(default_factory=list)
+    now: float = 1_000_000.0  # the server's clock: only ever goes forward
 
     def publish(self, publisher: str, envelopes: list[dict[str, Any]]) -> Message:
-        message = Message(len(self.messages) + 1, publisher, envelopes)
+        message = Message(len(self.messages) + 1, publisher, envelopes, self.now)
         self.messages.append(message)
         return message
+
+    def log_lease(self, holder: str, epoch: int, key: SigningKey | None = None) -> Message:
+        """A lease record of `holder` in its lease log (signed by `key`: its own unless junk)."""
+        record = LeaseRecord(JOURNAL, holder, epoch, self.now)
+        message = Message(
+            len(self.messages) + 1, holder, [], self.now, sign_record(key or KEYS[holder], record)
+        )
+        self.messages.append(message)
+        return message
+
+    def live_at(self, holder: str, position: int) -> bool:
+        """The rule, computed apart from the judge's code: a record of `holder` (its own key)
+        before `position` stamped within a TTL before it."""
+        if not 1 <= position <= len(self.messages):
+            return False
+        at = self.messages[position - 1].stamp
+        return any(
+            m.lease is not None
+            and m.publisher == holder
+            and m.stamp > at - TTL
+            and _record_of(m).holder == holder
+            and m.lease == sign_record(KEYS[holder], _record_of(m))
+            for m in self.messages[: position - 1]
+        )
+
+    def last_record(self, holder: str) -> Message | None:
+        found = [m for m in self.messages if m.lease is not None and m.publisher == holder]
+        return found[-1] if found else None
+
+
+def _record_of(message: Message) -> LeaseRecord:
+    signed_lease = msgspec.json.decode(message.lease or b"", type=SignedLease)
+    return msgspec.json.decode(signed_lease.record.encode(), type=LeaseRecord)
 
 
 class _Raw(msgspec.Struct):
@@ -111,16 +166,14 @@ class _Info:
 class ModelJetStream:
     """The JetStream calls the judge makes, answered from the model's stream."""
 
+    _prefix = "$JS.API"
+
     def __init__(self, stream: Stream) -> None:
         self._stream = stream
 
     def _on(self, name: str, where: str | None) -> list[Message]:
         assert name == stream_name(MESH), name
-        return [
-            m
-            for m in self._stream.messages
-            if where is None or subject(MESH, m.publisher, JOURNAL) == where
-        ]
+        return [m for m in self._stream.messages if where is None or m.subject == where]
 
     async def get_last_msg(self, name: str, where: str) -> _Raw:
         found = self._on(name, where)
@@ -141,48 +194,59 @@ class ModelJetStream:
                 return _Raw(m.position, m.data)
         raise NotFoundError()
 
+    async def _api_request(self, api: str, body: bytes, timeout: float = 5) -> dict[str, Any]:
+        """STREAM.MSG.GET as nats-server answers it: by `seq`, or the first message on
+        `next_by_subj` from `seq` or from `start_time` (the first stamp at or after it)."""
+        assert api == f"$JS.API.STREAM.MSG.GET.{stream_name(MESH)}", api
+        request = msgspec.json.decode(body)
+        where = request.get("next_by_subj")
+        if "start_time" in request:
+            since = stamp_of(request["start_time"])
+            start = next(
+                (m.position for m in self._stream.messages if m.stamp >= since - 1e-6),
+                len(self._stream.messages) + 1,
+            )
+        else:
+            start = int(request.get("seq") or 1)
+        for m in self._stream.messages[start - 1 :]:
+            if where is None and m.position != start:
+                break
+            if where is None or m.subject == where:
+                return {
+                    "message": {
+                        "seq": m.position,
+                        "subject": m.subject,
+                        "time": iso_of(m.stamp),
+                        "data": base64.b64encode(m.data).decode(),
+                    }
+                }
+        raise NotFoundError()
+
     async def stream_info(self, name: str) -> _Info:
         return _Info()
 
 
-class ModelLeases:
-    """The leases bucket as the judge reads it: each node's record of the journal."""
-
-    def __init__(self) -> None:
-        self.records: dict[str, tuple[int, bool]] = {}  # node → (epoch, live)
-
-    def live(self, node: str, epoch: int) -> bool:
-        return self.records.get(node) == (epoch, True)
-
-
 class JudgesLeases:
-    """What the judge asks of its LeaseBook: this node's own lease (its record, live, while its
-    store owns the journal: what a LeaseBook holds) and the bucket's record of a home (`peek`)."""
+    """What the judge asks of its LeaseBook: the TTL and the members' pinned keys."""
 
-    def __init__(self, leases: ModelLeases, lookup: Any, node: HonestNode) -> None:
-        self._leases = leases
+    def __init__(self, lookup: Any) -> None:
         self.lookup = lookup
-        self._node = node
+        self.ttl = TTL
 
-    def holds(self, agent: str, epoch: int | None = None) -> bool:
-        record = self._leases.records.get(self._node.name)
-        ctx = self._node.ctx
-        if record is None or not record[1] or ctx is None or ctx.store.disowned(agent):
-            return False
-        return epoch is None or record[0] == epoch
 
-    async def peek(self, agent: str, node: str, js: Any = None) -> LeaseView | None:
-        record = self._leases.records.get(node)
-        if record is None or not record[1]:
-            return None
-        return LeaseView(agent, node, record[0], 0.0, 1, 5.0)
+_EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+_SIGNED = itertools.count(1)
 
 
 def signed(
     origin: str, seq: int, prev: str, payload: c.Payload | None, **finding: Any
 ) -> dict[str, Any]:
     kind, data = c.event_of(payload) if payload is not None else ("finding", finding)
-    event = Event(type=kind, ts=utc_now(), origin=origin, prev=prev, data=data)
+    # a new time for each: two envelopes alike are alike only when the model copies one (a
+    # clock's microsecond would make a run's moves equivocations or duplicates by chance)
+    ts = (_EPOCH + timedelta(microseconds=next(_SIGNED))).isoformat(timespec="microseconds")
+    ts = ts.replace("+00:00", "Z")
+    event = Event(type=kind, ts=ts, origin=origin, prev=prev, data=data)
     raw = encode_event(event)
     digest = digest_of(raw)
     return {
@@ -199,11 +263,10 @@ def digest_of_pushed(envelope: dict[str, Any]) -> str:
 
 
 class HonestNode:
-    def __init__(self, name: str, root: Path, stream: Stream, leases: ModelLeases) -> None:
+    def __init__(self, name: str, root: Path, stream: Stream) -> None:
         self.name = name
         self.root = root / name
         self.stream = stream
-        self.leases = leases
         self.cursor = 0  # messages of the stream read (its own skipped)
         self.held_acked: dict[int, str] = {}  # acknowledged envelopes it held: seq → digest
         self.published = 0  # its own journal's seqs in the stream
@@ -243,7 +306,7 @@ class HonestNode:
         self.sync = SyncService(ctx)
         await self.sync.keys.pin_configured()
         self.js = ModelJetStream(self.stream)
-        judges = JudgesLeases(self.leases, self.sync.keys.lookup, self)
+        judges = JudgesLeases(self.sync.keys.lookup)
         self.sync.receiver.judge = TakeoverJudge(ctx, judges, lambda: self.js)  # type: ignore[arg-type, return-value]
 
     async def close(self) -> None:
@@ -307,8 +370,11 @@ class ReceiveModel(RuleBasedStateMachine):
         shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
         self.dir = Path(tempfile.mkdtemp(prefix="receive-model-", dir=shm))
         self.stream = Stream()
-        self.leases = ModelLeases()
-        self.nodes = {name: HonestNode(name, self.dir, self.stream, self.leases) for name in HONEST}
+        self.nodes = {name: HonestNode(name, self.dir, self.stream) for name in HONEST}
+        # an honest holder's fence (model time): its last logged record's stamp + TTL - margin
+        self.fence: dict[str, float] = {}
+        self.dead: set[str] = set()  # honest nodes that stopped (no renewals, no writes)
+        self.member_records: list[int] = []  # positions of the member's lease records
         self.acked: dict[int, str] = {}  # seq → digest, published under a live lease
         self.violations: list[str] = []
         self.member_revision = 0
@@ -336,7 +402,7 @@ class ReceiveModel(RuleBasedStateMachine):
         owner.ctx.store.own(JOURNAL)
         placed = c.AgentPlaced(placement=list(PLACEMENT), definition=DEFINITION)
         await owner.ctx.store.append(JOURNAL, *c.event_of(placed))
-        self.leases.records[OWNER] = (0, True)
+        self._log_lease(owner, 0)
         self._publish(owner)
 
     def teardown(self) -> None:
@@ -351,23 +417,32 @@ class ReceiveModel(RuleBasedStateMachine):
             shutil.rmtree(self.dir, ignore_errors=True)
 
     # ------------------------------------------------------------------ the honest nodes
+    def _log_lease(self, node: HonestNode, epoch: int) -> Message:
+        """An honest lease write: its record in the log first; the fence counts from it."""
+        message = self.stream.log_lease(node.name, epoch)
+        self.fence[node.name] = message.stamp + TTL - MARGIN
+        return message
+
+    def _fenced_ok(self, name: str) -> bool:
+        return name not in self.dead and self.stream.now < self.fence.get(name, 0.0)
+
     def _home(self) -> HonestNode | None:
         """The honest node that writes the journal now: its copy names it home, it owns the
-        journal in its store, and it holds a live lease at the journal's epoch."""
+        journal in its store, and its fence holds (its last lease record is fresh)."""
         for node in self.nodes.values():
             j = node.journals
             assert node.ctx is not None
             if (
                 j.home_of(JOURNAL) == node.name
                 and not node.ctx.store.disowned(JOURNAL)
-                and self.leases.live(node.name, j.epoch_of(JOURNAL))
+                and self._fenced_ok(node.name)
             ):
                 return node
         return None
 
     def _publish(self, node: HonestNode, pieces: int = 1) -> None:
         """What `node` wrote and did not publish yet, in `pieces` messages; acknowledged when
-        published under a live lease."""
+        published while its fence holds."""
         signers = {seq: signer for seq, signer, _ in node.events()}
         envelopes = node.envelopes_from(node.published + 1)
         # its own, as its publisher sends each envelope it commits (others' it holds are theirs)
@@ -376,7 +451,7 @@ class ReceiveModel(RuleBasedStateMachine):
         ]
         if not envelopes:
             return
-        live = self.leases.live(node.name, node.journals.epoch_of(JOURNAL))
+        live = self._fenced_ok(node.name)
         size = max(1, -(-len(envelopes) // pieces))
         for start in range(0, len(envelopes), size):
             self.stream.publish(node.name, envelopes[start : start + size])
@@ -384,6 +459,10 @@ class ReceiveModel(RuleBasedStateMachine):
             if live:
                 self.acked[envelope["seq"]] = digest_of_pushed(envelope)
         node.published = envelopes[-1]["seq"]
+
+    @rule(seconds=st.sampled_from([0.5, 2.0, 4.0, 9.0, 12.0]))
+    def time_passes(self, seconds: float) -> None:
+        self.stream.now += seconds
 
     @rule(count=st.integers(1, 4), pieces=st.integers(1, 3))
     def home_writes(self, count: int, pieces: int) -> None:
@@ -403,48 +482,66 @@ class ReceiveModel(RuleBasedStateMachine):
         self._publish(home, pieces)
 
     @rule()
-    def home_lease_lapses(self) -> None:
-        """The home dies or freezes: it writes nothing more, its record lapses. What the stream
-        held a moment before it read (a live home's consumer reads within milliseconds; a
-        takeover it refused then is refuted: the receiver writes its seq); the window of those
-        milliseconds is outside the model (docs/mesh.md, "What a node reading late decides")."""
+    def home_renews(self) -> None:
+        """The home's renewal (every quarter of a TTL, when it is alive): a record in the log,
+        its fence extended from it. One whose fence passed lost its lease for good."""
         home = self._home()
         if home is not None:
-            self._read_all(home)
-            epoch = home.journals.epoch_of(JOURNAL)
-            self.leases.records[home.name] = (epoch, False)
+            self._log_lease(home, home.journals.epoch_of(JOURNAL))
+
+    @rule()
+    def home_dies(self) -> None:
+        """The home dies, or freezes, or loses NATS: it writes and renews nothing more, and
+        reads nothing (a takeover it never read it cannot refute). Its lease lapses in the log
+        a TTL after its last record."""
+        home = self._home()
+        if home is not None:
+            self.dead.add(home.name)
             assert home.ctx is not None
             home.ctx.store.disown(JOURNAL)
 
-    @rule(taker=st.sampled_from([OWNER, HOME_B]), revision=st.integers(1, 9))
-    def honest_takeover(self, taker: str, revision: int) -> None:
-        """As the placement manager does: catch up with the stream, then take over a home
-        whose lease is gone."""
+    @rule(taker=st.sampled_from([OWNER, HOME_B]))
+    def honest_takeover(self, taker: str) -> None:
+        """As the placement manager does (node/placement/takeover.py): a home whose lease
+        seems gone, its acquire record in the log, the stream read through it, the home's lease
+        lapsed at that record by the log (else it gives up), then the takeover naming it."""
         node = self.nodes[taker]
+        if taker in self.dead:
+            return
         self._read_all(node)
         j = node.journals
         home, epoch = j.home_of(JOURNAL), j.epoch_of(JOURNAL)
-        if home is None or home == taker or self.leases.live(home, epoch):
+        if home is None or home == taker:
             return
-        if any(self.leases.live(n, epoch + 1) for n in PLACEMENT):
-            return  # another node claimed it first
-        if self._home() is not None:
+        last = self.stream.last_record(home)
+        if last is not None and last.stamp > self.stream.now - TTL:
+            return  # its record looks live (the bucket's trigger): nothing to do
+        acquired = self._log_lease(node, epoch + 1)
+        self._read_all(node)
+        if self.stream.live_at(home, acquired.position):
             return
+        j = node.journals
+        if j.home_of(JOURNAL) != home or j.epoch_of(JOURNAL) != epoch:
+            return  # a move came in as it read
         assert node.ctx is not None
-        self.leases.records[taker] = (epoch + 1, True)
         node.ctx.store.own(JOURNAL)
-        node.ctx.store.fence(JOURNAL, None)  # its lease, live until the model says otherwise
+        node.ctx.store.fence(JOURNAL, None)  # the model's fence is `_fenced_ok`
         node.published = len(node.journal())  # what it holds is the stream's, not its own
-        takeover = c.JournalTakeover(epoch=epoch + 1, lease_revision=revision, previous_home=home)
+        takeover = c.JournalTakeover(
+            epoch=epoch + 1,
+            lease_revision=1,
+            previous_home=home,
+            lease_position=acquired.position,
+        )
         self.append(node, takeover)
         self._publish(node)
 
     @rule(to=st.sampled_from([OWNER, HOME_B]))
     def home_hands_off(self, to: str) -> None:
         home = self._home()
-        if home is None or home.name == to:
+        if home is None or home.name == to or to in self.dead:
             return
-        self._read_all(home)  # a live home's consumer has read the stream (as it lapses, above)
+        self._read_all(home)  # a live home's consumer has read the stream
         if self._home() is not home:
             return
         assert home.ctx is not None
@@ -452,45 +549,97 @@ class ReceiveModel(RuleBasedStateMachine):
         handoff = c.JournalHandoff(to=to, epoch=epoch)
         self.append(home, handoff, sealing=True)
         self._publish(home)
-        self.leases.records[home.name] = (epoch - 1, False)
+        self.fence[home.name] = 0.0  # it released its lease (its records stay in the log)
         target = self.nodes[to]
         self._read_all(target)
-        if target.journals.home_of(JOURNAL) == to and self._home() is None:
+        if target.journals.home_of(JOURNAL) == to:
             assert target.ctx is not None
             target.ctx.store.own(JOURNAL)
             target.ctx.store.fence(JOURNAL, None)
-            self.leases.records[to] = (target.journals.epoch_of(JOURNAL), True)
+            self._log_lease(target, target.journals.epoch_of(JOURNAL))
             target.published = len(target.journal())
 
     def _read_all(self, node: HonestNode) -> None:
         while not node.caught_up():
             self._read(node, len(self.stream.messages), False)
 
-    def _read(self, node: HonestNode, count: int, staged: bool) -> None:
+    def _read(self, node: HonestNode, count: int, staged: bool, then_dies: bool = False) -> None:
+        if node.name in self.dead:
+            return  # down: it reads once it restarts (late)
         moves = self.run(node.read(count, staged))
-        self._publish(node)  # what it wrote as it read (a takeover of it refuted), home or not
+        if then_dies and self._home() is node:
+            self.home_dies()  # killed before what it wrote as it read was published
+        else:
+            self._publish(node)  # what it wrote as it read (a takeover refuted), home or not
         for move in moves:
-            if move["reason"] == "takeover" and self.leases.live(move["from"], move["epoch"] - 1):
+            if move["reason"] != "takeover":
+                continue
+            takeover = self._takeover_at(node, int(move["seq"]))
+            if takeover is None or self.stream.live_at(move["from"], takeover.lease_position):
                 self.violations.append(
                     f"{node.name} accepted the takeover at seq {move['seq']} by {move['to']} "
-                    f"while {move['from']} held a live lease at epoch {move['epoch'] - 1}"
+                    f"while {move['from']} was live at its lease record "
+                    f"({takeover.lease_position if takeover else '?'})"
                 )
+
+    def _takeover_at(self, node: HonestNode, seq: int) -> c.JournalTakeover | None:
+        assert node.ctx is not None
+        stored = node.ctx.store.get(JOURNAL, seq)
+        if stored is None or stored.event.type != c.JOURNAL_TAKEOVER:
+            return None
+        return c.read(c.JournalTakeover, stored.event.data)
 
     @rule(
         name=st.sampled_from(HONEST),
         count=st.integers(1, 6),
         staged=st.booleans(),
+        then_dies=st.booleans(),
     )
-    def node_reads(self, name: str, count: int, staged: bool) -> None:
-        self._read(self.nodes[name], count, staged)
+    def node_reads(self, name: str, count: int, staged: bool, then_dies: bool) -> None:
+        """An honest node reads the next messages; a home may be killed right after, before it
+        published what it wrote as it read (a takeover it refuted)."""
+        self._read(self.nodes[name], count, staged, then_dies)
+
+    @rule(name=st.sampled_from(HONEST))
+    def node_restarts(self, name: str) -> None:
+        """A dead node comes back: its lease is gone (a replica now, unless a move names it),
+        it publishes what it had not, and reads on from where it stood (late)."""
+        if name in self.dead:
+            self.dead.discard(name)
+            self.fence[name] = 0.0
+            self._publish(self.nodes[name])
 
     # ------------------------------------------------------------------ the member
-    @rule(epoch=st.integers(-1, 2), live=st.booleans())
-    def member_lease(self, epoch: int, live: bool) -> None:
+    @rule(epoch=st.integers(-1, 2), junk=st.booleans())
+    def member_lease(self, epoch: int, junk: bool) -> None:
+        """The member's lease record at any epoch, any time (or one signed by another key)."""
         if HONEST_ONLY:
             return
         base = max(n.journals.epoch_of(JOURNAL) for n in self.nodes.values())
-        self.leases.records[MEMBER] = (max(0, base + epoch), live)
+        key = KEYS[REPLICA] if junk else None
+        message = self.stream.log_lease(MEMBER, max(0, base + epoch), key)
+        self.member_records.append(message.position)
+
+    @rule(seq_off=st.integers(-2, 0), previous=st.sampled_from([None, OWNER, HOME_B]))
+    def member_takes_over(self, seq_off: int, previous: str | None) -> None:
+        """The member's takeover as an honest taker writes one (its lease record at the next
+        epoch, then the takeover naming it), at any time: the home live or not."""
+        if HONEST_ONLY:
+            return
+        longest = max(self.nodes.values(), key=lambda n: len(n.journal()))
+        chain, j = longest.journal(), longest.journals
+        epoch = j.epoch_of(JOURNAL) + 1
+        seq = max(1, len(chain) + 1 + seq_off)
+        acquired = self.stream.log_lease(MEMBER, epoch)
+        self.member_records.append(acquired.position)
+        takeover = c.JournalTakeover(
+            epoch=epoch,
+            lease_revision=1,
+            previous_home=previous or j.home_of(JOURNAL) or OWNER,
+            lease_position=acquired.position,
+        )
+        prev = chain[seq - 2] if seq > 1 else ""
+        self.stream.publish(MEMBER, [signed(MEMBER, seq, prev, takeover)])
 
     @rule(
         moves=st.lists(
@@ -526,8 +675,13 @@ class ReceiveModel(RuleBasedStateMachine):
             payload: c.Payload | None
             if kind == "takeover":
                 previous = [j.home_of(JOURNAL) or OWNER, OWNER, HOME_B, MEMBER][variant]
+                records = self.member_records or [0]
+                position = [records[-1], records[-1], records[0], len(self.stream.messages)]
                 payload = c.JournalTakeover(
-                    epoch=epoch, lease_revision=variant + 1, previous_home=previous
+                    epoch=epoch,
+                    lease_revision=variant + 1,
+                    previous_home=previous,
+                    lease_position=position[(variant + seq) % 4],
                 )
             elif kind == "handoff":
                 payload = c.JournalHandoff(
@@ -566,7 +720,9 @@ class ReceiveModel(RuleBasedStateMachine):
 
     @invariant()
     def nodes_that_read_the_stream_agree(self) -> None:
-        read = [n for n in self.nodes.values() if n.caught_up()]
+        # a node that is down is not reading: what it wrote and never published (a refutation
+        # as it was killed) it publishes when it restarts, before it reads on
+        read = [n for n in self.nodes.values() if n.caught_up() and n.name not in self.dead]
         if len(read) < 2:
             return
         first = read[0]

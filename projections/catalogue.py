@@ -662,12 +662,16 @@ class JournalHandoff(Payload):
 
 @entry
 class JournalTakeover(Payload):
-    """By the new home, the first envelope it writes, after it won the lease of `epoch`."""
+    """By the new home, the first envelope it writes, after it won the lease of `epoch`.
+    `lease_position`: the mesh stream's position of its lease record at `epoch` (its lease
+    log, node/placement/leaselog.py), where every node judges it; 0 in takeovers of versions
+    before the lease log (read as ever, refused when judged now)."""
 
     type = JOURNAL_TAKEOVER
     epoch: Epoch
     lease_revision: Count
     previous_home: NodeName
+    lease_position: Count = 0
 
 
 @entry

@@ -54,8 +54,11 @@ async def stream_signed_at(
     seq: int,
     lookup: KeyLookup,
     prev: str | None = None,
+    *,
+    before: int | None = None,
 ) -> bool:
-    """Whether the stream holds `node`'s signed envelope of `journal` at exactly `seq`: the
+    """Whether the stream holds `node`'s signed envelope of `journal` at exactly `seq` (at a
+    stream position below `before`, when given: the prefix a takeover is judged by): the
     first of its messages on its subject whose last envelope reaches `seq`, found by a binary
     search over the stream's positions (a node's messages of one journal are runs in order);
     with `prev`, only an envelope that follows that digest (a sibling of the envelope asked
@@ -79,9 +82,11 @@ async def stream_signed_at(
         tail = await asyncio.wait_for(js.get_last_msg(name, where), GET_TIMEOUT_SECS)
     except NotFoundError:
         return False
-    if first is None:
+    if first is None or (before is not None and first[0] >= before):
         return False
     lo, hi = first[0], int(tail.seq or 0)
+    if before is not None:
+        hi = min(hi, before - 1)
     for _ in range(64):  # log2 of any stream's positions
         if lo >= hi:
             break
@@ -90,12 +95,14 @@ async def stream_signed_at(
         if probe is None:
             break
         position, seqs, _ = probe
-        if seqs and seqs[-1] >= seq:
+        if (seqs and seqs[-1] >= seq) or (before is not None and position >= before):
             hi = mid
         else:
             lo = position + 1
     found = await first_from(lo)
     if found is None or not found[1] or found[1][-1] < seq:
+        return False
+    if before is not None and found[0] >= before:
         return False
     if seq in found[1]:
         return prev is None or found[2][seq] == prev  # else it follows another: no sibling

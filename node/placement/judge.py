@@ -3,77 +3,88 @@
 The receive path (node/sync/rules/) checks what the envelope itself says: signed by a node
 of the journal's placement set, raising its epoch by exactly one, following this node's copy
 (or forking it at a seq whose `prev` is ours). A signature says who wrote it, not that it is
-sane: the checks here ask the mesh's NATS buckets and stream what the takeover cannot prove
-by itself, and refuse it (reported, naming its signer) when:
+sane: the checks here ask the mesh's stream what the takeover cannot prove by itself. Every
+verdict is a function of the stream's prefix before the takeover's lease record alone (the lease
+log, node/placement/leaselog.py), so two honest nodes that read the same stream at different
+times decide alike. The takeover of J by T from its home H is refused (reported, naming T) when:
 
-- the journal's home still holds its lease at the epoch taken over: the home's signed record
-  in the leases bucket (node/placement/leases.py), which every node reads alike (the home
-  itself too: after a restart within a TTL its record outlives what it remembers), or, on the
-  home, its own lease. A member cannot take over an agent whose home is alive;
-- the stream holds a signed envelope of the journal at the takeover's seq from its home, or
-  from whoever wrote the part of this node's copy the takeover would remove: the takeover
-  would overtake or erase history the stream acknowledged (an honest new home first catches
-  up with the stream, node/placement/catchup.py, so it never does). The stream is read as it
-  was at the move: the writer's envelope at that very seq, a sibling of the takeover in the
-  epoch taken over, not the writer's last message at any epoch. A writer that took the journal
-  back later (a takeover or handoff at a higher epoch) holds later seqs in the stream, and
-  they are no erasure: a node that was down during two quick takeovers judges the first one as
-  the nodes that were up did, and catches up. Only a sibling counts, an envelope that follows
-  what the takeover follows (its `prev`): a signer's envelope at that seq that extends nothing
-  (a member's, published ahead at seqs it never held) is no history, and counting it made a
-  node that read the stream later refuse a takeover the others had accepted. A sibling counts
-  wherever it stands in the stream, before the takeover or after it: the live home that goes
-  on writing after refusing a takeover (then hands the agent on, or dies) is what a node that
-  reads the stream later must refuse it by, the lease record it was refused by being gone
-  (docs/mesh.md, "What is judged when");
-- it forks this node's copy over a tail that began more than FORK_SPAN_TTLS lease TTLs (plus
-  FORK_SLACK_SECS) before the takeover: an honest old home can write past what the stream has
-  only until its lease runs out.
+- it names no stream position of T's acquire record (`lease_position`: takeovers of versions
+  before the lease log), or the message there is not T's validly signed lease record of J at
+  the takeover's epoch;
+- T's first envelope message of J in the stream after that record does not hold the takeover
+  (an honest taker writes nothing of J between its acquire and its takeover), or that message
+  was stamped more than a TTL after the record (an old acquire record, kept to take the agent
+  over later, is no licence);
+- H's lease is live at the record's position: the stream holds H's signed record of J before
+  it, stamped within a TTL before it. A home that wrote its records is home there, whatever
+  any node believes now, and an honest home writes no envelope once the log can show it
+  lapsed (its write fence, node/placement/leases.py);
+- the stream holds, before that position, a signed envelope of J at the takeover's seq from H,
+  or from whoever wrote the part of this node's copy the takeover would remove, following what
+  the takeover follows (a sibling): the takeover would overtake history the stream
+  acknowledged (an honest taker reads the stream through its acquire record first,
+  node/placement/takeover.py, so it never does). What H or anyone wrote after that position is
+  no history: an honest H was fenced by then.
 
-With no NATS link (or a bucket or stream that does not answer) nothing is known: the takeover
-and what follows it are a gap for now (not reported), repaired (so judged again) later.
+With no NATS link (or a stream that does not answer, or the takeover not in the stream yet)
+nothing is known: the takeover and what follows it are a gap for now (not reported), repaired
+(so judged again) later. A lease record the stream no longer holds (it aged out: a node down
+longer than `stream_max_age_secs`) is refused and reported: the stream cannot say.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 from collections.abc import Callable
-from datetime import datetime
 from typing import Protocol
 
+import msgspec
 from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 
+from eventstore.envelope import digest_of
 from node.context import NodeContext
+from node.placement import leaselog
 from node.placement.catchup import stream_holds, stream_signed_at
+from node.placement.leaselog import Logged
 from node.placement.leases import LeaseBook, LeaseError
 from node.placement.metrics import PlacementMetrics
+from node.placement.records import LeaseRecord
+from node.sync.nats.envelopes import envelopes_of
+from node.sync.nats.subjects import subject
 from node.sync.rules.judging import TakeoverClaim, Verdict
 from node.sync.rules.outcome import UNJUDGED
 from projections.journals import Journals
 
 log = logging.getLogger("agent-node.placement")
-FORK_SPAN_TTLS = 2
-FORK_SLACK_SECS = 30.0
 JUDGE_TIMEOUT_SECS = 5.0
 
 
 class MeshView(Protocol):
-    """What the judge reads of the mesh (NatsView: the leases bucket and the stream; the model
-    of the receive rules gives it directly)."""
+    """What the judge reads of the mesh's stream (NatsView; the model of the receive rules
+    hands NatsView a stream of its own)."""
 
-    async def home_lease_epoch(self, journal: str, home: str) -> int | None:
-        """The epoch of `home`'s live lease record of `journal` in the bucket (None: none)."""
+    async def record_at(self, position: int) -> Logged | None: ...
+
+    async def live_at(self, journal: str, node: str, at: Logged) -> Logged | None:
+        """The record showing `node`'s lease of `journal` live at `at`'s position (None: not)."""
+        ...
+
+    async def first_after(self, journal: str, node: str, position: int) -> Logged | None:
+        """`node`'s first envelope message of `journal` after stream `position`."""
         ...
 
     async def holds(self, journal: str, writer: str) -> int:
         """The highest seq of `journal` the stream holds signed by `writer` (0: none)."""
         ...
 
-    async def signed_at(self, journal: str, writer: str, seq: int, prev: str | None = None) -> bool:
-        """Whether the stream holds `writer`'s signed envelope of `journal` at `seq` (following
-        the digest `prev`, when given)."""
+    async def signed_at(
+        self, journal: str, writer: str, seq: int, prev: str | None, before: int
+    ) -> bool:
+        """Whether the stream holds, before position `before`, `writer`'s signed envelope of
+        `journal` at `seq` following the digest `prev`."""
         ...
 
 
@@ -81,16 +92,49 @@ class NatsView:
     def __init__(self, js: JetStreamContext, leases: LeaseBook, mesh: str) -> None:
         self._js, self._leases, self._mesh = js, leases, mesh
 
-    async def home_lease_epoch(self, journal: str, home: str) -> int | None:
-        view = await self._leases.peek(journal, home, self._js)
-        return view.epoch if view is not None else None
+    async def record_at(self, position: int) -> Logged | None:
+        return await leaselog.record_at(self._js, self._mesh, position)
+
+    async def live_at(self, journal: str, node: str, at: Logged) -> Logged | None:
+        return await leaselog.live_at(
+            self._js, self._mesh, journal, node, at, self._leases.ttl, self._leases.lookup
+        )
+
+    async def first_after(self, journal: str, node: str, position: int) -> Logged | None:
+        where = subject(self._mesh, node, journal)
+        return await leaselog.first_after(self._js, self._mesh, where, position)
 
     async def holds(self, journal: str, writer: str) -> int:
         return await stream_holds(self._js, self._mesh, journal, [writer], self._leases.lookup)
 
-    async def signed_at(self, journal: str, writer: str, seq: int, prev: str | None = None) -> bool:
+    async def signed_at(
+        self, journal: str, writer: str, seq: int, prev: str | None, before: int
+    ) -> bool:
         lookup = self._leases.lookup
-        return await stream_signed_at(self._js, self._mesh, journal, writer, seq, lookup, prev)
+        return await stream_signed_at(
+            self._js, self._mesh, journal, writer, seq, lookup, prev, before=before
+        )
+
+
+class _Payload(msgspec.Struct):
+    seq: int
+    payload: str
+
+
+_payload_decoder = msgspec.json.Decoder(_Payload)
+
+
+def holds_envelope(data: bytes, seq: int, digest: str) -> bool:
+    """Whether a stream message holds the envelope at `seq` whose payload's digest (hex) is
+    `digest`."""
+    for raw in envelopes_of(data):
+        try:
+            item = _payload_decoder.decode(raw)
+            if item.seq == seq and digest_of(base64.b64decode(item.payload)).hex() == digest:
+                return True
+        except (msgspec.DecodeError, msgspec.ValidationError, ValueError):
+            continue
+    return False
 
 
 class TakeoverJudge:
@@ -123,51 +167,61 @@ class TakeoverJudge:
         return verdict
 
     async def judge_on(self, mesh: MeshView, claim: TakeoverClaim) -> Verdict | None:
-        """The verdict on `claim` as `mesh` shows the leases bucket and the stream."""
-        home, epoch, journal = claim.previous_home, claim.previous_epoch, claim.stream
-        if home == self._ctx.name and self._leases.holds(journal, epoch):
+        """The verdict on `claim` as `mesh` shows the stream (module docstring)."""
+        taker, home, journal = claim.origin, claim.previous_home, claim.stream
+        position = claim.lease_position
+        if position <= 0:
+            return Verdict("bad_takeover", "it names no lease record of its taker in the stream")
+        acquired = await mesh.record_at(position)
+        if acquired is None:
             return Verdict(
                 "bad_takeover",
-                f"this node, its home, holds a valid lease at epoch {epoch}",
-                refuted=True,
+                f"the stream holds no message at the position of its lease record ({position}): "
+                "aged out, or never there",
             )
-        # the bucket's record, also when this node is the home (it may have restarted within
-        # a TTL, or be renewing late): every node judges by the same record
-        if await mesh.home_lease_epoch(journal, home) == epoch:
+        record = leaselog.record_of(
+            acquired, self._ctx.config.mesh.name, journal, taker, self._leases.lookup
+        )
+        if not isinstance(record, LeaseRecord) or record.epoch != claim.epoch:
+            why = record if isinstance(record, str) else f"a record at epoch {record.epoch}"
+            return Verdict(
+                "bad_takeover", f"stream message {position} is not its lease record: {why}"
+            )
+        entered = await mesh.first_after(journal, taker, position)
+        if entered is None:
+            return Verdict(UNJUDGED, "the takeover is not in the stream yet", report=False)
+        if not holds_envelope(entered.data, claim.seq, claim.digest):
             return Verdict(
                 "bad_takeover",
-                f"its home {home!r} holds a live lease at epoch {epoch}",
-                refuted=home == self._ctx.name,  # this node: it writes the seq (its fence allowing)
+                f"{taker!r}'s first message of it after its lease record ({entered.position}) "
+                "does not hold the takeover",
+            )
+        late = entered.stamp - acquired.stamp
+        if late > self._leases.ttl:
+            return Verdict(
+                "bad_takeover",
+                f"it entered the stream {late:.1f} s after its lease record, over the TTL "
+                f"({self._leases.ttl:g} s)",
+            )
+        live = await mesh.live_at(journal, home, acquired)
+        if live is not None:
+            return Verdict(
+                "bad_takeover",
+                f"its home {home!r} held a live lease at stream position {position} (its "
+                f"record at {live.position}, {acquired.stamp - live.stamp:.1f} s before)",
+                refuted=home == self._ctx.name,
             )
         journals = self._ctx.projections.get(Journals)
-        writers = {home, *journals.writers_from(journal, claim.seq)} - {claim.origin}
+        writers = {home, *journals.writers_from(journal, claim.seq)} - {taker}
         for writer in sorted(writers):
             held = await mesh.holds(journal, writer)
-            if held >= claim.seq and await mesh.signed_at(journal, writer, claim.seq, claim.prev):
+            if held >= claim.seq and await mesh.signed_at(
+                journal, writer, claim.seq, claim.prev, position
+            ):
                 return Verdict(
                     "bad_takeover",
-                    f"the stream holds seq {claim.seq} of it from {writer!r} (up to {held}): the "
-                    "takeover would overtake or erase history the stream acknowledged",
+                    f"the stream holds seq {claim.seq} of it from {writer!r} before its taker's "
+                    f"lease record ({position}): the takeover would overtake history the stream "
+                    "acknowledged",
                 )
-        if claim.seq <= claim.held:
-            return self._fork_span(claim)
-        return None
-
-    def _fork_span(self, claim: TakeoverClaim) -> Verdict | None:
-        first = self._ctx.store.get(claim.stream, claim.seq)
-        if first is None:
-            return None
-        span = FORK_SPAN_TTLS * self._ctx.config.mesh.lease_ttl_secs + FORK_SLACK_SECS
-        try:
-            age = (
-                datetime.fromisoformat(claim.ts) - datetime.fromisoformat(first.event.ts)
-            ).total_seconds()
-        except ValueError:
-            return Verdict("bad_takeover", "its time or the forked envelope's is unreadable")
-        if age > span:
-            return Verdict(
-                "bad_takeover",
-                f"it would remove seqs {claim.seq}..{claim.held}, begun {age:.0f} s before it: "
-                f"an old home writes past the stream for at most a lease ({span:.0f} s)",
-            )
         return None

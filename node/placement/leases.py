@@ -23,56 +23,42 @@ passed without a renew) it fences the journal for good (deadline 0) and calls `o
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-import msgspec
-from nacl.exceptions import BadSignatureError
-from nacl.signing import SigningKey, VerifyKey
+from nacl.signing import SigningKey
 from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 from nats.js.api import RawStreamMsg
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
-from eventstore.keychain import KeyChain
 from node.config.model import AGENT_NAME_RE, MeshSection
 from node.placement.buckets import BucketRules, last_value, open_kv
-from node.sync.nats.subjects import Bucket, bucket_name, token
+from node.placement.leaselog import publish_record
+from node.placement.records import (
+    MAX_LEASE_BYTES,
+    KeyLookup,
+    LeaseRecord,
+    check_record,
+    lease_key,
+    sign_record,
+)
+from node.sync.nats.subjects import Bucket, bucket_name
+
+__all__ = ["KeyLookup", "LeaseRecord", "check_record", "lease_key", "sign_record"]
 
 log = logging.getLogger("agent-node.placement")
 
 Fence = Callable[[str, float | None], None]  # (journal, monotonic deadline; None lifts it)
 OnLost = Callable[[str, str], None]  # (agent, reason: "expired" | "unrenewed")
 OnJunk = Callable[[str, str, str], None]  # (agent, node whose key it is, what is wrong)
-KeyLookup = Callable[[str], VerifyKey | KeyChain | None]
-MAX_LEASE_BYTES = 1024
 MARGIN_SHARE = 0.2  # of the TTL: valid_until is this much before the earliest server expiry
 RENEW_SHARE = 0.25  # renew every quarter of the TTL
 UNSURE_KEPT = 8  # writes whose answer never came, kept to recognise them
-SIGNED_PREFIX = b"agent-runtime/lease/v1\0"
-SIG_PREFIX = "ed25519:"
-
-
-class LeaseRecord(msgspec.Struct):  # fields added later are ignored by this version
-    agent: str
-    holder: str
-    epoch: int
-    renewed_at: float  # the holder's wall clock: for people, never for a decision
-
-
-class SignedLease(msgspec.Struct):
-    record: str  # the record's JSON, exactly the bytes signed
-    signature: str  # "ed25519:" + base64 of the signature of SIGNED_PREFIX + record
-
-
-_signed_decoder = msgspec.json.Decoder(SignedLease)
-_record_decoder = msgspec.json.Decoder(LeaseRecord)
 
 
 class LeaseError(Exception):
@@ -97,47 +83,11 @@ class HeldLease:
     epoch: int
     revision: int
     valid_until: float  # time.monotonic(): no write of the agent's journal may commit after it
+    position: int = 0  # the stream position of its acquire record (its lease log)
     next_renew: float = 0.0
     # (value, monotonic when sent) of writes whose answer never came: one may have been written
     unsure: list[tuple[bytes, float]] = field(default_factory=list)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-
-
-def lease_key(agent: str, node: str) -> str:
-    return f"{token(agent)}.{token(node)}"
-
-
-def sign_record(key: SigningKey, record: LeaseRecord) -> bytes:
-    raw = msgspec.json.encode(record)
-    signature = key.sign(SIGNED_PREFIX + raw).signature
-    signed = SignedLease(raw.decode(), SIG_PREFIX + base64.b64encode(signature).decode())
-    return msgspec.json.encode(signed)
-
-
-def check_record(data: bytes, agent: str, node: str, lookup: KeyLookup) -> LeaseRecord | str:
-    """The record under `node`'s key for `agent`, or why it is not one to believe."""
-    if len(data) > MAX_LEASE_BYTES:
-        return f"{len(data)} bytes, over {MAX_LEASE_BYTES}"
-    try:
-        signed = _signed_decoder.decode(data)
-        raw = signed.record.encode()
-        record = _record_decoder.decode(raw)
-        if not signed.signature.startswith(SIG_PREFIX):
-            raise ValueError("not an ed25519 signature")
-        signature = base64.b64decode(signed.signature.removeprefix(SIG_PREFIX), validate=True)
-    except (msgspec.DecodeError, msgspec.ValidationError, ValueError, binascii.Error):
-        return "not a signed lease record"
-    if (record.agent, record.holder) != (agent, node) or record.epoch < 0:
-        return f"a record of {record.holder[:80]!r} for {record.agent[:80]!r} under its key"
-    found = lookup(node)
-    verify_key = found.current if isinstance(found, KeyChain) else found
-    if verify_key is None:
-        return "no pinned key for its node"
-    try:
-        verify_key.verify(SIGNED_PREFIX + raw, signature)
-    except (BadSignatureError, ValueError):
-        return "its signature does not verify with its node's key"
-    return record
 
 
 def _noop_fence(_journal: str, _deadline: float | None) -> None:
@@ -242,6 +192,11 @@ class LeaseBook:
         value, sent = self._value(agent, epoch), time.monotonic()
         try:
             async with asyncio.timeout(self.call_timeout):
+                position = await self._log(agent, value)
+        except (TimeoutError, NatsError) as exc:
+            raise LeaseError(f"logging the lease of {agent}: {_describe(exc)}") from exc
+        try:
+            async with asyncio.timeout(self.call_timeout):
                 mine = await self._read(agent, self.node)
                 if mine is None:
                     revision = await _create(kv, key, value)
@@ -252,7 +207,7 @@ class LeaseBook:
             if msg is None or msg.data != value:
                 raise LeaseError(f"writing the lease of {agent}: {_describe(exc)}") from exc
             revision = msg.seq or 0
-        lease = HeldLease(agent, epoch, revision, sent + self.ttl - self.margin)
+        lease = HeldLease(agent, epoch, revision, sent + self.ttl - self.margin, position)
         lease.next_renew = sent + self.ttl * RENEW_SHARE
         if lease.valid_until <= time.monotonic():  # the answer came too late to be of use
             self._held[agent] = lease
@@ -262,6 +217,17 @@ class LeaseBook:
         self._fence(agent, lease.valid_until)
         self._changed.set()
         return lease
+
+    async def _log(self, agent: str, value: bytes) -> int:
+        """The record in the lease log first (its position): what every judge reads. A write
+        of the bucket follows only once the stream acknowledged it, within `margin` of its
+        sending (so the server stamped it before `valid_until`, counted from before this call,
+        could pass on its clock): `valid_until` never outlasts what the log shows live."""
+        if self._js is None:
+            raise LeaseError("not connected to NATS")
+        within = min(self.call_timeout, self.margin)
+        async with asyncio.timeout(within):
+            return await publish_record(self._js, self._mesh.name, agent, self.node, value, within)
 
     async def _read(
         self,
@@ -295,8 +261,12 @@ class LeaseBook:
         agent = lease.agent
         value, sent = self._value(agent, lease.epoch), time.monotonic()
         retry = sent + min(0.5, self.ttl / 20)
+        logged = False
         try:
             kv = self._kv_or_fail()
+            async with asyncio.timeout(self.call_timeout):
+                await self._log(agent, value)  # a failed log write is a failed renew
+            logged = True
             async with asyncio.timeout(self.call_timeout):
                 revision = await kv.update(lease_key(agent, self.node), value, last=lease.revision)
         except KeyWrongLastSequenceError:
@@ -318,7 +288,7 @@ class LeaseBook:
             lease.next_renew = time.monotonic()  # renew again at once
             return True
         except (TimeoutError, NatsError, LeaseError) as exc:
-            if not isinstance(exc, LeaseError):
+            if logged and not isinstance(exc, LeaseError):
                 lease.unsure = [*lease.unsure, (value, sent)][-UNSURE_KEPT:]
             log.info("placement: renewing the lease of %s failed: %s", agent, _describe(exc))
             lease.next_renew = retry

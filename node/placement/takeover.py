@@ -11,6 +11,13 @@ revision among the set's records at that epoch), catches up with the stream, app
 with its open tasks and appends `agent.moved_in`. A claim that came first but led to no
 takeover within a TTL is ignored from then on (and reported), so a member cannot hold an agent
 down by claiming.
+
+Both go by the stream's lease log (node/placement/leaselog.py), as every node will judge: a
+taker writes its takeover only when, read after its own record is in the stream, the home's
+lease was lapsed at that record, and it names the record's position in the takeover; a named
+home that (re)takes its lease waits while another node of the set holds a record of the next
+epoch live at its own record (a takeover naming that record may still come, and would remove
+what this node writes meanwhile).
 """
 
 from __future__ import annotations
@@ -21,6 +28,8 @@ import logging
 import time
 from datetime import datetime
 from typing import Any
+
+from nats.errors import Error as NatsError
 
 from node.placement.hosting import NODE_LOST, Claims, Hosting, Link
 from node.placement.leases import LeaseError
@@ -62,10 +71,43 @@ class Takeovers(Hosting):
             return
         self.ctx.store.own(agent)
         lease = await self.leases.acquire(agent, epoch)
+        if await self._contended_at(link, placed, epoch, lease.position):
+            await self.leases.release(agent)
+            return
         self.ctx.store.fence(agent, lease.valid_until)
         await self._start(link, placed)
         if epoch > 0 and placed.moved_in_epoch < epoch:
             await self._moved_in(agent, epoch, "handoff")
+
+    async def _contended_at(self, link: Link, placed: Placed, epoch: int, position: int) -> bool:
+        """Whether another node of the set has a lease record of the next epoch live at this
+        node's record (`position`): a takeover naming it may be on its way, and would remove
+        what this node writes after its own record (docs/mesh.md, "Leases"). This node waits
+        (the next supervision pass looks again); unknown counts as contended."""
+        from node.placement import leaselog
+
+        mesh, agent = self.ctx.config.mesh.name, placed.agent
+        try:
+            mine = await leaselog.record_at(link.js, mesh, position)
+            if mine is None:
+                return True
+            for other in placed.placement:
+                if other == self.ctx.name:
+                    continue
+                live = await leaselog.live_at(
+                    link.js, mesh, agent, other, mine, self.leases.ttl, self.leases.lookup
+                )
+                record = (
+                    leaselog.record_of(live, mesh, agent, other, self.leases.lookup)
+                    if live is not None
+                    else None
+                )
+                if record is not None and not isinstance(record, str) and record.epoch > epoch:
+                    log.info("agent %s: %s claims epoch %d; waiting", agent, other, epoch + 1)
+                    return True
+        except (TimeoutError, NatsError):
+            return True
+        return False
 
     # ------------------------------------------------------------------ takeover
     async def _home_live(self, agent: str, home: str, epoch: int) -> bool:
@@ -122,7 +164,43 @@ class Takeovers(Hosting):
         if leader is not None and (mine is None or leader.revision < mine.revision):
             await self.leases.release(agent)
             return
-        await self._take_over(link, placed, home, epoch + 1, lease.revision)
+        if not await self._lapsed_at(link, placed, home, epoch, lease.position):
+            await self.leases.release(agent)
+            return
+        await self._take_over(link, placed, home, epoch + 1, lease.revision, lease.position)
+
+    async def _lapsed_at(
+        self, link: Link, placed: Placed, home: str, epoch: int, position: int
+    ) -> bool:
+        """Whether the takeover may be written, as every node will judge it: the home's lease
+        lapsed at this node's acquire record (`position` in the stream's lease log), and this
+        node's copy holds what the stream held before it (read again now: it was read before
+        the record was written)."""
+        from node.placement import leaselog
+
+        mesh = self.ctx.config.mesh.name
+        try:
+            acquired = await leaselog.record_at(link.js, mesh, position)
+            if acquired is None:
+                return False
+            live = await leaselog.live_at(
+                link.js, mesh, placed.agent, home, acquired, self.leases.ttl, self.leases.lookup
+            )
+        except (TimeoutError, NatsError):
+            return False
+        if live is not None:
+            log.info(
+                "agent %s: %s's lease was live at this node's lease record %d; not taking over",
+                placed.agent,
+                home,
+                position,
+            )
+            return False
+        if not await self._caught_up(link, placed):
+            return False
+        return self.journals.home_of(placed.agent) == home and (
+            self.journals.epoch_of(placed.agent) == epoch
+        )
 
     async def _ready_on_newer(self, link: Link, placed: Placed, others: list[str]) -> bool:
         """This node would run the version before the journal's (not compiled here yet) and a
@@ -162,13 +240,15 @@ class Takeovers(Hosting):
         return None
 
     async def _take_over(
-        self, link: Link, placed: Placed, previous: str, epoch: int, revision: int
+        self, link: Link, placed: Placed, previous: str, epoch: int, revision: int, position: int
     ) -> None:
         agent = placed.agent
         log.warning("agent %s: lease of %s gone; taking over (epoch %d)", agent, previous, epoch)
         self.ctx.store.own(agent)
         self.ctx.store.fence(agent, self.leases.valid_until(agent) or 0.0)
-        takeover = c.JournalTakeover(epoch=epoch, lease_revision=revision, previous_home=previous)
+        takeover = c.JournalTakeover(
+            epoch=epoch, lease_revision=revision, previous_home=previous, lease_position=position
+        )
         head = self.ctx.store.head(agent)
         last = self.ctx.store.get(agent, head.seq) if head is not None else None
         last_ts = last.event.ts if last is not None else None

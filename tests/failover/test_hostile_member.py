@@ -666,3 +666,54 @@ def test_a_node_down_during_two_quick_takeovers_catches_up_and_converges(hostile
     view = agent_view(fm[down])
     assert view["placement"]["home"] == home
     assert view["placement"]["epoch"] == takeovers[-1]["data"]["epoch"]
+
+
+def test_a_takeover_refused_by_a_live_home_killed_at_once_is_refused_everywhere(hostile):
+    """Issue 51, the case bench/failover.py --attack-kills found: node-x writes its lease
+    record and a takeover naming it, as a taker would, while the home runs; the home is killed
+    -9 at once (it may not have published anything since). A TTL later the bucket shows the
+    home's lease gone, yet every node refuses node-x's takeover: the one that was down meanwhile
+    and reads it late, and the home restarted, as the one that read it in time did (the lease
+    log shows the home live at node-x's record). An honest node takes the agent over, and all
+    converge."""
+    fm, member, _ = hostile
+    home = wait_runner(fm, 20)
+    assert home in HONEST
+    taker, late = [n for n in HONEST if n != home]
+    fm[late].kill()
+    seq, prev = head_of(fm[home], AGENT)
+    epoch = agent_view(fm[home])["placement"]["epoch"]
+    position = member.log_lease(AGENT, epoch + 1)
+    takeover = member.envelope(
+        AGENT,
+        seq + 1,
+        prev,
+        "journal.takeover",
+        {
+            "epoch": epoch + 1,
+            "lease_revision": 1,
+            "previous_home": home,
+            "lease_position": position,
+        },
+    )
+    member.publish([takeover])
+    fm[home].kill()
+    assert wait_runner(fm, LEASE_TTL_SECS + 20, among=[taker]) == taker
+    fm[home].start(60)
+    fm[late].start(60)
+    before = len(events(fm[taker]))
+    wait_for(lambda: len(events(fm[taker])) >= before + 3, 20, "the taker writes on")
+    mark = len(events(fm[taker]))
+
+    def converged(name: str) -> bool:
+        theirs, ours = events(fm[name]), events(fm[taker])
+        return len(theirs) >= mark and theirs == ours[: len(theirs)]
+
+    for name in (home, late):
+        wait_for(lambda n=name: converged(n), 60, f"{name} caught up with the taker")
+    for name in HONEST:
+        journal = events(fm[name])
+        assert not [e for e in journal if e["origin"] == X], name
+        moves = [e for e in journal if e["type"] == "journal.takeover"]
+        assert moves[-1]["origin"] == taker and moves[-1]["data"]["epoch"] == epoch + 1
+        assert agent_view(fm[name])["placement"]["home"] == taker

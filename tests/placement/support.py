@@ -6,10 +6,11 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 
+from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 
 from node.config.model import MeshSection
-from node.sync.nats.link import connect
+from node.sync.nats.link import connect, ensure_stream
 from tests.nats_support import member_password
 
 
@@ -28,7 +29,13 @@ async def _nothing() -> None:
 async def jetstream(mesh: MeshSection, node: str) -> AsyncIterator[JetStreamContext]:
     nc = await connect(mesh, node, _nothing)
     try:
-        yield nc.jetstream(timeout=5)
+        js = nc.jetstream(timeout=5)
+        # the mesh's stream, as the node's sync link makes it before placement starts: the
+        # lease log is in it (node/placement/leaselog.py). A user the permissions do not let
+        # create it uses the one another connection made.
+        with contextlib.suppress(NatsError):
+            await ensure_stream(js, mesh)
+        yield js
     finally:
         with contextlib.suppress(Exception):  # a test may have killed the server
             await nc.close()

@@ -332,8 +332,16 @@ async def test_a_renew_written_but_unanswered_is_recognised_and_the_lease_kept(o
         lease = await a.acquire("alpha", 0)
         assert lease is not None
         first = lease.revision
-        a.call_timeout = 1e-9  # the request goes out; its answer is not waited for
+        logged = a._log
+
+        async def log_then_hurry(agent: str, value: bytes) -> int:
+            position = await logged(agent, value)  # the lease log's record goes through
+            a.call_timeout = 1e-9  # the bucket's request goes out; its answer is not waited for
+            return position
+
+        a._log = log_then_hurry  # type: ignore[method-assign]
         assert await a.renew("alpha") is False
+        a._log = logged  # type: ignore[method-assign]
         a.call_timeout = 1.0
         assert len(a.held()["alpha"].unsure) == 1
         await until(lambda: _revision(a, "alpha", first + 1), 5, "the unanswered renew written")

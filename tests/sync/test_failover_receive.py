@@ -17,6 +17,7 @@ import msgspec
 import nats
 import pytest
 from nacl.signing import SigningKey
+from nats.js.errors import NotFoundError
 
 from eventstore.envelope import Event, digest_of, encode_event, sign, utc_now
 from eventstore.keys import public_key_multibase
@@ -26,7 +27,16 @@ from node.ops import checkpoint
 from node.placement.catchup import stream_holds
 from node.placement.key import PLACEMENT
 from node.placement.leases import LeaseRecord, lease_key, sign_record
-from node.sync.nats.subjects import MSG_ID_HEADER, Bucket, bucket_name, msg_id, subject
+from node.sync.nats.subjects import (
+    MSG_ID_HEADER,
+    Bucket,
+    bucket_name,
+    durable_name,
+    lease_subject,
+    msg_id,
+    stream_name,
+    subject,
+)
 from node.sync.rules import judging
 from node.sync.service import SYNC
 from projections import catalogue as c
@@ -96,17 +106,50 @@ class MeshAsNodeB:
     async def lease(
         self, agent: str, epoch: int | None, node: str = "node-b", key: SigningKey | None = None
     ) -> None:
-        """`node`'s signed lease record of `agent` at `epoch` (None: deleted)."""
+        """`node`'s signed lease write of `agent` at `epoch` as its LeaseBook makes it: in
+        the stream's lease log, then the bucket (None: the bucket's record deleted)."""
         nc = await nats.connect(self.url)
         try:
             kv = await nc.jetstream().key_value(bucket_name(self.mesh, Bucket.LEASES))
             if epoch is None:
                 await kv.delete(lease_key(agent, node))
             else:
-                record = LeaseRecord(agent, node, epoch, 0.0)
-                await kv.put(lease_key(agent, node), sign_record(key or KEYS[node], record))
+                value = sign_record(key or KEYS[node], LeaseRecord(agent, node, epoch, 0.0))
+                await self.log(agent, node, epoch, key)
+                await kv.put(lease_key(agent, node), value)
         finally:
             await nc.close()
+
+    async def log(self, agent: str, node: str, epoch: int, key: SigningKey | None = None) -> int:
+        """`node`'s signed lease record of `agent` in the stream's lease log: its position."""
+        value = sign_record(key or KEYS[node], LeaseRecord(agent, node, epoch, 0.0))
+        nc = await nats.connect(self.url)
+        try:
+            ack = await nc.jetstream().publish(lease_subject(self.mesh, node, agent), value)
+            return int(ack.seq)
+        finally:
+            await nc.close()
+
+    async def put(self, node: str, envelopes: list[dict]) -> None:
+        """`node`'s envelopes in the stream, on its own subject (one message)."""
+        nc = await nats.connect(self.url)
+        try:
+            agent = envelopes[0]["agent"]
+            await nc.jetstream().publish(
+                subject(self.mesh, node, agent), json.dumps(envelopes).encode()
+            )
+        finally:
+            await nc.close()
+
+    async def taken(
+        self, chain: Chain, seq: int, origin: str, epoch: int, previous: str = "node-b"
+    ) -> dict:
+        """A takeover as an honest taker writes it: its lease record in the log, then the
+        takeover naming that position, in the stream on its subject."""
+        position = await self.log(chain.stream, origin, epoch)
+        envelope = chain.add(seq, origin, takeover(epoch, previous, position))
+        await self.put(origin, [envelope])
+        return envelope
 
     async def published(
         self, envelopes: list[dict], *, data: bytes | None = None, last: int | None = None
@@ -128,7 +171,25 @@ class MeshAsNodeB:
 
 
 @pytest.fixture
-def mesh(nats_server, mesh_name) -> MeshAsNodeB:
+async def mesh(client, nats_server, mesh_name) -> MeshAsNodeB:
+    """The mesh as the tests write it, node-a's own consumer paused: what the tests put in the
+    stream is what node-a's judge reads; what node-a receives is what the tests push."""
+    nc = await nats.connect(nats_server.url)
+    try:
+        js = nc.jetstream()
+
+        async def paused() -> bool:
+            try:
+                await js.pause_consumer(
+                    stream_name(mesh_name), durable_name("node-a"), "2100-01-01T00:00:00Z"
+                )
+            except NotFoundError:
+                return False
+            return True
+
+        await until(paused, 20, "node-a's consumer paused")
+    finally:
+        await nc.close()
     return MeshAsNodeB(nats_server.url, mesh_name)
 
 
@@ -158,8 +219,10 @@ def placed(*nodes: str) -> c.AgentPlaced:
     return c.AgentPlaced(placement=list(nodes), definition=DEFINITION)
 
 
-def takeover(epoch: int, previous: str = "node-b") -> c.JournalTakeover:
-    return c.JournalTakeover(epoch=epoch, lease_revision=7, previous_home=previous)
+def takeover(epoch: int, previous: str = "node-b", position: int = 0) -> c.JournalTakeover:
+    return c.JournalTakeover(
+        epoch=epoch, lease_revision=7, previous_home=previous, lease_position=position
+    )
 
 
 async def push(client, envelopes):
@@ -229,12 +292,11 @@ async def test_a_handoff_to_an_outsider_or_not_raising_the_epoch_is_refused(clie
     assert reported["title"] == "refused handoff of journal mover by node node-b"
 
 
-async def test_a_takeover_from_the_placement_set_with_a_higher_epoch_is_accepted(client):
+async def test_a_takeover_from_the_placement_set_with_a_higher_epoch_is_accepted(client, mesh):
     chain, first = placed_journal("node-b", "node-c")
     assert (await push(client, first))["accepted"] == 3
-    body = await push(
-        client, [chain.add(4, "node-c", takeover(1)), chain.add(5, "node-c", title="c")]
-    )
+    taken = await mesh.taken(chain, 4, "node-c", 1)
+    body = await push(client, [taken, chain.add(5, "node-c", title="c")])
     assert (body["accepted"], body["rejected"]) == (2, 0)
     j = journals(client)
     assert (j.home_of("mover"), j.epoch_of("mover")) == ("node-c", 1)
@@ -273,20 +335,26 @@ async def test_a_takeover_that_skips_epochs_is_refused(client):
 
 async def test_a_takeover_while_the_home_holds_a_live_lease_is_refused_and_reported(client, mesh):
     """A member of the set cannot take over an agent whose home is alive: node-b's signed lease
-    record at the journal's epoch is there. Once it is gone, the same takeover stands."""
+    record is in the stream's lease log within a TTL before node-c's. Once the bucket's record
+    is gone too (node-b died), the same takeover is still refused: the verdict is the stream's
+    prefix before node-c's record, the same for every node whenever it reads (issue 51, the
+    second case the model found)."""
     chain, first = placed_journal("node-b", "node-c")
     assert (await push(client, first))["accepted"] == 3
     await mesh.lease("mover", 0)
-    forged = chain.add(4, "node-c", takeover(1))
+    forged = await mesh.taken(chain, 4, "node-c", 1)
     body = await push(client, [forged])
     assert reasons(body) == ["bad_takeover"]
-    assert "holds a live lease at epoch 0" in body["rejections"][0]["detail"]
+    assert (
+        "its home 'node-b' held a live lease at stream position"
+        in (body["rejections"][0]["detail"])
+    )
     (reported,) = await findings(client, "high")
     assert reported["title"] == "refused takeover of journal mover by node node-c"
     assert journals(client).home_of("mover") == "node-b"
-    await mesh.lease("mover", None)  # node-b died: its lease is gone
-    assert (await push(client, [forged]))["accepted"] == 1
-    assert journals(client).home_of("mover") == "node-c"
+    await mesh.lease("mover", None)  # node-b died: its record in the bucket is gone
+    assert reasons(await push(client, [forged])) == ["bad_takeover"]
+    assert journals(client).home_of("mover") == "node-b"
 
 
 async def test_two_takeovers_in_one_push_against_a_live_home_are_both_refused(client, mesh):
@@ -331,9 +399,10 @@ async def test_a_deep_takeover_erasing_what_the_stream_holds_is_refused(client, 
     ctx = client.server.app[CONTEXT]
     deep = Chain("mover")
     deep.digests[1] = chain.digests[1]
-    body = await push(client, [deep.add(2, "node-c", takeover(1))])
+    body = await push(client, [await mesh.taken(deep, 2, "node-c", 1)])
     assert reasons(body) == ["bad_takeover"]
-    assert "the stream holds seq 2 of it from 'node-b' (up to 5)" in body["rejections"][0]["detail"]
+    detail = body["rejections"][0]["detail"]
+    assert "the stream holds seq 2 of it from 'node-b' before its taker's lease record" in detail
     assert [e.seq for e in ctx.store.read_stream("mover")] == [1, 2, 3, 4, 5]
     assert ctx.store.rewound_at() == 0
     assert await findings(client, "critical") == []
@@ -342,39 +411,9 @@ async def test_a_deep_takeover_erasing_what_the_stream_holds_is_refused(client, 
     assert [f["title"] for f in high if f["title"] == title] == [title], high
 
 
-async def test_a_fork_over_a_tail_older_than_a_lease_is_refused(client):
-    """An honest old home writes past the stream only until its lease runs out: a takeover
-    forking a tail begun long before it is refused, whatever the stream holds."""
+async def test_a_takeover_that_does_not_raise_the_epoch_is_refused(client, mesh):
     chain, first = placed_journal("node-b", "node-c")
-    assert (await push(client, first))["accepted"] == 3
-    ancient = Event(
-        type="finding",
-        ts="2020-01-01T00:00:00Z",
-        origin="node-b",
-        prev=chain.digests[3],
-        data={"severity": "info", "title": "old", "detail": ""},
-    )
-    raw = encode_event(ancient)
-    digest = digest_of(raw)
-    tail = {
-        "seq": 4,
-        "agent": "mover",
-        "payload": base64.b64encode(raw).decode(),
-        "signature": "ed25519:"
-        + base64.b64encode(sign(KEYS["node-b"], "mover", 4, digest)).decode(),
-    }
-    assert (await push(client, [tail]))["accepted"] == 1
-    body = await push(client, [chain.add(4, "node-c", takeover(1))])
-    assert reasons(body) == ["bad_takeover"]
-    assert (
-        "an old home writes past the stream for at most a lease" in body["rejections"][0]["detail"]
-    )
-    assert client.server.app[CONTEXT].store.head("mover").seq == 4
-
-
-async def test_a_takeover_that_does_not_raise_the_epoch_is_refused(client):
-    chain, first = placed_journal("node-b", "node-c")
-    first.append(chain.add(4, "node-c", takeover(1)))
+    first.append(await mesh.taken(chain, 4, "node-c", 1))
     assert (await push(client, first))["accepted"] == 4
     again = chain.add(5, "node-b", takeover(1, previous="node-c"))
     body = await push(client, [again])
@@ -384,7 +423,7 @@ async def test_a_takeover_that_does_not_raise_the_epoch_is_refused(client):
     assert len(await findings(client, "high")) == 1
 
 
-async def test_a_fork_between_epochs_resolves_to_the_higher_one(client):
+async def test_a_fork_between_epochs_resolves_to_the_higher_one(client, mesh):
     """node-b wrote seqs 4 and 5 that never reached node-c; node-c took over at seq 4."""
     chain, first = placed_journal("node-b", "node-c")
     tail = [chain.add(seq, "node-b", title=f"b #{seq}") for seq in (4, 5)]
@@ -397,7 +436,7 @@ async def test_a_fork_between_epochs_resolves_to_the_higher_one(client):
     assert checkpoint.restore(ctx.projections.fresh(), ctx.store, ctx.config.data_path)
     winner = Chain("mover")
     winner.digests[3] = chain.digests[3]
-    body = await push(client, [winner.add(4, "node-c", takeover(1)), *tail])
+    body = await push(client, [await mesh.taken(winner, 4, "node-c", 1), *tail])
     assert body["accepted"] == 1
     assert reasons(body) == ["foreign_writer", "foreign_writer"]  # the old tail, again
     assert ctx.store.head("mover").seq == 4
@@ -423,7 +462,7 @@ async def test_a_fork_between_epochs_resolves_to_the_higher_one(client):
     assert ctx.projections.get(Journals).head["mover"] == 5
 
 
-async def test_a_takeover_moves_a_journal_homed_here_away_and_blocks_its_writes(client):
+async def test_a_takeover_moves_a_journal_homed_here_away_and_blocks_its_writes(client, mesh):
     ctx = client.server.app[CONTEXT]
     kind, data = c.event_of(placed("node-a", "node-b"))
     await ctx.store.append("local", kind, data)
@@ -434,9 +473,8 @@ async def test_a_takeover_moves_a_journal_homed_here_away_and_blocks_its_writes(
     assert reasons(await push(client, [chain.add(3, "node-b", title="x")])) == ["own_journal"]
     chain = Chain("local")
     chain.digests[2] = ours.payload_hash
-    body = await push(
-        client, [chain.add(3, "node-b", takeover(1, "node-a")), chain.add(4, "node-b", title="b")]
-    )
+    taken = await mesh.taken(chain, 3, "node-b", 1, "node-a")
+    body = await push(client, [taken, chain.add(4, "node-b", title="b")])
     assert (body["accepted"], body["rejected"]) == (2, 0)
     assert journals(client).home_of("local") == "node-b"
     with pytest.raises(Fenced):
@@ -484,7 +522,7 @@ async def test_a_forged_or_unchained_takeover_at_a_held_seq_rewinds_nothing(clie
     assert journals(client).home_of("mover") == "node-b"
 
 
-async def test_a_takeover_forking_a_journal_homed_here_rewinds_this_nodes_tail(client):
+async def test_a_takeover_forking_a_journal_homed_here_rewinds_this_nodes_tail(client, mesh):
     """This node was the home, wrote seq 3 that never reached node-b nor the stream (its last
     write: the publisher publishes nothing of a fenced journal), and lost the lease."""
     ctx = client.server.app[CONTEXT]
@@ -494,7 +532,7 @@ async def test_a_takeover_forking_a_journal_homed_here_rewinds_this_nodes_tail(c
     await ctx.store.append_sealing("local", "log", {"level": "info", "message": "3, unpublished"})
     chain = Chain("local")
     chain.digests[2] = second.payload_hash
-    body = await push(client, [chain.add(3, "node-b", takeover(1, "node-a"))])
+    body = await push(client, [await mesh.taken(chain, 3, "node-b", 1, "node-a")])
     assert (body["accepted"], body["rejected"]) == (1, 0)
     assert [e.event.origin for e in ctx.store.read_stream("local")] == ["node-a"] * 2 + ["node-b"]
     assert journals(client).home_of("local") == "node-b"
@@ -564,17 +602,16 @@ async def test_what_the_stream_holds_is_what_its_signed_envelopes_say(client, me
         assert await stream_holds(js, mesh.mesh, "mover", ["node-b"], lookup) == 0
     finally:
         await nc.close()
-    body = await push(client, [chain.add(4, "node-c", takeover(1))])
+    body = await push(client, [await mesh.taken(chain, 4, "node-c", 1)])
     assert (body["accepted"], body["rejected"]) == (1, 0), body
     assert journals(client).home_of("mover") == "node-c"
 
 
-async def test_the_home_judges_a_takeover_of_its_journal_by_its_record_in_the_bucket(client, mesh):
-    """node-a is the home of `local` and its signed record is live in the bucket, though this
-    process holds no lease (it restarted within a TTL): it refuses the takeover, as every other
-    node does, and refutes it: it writes the takeover's seq itself, so a node reading the
-    stream after its record lapsed refuses the takeover by that sibling (docs/mesh.md, "What a
-    node reading late decides")."""
+async def test_the_home_judges_a_takeover_of_its_journal_by_its_record_in_the_log(client, mesh):
+    """node-a is the home of `local` and its signed record is in the stream's lease log just
+    before the taker's, though this process holds no lease (it restarted within a TTL): it
+    refuses the takeover, as every other node does by the same log, and writes the takeover's
+    seq itself, a finding (a report: no verdict depends on it)."""
     ctx = client.server.app[CONTEXT]
     kind, data = c.event_of(placed("node-a", "node-b"))
     await ctx.store.append("local", kind, data)
@@ -582,9 +619,12 @@ async def test_the_home_judges_a_takeover_of_its_journal_by_its_record_in_the_bu
     await mesh.lease("local", 0, node="node-a", key=ctx.key)
     chain = Chain("local")
     chain.digests[2] = ours.payload_hash
-    body = await push(client, [chain.add(3, "node-b", takeover(1, "node-a"))])
+    body = await push(client, [await mesh.taken(chain, 3, "node-b", 1, "node-a")])
     assert reasons(body) == ["bad_takeover"], body
-    assert "its home 'node-a' holds a live lease at epoch 0" in body["rejections"][0]["detail"]
+    assert (
+        "its home 'node-a' held a live lease at stream position"
+        in (body["rejections"][0]["detail"])
+    )
     assert journals(client).home_of("local") == "node-a"
     refutation = ctx.store.get("local", 3)
     assert refutation is not None and refutation.event.origin == "node-a"
@@ -592,7 +632,9 @@ async def test_the_home_judges_a_takeover_of_its_journal_by_its_record_in_the_bu
     assert refutation.event.data["title"] == "refused takeover of journal local by node node-b"
 
 
-async def test_a_batch_of_takeovers_is_judged_within_one_deadline(client, nats_server, monkeypatch):
+async def test_a_batch_of_takeovers_is_judged_within_one_deadline(
+    client, nats_server, mesh, monkeypatch
+):
     """The mesh does not answer (its server is stopped): a batch of takeovers of several
     journals waits one deadline in all, not one per takeover; each is a gap for now."""
     chains = {}
@@ -602,7 +644,7 @@ async def test_a_batch_of_takeovers_is_judged_within_one_deadline(client, nats_s
             "accepted"
         ] == 1
     monkeypatch.setattr(judging, "BATCH_JUDGE_SECS", 0.5)
-    batch = [chain.add(2, "node-c", takeover(1)) for chain in chains.values()]
+    batch = [await mesh.taken(chain, 2, "node-c", 1) for chain in chains.values()]
     nats_server.proc.send_signal(signal.SIGSTOP)
     try:
         started = time.monotonic()

@@ -17,7 +17,7 @@ import pytest
 from nats.js.errors import NotFoundError
 
 from eventstore.keys import load_or_create_key
-from node.sync.nats.subjects import inbox_prefix, node_subjects, subject, token
+from node.sync.nats.subjects import envelope_subjects, inbox_prefix, subject, token
 from tests.nats_support import (
     MeshUsers,
     NatsCluster,
@@ -101,7 +101,7 @@ def test_three_nodes_converge_over_one_nats_server(nats_mesh, cluster_factory):
     for name in mesh.nodes:
         consumer = consumer_state(cluster.urls, name)
         peers = [n for n in mesh.nodes if n != name]
-        assert consumer["filters"] == sorted(node_subjects("default", p) for p in peers)
+        assert consumer["filters"] == sorted(envelope_subjects("default", p) for p in peers)
         messages = sum(state["subjects"][subject("default", p, f"agent-{p}")] for p in peers)
         assert consumer["delivered"] == messages
     with mesh["node-a"].client() as client:  # the console's mesh view, from the heads bucket
@@ -126,14 +126,14 @@ def test_a_peer_added_to_the_config_is_read_from_the_stream_after_a_restart(
 
     config.write_text(full[: full.index('\n[[auth.tokens]]\nname = "node-c"')])  # no node-c
     mesh["node-a"].start()
-    reads_only_b = [node_subjects("default", "node-b")]
+    reads_only_b = [envelope_subjects("default", "node-b")]
     wait_until(lambda: filters_of("node-a") == reads_only_b, 30, "a's consumer (b's subjects)")
     mesh["node-c"].start()
     post_findings(mesh["node-c"], "gamma", 3)
     mesh["node-a"].terminate()
     config.write_text(full)  # node-c joins node-a's peers
     mesh["node-a"].start()
-    reads_b_and_c = sorted(node_subjects("default", p) for p in ("node-b", "node-c"))
+    reads_b_and_c = sorted(envelope_subjects("default", p) for p in ("node-b", "node-c"))
     wait_until(lambda: filters_of("node-a") == reads_b_and_c, 30, "a's consumer updated")
     wait_until(lambda: convergence(mesh["node-a"], "gamma")["local_seq"] == 4, 30, "a has gamma")
     assert journal(mesh["node-a"], "gamma") == journal(mesh["node-c"], "gamma")

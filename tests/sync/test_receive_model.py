@@ -20,3 +20,80 @@ ReceiveModel.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 TestReceiveModel = ReceiveModel.TestCase
+
+
+def _checked(model: ReceiveModel) -> None:
+    model.nothing_acknowledged_is_removed()
+    model.no_takeover_while_the_home_is_live()
+    model.nodes_that_read_the_stream_agree()
+    model.only_the_owner_changes_what_runs()
+
+
+def _read_all(model: ReceiveModel, *names: str) -> None:
+    for name in names:
+        model.node_reads(name, 1000, False, False)
+        _checked(model)
+
+
+def _journal_of(model: ReceiveModel, name: str) -> list[tuple[int, str, str]]:
+    return model.nodes[name].events()
+
+
+def test_a_lapsed_homes_sibling_after_the_takeover_changes_no_late_verdict() -> None:
+    """The first case the model found before the lease log (bench/RESULTS.md, seed 21): the
+    member, home, lets its lease lapse; node-b takes over; the member then publishes its own
+    envelope at the takeover's seq following the seq before (a sibling, after node-b's lease
+    record). node-c and the owner, reading only afterwards, accept node-b's takeover as node-b
+    wrote it: one home."""
+    model = ReceiveModel()
+    try:
+        model.home_writes(2, 1)
+        model.home_dies()  # node-a, the first home
+        model.time_passes(12.0)
+        model.member_takes_over(0, None)  # the member becomes home at epoch 1
+        _read_all(model, "node-b")
+        assert model.nodes["node-b"].journals.home_of("worker") == "node-m"
+        model.member_publishes([("finding", 0, 0, 0, True)], 1)  # a write of the home
+        _read_all(model, "node-b")
+        model.time_passes(12.0)  # its lease lapses in the log
+        model.honest_takeover("node-b")
+        b = model.nodes["node-b"]
+        assert b.journals.home_of("worker") == "node-b", b.events()
+        seq = len(b.journal())
+        # the lapsed member's own envelope at that seq, following the seq before it
+        model.member_publishes([("finding", -1, 0, 0, True)], 1)
+        model.node_restarts("node-a")
+        _read_all(model, "node-c", "node-a", "node-b")
+        for name in ("node-a", "node-c"):
+            assert model.nodes[name].journals.home_of("worker") == "node-b"
+            assert _journal_of(model, name)[seq - 1][1] == "node-b"
+    finally:
+        model.teardown()
+
+
+def test_a_takeover_refused_by_a_live_home_killed_at_once_is_refused_by_every_late_reader() -> (
+    None
+):
+    """The second case (bench/failover.py --attack-kills): the live home refuses a member's
+    takeover and is killed before it publishes anything; a TTL later its lease has lapsed
+    everywhere (the bucket forgets it), yet node-b, node-c and the restarted home, reading only
+    then, refuse the takeover: the log shows the home live at the member's lease record."""
+    model = ReceiveModel()
+    try:
+        model.home_writes(2, 1)
+        model.home_renews()
+        model.member_takes_over(0, None)
+        model.node_reads("node-a", 1000, False, True)  # refuses it, killed before publishing
+        assert "node-a" in model.dead
+        model.time_passes(12.0)
+        model.node_restarts("node-a")
+        _read_all(model, "node-b", "node-c", "node-a")
+        for name in ("node-a", "node-b", "node-c"):
+            journals = model.nodes[name].journals
+            assert journals.home_of("worker") == "node-a", (name, model.nodes[name].events())
+            assert all(m["to"] != "node-m" for m in journals.moves_of("worker"))
+        model.honest_takeover("node-b")  # the home is gone now: an honest takeover goes on
+        _read_all(model, "node-c", "node-a")
+        assert {model.nodes[n].journals.home_of("worker") for n in model.nodes} == {"node-b"}
+    finally:
+        model.teardown()

@@ -36,9 +36,8 @@ from node.sync.nats.gaps import GAP, STREAM_PEER, Hold
 from node.sync.nats.link import Link, OnLink
 from node.sync.nats.raw import Delivered, RawPull
 from node.sync.nats.subjects import (
-    all_subjects,
     durable_name,
-    node_subjects,
+    envelope_subjects,
     parse_subject,
     stream_name,
 )
@@ -179,10 +178,12 @@ class NatsConsumer(OnLink):
             self.pull.forget_requests()
 
     def _filters(self) -> list[str]:
-        """The configured peers' subjects: a node's own envelopes are not delivered back to
-        it (that was half of a publishing node's deliveries, and the server's work)."""
-        peers = sorted(node_subjects(self._mesh.name, p) for p in self._peers)
-        return peers or [all_subjects(self._mesh.name)]
+        """The configured peers' envelope subjects: a node's own envelopes are not delivered
+        back to it (that was half of a publishing node's deliveries, and the server's work),
+        nor anyone's lease log (node/placement/leaselog.py: read by the judge, never
+        received)."""
+        peers = sorted(envelope_subjects(self._mesh.name, p) for p in self._peers)
+        return peers or [envelope_subjects(self._mesh.name)]
 
     async def _ensure_consumer(self) -> None:
         """The node's durable consumer, created when missing, its subjects brought up to date

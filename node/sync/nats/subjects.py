@@ -6,7 +6,14 @@ written into a subject as the lower-case hex of its UTF-8 bytes: reversible, and
 
     mesh.<mesh>.env.<hex(node)>.<hex(journal)>
 
-so a node's NATS user can be allowed to publish on `mesh.<mesh>.env.<hex(node)>.>` only.
+so a node's NATS user can be allowed to publish on `mesh.<mesh>.env.<hex(node)>.>` only. A
+node's lease log of a journal (node/placement/leaselog.py: its signed lease records, in the
+stream so that a takeover is judged by the stream alone) is one token longer, under the same
+permission and the stream's same subjects:
+
+    mesh.<mesh>.env.<hex(node)>.<hex(journal)>.lease
+
+`parse_subject` answers None for it (it is no envelope subject); `parse_lease_subject` reads it.
 
 The mesh's stream is `MESH_<mesh>`, each of its buckets `MESH_<mesh>_<BUCKET>`; NATS keeps a
 key-value bucket in the stream `KV_<bucket>` (a key's subject `$KV.<bucket>.<key>`) and an
@@ -18,6 +25,7 @@ from __future__ import annotations
 from enum import StrEnum
 
 MSG_ID_HEADER = "Nats-Msg-Id"
+LEASE_TOKEN = "lease"
 
 
 class Bucket(StrEnum):
@@ -65,6 +73,11 @@ def node_subjects(mesh: str, node: str) -> str:
     return f"mesh.{mesh}.env.{token(node)}.>"
 
 
+def envelope_subjects(mesh: str, node: str | None = None) -> str:
+    """`node`'s envelope subjects (every node's, None): not its lease logs, one token longer."""
+    return f"mesh.{mesh}.env.{token(node) if node is not None else '*'}.*"
+
+
 def subject(mesh: str, node: str, journal: str) -> str:
     return f"mesh.{mesh}.env.{token(node)}.{token(journal)}"
 
@@ -81,6 +94,18 @@ def parse_subject(mesh: str, text: str) -> tuple[str, str] | None:
         return name_of(parts[0]), name_of(parts[1])
     except (ValueError, UnicodeDecodeError):
         return None
+
+
+def lease_subject(mesh: str, node: str, journal: str) -> str:
+    return f"{subject(mesh, node, journal)}.{LEASE_TOKEN}"
+
+
+def parse_lease_subject(mesh: str, text: str) -> tuple[str, str] | None:
+    """(holder node, journal) of a lease log subject, or None when it is not one."""
+    head, dot, last = text.rpartition(".")
+    if not dot or last != LEASE_TOKEN:
+        return None
+    return parse_subject(mesh, head)
 
 
 def durable_name(node: str) -> str:

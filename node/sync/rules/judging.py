@@ -33,6 +33,8 @@ class TakeoverClaim:
     held: int  # this node's head of the journal (seq <= held: a fork)
     ts: str
     prev: str | None = None  # the digest it follows: only a sibling of it is history it erases
+    digest: str = ""  # its own payload's sha256 (hex): found in the stream by it
+    lease_position: int = 0  # the stream position of its taker's lease record (its payload's)
 
 
 @dataclass(frozen=True)
@@ -43,9 +45,9 @@ class Verdict:
     reason: str
     detail: str
     report: bool = True
-    # refused by this node as the journal's live home: it writes the takeover's seq itself
-    # (receiver.Receiver._refute), so a node reading the stream after its lease record is gone
-    # refuses the takeover as overtaking that envelope, as the nodes that read it in time did
+    # refused by this node as the journal's home live at the takeover's lease record: it writes
+    # the takeover's seq itself (receiver.Receiver._refute), a report in its journal (the
+    # verdict itself every node reads from the stream's lease log, node/placement/judge.py)
     refuted: bool = False
 
 

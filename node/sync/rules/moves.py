@@ -100,6 +100,8 @@ class MoveRules:
             held,
             event.ts,
             prev=event.prev,
+            digest=digest_of(item.payload).hex(),
+            lease_position=takeover.lease_position,
         )
         if item.seq <= held:
             batch.forks.append(index)

@@ -265,10 +265,8 @@ class Receiver:
     async def _refute(self, claim: TakeoverClaim, verdict: Verdict) -> None:
         """A takeover of a journal this node is the live home of, refused: this node writes
         the takeover's seq itself (a finding saying so), unless its copy holds that seq
-        already. The lease record the takeover was refused by lapses a TTL after this node
-        stops; the envelope stays in the stream, and a node that reads the stream later (it
-        was down) refuses the takeover by it (node/placement/judge.py: a sibling the takeover
-        would overtake), as the nodes that read it in time did."""
+        already. A report only: every node refuses the takeover by the stream's lease log
+        alone (node/placement/judge.py), whenever it reads it."""
         store = self._ctx.store
         head = store.head(claim.stream)
         if store.disowned(claim.stream) or (head.seq if head else 0) != claim.seq - 1:
