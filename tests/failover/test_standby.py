@@ -5,10 +5,15 @@ TTL + 5 s, the replicas never having compiled the new bytes before; and an upgra
 not wait for one (`--no-wait-standby`) finds the replicas standing by on the version before it;
 a SIGTERM while an upgrade waits for a standby hands the agent over on the version it runs.
 Real node processes on a real 3-server cluster (harness/failover.py), each new version bytes
-no node compiled yet."""
+no node compiled yet. The first versions are the counter as a tiny component (agents/
+wat_counter, compiled in milliseconds): the replicas' compiled files, written before the
+upgrade answered, show that it waited for them; the Python counter (seconds of compile per
+node) comes where the test needs the replicas still compiling: an upgrade that does not wait,
+and a SIGTERM while one waits."""
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 from pathlib import Path
@@ -29,6 +34,7 @@ from harness.failover import (
 )
 from harness.fresh_bytes import fresh_bytes
 from node.ops.polling import wait_until
+from node.runtime.compiled_cache import COMPILED_DIR, artifact_path
 from tests.failover.test_placement_ops import SET, new_home
 
 pytestmark = pytest.mark.timeout(1200)
@@ -39,6 +45,8 @@ COLD = ("node-b", "node-c")
 
 
 def upgrade(fm: FailoverMesh, home: str, wasm: Path, version: str) -> dict:
+    """The upgrade's answer, once a replica compiled the new bytes: each replica it names
+    ready holds its own compiled file of them, written before the answer came."""
     component = publish_component(fm[home], wasm, version=version)
     with fm[home].client() as client:  # it waits for a replica's own compile of the bytes
         answer = client.put(
@@ -46,17 +54,22 @@ def upgrade(fm: FailoverMesh, home: str, wasm: Path, version: str) -> dict:
             json={"component": component, "tick_interval_ms": 200, "placement": SET},
             timeout=660,
         )
+    answered = time.time()
     assert answer.status_code == 200, answer.text
     body = answer.json()
     standby = body["standby"]
     assert standby["ready"] and set(standby["ready"]) <= set(standby["of"]), body
     assert "ready to take it over" in body["message"], body
+    sha = hashlib.sha256(wasm.read_bytes()).hexdigest()
+    for name in standby["ready"]:
+        compiled = artifact_path(fm[name].config.data_path / COMPILED_DIR, sha)
+        assert compiled.stat().st_mtime <= answered, (name, compiled)
     return body
 
 
 def placed_cold(fm: FailoverMesh, counter: Path) -> None:
     """counter 1.0.0 placed on SET from node-a, not waiting for the replicas' own compile of
-    it (minutes on a busy machine), then waited for: both ready on 1.0.0."""
+    it, then waited for: both ready on 1.0.0."""
     component = publish_component(fm["node-a"], counter)
     answers: list[httpx.Response] = []
 
@@ -100,10 +113,10 @@ def test_kill_9_and_sigterm_right_after_an_upgrade_find_a_standby(failover, buil
     # the replicas compile for themselves; an upgrade waits for them however busy the
     # machine is (their compile took 140 s at a load of 30, past the 120 s default)
     fm = failover(own_compile_cache=COLD, mesh_toml="standby_wait_secs = 600\n")
-    counter = built_agents["counter"]
-    placed_cold(fm, counter)
+    quick, counter = built_agents["wat_counter"], built_agents["counter"]
+    placed_cold(fm, quick)
 
-    upgrade(fm, "node-a", fresh_bytes(counter, "two", tmp_path), "1.1.0")
+    upgrade(fm, "node-a", fresh_bytes(quick, "two", tmp_path), "1.1.0")
     killed = time.monotonic()
     fm["node-a"].kill()  # right after the answer: the replicas compiled 1.1.0 before it
     taker, took = first_tick_on(fm, ["node-b", "node-c"], killed)
@@ -112,7 +125,7 @@ def test_kill_9_and_sigterm_right_after_an_upgrade_find_a_standby(failover, buil
 
     fm["node-a"].start(60)
     move_to(fm, taker, "node-a", 300)  # the owner upgrades (docs/mesh.md, the owner decides)
-    upgrade(fm, "node-a", fresh_bytes(counter, "three", tmp_path), "1.2.0")
+    upgrade(fm, "node-a", fresh_bytes(quick, "three", tmp_path), "1.2.0")
     stopped = time.monotonic()
     fm["node-a"].terminate()
     others = [n for n in SET if n != "node-a"]
