@@ -71,9 +71,7 @@ def test_a_lapsed_homes_sibling_after_the_takeover_changes_no_late_verdict() -> 
         model.teardown()
 
 
-def test_a_takeover_refused_by_a_live_home_killed_at_once_is_refused_by_every_late_reader() -> (
-    None
-):
+def test_a_takeover_refused_by_a_live_home_killed_at_once_is_refused_by_every_late_reader() -> None:
     """The second case (bench/failover.py --attack-kills): the live home refuses a member's
     takeover and is killed before it publishes anything; a TTL later its lease has lapsed
     everywhere (the bucket forgets it), yet node-b, node-c and the restarted home, reading only
