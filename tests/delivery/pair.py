@@ -11,6 +11,7 @@ from aiohttp.test_utils import TestServer
 from nacl.signing import SigningKey
 
 from eventstore.keys import public_key_multibase
+from harness.mesh import peer_toml
 from node.app import build_app
 from node.context import CONTEXT
 from projections import catalogue as c
@@ -24,18 +25,14 @@ LIMITS = c.AgentLimits(
 
 def peer(name: str, key: SigningKey, port: int) -> str:
     """The other node as a mesh peer: its key, and the sync tokens of both directions."""
-    return f"""
-[[auth.tokens]]
-name = "{name}"
-token = "sync-token-from-{name}-0001"
-scopes = ["sync"]
-
-[[peers]]
-name = "{name}"
-url = "http://127.0.0.1:{port}"
-token = "sync-token-from-{"node-b" if name == "node-a" else "node-a"}-0001"
-public_key = "{public_key_multibase(key.verify_key)}"
-"""
+    other = "node-b" if name == "node-a" else "node-a"
+    return peer_toml(
+        name,
+        f"http://127.0.0.1:{port}",
+        accepts=f"sync-token-from-{name}-0001",
+        presents=f"sync-token-from-{other}-0001",
+        public_key=public_key_multibase(key.verify_key),
+    )
 
 
 async def placed_pair(
