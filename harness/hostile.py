@@ -22,6 +22,7 @@ from harness.nats import as_member
 from node.placement.components import ObjectRecord
 from node.placement.components import digest_of as object_digest
 from node.placement.leases import LeaseRecord, lease_key, sign_record
+from node.sync.nats.envelopes import envelopes_of
 from node.sync.nats.subjects import (
     MSG_ID_HEADER,
     Bucket,
@@ -29,6 +30,7 @@ from node.sync.nats.subjects import (
     kv_subject,
     lease_subject,
     msg_id,
+    stream_name,
     subject,
     token,
 )
@@ -83,6 +85,20 @@ class HostileMember:
 
         self.run(work)
 
+    def stream_head(self, journal: str, node: str) -> tuple[int, str]:
+        """(seq, payload hash) of the last envelope of `journal` that `node` put in the mesh's
+        stream: its head as every node will read it, even with `node` frozen."""
+
+        async def work(nc: nats.NATS) -> tuple[int, str]:
+            last = await nc.jetstream().get_last_msg(
+                stream_name("default"), subject("default", node, journal)
+            )
+            envelope = msgspec.json.decode(envelopes_of(last.data or b"")[-1])
+            payload = base64.b64decode(envelope["payload"])
+            return int(envelope["seq"]), "sha256:" + digest_of(payload).hex()
+
+        return self.run(work)  # type: ignore[no-any-return]
+
     def log_lease(self, journal: str, epoch: int) -> int:
         """This member's signed lease record of `journal` in the stream's lease log, as a
         taker writes its acquire record (node/placement/leaselog.py): its stream position."""
@@ -116,6 +132,34 @@ class HostileMember:
             await js.publish(f"$O.{COMPONENTS}.M.{name}", msgspec.json.encode(meta))
 
         self.run(work)
+
+
+class ClaimFlood:
+    """Every `period`, the member's signed lease record of `agent` at a later epoch than any
+    the journal reached, in the stream's lease log: a claim it never follows with a takeover,
+    held live without end. Runs in a thread; `sent` counts the records."""
+
+    def __init__(self, member: HostileMember, agent: str, epoch: int, period: float = 0.3) -> None:
+        self.member, self.agent, self.epoch, self.period = member, agent, epoch, period
+        self.sent = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=member.run, args=(self._flood,), daemon=True)
+
+    def __enter__(self) -> ClaimFlood:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    async def _flood(self, nc: nats.NATS) -> None:
+        js, where = nc.jetstream(), lease_subject("default", self.member.name, self.agent)
+        while not self._stop.is_set():
+            record = LeaseRecord(self.agent, self.member.name, self.epoch, time.time())
+            await js.publish(where, sign_record(self.member.key, record))
+            self.sent += 1
+            await asyncio.sleep(self.period)
 
 
 class LeaseAttack:

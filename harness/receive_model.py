@@ -17,7 +17,10 @@ monotonic); the honest home writes while its fence holds (its last lease record'
 margin: acknowledged) and renews its lease (a record in the stream's lease log), or dies (no
 more renewals: its lease lapses a TTL after its last record); an honest member takes over as
 the placement manager does (its acquire record in the log, catching up, the home's lease
-lapsed at that record by the log, then the takeover naming it); the home hands over; the member
+lapsed at that record by the log, then the takeover naming it); the home hands over; a node
+its copy names home that does not write (restarted, or the handoff's target) takes its lease
+again as the manager does, waiting while another node's claim of a later epoch may still be
+named by a takeover; the member
 publishes validly signed envelopes of any kind (takeovers naming any position, handoffs,
 placed, retired, halted, findings) at any seq and epoch, duplicated, several per message, and
 lease records of its own at any time; each honest node reads the stream when the model says,
@@ -128,9 +131,9 @@ class Stream:
         self.messages.append(message)
         return message
 
-    def live_at(self, holder: str, position: int) -> bool:
-        """The rule, computed apart from the judge's code: a record of `holder` (its own key)
-        before `position` stamped within a TTL before it."""
+    def live_at(self, holder: str, position: int, later_than: int = -1) -> bool:
+        """The rule, computed apart from the judge's code: a record of `holder` (its own key,
+        at an epoch above `later_than`) before `position` stamped within a TTL before it."""
         if not 1 <= position <= len(self.messages):
             return False
         at = self.messages[position - 1].stamp
@@ -139,6 +142,7 @@ class Stream:
             and m.publisher == holder
             and m.stamp > at - TTL
             and _record_of(m).holder == holder
+            and _record_of(m).epoch > later_than
             and m.lease == sign_record(KEYS[holder], _record_of(m))
             for m in self.messages[: position - 1]
         )
@@ -375,6 +379,8 @@ class ReceiveModel(RuleBasedStateMachine):
         self.fence: dict[str, float] = {}
         self.dead: set[str] = set()  # honest nodes that stopped (no renewals, no writes)
         self.member_records: list[int] = []  # positions of the member's lease records
+        # a named home taking its lease again: its acquire record, while it waits to start
+        self.retaking: dict[str, Message] = {}
         self.acked: dict[int, str] = {}  # seq → digest, published under a live lease
         self.violations: list[str] = []
         self.member_revision = 0
@@ -484,10 +490,53 @@ class ReceiveModel(RuleBasedStateMachine):
     @rule()
     def home_renews(self) -> None:
         """The home's renewal (every quarter of a TTL, when it is alive): a record in the log,
-        its fence extended from it. One whose fence passed lost its lease for good."""
+        its fence extended from it. One whose fence passed lost its lease for good; so does a
+        home waiting to take its lease again."""
         home = self._home()
         if home is not None:
             self._log_lease(home, home.journals.epoch_of(JOURNAL))
+        for name in list(self.retaking):
+            if self._fenced_ok(name) and self.nodes[name].journals.home_of(JOURNAL) == name:
+                self._log_lease(self.nodes[name], self.nodes[name].journals.epoch_of(JOURNAL))
+            else:
+                del self.retaking[name]  # lost, or moved away: released
+
+    @rule(name=st.sampled_from([OWNER, HOME_B]))
+    def named_home_retakes(self, name: str) -> None:
+        """A node its copy names home, not writing (restarted, or the target of a handoff it
+        had not taken up), as the placement manager does (node/placement/takeover.py
+        `_become_home`): its acquire record in the log (kept while it waits), the stream read;
+        while another node's record of a later epoch is live at that record, it starts only
+        once its own renewal stamped over a TTL after it is in the stream, read through, and
+        it is still named home (a takeover naming an earlier record is late by then)."""
+        node = self.nodes[name]
+        if name in self.dead or self._home() is node:
+            return
+        self._read_all(node)
+        j = node.journals
+        if j.home_of(JOURNAL) != name or self._home() is not None:
+            return
+        epoch = j.epoch_of(JOURNAL)
+        acquired = self.retaking.get(name)
+        if acquired is None or not self._fenced_ok(name):
+            acquired = self.retaking[name] = self._log_lease(node, epoch)
+            self._read_all(node)
+        claimed = any(
+            other != name and self.stream.live_at(other, acquired.position, later_than=epoch)
+            for other in PLACEMENT
+        )
+        if claimed:
+            renewed = self.stream.last_record(name)
+            if renewed is None or renewed.stamp <= acquired.stamp + TTL:
+                return  # a takeover naming the claim may still come: wait, holding the lease
+            self._read_all(node)
+            if node.journals.home_of(JOURNAL) != name:
+                return
+        del self.retaking[name]
+        assert node.ctx is not None
+        node.ctx.store.own(JOURNAL)
+        node.ctx.store.fence(JOURNAL, None)
+        node.published = len(node.journal())
 
     @rule()
     def home_dies(self) -> None:
@@ -550,14 +599,7 @@ class ReceiveModel(RuleBasedStateMachine):
         self.append(home, handoff, sealing=True)
         self._publish(home)
         self.fence[home.name] = 0.0  # it released its lease (its records stay in the log)
-        target = self.nodes[to]
-        self._read_all(target)
-        if target.journals.home_of(JOURNAL) == to:
-            assert target.ctx is not None
-            target.ctx.store.own(JOURNAL)
-            target.ctx.store.fence(JOURNAL, None)
-            self._log_lease(target, target.journals.epoch_of(JOURNAL))
-            target.published = len(target.journal())
+        self.named_home_retakes(to)  # the target takes it up
 
     def _read_all(self, node: HonestNode) -> None:
         while not node.caught_up():

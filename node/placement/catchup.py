@@ -186,7 +186,7 @@ async def caught_up(
         if head < history:
             return False
         try:
-            return head >= ahead or await _read_through(js, mesh, ctx.name, position)
+            return head >= ahead or await read_through(js, mesh, ctx.name, position)
         except (NatsError, TimeoutError):  # asked again at the next poll
             return False
 
@@ -202,6 +202,34 @@ async def caught_up(
     return True
 
 
+async def written_ahead(
+    ctx: NodeContext,
+    js: JetStreamContext,
+    journal: str,
+    writers: Iterable[str],
+    lookup: KeyLookup,
+    seq: int,
+) -> int:
+    """The highest seq of `journal`, `seq` or later, that a node of `writers` put in the stream,
+    signed, and this node took into its copy or may still take (0: none). A message this
+    node's consumer has read and acknowledged without taking its writer's envelope at that seq
+    was refused (a member's takeover the judge refused): no history, and no reason to wait, else
+    one refused envelope ahead of the head would keep a named home from starting and a taker
+    from taking over, for good."""
+    mesh = ctx.config.mesh.name
+    best = 0
+    async for node, last in _last_messages(js, mesh, journal, writers):
+        held = signed_seq(last.data or b"", journal, node, lookup)
+        if held < seq or held <= best:
+            continue
+        mine = ctx.store.get(journal, held)
+        taken = mine is not None and mine.event.origin == node
+        if not taken and await read_through(js, mesh, ctx.name, int(last.seq or 0)):
+            continue
+        best = held
+    return best
+
+
 async def _last_position(js: JetStreamContext, mesh: str, journal: str, nodes: list[str]) -> int:
     """The stream position of the last message of `journal` on the subjects of `nodes`."""
     position = 0
@@ -210,7 +238,7 @@ async def _last_position(js: JetStreamContext, mesh: str, journal: str, nodes: l
     return position
 
 
-async def _read_through(js: JetStreamContext, mesh: str, node: str, position: int) -> bool:
+async def read_through(js: JetStreamContext, mesh: str, node: str, position: int) -> bool:
     """Whether this node's consumer has had every message up to stream `position` delivered
     and acknowledged (it acknowledges a batch once it is committed, whatever it refused)."""
     info = await asyncio.wait_for(

@@ -21,6 +21,7 @@ import msgspec
 
 from node.context import NodeContext
 from node.placement.adverts import served_domains
+from node.placement.catchup import caught_up, written_ahead
 from node.placement.consent import Consent, consent_of
 from node.placement.judge import TakeoverJudge
 from node.placement.leases import LeaseBook, LeaseError
@@ -252,22 +253,17 @@ class Hosting:
 
     # ------------------------------------------------------------------ running here
     async def _caught_up(self, link: Link, placed: Placed) -> bool:
-        from node.placement.catchup import caught_up
-
         deadline = time.monotonic() + CATCH_UP_SECS
         return await caught_up(
             self.ctx, link.js, placed.agent, placed.placement, self.leases.lookup, deadline
         )
 
     async def _others_wrote_since(self, link: Link, placed: Placed, seq: int) -> int:
-        """The highest seq of the journal another node of the set put in the stream, when it
-        is `seq` or later (0: none): this node's copy from `seq` on is not the journal."""
-        from node.placement.catchup import stream_holds
-
+        """The highest seq of the journal another node of the set put in the stream and this
+        node did not refuse, when it is `seq` or later (0: none): this node's copy from `seq`
+        on is not the journal (catchup.written_ahead)."""
         others = [n for n in placed.placement if n != self.ctx.name]
-        mesh = self.ctx.config.mesh.name
-        held = await stream_holds(link.js, mesh, placed.agent, others, self.leases.lookup)
-        return held if held >= seq else 0
+        return await written_ahead(self.ctx, link.js, placed.agent, others, self.leases.lookup, seq)
 
     async def _start(self, link: Link, placed: Placed) -> None:
         """Run the agent here under the lease just taken; if it cannot start, the lease is

@@ -129,6 +129,11 @@ async def live_at(
     return found  # a holder that fills its own log with junk: counted live (its own harm)
 
 
+async def last_record(js: JetStreamContext, mesh: str, agent: str, node: str) -> Logged | None:
+    """The last message on `node`'s lease log of `agent` (None: none)."""
+    return await msg_get(js, mesh, {"last_by_subj": lease_subject(mesh, node, agent)})
+
+
 async def first_after(js: JetStreamContext, mesh: str, where: str, position: int) -> Logged | None:
     """The first message on subject `where` after stream `position`."""
     return await msg_get(js, mesh, {"seq": position + 1, "next_by_subj": where})

@@ -16,8 +16,8 @@ Both go by the stream's lease log (node/placement/leaselog.py), as every node wi
 taker writes its takeover only when, read after its own record is in the stream, the home's
 lease was lapsed at that record, and it names the record's position in the takeover; a named
 home that (re)takes its lease waits while another node of the set holds a record of the next
-epoch live at its own record (a takeover naming that record may still come, and would remove
-what this node writes meanwhile).
+epoch live at its own record, holding its lease, until no takeover naming that record can
+still come (a TTL past it, everything before then judged: `_contended_at`).
 """
 
 from __future__ import annotations
@@ -31,7 +31,10 @@ from typing import Any
 
 from nats.errors import Error as NatsError
 
+from node.placement import leaselog
+from node.placement.catchup import read_through
 from node.placement.hosting import NODE_LOST, Claims, Hosting, Link
+from node.placement.leaselog import Logged
 from node.placement.leases import LeaseError
 from node.services.findings import NewFinding, report_finding
 from projections import catalogue as c
@@ -70,9 +73,8 @@ class Takeovers(Hosting):
             )
             return
         self.ctx.store.own(agent)
-        lease = await self.leases.acquire(agent, epoch)
+        lease = await self.leases.acquire(agent, epoch)  # the one held, when it waited
         if await self._contended_at(link, placed, epoch, lease.position):
-            await self.leases.release(agent)
             return
         self.ctx.store.fence(agent, lease.valid_until)
         await self._start(link, placed)
@@ -81,33 +83,54 @@ class Takeovers(Hosting):
 
     async def _contended_at(self, link: Link, placed: Placed, epoch: int, position: int) -> bool:
         """Whether another node of the set has a lease record of the next epoch live at this
-        node's record (`position`): a takeover naming it may be on its way, and would remove
-        what this node writes after its own record (docs/mesh.md, "Leases"). This node waits
-        (the next supervision pass looks again); unknown counts as contended."""
-        from node.placement import leaselog
-
-        mesh, agent = self.ctx.config.mesh.name, placed.agent
+        node's acquire record (`position`), and a takeover naming it may still come: it would
+        remove what this node writes after its own record (docs/mesh.md, "Leases"). None can
+        once the stream holds a renewal of this node's stamped over a TTL after its acquire
+        record (a takeover must enter within a TTL of the record it names, else every judge
+        refuses it) and this node, still home, has judged every message before that renewal.
+        This node waits holding its lease (the log shows it live, so no later record of
+        another node can be named), and the next supervision pass looks again: a member that
+        claims without end only delays the start by a TTL. Unknown counts as contended."""
+        mesh, agent, ttl = self.ctx.config.mesh.name, placed.agent, self.leases.ttl
         try:
             mine = await leaselog.record_at(link.js, mesh, position)
             if mine is None:
                 return True
-            for other in placed.placement:
-                if other == self.ctx.name:
-                    continue
-                live = await leaselog.live_at(
-                    link.js, mesh, agent, other, mine, self.leases.ttl, self.leases.lookup
-                )
-                record = (
-                    leaselog.record_of(live, mesh, agent, other, self.leases.lookup)
-                    if live is not None
-                    else None
-                )
-                if record is not None and not isinstance(record, str) and record.epoch > epoch:
-                    log.info("agent %s: %s claims epoch %d; waiting", agent, other, epoch + 1)
-                    return True
+            claimant = await self._next_epoch_claimant(link, placed, epoch, mine)
+            if claimant is None:
+                return False
+            renewed = await leaselog.last_record(link.js, mesh, agent, self.ctx.name)
+            if (
+                renewed is not None
+                and renewed.stamp > mine.stamp + ttl
+                and await read_through(link.js, mesh, self.ctx.name, renewed.position)
+                and self.journals.home_of(agent) in (None, self.ctx.name)
+            ):
+                return False
         except (TimeoutError, NatsError):
             return True
-        return False
+        log.info("agent %s: %s claims epoch %d; waiting", agent, claimant, epoch + 1)
+        return True
+
+    async def _next_epoch_claimant(
+        self, link: Link, placed: Placed, epoch: int, mine: Logged
+    ) -> str | None:
+        """A node of the set whose lease record of a later epoch is live at `mine`."""
+        mesh, agent = self.ctx.config.mesh.name, placed.agent
+        for other in placed.placement:
+            if other == self.ctx.name:
+                continue
+            live = await leaselog.live_at(
+                link.js, mesh, agent, other, mine, self.leases.ttl, self.leases.lookup
+            )
+            record = (
+                leaselog.record_of(live, mesh, agent, other, self.leases.lookup)
+                if live is not None
+                else None
+            )
+            if record is not None and not isinstance(record, str) and record.epoch > epoch:
+                return other
+        return None
 
     # ------------------------------------------------------------------ takeover
     async def _home_live(self, agent: str, home: str, epoch: int) -> bool:
@@ -134,6 +157,9 @@ class Takeovers(Hosting):
 
     async def _maybe_take_over(self, link: Link, placed: Placed, home: str) -> None:
         agent, epoch = placed.agent, self.journals.epoch_of(placed.agent)
+        held = self.leases.held().get(agent)
+        if held is not None and held.epoch <= epoch:
+            await self.leases.release(agent)  # kept while a claim held it back: moved since
         if await self._home_live(agent, home, epoch) or not self._grace_over(agent, home, epoch):
             return
         others = [n for n in placed.placement if n not in (home, self.ctx.name)]
@@ -176,8 +202,6 @@ class Takeovers(Hosting):
         lapsed at this node's acquire record (`position` in the stream's lease log), and this
         node's copy holds what the stream held before it (read again now: it was read before
         the record was written)."""
-        from node.placement import leaselog
-
         mesh = self.ctx.config.mesh.name
         try:
             acquired = await leaselog.record_at(link.js, mesh, position)

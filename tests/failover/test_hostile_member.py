@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import signal
 import threading
 import time
 
@@ -34,13 +35,14 @@ from harness.failover import (
     agent_view,
     deploy,
     events,
+    move_to,
     publish_component,
     same_journals,
     ticks,
     wait_for,
     wait_runner,
 )
-from harness.hostile import LEASES, FalseAdvert, HostileMember, LeaseAttack
+from harness.hostile import LEASES, ClaimFlood, FalseAdvert, HostileMember, LeaseAttack
 from harness.nats import NatsServer, nats_mesh_toml
 from harness.node import NodeProcess, write_config
 from node.placement.leases import LeaseRecord, lease_key, sign_record
@@ -670,19 +672,21 @@ def test_a_node_down_during_two_quick_takeovers_catches_up_and_converges(hostile
 
 def test_a_takeover_refused_by_a_live_home_killed_at_once_is_refused_everywhere(hostile):
     """Issue 51, the case bench/failover.py --attack-kills found: node-x writes its lease
-    record and a takeover naming it, as a taker would, while the home runs; the home is killed
-    -9 at once (it may not have published anything since). A TTL later the bucket shows the
-    home's lease gone, yet every node refuses node-x's takeover: the one that was down meanwhile
-    and reads it late, and the home restarted, as the one that read it in time did (the lease
-    log shows the home live at node-x's record). An honest node takes the agent over, and all
-    converge."""
+    record and a takeover naming it at the head's next seq, as a taker would, while the home's
+    lease is live; the home, frozen first so that it writes nothing after it, is killed -9. A
+    TTL later the bucket shows the home's lease gone, yet every node refuses node-x's takeover:
+    the one that was down meanwhile and reads it late, and the home restarted, as the one that
+    read it in time did (the lease log shows the home live at node-x's record). Refused, it is
+    no history: an honest node takes the agent over at that seq (a refused envelope ahead of
+    the head held every taker back for good, seen in CI), and all converge."""
     fm, member, _ = hostile
     home = wait_runner(fm, 20)
     assert home in HONEST
     taker, late = [n for n in HONEST if n != home]
     fm[late].kill()
-    seq, prev = head_of(fm[home], AGENT)
     epoch = agent_view(fm[home])["placement"]["epoch"]
+    fm[home].proc.send_signal(signal.SIGSTOP)
+    seq, prev = member.stream_head(AGENT, home)
     position = member.log_lease(AGENT, epoch + 1)
     takeover = member.envelope(
         AGENT,
@@ -717,3 +721,28 @@ def test_a_takeover_refused_by_a_live_home_killed_at_once_is_refused_everywhere(
         moves = [e for e in journal if e["type"] == "journal.takeover"]
         assert moves[-1]["origin"] == taker and moves[-1]["data"]["epoch"] == epoch + 1
         assert agent_view(fm[name])["placement"]["home"] == taker
+
+
+def test_a_member_claiming_the_next_epoch_without_end_only_delays_a_planned_move(hostile):
+    """node-x keeps a lease record of a later epoch live in the lease log and never takes the
+    agent over. The move's target, named home by the handoff, sees that claim live at its own
+    acquire record: a takeover naming it could still come, so it waits, holding its lease. Once
+    the log holds its renewal a TTL past that record and it has judged what came before, no
+    such takeover can be accepted anywhere (late), and it starts: the claim delays the move by
+    about a TTL, where the target releasing and trying again had kept the agent down for good
+    (each try a fresh record for the other nodes to see it live by)."""
+    fm, member, _ = hostile
+    home = wait_runner(fm, 20)
+    target = next(n for n in HONEST if n != home)
+    epoch = agent_view(fm[home])["placement"]["epoch"]
+    with ClaimFlood(member, AGENT, epoch + 50) as flood:
+        move_to(fm, home, target)
+    assert flood.sent > 0
+    for name in HONEST:
+        wait_for(
+            lambda n=name: agent_view(fm[n])["placement"]["home"] == target, 30, f"{name} follows"
+        )
+        moves = [
+            e for e in events(fm[name]) if e["type"] in ("journal.takeover", "journal.handoff")
+        ]
+        assert moves[-1]["type"] == "journal.handoff", name  # nobody took it over meanwhile

@@ -32,7 +32,7 @@ stream_window_ms = {window_ms}
 
 async def streamed(client, reply: Reply, llm) -> tuple[list[Any], list[dict[str, Any]]]:
     """One task of `once` whose run infers once: the agent's SSE events up to the task's end,
-    and its AG-UI events up to the message's end (with its tool calls' ends)."""
+    and its AG-UI events up to the task run's end (with its message's and tool calls' ends)."""
     llm.default = reply
     base = str(client.make_url("/"))
     async with (
@@ -44,9 +44,16 @@ async def streamed(client, reply: Reply, llm) -> tuple[list[Any], list[dict[str,
         while seen[-1].event != "task_completed":
             seen.append(await events.next(15))
         frames = [(await agui.next(15)).json()]
-        while frames[-1]["type"] != "RUN_FINISHED":
+        while not (
+            frames[-1]["type"] == "RUN_FINISHED" and frames[-1]["runId"] in task_runs(frames)
+        ):
             frames.append((await agui.next(15)).json())
     return seen, frames
+
+
+def task_runs(frames: list[dict[str, Any]]) -> set[str]:
+    """The agent's first tick may start and finish its own run while the stream opens."""
+    return {f["runId"] for f in frames if f["type"] == "RUN_STARTED" and f.get("kind") == "task"}
 
 
 def texts(frames: list[dict[str, Any]]) -> list[str]:

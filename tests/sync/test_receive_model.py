@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, settings
 
-from harness.receive_model import ReceiveModel
+from harness.receive_model import ReceiveModel, signed
+from projections import catalogue as c
 
 ReceiveModel.TestCase.settings = settings(
     max_examples=12,
@@ -93,5 +94,75 @@ def test_a_takeover_refused_by_a_live_home_killed_at_once_is_refused_by_every_la
         model.honest_takeover("node-b")  # the home is gone now: an honest takeover goes on
         _read_all(model, "node-c", "node-a")
         assert {model.nodes[n].journals.home_of("worker") for n in model.nodes} == {"node-b"}
+    finally:
+        model.teardown()
+
+
+def _member_takeover_naming(model: ReceiveModel, position: int, seq: int) -> None:
+    """The member's takeover of the journal at `seq` (following the owner's copy), naming its
+    lease record at stream `position`, the owner as the home it replaces."""
+    chain = model.nodes["node-a"].journal()
+    epoch = model.nodes["node-a"].journals.epoch_of("worker") + 1
+    takeover = c.JournalTakeover(
+        epoch=epoch, lease_revision=1, previous_home="node-a", lease_position=position
+    )
+    model.stream.publish("node-m", [signed("node-m", seq, chain[seq - 2], takeover)])
+
+
+def test_a_home_taking_its_lease_again_waits_while_a_claim_may_still_be_named() -> None:
+    """The owner dies; its lease lapses; the member writes a record of the next epoch (a claim)
+    and, before it takes over, the owner restarts and takes its lease again: the claim is live
+    at its acquire record, so it writes nothing yet. The member's takeover naming the claim,
+    within a TTL of it, is then accepted everywhere (the owner was lapsed there) and removes
+    nothing acknowledged: had the owner written at once, it would have (checked: this test
+    fails with the wait removed from `named_home_retakes`)."""
+    model = ReceiveModel()
+    try:
+        model.home_writes(2, 1)
+        _read_all(model, "node-b")
+        model.home_dies()
+        model.time_passes(12.0)
+        model.member_lease(1, False)
+        claim = model.member_records[-1]
+        model.node_restarts("node-a")
+        model.named_home_retakes("node-a")
+        assert "node-a" in model.retaking  # waiting, holding its lease
+        seq = len(model.nodes["node-a"].journal()) + 1
+        model.home_writes(2, 1)  # nothing: it is not writing yet
+        _read_all(model, "node-b")
+        _member_takeover_naming(model, claim, seq)
+        _read_all(model, "node-b", "node-c", "node-a")
+        homes = {model.nodes[n].journals.home_of("worker") for n in model.nodes}
+        assert homes == {"node-m"}
+    finally:
+        model.teardown()
+
+
+def test_a_claim_never_followed_by_a_takeover_delays_the_home_by_a_ttl_only() -> None:
+    """The same claim, and no takeover: the owner, renewing while it waits, starts once its
+    renewal stamped over a TTL after its acquire record is in the stream and read; a takeover
+    naming the claim after that entered too late, and every node refuses it."""
+    model = ReceiveModel()
+    try:
+        model.home_writes(2, 1)
+        model.home_dies()
+        model.time_passes(12.0)
+        model.member_lease(1, False)
+        claim = model.member_records[-1]
+        model.node_restarts("node-a")
+        model.named_home_retakes("node-a")
+        for _ in range(3):  # renewals a third of a TTL apart: its fence holds throughout
+            model.time_passes(4.0)
+            model.home_renews()
+            model.named_home_retakes("node-a")
+            _checked(model)
+        assert "node-a" not in model.retaking
+        model.home_writes(2, 1)
+        _read_all(model, "node-b")
+        seq = len(model.nodes["node-a"].journal()) - 1  # under the owner's two new writes
+        _member_takeover_naming(model, claim, seq)
+        _read_all(model, "node-b", "node-c", "node-a")
+        homes = {model.nodes[n].journals.home_of("worker") for n in model.nodes}
+        assert homes == {"node-a"}
     finally:
         model.teardown()
