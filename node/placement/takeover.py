@@ -157,8 +157,8 @@ class Takeovers(Hosting):
 
     async def _maybe_take_over(self, link: Link, placed: Placed, home: str) -> None:
         agent, epoch = placed.agent, self.journals.epoch_of(placed.agent)
-        held = self.leases.held().get(agent)
-        if held is not None and held.epoch <= epoch:
+        stale = self.leases.held().get(agent)
+        if stale is not None and stale.epoch <= epoch:
             await self.leases.release(agent)  # kept while a claim held it back: moved since
         if await self._home_live(agent, home, epoch) or not self._grace_over(agent, home, epoch):
             return
