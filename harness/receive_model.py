@@ -549,11 +549,12 @@ class ReceiveModel(RuleBasedStateMachine):
             assert home.ctx is not None
             home.ctx.store.disown(JOURNAL)
 
-    @rule(taker=st.sampled_from([OWNER, HOME_B]))
-    def honest_takeover(self, taker: str) -> None:
+    @rule(taker=st.sampled_from([OWNER, HOME_B]), slow=st.booleans())
+    def honest_takeover(self, taker: str, slow: bool = False) -> None:
         """As the placement manager does (node/placement/takeover.py): a home whose lease
         seems gone, its acquire record in the log, the stream read through it, the home's lease
-        lapsed at that record by the log (else it gives up), then the takeover naming it."""
+        lapsed at that record by the log (else it gives up), then the takeover naming it,
+        unless the record is too old to name by then (`slow`: catching up took over a TTL)."""
         node = self.nodes[taker]
         if taker in self.dead:
             return
@@ -568,6 +569,11 @@ class ReceiveModel(RuleBasedStateMachine):
         acquired = self._log_lease(node, epoch + 1)
         self._read_all(node)
         if self.stream.live_at(home, acquired.position):
+            return
+        if slow:
+            self.stream.now += TTL + 0.5
+        if self.stream.now - acquired.stamp > TTL - MARGIN:
+            self.fence[taker] = 0.0  # it released its lease, to try again with a new record
             return
         j = node.journals
         if j.home_of(JOURNAL) != home or j.epoch_of(JOURNAL) != epoch:

@@ -84,6 +84,7 @@ class HeldLease:
     revision: int
     valid_until: float  # time.monotonic(): no write of the agent's journal may commit after it
     position: int = 0  # the stream position of its acquire record (its lease log)
+    acquired_at: float = 0.0  # time.monotonic() when that record was sent
     next_renew: float = 0.0
     # (value, monotonic when sent) of writes whose answer never came: one may have been written
     unsure: list[tuple[bytes, float]] = field(default_factory=list)
@@ -207,7 +208,9 @@ class LeaseBook:
             if msg is None or msg.data != value:
                 raise LeaseError(f"writing the lease of {agent}: {_describe(exc)}") from exc
             revision = msg.seq or 0
-        lease = HeldLease(agent, epoch, revision, sent + self.ttl - self.margin, position)
+        lease = HeldLease(
+            agent, epoch, revision, sent + self.ttl - self.margin, position, acquired_at=sent
+        )
         lease.next_renew = sent + self.ttl * RENEW_SHARE
         if lease.valid_until <= time.monotonic():  # the answer came too late to be of use
             self._held[agent] = lease

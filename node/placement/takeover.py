@@ -193,6 +193,12 @@ class Takeovers(Hosting):
         if not await self._lapsed_at(link, placed, home, epoch, lease.position):
             await self.leases.release(agent)
             return
+        if time.monotonic() - lease.acquired_at > self.leases.ttl - self.leases.margin:
+            # every judge refuses a takeover that enters over a TTL after the record it names:
+            # written now, it might reach the stream too late, and this copy alone would hold it
+            log.info("agent %s: this node's lease record is too old to name; again", agent)
+            await self.leases.release(agent)
+            return
         await self._take_over(link, placed, home, epoch + 1, lease.revision, lease.position)
 
     async def _lapsed_at(

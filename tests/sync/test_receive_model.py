@@ -166,3 +166,22 @@ def test_a_claim_never_followed_by_a_takeover_delays_the_home_by_a_ttl_only() ->
         assert homes == {"node-a"}
     finally:
         model.teardown()
+
+
+def test_a_taker_whose_record_got_old_while_it_caught_up_writes_no_takeover() -> None:
+    """node-b's catch-up after its acquire record took over a TTL: a takeover naming that record
+    would enter the stream too late, and every other node would refuse what node-b's copy
+    holds. It gives the record up instead, and its next try takes the agent over."""
+    model = ReceiveModel()
+    try:
+        model.home_writes(2, 1)
+        model.home_dies()
+        model.time_passes(12.0)
+        model.honest_takeover("node-b", slow=True)
+        assert model.nodes["node-b"].journals.home_of("worker") == "node-a"
+        model.honest_takeover("node-b")
+        _read_all(model, "node-c", "node-b")
+        homes = {model.nodes[n].journals.home_of("worker") for n in ("node-b", "node-c")}
+        assert homes == {"node-b"}
+    finally:
+        model.teardown()
