@@ -370,6 +370,7 @@ class PlacementManager(Takeovers, Moves):
                 for placed in placed_here:
                     if placed.agent not in self._busy:
                         await self._consider(link, placed)
+                    _stop_if_cancelled()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), self.check_secs)
                 self._wake.clear()
@@ -438,3 +439,13 @@ class PlacementManager(Takeovers, Moves):
                 home = self.journals.home_of(name) or "?"
                 self.running.discard(name)
                 await self.deployments.forget_retired(name, home)
+
+
+def _stop_if_cancelled() -> None:
+    """A cancellation the NATS client turned into its own error as it closed (seen: a
+    ConnectionClosedError raised while handling the CancelledError) is caught as one agent's
+    failure: the loop must still end, else it serves a closed connection for good and the
+    connection's turn (`_follow`) waits for it forever."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError

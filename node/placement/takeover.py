@@ -72,10 +72,13 @@ class Takeovers(Hosting):
                 newer,
             )
             return
-        self.ctx.store.own(agent)
+        # nothing lands (an operator's write, say) while it may still wait: the lease's
+        # renewals lift a fence, not a disown
+        self.ctx.store.disown(agent)
         lease = await self.leases.acquire(agent, epoch)  # the one held, when it waited
         if await self._contended_at(link, placed, epoch, lease.position):
             return
+        self.ctx.store.own(agent)
         self.ctx.store.fence(agent, lease.valid_until)
         await self._start(link, placed)
         if epoch > 0 and placed.moved_in_epoch < epoch:
