@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import msgspec
 import nats
@@ -134,7 +134,24 @@ class HostileMember:
         self.run(work)
 
 
-class ClaimFlood:
+class MemberLoop:
+    """A member's loop on a connection of its own (`HostileMember.run`), in a thread, from the
+    `with` until its end (the loop looks at `_stop`)."""
+
+    def _in_thread(self, member: HostileMember, loop: Callable[[nats.NATS], Any]) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=member.run, args=(loop,), daemon=True)
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+
+class ClaimFlood(MemberLoop):
     """Every `period`, the member's signed lease record of `agent` at a later epoch than any
     the journal reached, in the stream's lease log: a claim it never follows with a takeover,
     held live without end. Runs in a thread; `sent` counts the records."""
@@ -142,16 +159,7 @@ class ClaimFlood:
     def __init__(self, member: HostileMember, agent: str, epoch: int, period: float = 0.3) -> None:
         self.member, self.agent, self.epoch, self.period = member, agent, epoch, period
         self.sent = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=member.run, args=(self._flood,), daemon=True)
-
-    def __enter__(self) -> ClaimFlood:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join(10)
+        self._in_thread(member, self._flood)
 
     async def _flood(self, nc: nats.NATS) -> None:
         js, where = nc.jetstream(), lease_subject("default", self.member.name, self.agent)
@@ -162,7 +170,7 @@ class ClaimFlood:
             await asyncio.sleep(self.period)
 
 
-class LeaseAttack:
+class LeaseAttack(MemberLoop):
     """Every `period`: a delete and junk on the home's lease key (the server refuses both
     under the generated permissions), junk and a next-epoch claim under the member's own key.
     `home()` names the current home (it changes with each failover). Runs in a thread."""
@@ -183,16 +191,7 @@ class LeaseAttack:
             period,
         )
         self.rounds = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=member.run, args=(self._attack,), daemon=True)
-
-    def __enter__(self) -> LeaseAttack:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join(10)
+        self._in_thread(member, self._attack)
 
     async def _attack(self, nc: nats.NATS) -> None:
         js = nc.jetstream()
@@ -211,22 +210,13 @@ class LeaseAttack:
             self.rounds += 1
 
 
-class FalseAdvert:
+class FalseAdvert(MemberLoop):
     """The member's advert claiming it hosts `hosts` with every slot free (100,000), put under
     its own key every `period` (its real node is down). Runs in a thread."""
 
     def __init__(self, member: HostileMember, hosts: list[str], period: float = 0.5) -> None:
         self.member, self.hosts, self.period = member, hosts, period
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=member.run, args=(self._advertise,), daemon=True)
-
-    def __enter__(self) -> FalseAdvert:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join(10)
+        self._in_thread(member, self._advertise)
 
     async def _advertise(self, nc: nats.NATS) -> None:
         js = nc.jetstream()
@@ -254,7 +244,7 @@ ROGUE_DEFINITION: dict[str, Any] = {
 Head = tuple[int, str, int, str, str]
 
 
-class MoveAttack:
+class MoveAttack(MemberLoop):
     """Every `period`, the member's moves and definition changes against the journal's head as
     `head()` reads it from an honest node, one message each, in turn: two takeovers at the next
     seq (same epoch, other lease revisions) and an `agent.placed` of its own after them (issue
@@ -272,16 +262,7 @@ class MoveAttack:
     ) -> None:
         self.member, self.agent, self.head, self.period = member, agent, head, period
         self.sent = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=member.run, args=(self._attack,), daemon=True)
-
-    def __enter__(self) -> MoveAttack:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join(10)
+        self._in_thread(member, self._attack)
 
     def _after(self, first: dict[str, Any], kind: str, data: dict[str, Any]) -> dict[str, Any]:
         prev = "sha256:" + digest_of(base64.b64decode(first["payload"])).hex()

@@ -109,6 +109,23 @@ def _member_takeover_naming(model: ReceiveModel, position: int, seq: int) -> Non
     model.stream.publish("node-m", [signed("node-m", seq, chain[seq - 2], takeover)])
 
 
+def _claimed_while_the_owner_was_down(model: ReceiveModel) -> int:
+    """The owner writes (node-b reads it), dies and lapses; the member claims the next epoch
+    (its record's position, returned); the owner restarts and takes its lease again."""
+    model.home_writes(2, 1)
+    _read_all(model, "node-b")
+    model.home_dies()
+    model.time_passes(12.0)
+    model.member_lease(1, False)
+    model.node_restarts("node-a")
+    model.named_home_retakes("node-a")
+    return model.member_records[-1]
+
+
+def _homes(model: ReceiveModel, *names: str) -> set[str | None]:
+    return {model.nodes[n].journals.home_of("worker") for n in names}
+
+
 def test_a_home_taking_its_lease_again_waits_while_a_claim_may_still_be_named() -> None:
     """The owner dies; its lease lapses; the member writes a record of the next epoch (a claim)
     and, before it takes over, the owner restarts and takes its lease again: the claim is live
@@ -118,21 +135,14 @@ def test_a_home_taking_its_lease_again_waits_while_a_claim_may_still_be_named() 
     fails with the wait removed from `named_home_retakes`)."""
     model = ReceiveModel()
     try:
-        model.home_writes(2, 1)
-        _read_all(model, "node-b")
-        model.home_dies()
-        model.time_passes(12.0)
-        model.member_lease(1, False)
-        claim = model.member_records[-1]
-        model.node_restarts("node-a")
-        model.named_home_retakes("node-a")
+        claim = _claimed_while_the_owner_was_down(model)
         assert "node-a" in model.retaking  # waiting, holding its lease
         seq = len(model.nodes["node-a"].journal()) + 1
         model.home_writes(2, 1)  # nothing: it is not writing yet
         _read_all(model, "node-b")
         _member_takeover_naming(model, claim, seq)
         _read_all(model, "node-b", "node-c", "node-a")
-        homes = {model.nodes[n].journals.home_of("worker") for n in model.nodes}
+        homes = _homes(model, *model.nodes)
         assert homes == {"node-m"}
     finally:
         model.teardown()
@@ -144,13 +154,7 @@ def test_a_claim_never_followed_by_a_takeover_delays_the_home_by_a_ttl_only() ->
     naming the claim after that entered too late, and every node refuses it."""
     model = ReceiveModel()
     try:
-        model.home_writes(2, 1)
-        model.home_dies()
-        model.time_passes(12.0)
-        model.member_lease(1, False)
-        claim = model.member_records[-1]
-        model.node_restarts("node-a")
-        model.named_home_retakes("node-a")
+        claim = _claimed_while_the_owner_was_down(model)
         for _ in range(3):  # renewals a third of a TTL apart: its fence holds throughout
             model.time_passes(4.0)
             model.home_renews()
@@ -162,7 +166,7 @@ def test_a_claim_never_followed_by_a_takeover_delays_the_home_by_a_ttl_only() ->
         seq = len(model.nodes["node-a"].journal()) - 1  # under the owner's two new writes
         _member_takeover_naming(model, claim, seq)
         _read_all(model, "node-b", "node-c", "node-a")
-        homes = {model.nodes[n].journals.home_of("worker") for n in model.nodes}
+        homes = _homes(model, *model.nodes)
         assert homes == {"node-a"}
     finally:
         model.teardown()
@@ -181,7 +185,7 @@ def test_a_taker_whose_record_got_old_while_it_caught_up_writes_no_takeover() ->
         assert model.nodes["node-b"].journals.home_of("worker") == "node-a"
         model.honest_takeover("node-b")
         _read_all(model, "node-c", "node-b")
-        homes = {model.nodes[n].journals.home_of("worker") for n in ("node-b", "node-c")}
+        homes = _homes(model, "node-b", "node-c")
         assert homes == {"node-b"}
     finally:
         model.teardown()
