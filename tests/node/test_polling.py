@@ -52,6 +52,7 @@ PERIODIC = {
     # a hostile member's lease attack: a round every period until stopped
     ("harness/hostile.py", "_attack"),
     ("harness/hostile.py", "_advertise"),  # a hostile member's false advert, every period
+    ("harness/hostile.py", "_flood"),  # a hostile member's claim, every period until stopped
     # an agent's rate limit: waits the limiter's own time for room, refused past the deadline
     ("node/inference/service.py", "_admit"),
     # a provider's 429/503 tried again after its Retry-After, within the run's deadline
