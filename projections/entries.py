@@ -25,6 +25,8 @@ class LogEntry(msgspec.Struct, frozen=True, gc=False):
     level: str
     agent: str
     message: str
+    # the run's trace id (docs/inference.md "Traces"), when tracing was on for the run
+    trace_id: str | None = None
 
 
 class Finding(msgspec.Struct, frozen=True, gc=False):
@@ -37,13 +39,14 @@ class Finding(msgspec.Struct, frozen=True, gc=False):
     # the name of the API token that posted it (POST /api/v1/findings); None: the agent's own,
     # or the node's (its sync incidents)
     posted_by: str | None = None
+    trace_id: str | None = None  # as a log entry's
 
 
 _encode = msgspec.msgpack.Encoder().encode
 _SEQ_KEY = struct.Struct(">Q").pack  # an entry's key, as `u64` makes it
 # stored: (position, the entry's fields after seq)
-_decode_log = msgspec.msgpack.Decoder(tuple[int, str, str, str, str]).decode
-_decode_finding = msgspec.msgpack.Decoder(tuple[int, str, str, str, str, str, str]).decode
+_decode_log = msgspec.msgpack.Decoder(tuple[int, str, str, str, str, str]).decode
+_decode_finding = msgspec.msgpack.Decoder(tuple[int, str, str, str, str, str, str, str]).decode
 
 
 # how many of the newest (position, seq) pairs `seq_at` answers without reading LMDB, at least:
@@ -173,14 +176,15 @@ class Logs(_SeqLog):
                     str((data := event.data).get("level", "info")),
                     e.stream,
                     str(data.get("message", "")),
+                    str(data.get("trace_id") or ""),
                 )
             )
             for e in envelopes
         ]
 
     def entry(self, seq: int, raw: bytes) -> LogEntry:
-        _, ts, level, agent, message = _decode_log(raw)
-        return LogEntry(seq, ts, level, agent, message)
+        _, ts, level, agent, message, trace_id = _decode_log(raw)
+        return LogEntry(seq, ts, level, agent, message, trace_id or None)
 
 
 class Findings(_SeqLog):
@@ -219,14 +223,15 @@ class Findings(_SeqLog):
                     str(data.get("title", "")),
                     str(data.get("detail", "")),
                     str(data.get("posted_by") or ""),
+                    str(data.get("trace_id") or ""),
                 )
             )
             for e in envelopes
         ]
 
     def entry(self, seq: int, raw: bytes) -> Finding:
-        _, ts, agent, severity, title, detail, posted_by = _decode_finding(raw)
-        return Finding(seq, ts, agent, severity, title, detail, posted_by or None)
+        _, ts, agent, severity, title, detail, posted_by, trace_id = _decode_finding(raw)
+        return Finding(seq, ts, agent, severity, title, detail, posted_by or None, trace_id or None)
 
     def has_incident(self, incident: str) -> bool:
         with self.space.read() as txn:

@@ -40,7 +40,17 @@ async def test_post_then_poll_findings(client):
     assert page["next_seq"] == 2
     assert [f["title"] for f in page["findings"]] == ["t0", "t1"]
     first = page["findings"][0]
-    assert set(first) == {"seq", "ts", "agent", "severity", "title", "detail", "posted_by"}
+    assert set(first) == {
+        "seq",
+        "ts",
+        "agent",
+        "severity",
+        "title",
+        "detail",
+        "posted_by",
+        "trace_id",
+    }
+    assert first["trace_id"] is None  # posted over the API: no run's
     assert first["agent"] == "scanner" and first["ts"].endswith("Z")
     assert first["posted_by"] == "operator"  # the token that posted it
 
@@ -160,7 +170,7 @@ async def test_logs_are_polled_by_their_own_seq(client):
     page = await response.json()
     assert [(e["seq"], e["message"]) for e in page["logs"]] == [(1, "m0"), (2, "m1"), (3, "m2")]
     assert page["next_seq"] == 3
-    assert set(page["logs"][0]) == {"seq", "ts", "level", "agent", "message"}
+    assert set(page["logs"][0]) == {"seq", "ts", "level", "agent", "message", "trace_id"}
     page = await (await client.get("/api/v1/logs?since=1&limit=1", headers=auth(READ_TOKEN))).json()
     assert [e["seq"] for e in page["logs"]] == [2] and page["next_seq"] == 2
 

@@ -21,6 +21,7 @@ from tests.inference.test_inference_node import ANSWER, TOOL_ROUND, helper_node,
 from tests.polling import until
 from tests.runtime.test_lifecycle import create_task
 from tests.runtime.test_runtime_node import agent_toml, decide, journal, start_node
+from tests.support import OPERATE_TOKEN, READ_TOKEN, auth
 
 
 def value_of(any_value: Any) -> Any:
@@ -274,6 +275,7 @@ export_interval_ms = 50
         app, client, _ = await start_node(aiohttp_client, tmp_path, traced + hello)
         (tick,) = await until(lambda: receiver.named("agent.tick"), 15, "the first tick's span")
         logs = await until(lambda: two(journal(app, "hello", "log")), 15, "the tick's two lines")
+        view = await entries(client, "logs")
     finally:
         await client.close()
         tracing.stop()
@@ -282,11 +284,58 @@ export_interval_ms = 50
         ("hello on stdout", "stdout"),
     }
     assert {e["trace_id"] for e in logs} == {tick["trace_id"]}
+    # the logs view shows it too
+    assert {(e["message"], e["trace_id"]) for e in view if e["agent"] == "hello"} == {
+        ("hello from a wasm agent", tick["trace_id"]),
+        ("hello on stdout", tick["trace_id"]),
+    }
 
     (tmp_path / "off").mkdir()
     app, client, _ = await start_node(aiohttp_client, tmp_path / "off", hello)
     try:
         untraced = await until(lambda: two(journal(app, "hello", "log")), 15, "two lines, untraced")
+        view = await entries(client, "logs")
     finally:
         await client.close()
     assert not [e for e in untraced if "trace_id" in e]
+    assert [e["trace_id"] for e in view if e["agent"] == "hello"] == [None, None]
+
+
+async def test_a_finding_an_agent_reports_names_the_trace_of_its_run_in_the_findings_view(
+    aiohttp_client, aiohttp_server, tmp_path, built_agents
+):
+    """`payer` without the `spend` capability reports a finding on its tick: the finding's
+    event and `GET /api/v1/findings` name that tick's trace; one an operator posts, none."""
+    receiver = Receiver()
+    collector_app = web.Application()
+    collector_app.router.add_post("/v1/traces", receiver.traces)
+    collector = await aiohttp_server(collector_app)
+    config = f"""
+[tracing]
+enabled = true
+endpoint = "http://127.0.0.1:{collector.port}/v1/traces"
+export_interval_ms = 50
+""" + agent_toml("payer", built_agents["payer"], "tick_interval_ms = 60000")
+    try:
+        app, client, _ = await start_node(aiohttp_client, tmp_path, config)
+        (tick,) = await until(lambda: receiver.named("agent.tick"), 15, "the first tick's span")
+        (event,) = await until(lambda: journal(app, "payer", "finding"), 15, "the finding")
+        posted = {"agent": "payer", "severity": "low", "title": "checked", "detail": "by hand"}
+        response = await client.post("/api/v1/findings", json=posted, headers=auth(OPERATE_TOKEN))
+        assert response.status == 201, await response.text()
+        view = await entries(client, "findings")
+    finally:
+        await client.close()
+        tracing.stop()
+    assert event["title"] == "spend not permitted" and event["trace_id"] == tick["trace_id"]
+    assert [(f["title"], f["trace_id"]) for f in view if f["agent"] == "payer"] == [
+        ("spend not permitted", tick["trace_id"]),
+        ("checked", None),
+    ]
+
+
+async def entries(client, kind: str) -> list[dict]:
+    """Every entry of the logs or the findings view, oldest first."""
+    response = await client.get(f"/api/v1/{kind}?limit=1000", headers=auth(READ_TOKEN))
+    assert response.status == 200, await response.text()
+    return (await response.json())[kind]

@@ -26,12 +26,14 @@ def test_a_log_event_is_an_entry_numbered_in_global_order() -> None:
     j = Journal()
     j.add("alice", "log", {"level": "error", "message": "disk full"})
     j.add("bob", "log", {})  # defaults: info, empty message
+    j.add("bob", "log", {"message": "in a run", "trace_id": "ab" * 16})
     logs = fold(Logs(), j.envelopes)
     assert entries(logs) == [
         LogEntry(1, ts_at(1), "error", "alice", "disk full"),
         LogEntry(2, ts_at(2), "info", "bob", ""),
+        LogEntry(3, ts_at(3), "info", "bob", "in a run", "ab" * 16),
     ]
-    assert logs.last_seq == 2
+    assert logs.last_seq == 3
 
 
 def test_non_string_fields_are_kept_as_text() -> None:
@@ -97,12 +99,14 @@ def test_a_finding_is_an_entry_with_severity_title_and_detail() -> None:
     j = Journal()
     j.add("alice", "finding", {"severity": "high", "title": "leak", "detail": "a key"})
     j.add("bob", "finding", {})
+    j.add("bob", "finding", {"title": "in a run", "trace_id": "cd" * 16})
     findings = fold(Findings(), j.envelopes)
     assert entries(findings) == [
         Finding(1, ts_at(1), "alice", "high", "leak", "a key"),
         Finding(2, ts_at(2), "bob", "info", "", ""),
+        Finding(3, ts_at(3), "bob", "info", "in a run", "", trace_id="cd" * 16),
     ]
-    assert findings.page(1, 10) == (2, [entries(findings)[1]])
+    assert findings.page(1, 1) == (2, [entries(findings)[1]])
     assert findings.seq_at(2) == 2
     assert findings.snapshot()["incidents"] == []
 
@@ -139,7 +143,7 @@ def test_snapshots_list_the_entries_and_for_findings_the_sorted_incidents() -> N
     j.add("a", "finding", {"title": "t", "incident": "a/z"})
     j.add("a", "finding", {"title": "u", "incident": "a/b"})
     assert fold(Logs(), j.envelopes).snapshot() == [
-        {"seq": 1, "ts": ts_at(1), "level": "info", "agent": "a", "message": "m"}
+        {"seq": 1, "ts": ts_at(1), "level": "info", "agent": "a", "message": "m", "trace_id": None}
     ]
     snapshot = fold(Findings(), j.envelopes).snapshot()
     assert snapshot["incidents"] == ["a/b", "a/z"]

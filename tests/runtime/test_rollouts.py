@@ -19,6 +19,7 @@ from node.app import build_app
 from node.config.load import load_config
 from node.runtime.agents import AGENTS
 from node.services.approvals import APPROVALS
+from node.services.deployments import DEPLOYMENTS
 from tests.polling import until
 from tests.runtime.test_lifecycle import (
     create_task,
@@ -135,6 +136,8 @@ async def test_a_drain_waits_for_real_work_and_says_what_it_waits_for(
     aiohttp_client, tmp_path, built_agents
 ):
     app = node_app(tmp_path)
+    # the run's progress writes are durable: on a slow disk they outlast the 30 s default
+    app[DEPLOYMENTS].drain_secs = 300
     client = await aiohttp_client(app)
     await publish(client, "worker", "1.0.0", built_agents["task_worker"])
     body = {
@@ -143,7 +146,7 @@ async def test_a_drain_waits_for_real_work_and_says_what_it_waits_for(
         "tick_timeout_ms": 300_000,
     }
     assert (await put(client, "worker", body)).status == 201
-    task_id = await create_task(client, {"numbers": list(range(3000))})
+    task_id = await create_task(client, {"numbers": list(range(1000))})
     await until(lambda: journal(app, "worker", "task.progress"))
     stopping = asyncio.ensure_future(post(client, "worker", "stop"))
 
