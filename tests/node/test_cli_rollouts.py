@@ -80,7 +80,7 @@ def test_a_change_that_waits_for_real_work_says_what_it_waits_for(
             "300000",
         )
         assert deployed.returncode == 0, deployed.stderr
-        task = {"from": "planner", "to": "worker", "input": {"numbers": list(range(4000))}}
+        task = {"from": "planner", "to": "worker", "input": {"numbers": list(range(2000))}}
         created = client.post("/api/v1/a2a/tasks", json=task, headers=auth(OPERATE_TOKEN))
         assert created.status_code == 201, created.text
         task_id = created.json()["id"]
