@@ -549,6 +549,14 @@ class ReceiveModel(RuleBasedStateMachine):
             assert home.ctx is not None
             home.ctx.store.disown(JOURNAL)
 
+    @rule(name=st.sampled_from([OWNER, HOME_B]))
+    def waiting_home_dies(self, name: str) -> None:
+        """A named home waiting to take its lease again dies or freezes: it renews, reads and
+        starts nothing more; the lease it held while it waited lapses a TTL after its last
+        record, and no takeover may name it lapsed before."""
+        if self.retaking.pop(name, None) is not None:
+            self.dead.add(name)
+
     @rule(taker=st.sampled_from([OWNER, HOME_B]), slow=st.booleans())
     def honest_takeover(self, taker: str, slow: bool = False) -> None:
         """As the placement manager does (node/placement/takeover.py): a home whose lease

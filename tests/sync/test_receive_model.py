@@ -172,6 +172,32 @@ def test_a_claim_never_followed_by_a_takeover_delays_the_home_by_a_ttl_only() ->
         model.teardown()
 
 
+def test_a_home_frozen_while_it_waits_is_taken_over_once_the_lease_it_held_lapses() -> None:
+    """The owner takes its lease again under the member's claim and freezes while it waits:
+    node-b, seeing the owner's record live, takes nothing over; once that record has lapsed it
+    takes the agent over, every node follows, and the owner, back, reads the takeover and does
+    not start (no longer named home)."""
+    model = ReceiveModel()
+    try:
+        _claimed_while_the_owner_was_down(model)
+        assert "node-a" in model.retaking
+        model.waiting_home_dies("node-a")
+        model.time_passes(2.0)
+        model.honest_takeover("node-b")
+        assert _homes(model, "node-b") == {"node-a"}  # the lease it held is live: no takeover
+        model.time_passes(12.0)
+        model.honest_takeover("node-b")
+        _read_all(model, "node-c", "node-b")
+        model.node_restarts("node-a")
+        model.named_home_retakes("node-a")
+        _read_all(model, "node-a", "node-c")
+        assert "node-a" not in model.retaking
+        homes = _homes(model, *model.nodes)
+        assert homes == {"node-b"}
+    finally:
+        model.teardown()
+
+
 def test_a_taker_whose_record_got_old_while_it_caught_up_writes_no_takeover() -> None:
     """node-b's catch-up after its acquire record took over a TTL: a takeover naming that record
     would enter the stream too late, and every other node would refuse what node-b's copy
