@@ -24,7 +24,11 @@ takeovers at the head with an `agent.placed` of its own after them, a takeover w
 owner, and the pair at seq 2 with an `agent.halted` (harness/hostile.py `MoveAttack`):
 `attack_takeovers` (node-x's moves that took effect, and takeovers beyond one per kill) and
 `attack_definitions` (definition, set or run changes signed by another than the owner, node-a, that
-took effect) must be 0.
+took effect) must be 0. `--attack-moves N` adds a planned move after each of the first N
+kills (or rounds), to a node other than the one just restarted, and `--attack-flood` has node-x
+also keep a claim of a later epoch live in the lease log throughout (harness/hostile.py
+`ClaimFlood`): the soak of kills, moves, double takeovers, definition changes and the claim
+flood together; a move's target waits about a TTL for the claim, and nothing more may follow.
 
 Figures: the failover times (median, p95) next to the lease TTL; acknowledged findings missing
 from the final journal (must be 0); envelopes written by a node that was not the home at that
@@ -33,7 +37,8 @@ seq (must be 0: a fenced node wrote nothing that stayed); whether the counter we
 be within the lease TTL + 5 s).
 
 Run: .venv/bin/python bench/failover.py [--kills 10] [--moves 20] [--cold 3] [--hostile-kills 10]
-     [--after-upgrade 5] [--after-upgrade-no-wait 5] [--attack-kills 10]
+     [--after-upgrade 5] [--after-upgrade-no-wait 5] [--attack-kills 10] [--attack-moves N]
+     [--attack-flood]
 The last line printed is one JSON object with the figures.
 """
 
@@ -75,9 +80,19 @@ from harness.failover import (  # noqa: E402
     wait_for,
     wait_runner,
 )
-from harness.hostile import Head, HostileMember, LeaseAttack, MoveAttack  # noqa: E402
+from harness.hostile import (  # noqa: E402
+    ClaimFlood,
+    Head,
+    HostileMember,
+    LeaseAttack,
+    MoveAttack,
+)
 from node.ops.polling import DeadlineExceeded  # noqa: E402
 from node.runtime.compiled_cache import COMPILED_CACHE_ENV  # noqa: E402
+
+# node-x's claims (--attack-flood): an epoch no journal here reaches, live in the lease log
+# throughout, never followed by a takeover; each handoff's target waits about a TTL for it
+FLOOD_EPOCH = 1000
 
 
 def built_counter() -> Path:
@@ -150,19 +165,7 @@ def kills_and_moves(args: argparse.Namespace, hostile: bool) -> dict[str, Any]:
                 # the next node, never the one just started again on the first move
                 target = next(n for n in NODES if n not in (home, back))
                 back = ""
-                wait_for(  # what the console's Move offers: a node ready to take it (its advert)
-                    lambda h=home, t=target: (
-                        t in (agent_view(fm[h])["placement"] or {}).get("candidates", [])
-                    ),
-                    30,
-                    f"{target} ready to take it",
-                )
-                head = max(e["seq"] for e in events(fm[target]))
-                started = time.monotonic()
-                with fm[home].client() as client:
-                    moved = client.post(f"/api/v1/agents/{AGENT}/move", json={"to": target})
-                assert moved.status_code == 200, moved.text
-                moves.append(first_tick_by(fm, target, head, 30) - started)
+                moves.append(planned_move(fm, home, target))
                 print(f"move {move + 1}: {home} -> {target} in {moves[-1]:.2f} s", flush=True)
                 home = target
         journal = same_journals(fm, list(NODES), timeout=60)  # the common part: it still runs
@@ -195,6 +198,22 @@ def kills_and_moves(args: argparse.Namespace, hostile: bool) -> dict[str, Any]:
             "bounced_moves": len([i for i in takeovers if i > first_move]),
         }
     return result
+
+
+def planned_move(fm: FailoverMesh, home: str, target: str) -> float:
+    """A move of the agent from `home` to `target` once the target is ready to take it (what
+    the console's Move offers: its advert), timed from the request to its first tick there."""
+    wait_for(
+        lambda: target in (agent_view(fm[home])["placement"] or {}).get("candidates", []),
+        30,
+        f"{target} ready to take it",
+    )
+    head = max(e["seq"] for e in events(fm[target]))
+    started = time.monotonic()
+    with fm[home].client() as client:
+        moved = client.post(f"/api/v1/agents/{AGENT}/move", json={"to": target})
+    assert moved.status_code == 200, moved.text
+    return first_tick_by(fm, target, head, 30) - started
 
 
 def cold_failover(args: argparse.Namespace) -> tuple[float, float, float]:
@@ -316,49 +335,69 @@ def move_attack(args: argparse.Namespace) -> dict[str, Any]:
     member = HostileMember(fm.cluster.urls[0], root / "mesh" / member_name / "data")
     known: dict[str, int] = {}
     attack = MoveAttack(member, AGENT, lambda: journal_head(fm, known))
+    flood: ClaimFlood | contextlib.nullcontext[None] = contextlib.nullcontext()
+    if args.attack_flood:
+        flood = ClaimFlood(member, AGENT, FLOOD_EPOCH)
     failovers: list[float] = []
+    moves: list[float] = []
     try:
         component = publish_component(fm["node-a"], built_counter())
         deployed = deploy(fm["node-a"], component, [*NODES, member_name])
         assert deployed.status_code == 201, deployed.text
         home = wait_runner(fm, 30, among=list(NODES))
-        with attack, FindingLoad(fm) as load:
+        with attack, flood, FindingLoad(fm) as load:
             wait_for(lambda: len(ticks(events(fm[home]))) >= 5, 30, "first ticks")
-            for kill in range(args.attack_kills):
-                others = [n for n in NODES if n != home]
-                head = max(e["seq"] for e in events(fm[others[0]]))
-                killed = time.monotonic()
-                fm[home].kill()
-                new_home = wait_runner(fm, args.lease_ttl + 30, among=others)
-                ticked = first_tick_by(fm, new_home, head, 30)
-                failovers.append(ticked - killed)
-                print(
-                    f"attacked kill {kill + 1}: {home} -> {new_home} in {ticked - killed:.2f} s "
-                    f"({attack.sent} attack messages so far)",
-                    flush=True,
-                )
-                fm[home].start(60)
-                wait_replica(fm, home)
-                home = new_home
+            for round_ in range(max(args.attack_kills, args.attack_moves)):
+                back = ""
+                if round_ < args.attack_kills:
+                    others = [n for n in NODES if n != home]
+                    head = max(e["seq"] for e in events(fm[others[0]]))
+                    killed = time.monotonic()
+                    fm[home].kill()
+                    new_home = wait_runner(fm, args.lease_ttl + 30, among=others)
+                    ticked = first_tick_by(fm, new_home, head, 30)
+                    failovers.append(ticked - killed)
+                    print(
+                        f"attacked kill {round_ + 1}: {home} -> {new_home} in "
+                        f"{ticked - killed:.2f} s ({attack.sent} attack messages so far)",
+                        flush=True,
+                    )
+                    fm[home].start(60)
+                    wait_replica(fm, home)
+                    home, back = new_home, home
+                if round_ < args.attack_moves:
+                    target = next(n for n in NODES if n not in (home, back))
+                    moves.append(planned_move(fm, home, target))
+                    print(
+                        f"attacked move {round_ + 1}: {home} -> {target} in {moves[-1]:.2f} s",
+                        flush=True,
+                    )
+                    home = target
         diverged = diverging_nodes(fm)
         journal = same_journals(fm, [n for n in NODES if n not in diverged], timeout=60)
     finally:
         fm.kill()
     titles = {e["data"].get("title") for e in journal if e["type"] == "finding"}
-    moves = [e for e in journal if e["type"] in ("journal.takeover", "journal.handoff")]
-    takeovers = [e for e in moves if e["type"] == "journal.takeover"]
+    journal_moves = [e for e in journal if e["type"] in ("journal.takeover", "journal.handoff")]
+    takeovers = [e for e in journal_moves if e["type"] == "journal.takeover"]
     decisions = [e for e in journal if e["type"] in OWNER_DECISIONS]
+    handoffs = [e for e in journal_moves if e["type"] == "journal.handoff"]
     return {
         "kills": len(failovers),
-        "failover_median_s": round(statistics.median(failovers), 2),
-        "failover_p95_s": round(p95(failovers), 2),
-        "failover_max_s": round(max(failovers), 2),
-        "within_ttl_plus_5": p95(failovers) <= args.lease_ttl + 5,
+        "failover_median_s": round(statistics.median(failovers), 2) if failovers else None,
+        "failover_p95_s": round(p95(failovers), 2) if failovers else None,
+        "failover_max_s": round(max(failovers), 2) if failovers else None,
+        "within_ttl_plus_5": not failovers or p95(failovers) <= args.lease_ttl + 5,
+        "moves": len(moves),
+        "planned_move_median_s": round(statistics.median(moves), 2) if moves else None,
+        "planned_move_p95_s": round(p95(moves), 2) if moves else None,
+        "handoffs": len(handoffs),
+        "claims": flood.sent if isinstance(flood, ClaimFlood) else 0,
         "lost_acknowledged": len(set(load.acknowledged) - titles),
         "acknowledged": len(load.acknowledged),
         "fenced_writes": written_by_non_home(journal),
         "attack_messages": attack.sent,
-        "attack_takeovers": len([e for e in moves if e["origin"] == member_name])
+        "attack_takeovers": len([e for e in journal_moves if e["origin"] == member_name])
         + max(0, len(takeovers) - len(failovers)),
         "attack_definitions": len([e for e in decisions if e["origin"] != "node-a"]),
         "journals_equal": not diverged,
@@ -378,6 +417,8 @@ def main() -> None:
     parser.add_argument("--cold", type=int, default=3)
     parser.add_argument("--hostile-kills", type=int, default=10)
     parser.add_argument("--attack-kills", type=int, default=10)
+    parser.add_argument("--attack-moves", type=int, default=0)  # planned moves, between kills
+    parser.add_argument("--attack-flood", action="store_true")  # and node-x's claim flood
     parser.add_argument("--lease-ttl", type=float, default=3.0)
     parser.add_argument("--after-upgrade", type=int, default=5)  # bench/failover_upgrade.py
     parser.add_argument("--after-upgrade-no-wait", type=int, default=5)
@@ -398,7 +439,7 @@ def main() -> None:
         from bench.failover_upgrade import after_upgrade_failovers
 
         result |= after_upgrade_failovers(args, built_counter())
-    if args.attack_kills:
+    if args.attack_kills or args.attack_moves:
         result["attack"] = move_attack(args)
     print(json.dumps(result))
 

@@ -43,6 +43,7 @@ if TYPE_CHECKING:  # nats-py is an optional extra: imported where the NATS mesh 
 
     from node.placement.adverts import NodeAdverts
     from node.placement.components import ComponentStore
+    from node.placement.leaselog import Logged
     from node.sync.service import SyncService
 
 log = logging.getLogger("agent-node.placement")
@@ -105,6 +106,9 @@ class Hosting:
         self._busy: set[str] = set()  # agents a takeover, start or move is working on
         self._gone_since: dict[str, float] = {}  # agent → when its home's lease was seen gone
         self._seen_live: dict[str, int] = {}  # agent → epoch its home's lease was last seen at
+        # agent → (this node's acquire record's position, its first renewal seen stamped over a
+        # TTL after it): what a named home under a claim waits for its consumer to read through
+        self._late_renewal: dict[str, tuple[int, Logged]] = {}
         self._handed: dict[str, tuple[int, float]] = {}  # agent → (epoch, when) we handed over
         self._claims: dict[str, Claims] = {}
         self._refused: dict[str, str] = {}  # agent → why this node does not host it (logged once)
