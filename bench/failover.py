@@ -143,16 +143,9 @@ def kills_and_moves(args: argparse.Namespace, hostile: bool) -> dict[str, Any]:
         with attack, FindingLoad(fm) as load:
             wait_for(lambda: len(ticks(events(fm[home]))) >= 5, 30, "first ticks")
             for kill in range(kills):
-                others = [n for n in NODES if n != home]
-                head = max(e["seq"] for e in events(fm[others[0]]))
-                killed = time.monotonic()
-                fm[home].kill()
-                new_home = wait_runner(fm, args.lease_ttl + 30, among=others)
-                ticked = first_tick_by(fm, new_home, head, 30)
-                failovers.append(ticked - killed)
-                print(
-                    f"kill {kill + 1}: {home} -> {new_home} in {ticked - killed:.2f} s", flush=True
-                )
+                new_home, took = kill_home(fm, home, args.lease_ttl)
+                failovers.append(took)
+                print(f"kill {kill + 1}: {home} -> {new_home} in {took:.2f} s", flush=True)
                 fm[home].start(60)  # back: a replica now
                 back = home
                 wait_for(
@@ -198,6 +191,17 @@ def kills_and_moves(args: argparse.Namespace, hostile: bool) -> dict[str, Any]:
             "bounced_moves": len([i for i in takeovers if i > first_move]),
         }
     return result
+
+
+def kill_home(fm: FailoverMesh, home: str, lease_ttl: float) -> tuple[str, float]:
+    """Kill -9 of `home`: the node that takes the agent over, and the time from the kill to
+    the first tick it journals."""
+    others = [n for n in NODES if n != home]
+    head = max(e["seq"] for e in events(fm[others[0]]))
+    killed = time.monotonic()
+    fm[home].kill()
+    new_home = wait_runner(fm, lease_ttl + 30, among=others)
+    return new_home, first_tick_by(fm, new_home, head, 30) - killed
 
 
 def planned_move(fm: FailoverMesh, home: str, target: str) -> float:
@@ -350,16 +354,11 @@ def move_attack(args: argparse.Namespace) -> dict[str, Any]:
             for round_ in range(max(args.attack_kills, args.attack_moves)):
                 back = ""
                 if round_ < args.attack_kills:
-                    others = [n for n in NODES if n != home]
-                    head = max(e["seq"] for e in events(fm[others[0]]))
-                    killed = time.monotonic()
-                    fm[home].kill()
-                    new_home = wait_runner(fm, args.lease_ttl + 30, among=others)
-                    ticked = first_tick_by(fm, new_home, head, 30)
-                    failovers.append(ticked - killed)
+                    new_home, took = kill_home(fm, home, args.lease_ttl)
+                    failovers.append(took)
                     print(
-                        f"attacked kill {round_ + 1}: {home} -> {new_home} in "
-                        f"{ticked - killed:.2f} s ({attack.sent} attack messages so far)",
+                        f"attacked kill {round_ + 1}: {home} -> {new_home} in {took:.2f} s "
+                        f"({attack.sent} attack messages so far)",
                         flush=True,
                     )
                     fm[home].start(60)

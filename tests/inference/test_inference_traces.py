@@ -61,6 +61,20 @@ class Receiver:
         return [s for s in self.spans if s["name"].startswith(prefix)]
 
 
+async def collecting(aiohttp_server, receiver: Receiver) -> str:
+    """A real OTLP/HTTP endpoint whose spans `receiver` gets: the [tracing] table (its last)
+    that exports to it."""
+    collector_app = web.Application()
+    collector_app.router.add_post("/v1/traces", receiver.traces)
+    collector = await aiohttp_server(collector_app)
+    return f"""
+[tracing]
+enabled = true
+endpoint = "http://127.0.0.1:{collector.port}/v1/traces"
+export_interval_ms = 50
+"""
+
+
 class Lines(logging.Handler):
     """The node's log records as its log handler sees them (with its ContextFilter), the
     root logger at INFO while it is open."""
@@ -96,16 +110,7 @@ async def test_runs_and_inference_are_spans_with_the_genai_attributes(
     aiohttp_client, aiohttp_server, tmp_path, built_agents, llm
 ):
     receiver = Receiver()
-    app_ = web.Application()
-    app_.router.add_post("/v1/traces", receiver.traces)
-    collector = await aiohttp_server(app_)
-    tracing_toml = f"""
-[tracing]
-enabled = true
-endpoint = "http://127.0.0.1:{collector.port}/v1/traces"
-service_name = "node-under-test"
-export_interval_ms = 50
-"""
+    tracing_toml = await collecting(aiohttp_server, receiver) + 'service_name = "node-under-test"\n'
     llm.script(TOOL_ROUND, ANSWER)
     try:
         app, client, sink = await helper_node(
@@ -147,9 +152,7 @@ async def test_host_calls_and_approval_waits_are_spans_under_their_runs(
     waits for approval, an http_fetch POST and an inference: each host call is a span under
     its run's, the approval wait under the spend's; the trace id is in the run's events."""
     receiver = Receiver()
-    collector_app = web.Application()
-    collector_app.router.add_post("/v1/traces", receiver.traces)
-    collector = await aiohttp_server(collector_app)
+    traced = await collecting(aiohttp_server, receiver)
 
     async def spend(request: web.Request) -> web.Response:
         return web.json_response({"paid": True})
@@ -162,12 +165,8 @@ async def test_host_calls_and_approval_waits_are_spans_under_their_runs(
     target_app.router.add_post("/fetch", fetched)
     target = await aiohttp_server(target_app)
     toml = (
-        f"""
-[tracing]
-enabled = true
-endpoint = "http://127.0.0.1:{collector.port}/v1/traces"
-export_interval_ms = 50
-
+        traced
+        + f"""
 [actions.spend]
 url = "http://127.0.0.1:{target.port}/spend"
 
@@ -261,16 +260,8 @@ async def test_an_agents_log_lines_carry_the_trace_id_of_their_run(
     journaled `log` event names the trace of the tick that wrote it (the span the receiver
     got); with tracing off, none has a trace id (the field is absent, as before)."""
     receiver = Receiver()
-    collector_app = web.Application()
-    collector_app.router.add_post("/v1/traces", receiver.traces)
-    collector = await aiohttp_server(collector_app)
     hello = agent_toml("hello", built_agents["hello"], "tick_interval_ms = 60000")
-    traced = f"""
-[tracing]
-enabled = true
-endpoint = "http://127.0.0.1:{collector.port}/v1/traces"
-export_interval_ms = 50
-"""
+    traced = await collecting(aiohttp_server, receiver)
     try:
         app, client, _ = await start_node(aiohttp_client, tmp_path, traced + hello)
         (tick,) = await until(lambda: receiver.named("agent.tick"), 15, "the first tick's span")
@@ -307,15 +298,8 @@ async def test_a_finding_an_agent_reports_names_the_trace_of_its_run_in_the_find
     """`payer` without the `spend` capability reports a finding on its tick: the finding's
     event and `GET /api/v1/findings` name that tick's trace; one an operator posts, none."""
     receiver = Receiver()
-    collector_app = web.Application()
-    collector_app.router.add_post("/v1/traces", receiver.traces)
-    collector = await aiohttp_server(collector_app)
-    config = f"""
-[tracing]
-enabled = true
-endpoint = "http://127.0.0.1:{collector.port}/v1/traces"
-export_interval_ms = 50
-""" + agent_toml("payer", built_agents["payer"], "tick_interval_ms = 60000")
+    payer = agent_toml("payer", built_agents["payer"], "tick_interval_ms = 60000")
+    config = await collecting(aiohttp_server, receiver) + payer
     try:
         app, client, _ = await start_node(aiohttp_client, tmp_path, config)
         (tick,) = await until(lambda: receiver.named("agent.tick"), 15, "the first tick's span")
