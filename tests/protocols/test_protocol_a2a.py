@@ -49,6 +49,17 @@ async def node(aiohttp_server, tmp_path, built_agents):
 
 
 @pytest.fixture
+async def unparked(aiohttp_server, tmp_path, built_agents):
+    """The cashier on a node that parks no run: a task waiting for an approval holds the
+    agent's one instance, so a task sent after it stays submitted until that one ends (with
+    parking the worker takes it at once, and a cancel races its run)."""
+    toml = cashier_toml("cashier", built_agents["cashier"])
+    node = await start_node(aiohttp_server, tmp_path, toml, "max_parked_runs_per_agent = 0")
+    await started(node, "cashier")
+    return node
+
+
+@pytest.fixture
 async def http():
     async with httpx.AsyncClient(headers=auth(OPERATE_TOKEN), timeout=30) as client:
         yield client
@@ -193,7 +204,8 @@ async def test_an_approval_gated_task_is_input_required_until_answered(node, htt
     await blocking.close()
 
 
-async def test_cancel_denies_what_the_task_waits_for_and_is_final(node, http):
+async def test_cancel_denies_what_the_task_waits_for_and_is_final(unparked, http):
+    node = unparked
     client = await sdk_client(http, f"{node.url}/a2a/cashier", streaming=False)
     waiting = await collect(client.send_message(user_text("pay INV-7")))
     first = waiting[0].task
