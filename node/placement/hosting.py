@@ -109,6 +109,8 @@ class Hosting:
         # agent → (this node's acquire record's position, its first renewal seen stamped over a
         # TTL after it): what a named home under a claim waits for its consumer to read through
         self._late_renewal: dict[str, tuple[int, Logged]] = {}
+        # agent → (that acquire record's position, the claimant): the wait is logged once
+        self._wait_logged: dict[str, tuple[int, str]] = {}
         self._handed: dict[str, tuple[int, float]] = {}  # agent → (epoch, when) we handed over
         self._claims: dict[str, Claims] = {}
         self._refused: dict[str, str] = {}  # agent → why this node does not host it (logged once)

@@ -112,10 +112,13 @@ class Takeovers(Hosting):
                 and self.journals.home_of(agent) in (None, self.ctx.name)
             ):
                 self._late_renewal.pop(agent, None)
+                self._wait_logged.pop(agent, None)
                 return False
         except (TimeoutError, NatsError):
             return True
-        log.info("agent %s: %s claims epoch %d; waiting", agent, claimant, epoch + 1)
+        if self._wait_logged.get(agent) != (position, claimant):
+            self._wait_logged[agent] = (position, claimant)
+            log.info("agent %s: %s claims epoch %d; waiting", agent, claimant, epoch + 1)
         return True
 
     async def _renewal_past_ttl(self, link: Link, agent: str, mine: Logged) -> Logged | None:
