@@ -422,7 +422,19 @@ def test_a_members_placement_runs_nowhere_without_consent_and_never_with_more(
     payer_journal = events(fm["node-b"], "payer")
     by_b = [e for e in payer_journal if e["origin"] == "node-b"]
     assert "approval.requested" in {e["type"] for e in by_b}
-    assert not [e for e in by_b if e["type"] == "state.set" and e["data"]["key"] == "paid"]
+    # node-b performed no spend: it asked. A `paid` it wrote can only end the tick that the kill
+    # cut off after node-x's spend (ungated there) was journaled: that run resumes here from
+    # its record and pays nothing again (docs/agents.md, "When a node dies mid-run")
+    spent = [e for e in by_b if e["type"] == "action.performed"]
+    spent += [
+        e for e in by_b if e["type"] == "call.recorded" and e["data"].get("outcome", "ok") == "ok"
+    ]
+    assert not spent, spent
+    by_x = [e for e in payer_journal if e["origin"] == X]
+    left_open = {e["data"]["run"] for e in by_x if e["type"] == "call.recorded"}
+    left_open -= {e["data"]["run"] for e in by_x if e["type"] == "run.closed"}
+    paid = [e for e in by_b if e["type"] == "state.set" and e["data"]["key"] == "paid"]
+    assert len(paid) <= len(left_open) <= 1, (paid, left_open)
 
 
 def test_a_member_deploying_a_consented_name_gets_neither_a_run_nor_a_secret(hostile, built_agents):
