@@ -19,6 +19,7 @@ from node.ops.eventloop import loop_name
 from node.ops.heap import settle_after_start
 from node.ops.logsetup import AccessLogger, ProtocolLogger, Redactor, access_logger
 from node.runtime.agents import log_agents_starting
+from node.runtime.engine_settings import compiler
 from node.web.connections import ConnectionLimits, GuardedRunner
 from node.web.tls import SERVER_TLS, server_context
 from node.web.tlsaccept import TlsListener
@@ -77,7 +78,9 @@ async def serve(
         loop.add_signal_handler(signal.SIGHUP, Reloader(app, config_path, redactor).trigger)
     scheme = "https" if tls else "http"
     log.info("node %s listening on %s://%s:%d", config.node.name, scheme, host, port)
-    log.info("journal signer: %s; event loop: %s", SIGNER, loop_name(loop))
+    log.info(
+        "journal signer: %s; event loop: %s; wasm compiler: %s", SIGNER, loop_name(loop), compiler()
+    )
     settle_after_start()
     log.info("ready: the operator console is at %s%s", config.public_url, CONSOLE_PATH)
     log_agents_starting(app)  # which agents are still compiling (node/runtime/startup.py)

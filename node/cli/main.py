@@ -162,9 +162,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     from node.ops import logsetup
     from node.ops.eventloop import loop_factory
     from node.ops.filemodes import make_private
+    from node.runtime.engine_settings import compiler
     from node.server import serve
 
     config = load_config(args.config)
+    try:
+        compiler()
+    except ValueError as exc:
+        print(f"agent-node: {exc}", file=sys.stderr)
+        return 2
     factory = loop_factory(config.node.event_loop)
     redactor = logsetup.configure_logging(
         args.log_level, args.log_format, logsetup.Redactor(logsetup.secrets_of(config))

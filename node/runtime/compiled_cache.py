@@ -9,13 +9,12 @@ import os
 from importlib.metadata import version
 from pathlib import Path
 
-from node.runtime.engine_settings import SETTINGS
+from node.runtime.engine_settings import settings
 
 WASMTIME_VERSION = version("wasmtime")
 COMPILED_DIR = "compiled"  # under data_dir
 # Another folder for that cache, e.g. one shared by several nodes (or test runs) on a host.
 COMPILED_CACHE_ENV = "AGENT_NODE_COMPILED_CACHE"
-_SETTINGS_TAG = hashlib.sha256(SETTINGS.encode()).hexdigest()[:8]
 
 
 def compiled_cache_dir(data_path: Path) -> Path:
@@ -24,4 +23,5 @@ def compiled_cache_dir(data_path: Path) -> Path:
 
 
 def artifact_path(cache_dir: Path, sha256_hex: str) -> Path:
-    return cache_dir / f"{sha256_hex}-wasmtime{WASMTIME_VERSION}-{_SETTINGS_TAG}.cwasm"
+    tag = hashlib.sha256(settings().encode()).hexdigest()[:8]
+    return cache_dir / f"{sha256_hex}-wasmtime{WASMTIME_VERSION}-{tag}.cwasm"

@@ -20,6 +20,7 @@ from typing import Literal
 
 import node
 from node.runtime.compile_child import EXIT_OUT_OF_MEMORY, EXIT_REJECTED
+from node.runtime.engine_settings import COMPILER_ENV
 
 CompileFailure = Literal["rejected", "timeout", "memory", "crashed", "cancelled"]
 MAX_PARALLEL_COMPILES = 4  # each child may use all cores itself; more only adds memory
@@ -168,4 +169,6 @@ def _child_environment() -> dict[str, str]:
     return env
 
 
-_PASSED_ENV = ("PATH", "LANG", "LC_ALL", "TMPDIR", "VIRTUAL_ENV")
+# the compiler's choice too: the child compiles with the node's settings, else its artifact
+# does not load in the node
+_PASSED_ENV = ("PATH", "LANG", "LC_ALL", "TMPDIR", "VIRTUAL_ENV", COMPILER_ENV)

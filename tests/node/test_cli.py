@@ -53,6 +53,16 @@ def test_keygen_creates_a_private_key_once(tmp_path):
     assert refused.returncode == 2 and "chmod 600" in refused.stderr
 
 
+def test_run_refuses_a_compiler_it_does_not_know_in_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("AGENT_NODE_COMPILER", "llvm")
+    refused = run_cli("run", "--config", str(write_config(tmp_path)), timeout=60)
+    assert refused.returncode == 2
+    assert refused.stderr == (
+        "agent-node: AGENT_NODE_COMPILER='llvm': not a compiler this node knows "
+        "(one of cranelift, winch)\n"
+    )
+
+
 def test_token_new_prints_a_working_config_entry(tmp_path):
     result = run_cli("token", "new", "carol", "--scopes", "read,operate")
     assert result.returncode == 0

@@ -13,6 +13,7 @@ import pytest
 
 from node.runtime.compiled_cache import COMPILED_CACHE_ENV
 from node.runtime.compiler import default_parallelism
+from node.runtime.engine_settings import COMPILER_ENV
 from tests.polling import wait_until
 from tests.runtime_support import COMPILED_CACHE
 from tests.support import (
@@ -89,6 +90,9 @@ def test_cold_start_compiles_in_a_child_and_the_node_stays_small(
     tmp_path, built_agents, monkeypatch
 ):
     monkeypatch.setenv(COMPILED_CACHE_ENV, str(tmp_path / "compiled"))  # cold: nothing cached
+    # the production compiler, whatever the suite's (scripts/test runs Winch): Cranelift's heap
+    # is what the child keeps out of the node
+    monkeypatch.setenv(COMPILER_ENV, "cranelift")
     broken = tmp_path / "broken.wasm"
     broken.write_bytes(BROKEN_COMPONENT)
     path = write_config(

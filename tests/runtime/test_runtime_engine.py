@@ -12,6 +12,7 @@ import wasmtime
 from node.runtime import AgentRuntime, AgentSpec, RuntimeOptions
 from node.runtime.compiler import CompileError, CompileLimits
 from node.runtime.engine import AgentEngine
+from node.runtime.engine_settings import COMPILER_ENV
 from node.runtime.memhost import MemoryHost
 from node.runtime.memory import live_regions
 from tests.polling import wait_until
@@ -153,3 +154,43 @@ def test_stopping_kills_a_running_compile_and_reports_no_fault(built_agents, tmp
     assert child.poll() is not None  # the child is gone
     assert runtime.status("hello")[0].status == "stopped"
     assert not hosts["hello"].of_type("agent.errored")
+
+
+@pytest.mark.parametrize("compiler", ["cranelift", "winch"])
+def test_either_compiler_builds_the_same_sandbox_into_artifacts_of_its_own(
+    built_agents, tmp_path, monkeypatch, compiler
+):
+    """Fuel, epoch deadlines and host calls are the engine's settings, not the compiler's:
+    both hold them; their artifacts never stand in for each other's (docs/operations.md)."""
+    other = {"cranelift": "winch", "winch": "cranelift"}[compiler]
+    monkeypatch.setenv(COMPILER_ENV, other)
+    first = AgentEngine(cache_dir=tmp_path)
+    first.load(built_agents["bad_loop"])
+    first.close()
+    monkeypatch.setenv(COMPILER_ENV, compiler)
+    engine = AgentEngine(cache_dir=tmp_path)
+    assert not engine.load(built_agents["bad_loop"]).cache_hit  # the other's is not used
+    assert len(list(tmp_path.glob("*.cwasm"))) == 2
+    engine.close()
+    specs = [
+        AgentSpec("fuel", built_agents["bad_loop"], tick_interval_ms=50, fuel_per_tick=2_000_000),
+        AgentSpec("deadline", built_agents["bad_loop"], tick_interval_ms=50, tick_timeout_ms=200),
+        AgentSpec("counter", built_agents["wat_counter"], tick_interval_ms=20),
+    ]
+    with running(specs, cache_dir=tmp_path) as (_, hosts):
+        wait_until(lambda: len(hosts["counter"].of_type("log")) >= 3)
+        fuel = wait_until(lambda: hosts["fuel"].of_type("agent.errored"))[0]
+        deadline = wait_until(lambda: hosts["deadline"].of_type("agent.errored"))[0]
+    assert fuel["error"] == "fuel exhausted: used all 2000000 units of the run"
+    assert deadline["error"] == "deadline exceeded: ran longer than 200 ms"
+    assert [e["message"] for e in hosts["counter"].of_type("log")[:3]] == [
+        "tick 1",
+        "tick 2",
+        "tick 3",
+    ]
+
+
+def test_a_compiler_the_node_does_not_know_is_refused_naming_the_variable(tmp_path, monkeypatch):
+    monkeypatch.setenv(COMPILER_ENV, "llvm")
+    with pytest.raises(ValueError, match=f"{COMPILER_ENV}='llvm': not a compiler"):
+        AgentEngine(cache_dir=tmp_path)
