@@ -49,7 +49,8 @@ def engine_config() -> wasmtime.Config:
     config = wasmtime.Config()
     config.consume_fuel = True
     config.epoch_interruption = True
-    if compiler() != "cranelift":  # wasmtime's own default is Cranelift
-        _ffi.wasmtime_config_strategy_set(config.ptr(), _STRATEGIES[compiler()])
+    name = compiler()
+    if name != "cranelift":  # wasmtime's own default is Cranelift
+        _ffi.wasmtime_config_strategy_set(config.ptr(), _STRATEGIES[name])
     memory.install(config)
     return config
