@@ -15,8 +15,9 @@ to know, so an advert says nothing more of the node (not its secret domains, not
 `free_slots`: `[mesh] agent_slots` less the placed agents it runs. `draining`: the node is
 draining or drained (`node drain`, SIGTERM): it hosts nothing more (its `hosts` is empty) and
 a move to it is refused, saying so; put at once when the drain begins, not an interval later.
-`prepared`: `agent=sha256:...` of each definition an upgrade prepares (`agent.preparing`) that
-is ready here, so the upgrading home knows a standby is (node/placement/standby.py);
+`prepared`: `agent=sha256:...` of each definition ready here, the placed one of each agent it
+hosts and the one an upgrade prepares (`agent.preparing`), so the upgrading home knows a
+standby is (node/placement/standby.py) and a drain prefers a node on the version it runs;
 `preparing`: the same names (or an agent's) for what it is fetching or compiling now, so the
 home waits for those nodes and not for ones that never will be.
 
@@ -61,8 +62,9 @@ class Advert(msgspec.Struct):  # fields added later are ignored by this version
     free_slots: Annotated[int, msgspec.Meta(ge=0, le=MAX_SLOTS)] = 0
     at: float = 0.0  # the node's wall clock: for people, never for a decision
     draining: bool = False  # draining or drained: it takes no placed agent until it restarts
-    # "agent=sha256:..." of the definitions upgrades prepare (`agent.preparing`) that are
-    # ready here: the home's upgrade waits for one node of the set to say so
+    # "agent=sha256:..." of the definitions ready here (each hosted agent's placed one, and
+    # an upgrade's, `agent.preparing`): the home's upgrade waits for one node of the set to
+    # say so, and a drain hands an agent to such a node first
     prepared: Names = []
     # the same names (an agent, or agent=sha256:...) for what it is fetching or compiling now
     preparing: Names = []

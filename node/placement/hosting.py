@@ -187,8 +187,11 @@ class Hosting:
         return sorted(
             placed.agent
             for placed in self.placements.placed_on(self.ctx.name)
-            if self.refusal(placed) is None and self.prepare.ready(placed.definition)
+            if self._hostable(placed)
         )
+
+    def _hostable(self, placed: Placed) -> bool:
+        return self.refusal(placed) is None and self.prepare.ready(placed.definition)
 
     def runnable(self, placed: Placed) -> Placed | None:
         """`placed` as this node would run it now: its definition when that is ready here,
@@ -205,13 +208,16 @@ class Hosting:
         return older if self.refusal(older) is None else None
 
     def prepared_here(self) -> list[str]:
-        """`agent=sha256:...` of the definitions upgrades prepare that are ready here (its
-        advert's `prepared`: the home waits for one such node before it switches)."""
-        ready = []
+        """`agent=sha256:...` of the definitions ready here: each hosted agent's placed one
+        and the one an upgrade prepares (its advert's `prepared`: the home waits for one
+        such node before it switches, and a drain hands the agent to one, targets.py)."""
+        ready = set()
         for placed in self.placements.placed_on(self.ctx.name):
+            if self._hostable(placed):
+                ready.add(prepared_key(placed.agent, placed.definition))
             preparing = placed.preparing
             if preparing is not None and self.prepare.ready(preparing):
-                ready.append(prepared_key(placed.agent, preparing))
+                ready.add(prepared_key(placed.agent, preparing))
         return sorted(ready)
 
     def preparing_here(self) -> list[str]:

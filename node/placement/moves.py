@@ -3,10 +3,11 @@
 A planned move (`move`) drains the agent, appends `journal.handoff` (disowning the journal),
 waits for its publish ack and releases the lease; the target then finds itself home. A drain
 (`node drain`, SIGTERM) hands each agent to a live member of its set that is ready to host it
-(targets.py: the set's order decides, never a member's claim of free slots), one after another
-within a deadline, and gives up the lease of the ones no member takes. The
-node that handed an agent over never takes it back by itself unless the target took it and
-then lapsed, or never took it for HANDOFF_RETURN_TTLS lease TTLs (takeover.py).
+(targets.py: one ready on the version it runs first, then the set's order decides, never a
+member's claim of free slots), one after another within a deadline, and gives up the lease of
+the ones no member takes. The node that handed an agent over never takes it back by itself
+unless the target took it and then lapsed, or never took it for HANDOFF_RETURN_TTLS lease TTLs
+(takeover.py).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 from node.ops.polling import DeadlineExceeded, until
 from node.placement.hosting import MOVE_ACK_SECS, Hosting, Link
 from node.placement.leases import LeaseError
+from node.placement.standby import prepared_key
 from node.placement.targets import ready_targets, refusal_of_target
 from node.web.http import Problem
 from projections import catalogue as c
@@ -82,7 +84,8 @@ class Moves(Hosting):
             live = await link.adverts.live(others)
         except Exception:  # no adverts known: its lease is given up instead
             return None
-        ready = ready_targets(agent, placed.placement, self.ctx.name, live)
+        current = prepared_key(agent, placed.definition)
+        ready = ready_targets(agent, placed.placement, self.ctx.name, live, current)
         return ready[0] if ready else None
 
     async def _advertise_now(self) -> None:

@@ -12,42 +12,65 @@ from node.placement.targets import ready_targets, refusal_of_target
 
 NODES = [f"node-{c}" for c in "abcdef"]
 AGENT = "worker"
+CURRENT, BEFORE = f"{AGENT}=sha256:{'2' * 64}", f"{AGENT}=sha256:{'1' * 64}"
 
 adverts = st.dictionaries(
     st.sampled_from(NODES),
-    st.builds(
-        lambda hosts, slots, draining: (hosts, slots, draining),
-        st.booleans(),
-        st.integers(0, MAX_SLOTS),
-        st.booleans(),
-    ),
+    st.tuples(st.booleans(), st.integers(0, MAX_SLOTS), st.booleans(), st.booleans()),
 )
 sets = st.lists(st.sampled_from(NODES), min_size=1, max_size=6, unique=True)
 
 
-def live_of(raw: dict[str, tuple[bool, int, bool]]) -> dict[str, Advert]:
+def live_of(raw: dict[str, tuple[bool, int, bool, bool]]) -> dict[str, Advert]:
     return {
-        node: Advert(node, [AGENT] if hosts else [], slots, 0.0, draining=draining)
-        for node, (hosts, slots, draining) in raw.items()
+        node: Advert(
+            node,
+            [AGENT] if hosts else [],
+            slots,
+            0.0,
+            draining=draining,
+            prepared=[CURRENT if current else BEFORE],
+        )
+        for node, (hosts, slots, draining, current) in raw.items()
     }
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(sets, st.sampled_from(NODES), adverts, st.data())
 def test_targets_are_fresh_ready_members_in_the_sets_order(placement, here, raw, data):
     live = live_of(raw)
-    chosen = ready_targets(AGENT, placement, here, live)
+    chosen = ready_targets(AGENT, placement, here, live, CURRENT)
     for node in chosen:
         assert node in placement and node != here
         assert AGENT in live[node].hosts and not live[node].draining
     expected = {n for n in placement if n != here and n in raw and raw[n][0] and not raw[n][2]}
     assert set(chosen) == expected
+    # every node ready on the current definition comes before every one on the version before
+    on_current = [CURRENT in live[node].prepared for node in chosen]
+    assert on_current == sorted(on_current, reverse=True)
     # any member's claim of more free slots (one or more) changes nothing of the order
     boosted = {
-        node: (hosts, slots if slots == 0 else data.draw(st.integers(1, MAX_SLOTS)), draining)
-        for node, (hosts, slots, draining) in raw.items()
+        node: (hosts, slots if slots == 0 else data.draw(st.integers(1, MAX_SLOTS)), *rest)
+        for node, (hosts, slots, *rest) in raw.items()
     }
-    assert ready_targets(AGENT, placement, here, live_of(boosted)) == chosen
+    assert ready_targets(AGENT, placement, here, live_of(boosted), CURRENT) == chosen
+
+
+def test_a_node_ready_on_the_current_version_comes_before_the_next_one_of_the_set():
+    live = {
+        "node-b": Advert("node-b", [AGENT], 1, prepared=[BEFORE]),  # still compiling it
+        "node-c": Advert("node-c", [AGENT], 1, prepared=[BEFORE, CURRENT]),
+    }
+    assert ready_targets(AGENT, ["node-a", "node-b", "node-c"], "node-a", live, CURRENT) == [
+        "node-c",
+        "node-b",
+    ]
+    # once both are, the set's order decides again
+    live["node-b"] = Advert("node-b", [AGENT], 1, prepared=[CURRENT])
+    assert ready_targets(AGENT, ["node-a", "node-b", "node-c"], "node-a", live, CURRENT) == [
+        "node-b",
+        "node-c",
+    ]
 
 
 def test_the_next_node_of_the_set_comes_first_whatever_another_claims():
