@@ -187,11 +187,8 @@ class Hosting:
         return sorted(
             placed.agent
             for placed in self.placements.placed_on(self.ctx.name)
-            if self._hostable(placed)
+            if self.refusal(placed) is None and self.prepare.ready(placed.definition)
         )
-
-    def _hostable(self, placed: Placed) -> bool:
-        return self.refusal(placed) is None and self.prepare.ready(placed.definition)
 
     def runnable(self, placed: Placed) -> Placed | None:
         """`placed` as this node would run it now: its definition when that is ready here,
@@ -213,11 +210,11 @@ class Hosting:
         such node before it switches, and a drain hands the agent to one, targets.py)."""
         ready = set()
         for placed in self.placements.placed_on(self.ctx.name):
-            if self._hostable(placed):
-                ready.add(prepared_key(placed.agent, placed.definition))
-            preparing = placed.preparing
-            if preparing is not None and self.prepare.ready(preparing):
-                ready.add(prepared_key(placed.agent, preparing))
+            if self.refusal(placed) is not None:
+                continue  # a node that would not host it claims no version of it
+            for definition in (placed.definition, placed.preparing):
+                if definition is not None and self.prepare.ready(definition):
+                    ready.add(prepared_key(placed.agent, definition))
         return sorted(ready)
 
     def preparing_here(self) -> list[str]:

@@ -36,6 +36,7 @@ from node.placement.catchup import read_through
 from node.placement.hosting import NODE_LOST, Claims, Hosting, Link
 from node.placement.leaselog import Logged
 from node.placement.leases import LeaseError
+from node.placement.standby import prepared_key
 from node.services.findings import NewFinding, report_finding
 from projections import catalogue as c
 from projections.placements import Placed
@@ -260,10 +261,11 @@ class Takeovers(Hosting):
         latest = self.placements.get(placed.agent)
         if latest is None or latest.definition == placed.definition or not others:
             return False
+        newer = prepared_key(placed.agent, latest.definition)  # `hosts` names no version
         with contextlib.suppress(Exception):
             async with asyncio.timeout(1.0):
                 live = await link.adverts.live(others)
-                return any(placed.agent in advert.hosts for advert in live.values())
+                return any(newer in advert.prepared for advert in live.values())
         return False
 
     async def _claim_leader(self, agent: str, others: list[str], epoch: int) -> Any:
