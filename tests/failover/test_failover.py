@@ -224,9 +224,13 @@ def test_open_tasks_and_pending_approvals_go_on_on_the_new_home(failover, built_
     wait_for(lambda: pending("node-b"), 20, "node-b holds the request too")
     fm["node-a"].kill()
 
-    taken = wait_for(
-        lambda: held_by(fm, "node-b", worker), LEASE_TTL_SECS + 15, "node-b takes over"
-    )
+    def taken_over() -> dict | None:
+        # the lease comes first, then `journal.takeover`, then the agent is home here (till
+        # then its view reads as a replica's)
+        view = held_by(fm, "node-b", worker)
+        return view if view and view["status"] != "replica" else None
+
+    taken = wait_for(taken_over, LEASE_TTL_SECS + 15, "node-b takes over")
     assert taken["status"] == "stopped"  # the operator's stop went with it
     with fm["node-b"].client() as client:  # a start is its owner's decision (issue 51)
         refused = client.post(f"/api/v1/agents/{worker}/start")
